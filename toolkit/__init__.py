@@ -1,0 +1,3 @@
+"""sdtk: deploy LLMs with speculative decoding on TensorRT-LLM and Triton Inference Server."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,326 @@
+"""The support matrix: speculative mode × backend × TensorRT-LLM version × model family.
+
+Facts come from `shared/reference/trtllm-speculative.md` (§0, §1, §2.1, §4):
+- the engine path (`trtllm-build`, Triton `tensorrtllm` C++ backend) exists up to TRT-LLM 1.1.x
+  (1.2 removal unverified) and is the only home of Medusa, Lookahead and EAGLE-1/2;
+- the PyTorch/LLM-API path starts at 1.0 and is the only home of EAGLE-3 and NGram;
+- draft-target exists on both;
+- the reference backend (sdtk's PyTorch implementation) runs everything, without TRT-LLM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from typing import TYPE_CHECKING
+
+from packaging.version import Version
+
+from toolkit.errors import CompatError
+
+if TYPE_CHECKING:
+    from toolkit.recipe import Recipe
+
+ENGINE_MAX = "1.2"  # exclusive: verified through 1.1.x; 1.2 may have removed trtllm-build
+LLMAPI_MIN = "1.0"
+GPU_BACKENDS = ("engine", "llmapi")
+
+
+@dataclass(frozen=True)
+class Cell:
+    mode: str
+    backend: str
+    supported: bool
+    trtllm_name: str | None  # engine: --speculative_decoding_mode; llmapi: decoding_type
+    min_version: str | None  # inclusive
+    max_version: str | None  # exclusive
+    families: tuple[str, ...] | None  # HF model_type values; None = any
+    reason: str
+    fix: str
+
+    def version_range(self) -> str:
+        if self.backend == "reference":
+            return "not needed"
+        lo = f">={self.min_version}" if self.min_version else ""
+        hi = f"<{self.max_version}" if self.max_version else ""
+        return ",".join(x for x in (lo, hi) if x) or "any"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["versions"] = self.version_range()
+        return d
+
+
+def _engine(mode, name, families, reason, fix="", min_version=None):
+    return Cell(mode, "engine", True, name, min_version, ENGINE_MAX, families, reason, fix)
+
+
+def _llmapi(mode, name, families, reason, fix=""):
+    return Cell(mode, "llmapi", True, name, LLMAPI_MIN, None, families, reason, fix)
+
+
+def _no(mode, backend, reason, fix):
+    return Cell(mode, backend, False, None, None, None, None, reason, fix)
+
+
+_ENGINE_ONLY_FIX = "use backend: engine with TensorRT-LLM 1.1.x (NGC tritonserver:<yy.mm>-trtllm-python-py3), or backend: reference on CPU"
+
+_CELLS: list[Cell] = [
+    # engine path (TRT-LLM <= 1.1)
+    _engine("none", None, None, "plain engine build"),
+    _engine(
+        "draft_target",
+        "draft_tokens_external",
+        None,
+        "two engines: the target with draft_tokens_external, served through the tensorrt_llm_bls loop",
+    ),
+    _engine(
+        "medusa",
+        "medusa",
+        ("llama", "qwen2", "mixtral"),
+        "examples/medusa/convert_checkpoint.py --model_type {llama,mixtral,qwen2}; greedy only",
+        "Medusa heads convert only for Llama (Vicuna), Qwen2 and Mixtral bases",
+    ),
+    _engine(
+        "eagle",
+        "eagle",
+        ("llama",),
+        "EagleForCausalLM subclasses LLaMAForCausalLM (TRT-LLM issue #10396); no pipeline parallelism",
+        "EAGLE-1/2 engines need a Llama-architecture base (e.g. Vicuna); for other families use eagle3 on llmapi",
+    ),
+    _engine(
+        "lookahead",
+        "lookahead_decoding",
+        None,
+        "--speculative_decoding_mode lookahead_decoding with max_draft_len from (W,N,G)",
+    ),
+    _no(
+        "eagle3",
+        "engine",
+        "EAGLE-3 exists only in the PyTorch backend (_torch/speculative/eagle3.py)",
+        "use backend: llmapi (TensorRT-LLM >= 1.0) or backend: reference",
+    ),
+    _no(
+        "ngram",
+        "engine",
+        "NGram decoding is a PyTorch-backend feature (supports_backend: pytorch only)",
+        "use backend: llmapi (TensorRT-LLM >= 1.0), or lookahead on the engine path",
+    ),
+    # llmapi path (TRT-LLM >= 1.0, PyTorch backend)
+    _llmapi("none", None, None, "LLM API without speculative_config"),
+    _llmapi("draft_target", "DraftTarget", None, "speculative_config decoding_type DraftTarget (two-model)"),
+    _llmapi(
+        "eagle3",
+        "Eagle3",
+        None,
+        "speculative_config decoding_type Eagle3; verified pairs include Llama-3.1-8B, Llama-4 Maverick, gpt-oss, Qwen3",
+    ),
+    _llmapi("ngram", "NGram", None, "speculative_config decoding_type NGram"),
+    _no(
+        "medusa",
+        "llmapi",
+        "the PyTorch backend has no Medusa (MedusaDecodingConfig supports the TensorRT backend only)",
+        _ENGINE_ONLY_FIX,
+    ),
+    _no(
+        "lookahead",
+        "llmapi",
+        "the PyTorch backend has no Lookahead decoding (engine path only)",
+        _ENGINE_ONLY_FIX,
+    ),
+    _no(
+        "eagle",
+        "llmapi",
+        "the PyTorch backend supports only EAGLE-3; EAGLE-1/2 checkpoints are incompatible",
+        "train or pick an EAGLE-3 head and use mode: eagle3, or " + _ENGINE_ONLY_FIX,
+    ),
+]
+# reference: sdtk's own PyTorch implementation, on CPU, without TensorRT-LLM.
+_CELLS += [
+    Cell(
+        m,
+        "reference",
+        True,
+        None,
+        None,
+        None,
+        None,
+        "sdtk's PyTorch implementation; CPU or any torch device",
+        "",
+    )
+    for m in ("none", "draft_target", "eagle3", "medusa", "lookahead", "ngram")
+]
+_CELLS.append(
+    _no(
+        "eagle",
+        "reference",
+        "the reference runtime implements EAGLE-3 heads; EAGLE-1/2 feature-regression heads are not implemented",
+        "use mode: eagle3 with an EAGLE-3 head on reference, or backend: engine for EAGLE-1/2",
+    )
+)
+_INDEX = {(c.mode, c.backend): c for c in _CELLS}
+
+
+def cell(mode: str, backend: str) -> Cell:
+    return _INDEX[(mode, backend)]
+
+
+def matrix(mode: str | None = None, backend: str | None = None) -> list[Cell]:
+    return [
+        c for c in _CELLS if (mode is None or c.mode == mode) and (backend is None or c.backend == backend)
+    ]
+
+
+def installed_trtllm_version() -> str | None:
+    """The installed tensorrt_llm version, from package metadata (importing it costs seconds)."""
+    for dist in ("tensorrt_llm", "tensorrt-llm"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def problems(c: Cell, version: str | None, family: str | None) -> list[str]:
+    """Why `c` does not apply to this version/family; empty when it does."""
+    out = []
+    if not c.supported:
+        return [c.reason]
+    if version is not None and c.backend != "reference":
+        v = Version(version)
+        if c.min_version and v < Version(c.min_version):
+            out.append(
+                f"TensorRT-LLM {version} is older than {c.min_version}, the first with the {c.backend} path"
+            )
+        if c.max_version and v >= Version(c.max_version):
+            out.append(
+                f"TensorRT-LLM {version} no longer has the {c.backend} path (trtllm-build; verified only up to "
+                f"1.1.x)"
+            )
+    if family is not None and c.families is not None and family not in c.families:
+        out.append(f"model family '{family}' is not supported ({c.fix or c.reason})")
+    return out
+
+
+def check(mode: str, backend: str, version: str | None = None, family: str | None = None) -> Cell:
+    """The cell for (mode, backend); raises CompatError naming the reason and the fix."""
+    c = cell(mode, backend)
+    found = problems(c, version, family)
+    if found:
+        raise CompatError(
+            f"speculative.mode '{mode}' on backend '{backend}': " + "; ".join(found),
+            mode=mode,
+            backend=backend,
+            hint=c.fix or "see `sdtk compat`",
+        )
+    return c
+
+
+@dataclass(frozen=True)
+class Resolution:
+    backend: str
+    version: str | None
+    version_source: str  # "installed", "recipe", "none"
+    why: str
+
+
+def resolve_backend(
+    mode: str,
+    requested: str,
+    *,
+    recipe_version: str | None = None,
+    installed_version: str | None = None,
+    family: str | None = None,
+) -> Resolution:
+    """Pick the backend for `backend: auto`, or confirm an explicit one.
+
+    The installed TensorRT-LLM wins over the recipe's `trtllm_version`; with neither,
+    auto prefers the LLM-API path (the maintained one) when the mode exists there.
+    """
+    if installed_version:
+        version, source = installed_version, "installed"
+    elif recipe_version:
+        version, source = recipe_version, "recipe"
+    else:
+        version, source = None, "none"
+    vtext = {
+        "installed": f"installed TensorRT-LLM {version}",
+        "recipe": f"recipe trtllm_version {version}",
+    }.get(source, "no TensorRT-LLM installed or declared")
+
+    if requested != "auto":
+        c = check(mode, requested, version, family)
+        return Resolution(
+            requested, version, source, f"backend '{requested}' requested; {c.reason} ({vtext})"
+        )
+
+    rejected = []
+    for backend in ("llmapi", "engine"):
+        c = cell(mode, backend)
+        found = problems(c, version, family)
+        if not found:
+            return Resolution(backend, version, source, f"auto → {backend}: {c.reason} ({vtext})")
+        rejected.append(f"{backend}: {'; '.join(found)}")
+    raise CompatError(
+        f"backend auto found no TensorRT-LLM backend for mode '{mode}' ({vtext}): " + " | ".join(rejected),
+        mode=mode,
+        backend="auto",
+        hint="use backend: reference for CPU, or a TensorRT-LLM version that has this mode (see `sdtk compat`)",
+    )
+
+
+def check_recipe(
+    recipe: Recipe, installed_version: str | None = None, family: str | None = None
+) -> Resolution:
+    """The backend a recipe runs on, with the support matrix applied (raises CompatError)."""
+    res = resolve_backend(
+        recipe.mode,
+        recipe.backend,
+        recipe_version=recipe.trtllm_version,
+        installed_version=installed_version,
+        family=family,
+    )
+    # Backend-specific rules that the matrix cells alone do not express.
+    if res.backend == "engine":
+        if recipe.mode == "eagle" and recipe.parallel.pp != 1:
+            raise CompatError(
+                f"EAGLE engines do not support pipeline parallelism (parallel.pp={recipe.parallel.pp})",
+                mode="eagle",
+                backend="engine",
+                hint="set parallel.pp: 1 and use tp instead",
+            )
+        if recipe.mode == "eagle" and recipe.build.max_batch_size > 512:
+            raise CompatError(
+                f"EAGLE engines allow max_batch_size <= 512 (build.max_batch_size={recipe.build.max_batch_size})",
+                mode="eagle",
+                backend="engine",
+                hint="lower build.max_batch_size",
+            )
+        if recipe.mode == "draft_target" and recipe.serving.decoupled:
+            raise CompatError(
+                "the official tensorrt_llm_bls draft-target loop rejects streaming, so serving.decoupled must be "
+                "false on the engine backend",
+                mode="draft_target",
+                backend="engine",
+                hint="set serving.decoupled: false",
+            )
+    return res
+
+
+def validate_recipe_file(ref: str, overrides: tuple[str, ...] | list[str] = ()) -> dict:
+    """Load and check one recipe without touching the machine; a dict for `recipes validate`."""
+    from toolkit.errors import RecipeError, SdtkError
+    from toolkit.recipe import load_recipe
+
+    try:
+        recipe = load_recipe(ref, overrides)
+        res = check_recipe(recipe)
+    except SdtkError as e:
+        return {
+            "path": str(ref),
+            "ok": False,
+            "error": " ".join(str(e).split()) if not isinstance(e, CompatError) else f"{ref}: {e}",
+            "field": getattr(e, "field", None) if isinstance(e, RecipeError) else "backend",
+            "hint": e.hint,
+        }
+    return {"path": str(ref), "ok": True, "mode": recipe.mode, "backend": res.backend, "why": res.why}

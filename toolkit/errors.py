@@ -1,0 +1,111 @@
+"""One error hierarchy. Exceptions carry data; the CLI turns them into one line plus a hint."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+    """The closest choice to `word`, if any is close enough to be a plausible typo."""
+    matches = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+class SdtkError(Exception):
+    """Base of every error sdtk reports to a user. `hint` says what to do about it."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(SdtkError):
+    """Bad flags or arguments that click itself cannot catch."""
+
+    exit_code = 2
+
+
+class RecipeError(SdtkError):
+    """A recipe that cannot be loaded or does not validate."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: Path | str | None = None,
+        field: str | None = None,
+        hint: str | None = None,
+        problems: list[tuple[str, str]] | None = None,
+    ):
+        self.path = Path(path) if path else None
+        self.field = field
+        # Every (field, message) pair found; `message` already summarises them on one line.
+        self.problems = problems or ([(field, message)] if field else [])
+        prefix = f"{self.path}: " if self.path else ""
+        super().__init__(prefix + message, hint=hint)
+
+
+class CompatError(SdtkError):
+    """A mode/backend/version/family combination the support matrix rules out."""
+
+    def __init__(self, message: str, *, mode: str, backend: str, hint: str | None = None):
+        self.mode = mode
+        self.backend = backend
+        super().__init__(message, hint=hint)
+
+
+class PreflightError(SdtkError):
+    """A check that failed before any expensive work started."""
+
+    def __init__(self, check: str, message: str, *, hint: str | None = None):
+        self.check = check
+        super().__init__(f"preflight {check}: {message}", hint=hint)
+
+
+class StepFailed(SdtkError):
+    """A subprocess step exited non-zero."""
+
+    def __init__(
+        self, step: str, returncode: int, log_path: Path | None, tail: str = "", hint: str | None = None
+    ):
+        self.step = step
+        self.returncode = returncode
+        self.log_path = log_path
+        self.tail = tail
+        where = f"; log: {log_path}" if log_path else ""
+        super().__init__(f"step '{step}' failed with exit code {returncode}{where}", hint=hint)
+
+
+class ToolNotFound(SdtkError):
+    """An external program sdtk needs is missing."""
+
+    def __init__(self, tool: str, *, hint: str | None = None):
+        self.tool = tool
+        super().__init__(f"'{tool}' was not found", hint=hint)
+
+
+class ModelError(SdtkError):
+    """Model files that are missing, unreadable or inconsistent."""
+
+
+class GenerationError(SdtkError):
+    """A generation request that cannot be served as asked (empty prompt, too long, ...)."""
+
+
+class ServerError(SdtkError):
+    """The Triton server failed to start, crashed, or is unreachable."""
+
+    def __init__(
+        self, message: str, *, log_tail: str = "", log_path: Path | None = None, hint: str | None = None
+    ):
+        self.log_tail = log_tail
+        self.log_path = log_path
+        super().__init__(message, hint=hint)

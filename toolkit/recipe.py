@@ -1,0 +1,761 @@
+"""Recipes: the closed, typed description of one speculative-decoding deployment.
+
+A recipe is YAML. Unknown keys are errors, `speculative` is a tagged union on `mode`,
+and cross-field rules (a draft for draft_target, the lookahead draft-length formula,
+well-formed trees) live here, so that every later stage can trust what it gets.
+
+Importable without torch, tritonclient or tensorrt_llm.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from toolkit import choices as tree
+from toolkit.errors import RecipeError, did_you_mean
+from toolkit.resources import recipes_dir
+
+MODES = ("none", "draft_target", "eagle3", "eagle", "medusa", "lookahead", "ngram")
+BACKENDS = ("auto", "engine", "llmapi", "reference")
+DTYPES = ("auto", "float16", "bfloat16", "float32")
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+class FieldError(ValueError):
+    """A validator error that names the offending field, relative to the model it is raised in."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_default=True)
+
+
+# --------------------------------------------------------------------------- models
+
+
+class ModelSource(_Strict):
+    """A Hugging Face checkpoint: a hub id (with an optional revision) or a local directory.
+
+    In YAML either form may be written as a bare string: `org/name` is a hub id,
+    anything starting with `.`, `/` or `~` is a path.
+    """
+
+    repo: str | None = Field(
+        None, description="Hugging Face hub id, e.g. `meta-llama/Llama-3.1-8B-Instruct`."
+    )
+    revision: str | None = Field(
+        None, description="Branch, tag or commit of `repo`; default: the main branch."
+    )
+    path: str | None = Field(
+        None, description="Local checkpoint directory; relative paths are relative to the recipe file."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            if data.startswith((".", "/", "~")):
+                return {"path": data}
+            return {"repo": data}
+        return data
+
+    @field_validator("repo")
+    @classmethod
+    def _hub_id(cls, v: str | None) -> str | None:
+        if v is not None and (not _HUB_ID.match(v) or ".." in v):
+            raise ValueError(
+                f"'{v}' is not a hub id of the form 'org/name' (a local directory goes in `path`)"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ModelSource:
+        if (self.repo is None) == (self.path is None):
+            raise ValueError("give exactly one of `repo` (hub id) or `path` (local directory)")
+        if self.revision is not None and self.repo is None:
+            raise FieldError("revision", "`revision` applies only to a hub `repo`, not to a local `path`")
+        return self
+
+    def describe(self) -> str:
+        if self.path is not None:
+            return self.path
+        return f"{self.repo}@{self.revision}" if self.revision else str(self.repo)
+
+
+class Models(_Strict):
+    """The checkpoints a deployment uses."""
+
+    target: ModelSource = Field(description="The model whose output the deployment must reproduce.")
+    draft: ModelSource | None = Field(
+        None, description="Draft model for `draft_target`; same tokenizer as target."
+    )
+    medusa_heads: ModelSource | None = Field(
+        None, description="Medusa heads trained for the target (`medusa`)."
+    )
+    eagle_head: ModelSource | None = Field(
+        None, description="EAGLE head trained for the target (`eagle` for EAGLE-1/2, `eagle3` for EAGLE-3)."
+    )
+    tokenizer: ModelSource | None = Field(None, description="Tokenizer to serve with; default: the target's.")
+
+
+# --------------------------------------------------------------------------- speculative modes
+
+
+class NoSpeculation(_Strict):
+    """Plain autoregressive decoding: the baseline."""
+
+    mode: Literal["none"] = "none"
+
+    @property
+    def draft_len(self) -> int:
+        return 0
+
+
+class DraftTarget(_Strict):
+    """A separate small draft model proposes tokens that the target verifies (Leviathan/Chen)."""
+
+    mode: Literal["draft_target"]
+    max_draft_len: int = Field(4, ge=1, le=256, description="Draft tokens proposed per step (γ).")
+    use_draft_logits: bool = Field(
+        False,
+        description="Engine path: pass draft logits for probabilistic acceptance (needs generation logits).",
+    )
+
+    @property
+    def draft_len(self) -> int:
+        return self.max_draft_len
+
+
+class NGram(_Strict):
+    """Prompt lookup: propose the continuation of an earlier match of the last tokens."""
+
+    mode: Literal["ngram"]
+    max_draft_len: int = Field(4, ge=1, le=256, description="Tokens proposed per step.")
+    max_matching_ngram_size: int = Field(
+        2, ge=1, le=32, description="Longest suffix matched against the context."
+    )
+    is_keep_all: bool = Field(
+        True, description="TRT-LLM NGram pool: keep all candidates, not only the newest."
+    )
+    is_use_oldest: bool = Field(True, description="TRT-LLM NGram pool: prefer the oldest match.")
+    is_public_pool: bool = Field(True, description="TRT-LLM NGram pool: share the pool across requests.")
+
+    @property
+    def draft_len(self) -> int:
+        return self.max_draft_len
+
+
+def lookahead_max_draft_len(window: int, ngram: int, verification_set: int) -> int:
+    """TRT-LLM `examples/lookahead/README.md`: (0 if N==1 else N-2) + (W-1+G)*(N-1)."""
+    return (0 if ngram == 1 else ngram - 2) + (window - 1 + verification_set) * (ngram - 1)
+
+
+class Lookahead(_Strict):
+    """Lookahead decoding: a Jacobi window W, n-gram size N and verification set G."""
+
+    mode: Literal["lookahead"]
+    window: int = Field(4, ge=1, le=64, description="W: lookahead window size.")
+    ngram: int = Field(3, ge=1, le=16, description="N: n-gram size.")
+    verification_set: int = Field(4, ge=0, le=64, description="G: n-grams verified per step.")
+    max_draft_len: int | None = Field(
+        None,
+        ge=0,
+        description="Engine `--max_draft_len`; must equal (N-2 if N>1 else 0)+(W-1+G)*(N-1) when given.",
+    )
+
+    @model_validator(mode="after")
+    def _formula(self) -> Lookahead:
+        need = lookahead_max_draft_len(self.window, self.ngram, self.verification_set)
+        if self.max_draft_len is not None and self.max_draft_len != need:
+            raise FieldError(
+                "max_draft_len",
+                f"{self.max_draft_len} does not match (W={self.window}, N={self.ngram}, G={self.verification_set}): "
+                f"(N-2 if N>1 else 0) + (W-1+G)*(N-1) = {need}; set max_draft_len: {need} or drop it",
+            )
+        return self
+
+    @property
+    def draft_len(self) -> int:
+        return lookahead_max_draft_len(self.window, self.ngram, self.verification_set)
+
+
+def _check_tree(choices: list[list[int]] | None, field: str) -> None:
+    if choices is not None and (why := tree.check_choices(choices)):
+        raise FieldError(field, why)
+
+
+class Medusa(_Strict):
+    """Medusa heads on the target's last hidden state, verified as a tree (greedy only)."""
+
+    mode: Literal["medusa"]
+    num_medusa_heads: int | None = Field(
+        None,
+        ge=1,
+        le=16,
+        description="Heads to use; default: `medusa_num_heads` from the heads' config.json.",
+    )
+    medusa_choices: list[list[int]] | None = Field(
+        None, description="Tree paths (list of lists of top-k indices); default: mc_sim_7b_63."
+    )
+    max_draft_len: int | None = Field(
+        None, ge=1, le=1024, description="Engine draft-token budget (`--max_medusa_token_len`); ≥ tree size."
+    )
+
+    @model_validator(mode="after")
+    def _tree(self) -> Medusa:
+        _check_tree(self.medusa_choices, "medusa_choices")
+        ch = self.choices
+        if self.num_medusa_heads is not None and tree.depth(ch) > self.num_medusa_heads:
+            raise FieldError(
+                "medusa_choices",
+                f"tree depth {tree.depth(ch)} exceeds num_medusa_heads={self.num_medusa_heads}",
+            )
+        if self.max_draft_len is not None and self.max_draft_len < len(ch):
+            raise FieldError("max_draft_len", f"{self.max_draft_len} is smaller than the tree size {len(ch)}")
+        return self
+
+    @property
+    def choices(self) -> list[list[int]]:
+        return self.medusa_choices if self.medusa_choices is not None else tree.MEDUSA_MC_SIM_7B_63
+
+    @property
+    def draft_len(self) -> int:
+        return self.max_draft_len if self.max_draft_len is not None else len(self.choices)
+
+
+class Eagle(_Strict):
+    """EAGLE-1/EAGLE-2 (engine path only): a feature-level draft head with a static or dynamic tree."""
+
+    mode: Literal["eagle"]
+    max_draft_len: int = Field(
+        63, ge=1, le=256, description="Draft-token budget (converter `--max_draft_len`)."
+    )
+    num_eagle_layers: int = Field(
+        4, ge=1, le=16, description="Maximum tree depth (converter `--num_eagle_layers`)."
+    )
+    max_non_leaves_per_layer: int = Field(10, ge=1, description="Converter `--max_non_leaves_per_layer`.")
+    eagle_choices: list[list[int]] | None = Field(
+        None, description="Static tree; default: TRT-LLM's built-in."
+    )
+    use_dynamic_tree: bool = Field(False, description="EAGLE-2 dynamic tree instead of `eagle_choices`.")
+    dynamic_tree_max_top_k: int | None = Field(None, ge=1, description="EAGLE-2 expansion top-k.")
+    posterior_threshold: float | None = Field(
+        None, gt=0, lt=1, description="Typical-acceptance threshold (lossy); default: greedy acceptance."
+    )
+
+    @model_validator(mode="after")
+    def _tree(self) -> Eagle:
+        _check_tree(self.eagle_choices, "eagle_choices")
+        if self.use_dynamic_tree:
+            if self.eagle_choices is not None:
+                raise FieldError(
+                    "eagle_choices", "is a static tree; it cannot be combined with use_dynamic_tree"
+                )
+            if self.dynamic_tree_max_top_k is None:
+                raise FieldError("dynamic_tree_max_top_k", "is required when use_dynamic_tree is true")
+        elif self.dynamic_tree_max_top_k is not None:
+            raise FieldError("dynamic_tree_max_top_k", "applies only with use_dynamic_tree: true")
+        if self.eagle_choices is not None:
+            ch = self.eagle_choices
+            if tree.depth(ch) > self.num_eagle_layers:
+                raise FieldError(
+                    "eagle_choices",
+                    f"tree depth {tree.depth(ch)} exceeds num_eagle_layers={self.num_eagle_layers}",
+                )
+            if tree.max_non_leaves_per_level(ch) > self.max_non_leaves_per_layer:
+                raise FieldError(
+                    "eagle_choices",
+                    f"{tree.max_non_leaves_per_level(ch)} non-leaf nodes on one level exceed "
+                    f"max_non_leaves_per_layer={self.max_non_leaves_per_layer}",
+                )
+            if len(ch) > self.max_draft_len:
+                raise FieldError(
+                    "eagle_choices", f"{len(ch)} nodes exceed max_draft_len={self.max_draft_len}"
+                )
+        return self
+
+    @property
+    def draft_len(self) -> int:
+        return self.max_draft_len
+
+
+class Eagle3(_Strict):
+    """EAGLE-3 (llmapi path): fused low/mid/high features, chain by default, optional tree."""
+
+    mode: Literal["eagle3"]
+    max_draft_len: int = Field(3, ge=1, le=64, description="Draft depth per step (chain length).")
+    eagle_choices: list[list[int]] | None = Field(None, description="Static tree; default: a chain.")
+    use_dynamic_tree: bool = Field(False, description="TRT-LLM dynamic tree (`dynamic_tree_max_topK`).")
+    dynamic_tree_max_top_k: int | None = Field(None, ge=1, description="Dynamic-tree expansion top-k.")
+    max_total_draft_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Tree size budget; max_draft_len ≤ it ≤ top_k*max_draft_len for dynamic trees.",
+    )
+    eagle3_one_model: bool = Field(True, description="TRT-LLM one-model EAGLE-3 (default and faster).")
+    layers_to_capture: list[int] | None = Field(
+        None,
+        description="Target layers whose outputs feed the head (TRT-LLM/ModelOpt convention: outputs of "
+        "{1, L//2-1, L-4}); default: read from the head's config.",
+    )
+
+    @model_validator(mode="after")
+    def _tree(self) -> Eagle3:
+        _check_tree(self.eagle_choices, "eagle_choices")
+        if self.eagle_choices is not None:
+            if self.use_dynamic_tree:
+                raise FieldError(
+                    "eagle_choices", "is a static tree; it cannot be combined with use_dynamic_tree"
+                )
+            if tree.depth(self.eagle_choices) > self.max_draft_len:
+                raise FieldError(
+                    "eagle_choices",
+                    f"tree depth {tree.depth(self.eagle_choices)} exceeds max_draft_len={self.max_draft_len}",
+                )
+            if (
+                self.max_total_draft_tokens is not None
+                and len(self.eagle_choices) > self.max_total_draft_tokens
+            ):
+                raise FieldError(
+                    "eagle_choices",
+                    f"{len(self.eagle_choices)} nodes exceed max_total_draft_tokens={self.max_total_draft_tokens}",
+                )
+        if self.use_dynamic_tree:
+            if self.dynamic_tree_max_top_k is None:
+                raise FieldError("dynamic_tree_max_top_k", "is required when use_dynamic_tree is true")
+            total = self.max_total_draft_tokens
+            hi = self.dynamic_tree_max_top_k * self.max_draft_len
+            if total is not None and not (self.max_draft_len <= total <= hi):
+                raise FieldError(
+                    "max_total_draft_tokens",
+                    f"{total} must lie in [max_draft_len, top_k*max_draft_len] = [{self.max_draft_len}, {hi}]",
+                )
+        elif self.dynamic_tree_max_top_k is not None:
+            raise FieldError("dynamic_tree_max_top_k", "applies only with use_dynamic_tree: true")
+        if self.layers_to_capture is not None:
+            if len(self.layers_to_capture) != 3 or len(set(self.layers_to_capture)) != 3:
+                raise FieldError("layers_to_capture", "needs three distinct layer ids (low, mid, high)")
+            if min(self.layers_to_capture) < 0:
+                raise FieldError("layers_to_capture", "layer ids must be ≥ 0")
+        return self
+
+    @property
+    def draft_len(self) -> int:
+        if self.eagle_choices is not None:
+            return len(self.eagle_choices)
+        return self.max_total_draft_tokens or self.max_draft_len
+
+
+Speculative = Annotated[
+    Union[NoSpeculation, DraftTarget, Eagle3, Eagle, Medusa, Lookahead, NGram],  # noqa: UP007
+    Field(discriminator="mode"),
+]
+
+# Which model source each mode needs; the others must be absent.
+MODE_SOURCES: dict[str, str | None] = {
+    "none": None,
+    "ngram": None,
+    "lookahead": None,
+    "draft_target": "draft",
+    "medusa": "medusa_heads",
+    "eagle": "eagle_head",
+    "eagle3": "eagle_head",
+}
+
+
+# --------------------------------------------------------------------------- the rest
+
+
+class Parallel(_Strict):
+    tp: int = Field(1, ge=1, le=64, description="Tensor-parallel size.")
+    pp: int = Field(1, ge=1, le=64, description="Pipeline-parallel size.")
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp
+
+
+class BuildLimits(_Strict):
+    """Engine build limits (`trtllm-build` flags; LLM-API arguments of the same names)."""
+
+    max_batch_size: int = Field(8, ge=1, le=4096)
+    max_input_len: int = Field(1024, ge=1)
+    max_seq_len: int = Field(2048, ge=2, description="Prompt plus generated tokens.")
+    max_num_tokens: int = Field(8192, ge=1, description="Tokens per engine step (all requests together).")
+
+    @model_validator(mode="after")
+    def _limits(self) -> BuildLimits:
+        if self.max_seq_len <= self.max_input_len:
+            raise FieldError(
+                "max_seq_len",
+                f"{self.max_seq_len} must exceed max_input_len={self.max_input_len} to leave room for output",
+            )
+        return self
+
+
+class Serving(_Strict):
+    """How Triton serves the deployment."""
+
+    host: str = Field("127.0.0.1", description="Bind address; 0.0.0.0 exposes the server to the network.")
+    http_port: int = Field(8000, ge=1, le=65535)
+    grpc_port: int = Field(8001, ge=1, le=65535)
+    metrics_port: int = Field(8002, ge=1, le=65535)
+    decoupled: bool = Field(True, description="Decoupled transaction policy; streaming requires it.")
+    model_name: str = Field("ensemble", description="The model clients call.")
+    max_queue_delay_microseconds: int = Field(0, ge=0)
+    max_queue_size: int = Field(0, ge=0)
+    preprocessing_instance_count: int = Field(1, ge=1)
+    postprocessing_instance_count: int = Field(1, ge=1)
+    bls_instance_count: int = Field(1, ge=1)
+    model_instance_count: int = Field(1, ge=1, description="Reference backend: instances of the LLM model.")
+    kv_cache_free_gpu_mem_fraction: float = Field(0.9, gt=0, le=1)
+    enable_kv_cache_reuse: bool = False
+    enable_chunked_context: bool = False
+    batching_strategy: Literal["inflight_fused_batching", "v1"] = "inflight_fused_batching"
+    batch_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] = "guaranteed_no_evict"
+    exclude_input_in_output: bool = True
+    add_special_tokens: bool = Field(
+        True, description="Preprocessing: add BOS etc. like the tokenizer's default."
+    )
+    skip_special_tokens: bool = True
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        if not re.match(r"^[A-Za-z0-9.:\-\[\]]+$", v):
+            raise ValueError(f"'{v}' is not an IP address or host name")
+        return v
+
+    @model_validator(mode="after")
+    def _ports(self) -> Serving:
+        ports = {"http_port": self.http_port, "grpc_port": self.grpc_port, "metrics_port": self.metrics_port}
+        seen: dict[int, str] = {}
+        for name, port in ports.items():
+            if port in seen:
+                raise FieldError(name, f"{port} is also serving.{seen[port]}; each port must differ")
+            seen[port] = name
+        return self
+
+
+class Recipe(_Strict):
+    """One deployment: models, speculative mode, backend, precision, limits and serving."""
+
+    name: str | None = Field(None, description="Deployment name; default: the file name without .yaml.")
+    description: str = Field("", description="Free text, shown by `sdtk recipes list`.")
+    backend: Literal["auto", "engine", "llmapi", "reference"] = Field(
+        "auto", description="auto picks through the support matrix and the installed TensorRT-LLM."
+    )
+    trtllm_version: str | None = Field(
+        None, description="TensorRT-LLM version to plan for when it is not installed (e.g. for --dry-run)."
+    )
+    models: Models
+    speculative: Speculative = Field(default_factory=NoSpeculation)
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = "auto"
+    parallel: Parallel = Field(default_factory=Parallel)
+    build: BuildLimits = Field(default_factory=BuildLimits)
+    serving: Serving = Field(default_factory=Serving)
+
+    _source: Path | None = PrivateAttr(None)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not _NAME.match(v):
+            raise ValueError(f"'{v}' must be lower-case letters, digits, '.', '_' or '-'")
+        return v
+
+    @field_validator("trtllm_version")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        if v is not None:
+            from packaging.version import InvalidVersion, Version
+
+            try:
+                Version(v)
+            except InvalidVersion:
+                raise ValueError(f"'{v}' is not a version number such as 1.1.0") from None
+        return v
+
+    @model_validator(mode="after")
+    def _sources_match_mode(self) -> Recipe:
+        mode = self.speculative.mode
+        need = MODE_SOURCES[mode]
+        if need is not None and getattr(self.models, need) is None:
+            raise FieldError(f"models.{need}", f"is required by speculative.mode '{mode}'")
+        for other in ("draft", "medusa_heads", "eagle_head"):
+            if other != need and getattr(self.models, other) is not None:
+                users = [m for m, s in MODE_SOURCES.items() if s == other]
+                raise FieldError(
+                    f"models.{other}",
+                    f"is used only by mode {' or '.join(users)}, not by speculative.mode '{mode}'; remove it",
+                )
+        return self
+
+    # -- conveniences for later stages
+
+    @property
+    def mode(self) -> str:
+        return self.speculative.mode
+
+    @property
+    def source_path(self) -> Path | None:
+        return self._source
+
+    @property
+    def display_name(self) -> str:
+        if self.name:
+            return self.name
+        return self._source.stem if self._source else "recipe"
+
+    def local_path(self, source: ModelSource) -> Path | None:
+        """The absolute directory of a `path` source (relative to the recipe file); None for hub ids."""
+        if source.path is None:
+            return None
+        p = Path(source.path).expanduser()
+        if not p.is_absolute() and self._source is not None:
+            p = self._source.parent / p
+        return p.resolve()
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML silently keeps the last of duplicate keys; a recipe must not."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            mark = key_node.start_mark
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key '{key}' (first at line {seen[key].line + 1})", mark
+            )
+        seen[key] = key_node.start_mark
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RecipeError(
+            "no such recipe file", path=path, hint="check the path, or run `sdtk recipes list`"
+        ) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise RecipeError(f"cannot read recipe: {e.__class__.__name__}", path=path) from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise RecipeError(f"invalid YAML: {where}{problem}", path=path) from None
+    if data is None:
+        raise RecipeError("the recipe is empty", path=path, hint="a recipe needs at least `models.target`")
+    if not isinstance(data, dict):
+        raise RecipeError(
+            f"the top level must be a mapping of fields, not a {type(data).__name__}",
+            path=path,
+            hint="start the file with keys such as `models:` and `speculative:`",
+        )
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """Apply `a.b=c` overrides in place; values parse as YAML scalars (`4` → int, `true` → bool)."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise RecipeError(f"--set '{item}' is not of the form a.b=value", field=key or item)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        parts = key.split(".")
+        node = data
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif not isinstance(child, dict):
+                where = ".".join(parts[: i + 1])
+                raise RecipeError(f"--set {key}: '{where}' is a value, not a section", field=where)
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def bundled_recipes() -> dict[str, Path]:
+    d = recipes_dir()
+    return {p.stem: p for p in sorted(d.glob("*.yaml"))} if d.is_dir() else {}
+
+
+def resolve_recipe_path(ref: str | Path) -> Path:
+    """A recipe file path, or the name of a bundled recipe (`tiny-eagle3`)."""
+    p = Path(ref)
+    if p.exists() or p.suffix in (".yaml", ".yml") or len(p.parts) > 1:
+        return p
+    bundled = bundled_recipes()
+    if str(ref) in bundled:
+        return bundled[str(ref)]
+    guess = did_you_mean(str(ref), bundled)
+    raise RecipeError(
+        f"no recipe file or bundled recipe named '{ref}'" + (f"; did you mean '{guess}'?" if guess else ""),
+        hint="`sdtk recipes list` shows the bundled recipes",
+    )
+
+
+def load_recipe(ref: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    path = resolve_recipe_path(ref)
+    data = apply_overrides(load_yaml(path), overrides)
+    return parse_recipe(data, path=path)
+
+
+def parse_recipe(data: dict[str, Any], *, path: Path | None = None) -> Recipe:
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as e:
+        # Unknown keys first: a typo'd key also shows up as a missing required field.
+        errors = sorted(e.errors(), key=lambda err: err.get("type") != "extra_forbidden")
+        problems = [_explain(err) for err in errors]
+        first_field, first_msg = problems[0]
+        line = f"{first_field}: {first_msg}" if first_field else first_msg
+        if len(problems) > 1:
+            line += (
+                f" (and {len(problems) - 1} more: " + ", ".join(f or "<top>" for f, _ in problems[1:]) + ")"
+            )
+        raise RecipeError(line, path=path, field=first_field, problems=problems) from None
+    recipe._source = Path(path).resolve() if path else None
+    return recipe
+
+
+# --------------------------------------------------------------------------- error translation
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Optional/Annotated so that we can look at the model type inside."""
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin is Union or str(origin) == "types.UnionType":
+            args = [a for a in get_args(annotation) if a is not type(None)]
+            if len(args) == 1:
+                annotation = args[0]
+            else:
+                return tuple(args)
+        else:
+            return annotation
+
+
+def _variants(annotation: Any) -> dict[str, type[BaseModel]] | None:
+    """Tag → model for a discriminated union on `mode`."""
+    inner = _unwrap(annotation)
+    if isinstance(inner, tuple) and all(isinstance(a, type) and issubclass(a, BaseModel) for a in inner):
+        out = {}
+        for model in inner:
+            ann = model.model_fields["mode"].annotation
+            for tag in get_args(ann):
+                out[tag] = model
+        return out
+    return None
+
+
+def _walk(loc: tuple) -> tuple[list[str], type[BaseModel] | None]:
+    """Turn a pydantic loc into dotted parts (dropping union tags) and the model at the end."""
+    parts: list[str] = []
+    model: Any = Recipe
+    i = 0
+    while i < len(loc):
+        item = loc[i]
+        if isinstance(item, int):
+            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
+            model = None
+            i += 1
+            continue
+        parts.append(str(item))
+        nxt = None
+        if isinstance(model, type) and issubclass(model, BaseModel) and item in model.model_fields:
+            ann = model.model_fields[item].annotation
+            variants = _variants(ann)
+            if variants is not None:
+                if i + 1 < len(loc) and loc[i + 1] in variants:
+                    nxt = variants[loc[i + 1]]
+                    i += 1  # the tag is pydantic's, not the user's
+            else:
+                inner = _unwrap(ann)
+                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                    nxt = inner
+        model = nxt
+        i += 1
+    return parts, model
+
+
+_QUOTED = re.compile(r"'([^']*)'")
+
+
+def _explain(err: dict[str, Any]) -> tuple[str, str]:
+    loc = tuple(err.get("loc", ()))
+    kind = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        parts, parent = _walk(loc[:-1])
+        key = str(loc[-1])
+        allowed = sorted(parent.model_fields) if parent else []
+        guess = did_you_mean(key, allowed)
+        msg = "unknown field"
+        if guess:
+            msg += f"; did you mean '{guess}'?"
+        if allowed:
+            msg += " Allowed: " + ", ".join(allowed)
+        return ".".join([*parts, key]), msg
+    parts, _ = _walk(loc)
+    field = ".".join(parts)
+    if kind == "union_tag_invalid":
+        tag = ctx.get("tag")
+        allowed = _QUOTED.findall(str(ctx.get("expected_tags", ""))) or list(MODES)
+        guess = did_you_mean(str(tag), allowed)
+        msg = f"'{tag}' is not a known mode" + (f"; did you mean '{guess}'?" if guess else "")
+        return f"{field}.mode", msg + " Allowed: " + ", ".join(allowed)
+    if kind == "union_tag_not_found":
+        return f"{field}.mode", "is required. Allowed: " + ", ".join(MODES)
+    if kind in ("literal_error", "enum"):
+        allowed = _QUOTED.findall(str(ctx.get("expected", "")))
+        got = err.get("input")
+        guess = did_you_mean(str(got), allowed)
+        msg = f"'{got}' is not allowed" + (f"; did you mean '{guess}'?" if guess else "")
+        return field, msg + " Allowed: " + ", ".join(allowed)
+    if kind == "missing":
+        return field, "is required"
+    if kind in ("value_error", "assertion_error"):
+        original = ctx.get("error")
+        if isinstance(original, FieldError):
+            return ".".join(p for p in (field, original.field) if p), str(original)
+        return field, str(original) if original else err.get("msg", "")
+    if kind == "model_type" or kind == "model_attributes_type":
+        return field, f"must be a mapping of fields, not {type(err.get('input')).__name__}"
+    return field, f"{err.get('msg', 'invalid')} (got {err.get('input')!r})"

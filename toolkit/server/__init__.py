@@ -1,0 +1,1 @@
+"""Launching and supervising tritonserver."""

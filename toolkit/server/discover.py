@@ -1,0 +1,57 @@
+"""Which tritonserver sdtk uses, and from where.
+
+Order: `--tritonserver`, `$TRITONSERVER`, PATH, `/opt/tritonserver/bin/tritonserver`
+(NGC containers), then the CPU build embedded in the nvidia-pytriton wheel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+NGC_TRITONSERVER = Path("/opt/tritonserver/bin/tritonserver")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    source: str  # flag, env, path, ngc, embedded
+    path: Path | None
+    exists: bool
+
+    @property
+    def embedded(self) -> bool:
+        return self.source == "embedded"
+
+
+def pytriton_root() -> Path | None:
+    """`site-packages/pytriton/tritonserver` without importing pytriton (which is slow)."""
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
+    return root if root.is_dir() else None
+
+
+def _executable(p: Path | None) -> bool:
+    return p is not None and p.is_file() and os.access(p, os.X_OK)
+
+
+def find_tritonserver_candidates(flag: str | None = None) -> list[Candidate]:
+    out: list[Candidate] = []
+    if flag:
+        p = Path(flag).expanduser()
+        out.append(Candidate("flag", p, _executable(p)))
+    env = os.environ.get("TRITONSERVER")
+    if env:
+        p = Path(env).expanduser()
+        out.append(Candidate("env", p, _executable(p)))
+    which = shutil.which("tritonserver")
+    out.append(Candidate("path", Path(which) if which else None, which is not None))
+    out.append(Candidate("ngc", NGC_TRITONSERVER, _executable(NGC_TRITONSERVER)))
+    root = pytriton_root()
+    emb = root / "bin" / "tritonserver" if root else None
+    out.append(Candidate("embedded", emb, _executable(emb)))
+    return out
