@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Create ./.venv and install sdtk with everything the CPU demo and the tests need.
+# Idempotent: a stamp of pyproject.toml skips the install when nothing changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.sdtk-install-stamp
+want="$(sha256sum pyproject.toml scripts/setup_env.sh | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+# Pin the CPU build of torch first: a bare `torch` requirement can pull a multi-GB CUDA build.
+# Elsewhere, point TORCH_INDEX_URL at the PyTorch CPU wheel index.
+if [ -n "${TORCH_INDEX_URL:-}" ]; then
+  .venv/bin/python -m pip install -q "torch==2.13.0" --index-url "$TORCH_INDEX_URL"
+else
+  .venv/bin/python -m pip install -q "torch==2.13.0"
+fi
+.venv/bin/python -m pip install -q -e ".[reference,server,bench,dev]"
+echo "$want" > "$stamp"

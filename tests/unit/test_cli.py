@@ -1,0 +1,98 @@
+"""The CLI through click's CliRunner: commands, --json output, error mapping."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from toolkit import __version__
+from toolkit.cli import cli
+
+
+def invoke(*args, **kw):
+    return CliRunner().invoke(cli, list(args), **kw)
+
+
+def test_help_lists_commands():
+    r = invoke("--help")
+    assert r.exit_code == 0
+    for name in ("recipes", "compat", "doctor"):
+        assert name in r.stdout
+
+
+def test_version():
+    r = invoke("--version")
+    assert r.exit_code == 0 and __version__ in r.stdout
+
+
+def test_recipes_list_json():
+    r = invoke("recipes", "list", "--json")
+    assert r.exit_code == 0
+    names = {i["name"] for i in json.loads(r.stdout)}
+    assert "llama-3.1-8b-eagle3" in names
+    assert all("error" not in i for i in json.loads(r.stdout))
+
+
+def test_recipes_show_and_overrides():
+    r = invoke("recipes", "show", "vicuna-7b-medusa")
+    assert r.exit_code == 0 and "medusa-vicuna-7b-v1.3" in r.stdout
+    r = invoke("recipes", "show", "vicuna-7b-medusa", "--json", "--set", "build.max_batch_size=2")
+    data = json.loads(r.stdout)
+    assert data["build"]["max_batch_size"] == 2
+    assert data["speculative"]["mode"] == "medusa"
+
+
+def test_validate_all_shipped():
+    from toolkit.recipe import bundled_recipes
+
+    r = invoke("recipes", "validate", *[str(p) for p in bundled_recipes().values()])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count("ok ") == len(bundled_recipes())
+
+
+def test_validate_reports_compat_failure(tmp_path):
+    p = tmp_path / "e3.yaml"
+    p.write_text("models:\n  target: a/b\n  eagle_head: c/d\nbackend: engine\nspeculative:\n  mode: eagle3\n")
+    r = invoke("recipes", "validate", str(p))
+    assert r.exit_code == 1
+    assert "PyTorch backend" in r.stdout and "llmapi" in r.stderr
+
+
+def test_compat_json_filters():
+    r = invoke("compat", "--mode", "eagle3", "--json")
+    cells = json.loads(r.stdout)
+    assert {c["backend"] for c in cells} == {"engine", "llmapi", "reference"}
+    assert [c["supported"] for c in cells if c["backend"] == "engine"] == [False]
+    r = invoke("compat", "--backend", "engine")
+    assert r.exit_code == 0 and "lookahead" in r.stdout
+
+
+def test_compat_rejects_unknown_mode():
+    r = invoke("compat", "--mode", "eagle4")
+    assert r.exit_code == 2
+
+
+def test_doctor_json():
+    r = invoke("doctor", "--json")
+    assert r.exit_code == 0
+    checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+    assert checks["python"]["ok"]
+    assert checks["tensorrt_llm"]["value"] == "not installed"
+    assert "embedded" in checks["tritonserver"]["detail"]
+
+
+def test_doctor_flag_tritonserver_missing(tmp_path):
+    r = invoke("doctor", "--json", "--tritonserver", str(tmp_path / "nope"))
+    checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+    assert "flag=no" in checks["tritonserver"]["detail"]
+
+
+def test_error_has_no_traceback_unless_debug(tmp_path, monkeypatch):
+    missing = tmp_path / "missing.yaml"
+    r = invoke("recipes", "show", str(missing))
+    assert r.exit_code == 1
+    assert r.stderr.startswith("error: ") and "Traceback" not in r.output
+    monkeypatch.setenv("SDTK_DEBUG", "1")
+    r = invoke("recipes", "show", str(missing))
+    assert "Traceback" in r.stderr
