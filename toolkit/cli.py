@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 import click
@@ -200,6 +201,37 @@ def recipes_schema() -> None:
     from toolkit.recipe import Recipe
 
     emit(Recipe.model_json_schema(), True)
+
+
+# --------------------------------------------------------------------------- build
+
+
+@cli.command("build")
+@click.argument("recipe")
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "engine", "llmapi", "reference"]),
+    help="Overrides `backend` in the recipe.",
+)
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Output root (default ./workdir).")
+@click.option("--dry-run", is_flag=True, help="Print the build as a runnable bash script (the runbook); build nothing.")
+@set_option
+@json_option
+def build_cmd(
+    recipe: str, backend: str | None, workdir: Path | None, dry_run: bool, overrides: tuple[str, ...], as_json: bool
+) -> None:
+    """Build TensorRT-LLM artifacts (or reference engine dirs) for RECIPE, after preflight checks."""
+    from toolkit.build import build
+    from toolkit.recipe import load_recipe
+
+    result = build(load_recipe(recipe, overrides), backend=backend, workdir=workdir, dry_run=dry_run)
+    if as_json:
+        emit(result.to_dict(), True)
+    elif dry_run:
+        click.echo(result.script, nl=False)
+    else:
+        for role, path in result.outputs.items():
+            click.echo(f"{role}: {path}")
 
 
 # --------------------------------------------------------------------------- compat / doctor

@@ -96,3 +96,16 @@ def test_error_has_no_traceback_unless_debug(tmp_path, monkeypatch):
     monkeypatch.setenv("SDTK_DEBUG", "1")
     r = invoke("recipes", "show", str(missing))
     assert "Traceback" in r.stderr
+
+
+def test_build_dry_run_prints_runbook():
+    r = invoke("build", "vicuna-7b-medusa", "--dry-run")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("#!/usr/bin/env bash")
+    assert "--speculative_decoding_mode medusa" in r.stdout
+
+
+def test_build_gpu_backend_without_trtllm_fails_fast():
+    r = invoke("build", "llama-3.1-8b-eagle3")
+    assert r.exit_code == 1
+    assert r.stderr.startswith("error: ") and "hint:" in r.stderr and "--dry-run" in r.stderr

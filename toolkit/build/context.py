@@ -1,0 +1,105 @@
+"""What every build stage shares: the recipe, the resolved backend and sources, and the paths."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from toolkit.hub import Resolved
+from toolkit.recipe import Recipe
+
+# NGC `nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3` and the TensorRT-LLM release
+# containers put the examples at /app/tensorrt_llm/examples. Pip installs ship no examples:
+# there, clone the matching TensorRT-LLM tag and set TRTLLM_EXAMPLES_DIR to its examples/.
+DEFAULT_EXAMPLES_DIR = "/app/tensorrt_llm/examples"
+EXAMPLES_ENV = "TRTLLM_EXAMPLES_DIR"
+
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+# trtllm-build's --speculative_decoding_mode names; sdtk's own for modes trtllm-build lacks
+# (docs/contracts.md).
+SPEC_MODE_NAMES: dict[str, str | None] = {
+    "none": None,
+    "draft_target": "draft_tokens_external",
+    "medusa": "medusa",
+    "lookahead": "lookahead_decoding",
+    "eagle": "eagle",
+    "eagle3": "eagle3",
+    "ngram": "ngram",
+}
+
+
+def examples_dir() -> tuple[Path, str]:
+    """Where TensorRT-LLM's examples (the convert_checkpoint.py scripts) live, and why."""
+    env = os.environ.get(EXAMPLES_ENV)
+    if env:
+        return Path(env).expanduser(), f"${EXAMPLES_ENV}"
+    return Path(DEFAULT_EXAMPLES_DIR), "default (NGC container layout); set $TRTLLM_EXAMPLES_DIR to override"
+
+
+@dataclass
+class ScriptVar:
+    """A shell variable the runbook defines before the steps (e.g. a checkpoint fetched at run time)."""
+
+    name: str
+    expr: str  # shell expression, e.g. "$(fetch lmsys/vicuna-7b-v1.3)"
+    comment: str
+    needs_fetch: bool = False
+
+
+@dataclass
+class BuildContext:
+    recipe: Recipe
+    name: str
+    dry_run: bool
+    backend: str
+    why: str
+    version: str | None  # TensorRT-LLM version planned for (installed wins over the recipe)
+    version_source: str  # "installed" | "recipe" | "none"
+    installed_version: str | None
+    root: Path  # workdir/<recipe name>
+    sources: dict[str, Resolved] = field(default_factory=dict)
+    dtype: str = "float16"
+    dtype_source: str = "default"
+    script_vars: dict[str, ScriptVar] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def mode(self) -> str:
+        return self.recipe.mode
+
+    @property
+    def engines(self) -> Path:
+        return self.root / "engines"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def world_size(self) -> int:
+        return self.recipe.parallel.tp * self.recipe.parallel.pp
+
+    def tokenizer_source(self) -> Resolved:
+        """The tokenizer the deployment serves with: models.tokenizer, else the target's."""
+        return self.sources.get("tokenizer") or self.sources["target"]
+
+    def source_arg(self, role: str) -> str:
+        """The local directory of a source for a command line; in a dry run of an unresolved hub
+        source, a shell variable that the runbook fills by downloading it."""
+        r = self.sources[role]
+        if r.path is not None:
+            return str(r.path)
+        var = re.sub(r"[^A-Z0-9]", "_", role.upper()) + "_DIR"
+        if var not in self.script_vars:
+            args = " ".join(x for x in (r.repo or r.ref, r.revision or "") if x)
+            self.script_vars[var] = ScriptVar(
+                var, f'"$(fetch {args})"', f"{role}: {r.ref} ({r.reason or 'not resolved'})", needs_fetch=True
+            )
+        return "${" + var + "}"

@@ -1,0 +1,186 @@
+"""The engine backend (TensorRT-LLM ≤ 1.1): convert_checkpoint.py, then trtllm-build.
+
+Commands follow shared/reference/trtllm-speculative.md §1 and the upstream examples:
+- converters: `examples/models/core/{llama,qwen}/convert_checkpoint.py` (`--model_dir --output_dir
+  --dtype --tp_size --pp_size --workers`); `examples/medusa/convert_checkpoint.py` adds
+  `--medusa_model_dir --num_medusa_heads --max_medusa_token_len` (and `--model_type` for qwen2/mixtral;
+  NVIDIA/TensorRT-LLM examples/medusa/convert_checkpoint.py @b93e14c, dtype choices float32/bfloat16/
+  float16); `examples/eagle/convert_checkpoint.py` adds `--eagle_model_dir --max_draft_len
+  --num_eagle_layers --max_non_leaves_per_layer` (examples/eagle/README.md @585c756);
+- `trtllm-build --checkpoint_dir --output_dir --gemm_plugin <dtype>` with the limits, and
+  `--speculative_decoding_mode <mode> --max_draft_len N`; `--use_paged_context_fmha enable` for EAGLE
+  and both draft-target engines (examples/draft_target_model/README.md); `--gather_generation_logits`
+  on both draft-target engines when draft logits are used for acceptance.
+
+Where the converter scripts live depends on the container: `$TRTLLM_EXAMPLES_DIR`, default
+/app/tensorrt_llm/examples (NGC layout).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from toolkit.build.context import SPEC_MODE_NAMES, BuildContext, examples_dir
+from toolkit.build.preflight import FAILED, PASSED, SKIPPED, CheckResult
+from toolkit.build.steps import Step
+
+# HF model_type → converter under <examples>; Mixtral converts with the Llama script
+# (examples/models/core/mixtral/README.md uses ../llama/convert_checkpoint.py).
+CONVERTERS = {
+    "llama": "models/core/llama/convert_checkpoint.py",
+    "mistral": "models/core/llama/convert_checkpoint.py",
+    "mixtral": "models/core/llama/convert_checkpoint.py",
+    "qwen2": "models/core/qwen/convert_checkpoint.py",
+}
+MEDUSA_CONVERTER = "medusa/convert_checkpoint.py"
+EAGLE_CONVERTER = "eagle/convert_checkpoint.py"
+_HINT_TOOLS = (
+    "run inside the TensorRT-LLM container (nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3) "
+    "and check $TRTLLM_EXAMPLES_DIR"
+)
+
+
+def family(ctx: BuildContext, role: str) -> str | None:
+    return ctx.sources[role].facts.model_type
+
+
+def check_converter(ctx: BuildContext) -> list[CheckResult]:
+    out = []
+    ex, why = examples_dir()
+    for role in ("target", "draft"):
+        if role not in ctx.sources:
+            continue
+        fam = family(ctx, role)
+        if fam is None:
+            out.append(
+                CheckResult(
+                    f"converter:{role}",
+                    SKIPPED,
+                    f"skipped (not resolved: model_type of "
+                    f"{ctx.sources[role].ref} unknown; planning with the Llama converter)",
+                )
+            )
+        elif fam not in CONVERTERS:
+            out.append(
+                CheckResult(
+                    f"converter:{role}",
+                    FAILED,
+                    f"no TensorRT-LLM converter known to sdtk for model_type '{fam}' ({ctx.sources[role].ref})",
+                    "supported: " + ", ".join(sorted(CONVERTERS)) + "; or use backend llmapi/reference",
+                )
+            )
+        else:
+            out.append(CheckResult(f"converter:{role}", PASSED, f"{fam} → {ex / _script(ctx, role)} ({why})"))
+    return out
+
+
+def _script(ctx: BuildContext, role: str) -> str:
+    if role == "target" and ctx.mode == "medusa":
+        return MEDUSA_CONVERTER
+    if role == "target" and ctx.mode == "eagle":
+        return EAGLE_CONVERTER
+    return CONVERTERS.get(family(ctx, role) or "llama", CONVERTERS["llama"])
+
+
+def convert_argv(ctx: BuildContext, role: str, out: Path) -> list[str]:
+    ex, _ = examples_dir()
+    p = ctx.recipe.parallel
+    argv = ["python3", str(ex / _script(ctx, role)), "--model_dir", ctx.source_arg(role)]
+    spec = ctx.recipe.speculative
+    if role == "target" and ctx.mode == "medusa":
+        argv += ["--medusa_model_dir", ctx.source_arg("medusa_heads")]
+    elif role == "target" and ctx.mode == "eagle":
+        argv += ["--eagle_model_dir", ctx.source_arg("eagle_head")]
+    argv += [
+        "--output_dir", str(out),
+        "--dtype", ctx.dtype,
+        "--tp_size", str(p.tp),
+        "--pp_size", str(p.pp),
+        "--workers", str(ctx.world_size),
+    ]  # fmt: skip
+    if role == "target" and ctx.mode == "medusa":
+        heads = spec.num_medusa_heads or ctx.sources["medusa_heads"].facts.medusa_num_heads
+        if heads:
+            argv += ["--num_medusa_heads", str(heads)]
+        argv += ["--max_medusa_token_len", str(spec.draft_len)]
+        fam = family(ctx, "target")
+        if fam in ("qwen2", "mixtral"):
+            argv += ["--model_type", fam]
+    elif role == "target" and ctx.mode == "eagle":
+        argv += [
+            "--max_draft_len", str(spec.max_draft_len),
+            "--num_eagle_layers", str(spec.num_eagle_layers),
+            "--max_non_leaves_per_layer", str(spec.max_non_leaves_per_layer),
+        ]  # fmt: skip
+    return argv
+
+
+def build_argv(ctx: BuildContext, role: str, ckpt: Path, out: Path) -> list[str]:
+    lim = ctx.recipe.build
+    argv = [
+        "trtllm-build",
+        "--checkpoint_dir", str(ckpt),
+        "--output_dir", str(out),
+        "--gemm_plugin", ctx.dtype,
+        "--max_batch_size", str(lim.max_batch_size),
+        "--max_input_len", str(lim.max_input_len),
+        "--max_seq_len", str(lim.max_seq_len),
+        "--max_num_tokens", str(lim.max_num_tokens),
+    ]  # fmt: skip
+    mode = ctx.mode
+    spec_name = SPEC_MODE_NAMES[mode]
+    if role == "target" and spec_name is not None:
+        argv += [
+            "--speculative_decoding_mode",
+            spec_name,
+            "--max_draft_len",
+            str(ctx.recipe.speculative.draft_len),
+        ]
+    if mode in ("eagle", "draft_target"):
+        argv += ["--use_paged_context_fmha", "enable"]
+    if mode == "draft_target" and ctx.recipe.speculative.use_draft_logits:
+        argv.append("--gather_generation_logits")
+    argv += ["--workers", str(ctx.world_size)]
+    return argv
+
+
+def _inputs(ctx: BuildContext, role: str) -> list[Path]:
+    """The checkpoint directories a conversion reads (their file identities go into the stamp)."""
+    roles = [role]
+    if role == "target" and ctx.mode == "medusa":
+        roles.append("medusa_heads")
+    if role == "target" and ctx.mode == "eagle":
+        roles.append("eagle_head")
+    return [p for p in (ctx.sources[r].path for r in roles) if p is not None]
+
+
+def plan(ctx: BuildContext) -> list[Step]:
+    roles = ["target"] + (["draft"] if ctx.mode == "draft_target" else [])
+    steps: list[Step] = []
+    for role in roles:
+        ckpt = ctx.checkpoints / role
+        eng = ctx.engines / role
+        steps.append(
+            Step(
+                name=f"convert-{role}",
+                title=f"convert the {role} checkpoint ({family(ctx, role) or 'llama'}, {ctx.dtype}, "
+                f"tp={ctx.recipe.parallel.tp} pp={ctx.recipe.parallel.pp})",
+                dest=ckpt,
+                argv=convert_argv(ctx, role, ckpt),
+                inputs=_inputs(ctx, role),
+                hint=_HINT_TOOLS,
+            )
+        )
+        mode = SPEC_MODE_NAMES[ctx.mode] if role == "target" else None
+        steps.append(
+            Step(
+                name=f"build-{role}",
+                title=f"build the {role} engine"
+                + (f" ({mode}, max_draft_len {ctx.recipe.speculative.draft_len})" if mode else ""),
+                dest=eng,
+                argv=build_argv(ctx, role, ckpt, eng),
+                after=[f"convert-{role}"],
+                hint=_HINT_TOOLS,
+            )
+        )
+    return steps

@@ -1,0 +1,301 @@
+"""The llmapi backend (TensorRT-LLM ≥ 1.0, PyTorch): LLM-API options instead of engines.
+
+Writes, into `engines/target/`:
+- `extra_llm_api_options.yaml` for `trtllm-serve <model> --backend pytorch --extra_llm_api_options …`
+  (and `trtllm-bench`), with `speculative_config`;
+- `model.yaml` for Triton's `all_models/llmapi/tensorrt_llm/1/` (keys `model`, `backend: pytorch`,
+  `tensor_parallel_size`, `pipeline_parallel_size`, `triton_config{max_batch_size, decoupled}`, and
+  the same LLM arguments; every key but triton_config goes to `LLM(**args)`,
+  shared/reference/triton-trtllm-backend.md §5);
+- `config.json` in the engine-directory layout of docs/contracts.md, with an `llmapi` section.
+
+Field names by TensorRT-LLM version (see `schema_for`):
+
+| version          | EAGLE-3 decoding_type | draft/head field        | hub id allowed | tree/layers fields |
+|------------------|-----------------------|-------------------------|----------------|--------------------|
+| 1.0.x            | Eagle (+eagle3_one_model) | speculative_model_dir | no (local dir) | no                 |
+| 1.1.x            | Eagle (+eagle3_one_model) | speculative_model_dir | no (local dir) | yes                |
+| ≥ 1.2 / unknown  | Eagle3 (+eagle3_one_model)| speculative_model     | yes            | yes                |
+
+Evidence: 1.0/1.1-era `tensorrt_llm/llmapi/llm_args.py` `DecodingBaseConfig.from_dict` maps only
+`Eagle` (plus MTP, Medusa, Lookahead, NGram, DraftTarget, …; "Eagle3" raises "Invalid decoding type")
+and declares `speculative_model_dir`; the TRT-LLM 1.1.0rc0 gpt-oss guide (tech_blog11) and the
+Llama-4 guide (tech_blog6) use `decoding_type: Eagle` + `speculative_model_dir`. NVIDIA/TensorRT-LLM
+PR #10124 ("Eagle3 Specdec UX improvements", Dec 2025) introduced `decoding_type: Eagle3`
+(`Eagle3DecodingConfig`, Literal["Eagle3"]; `Eagle` kept as an alias) and PR #10099 (Dec 2025)
+renamed the field to `speculative_model` (alias `speculative_model_dir`, HF ids auto-downloaded);
+both landed after the 1.1 branch, on the 1.2 line. `eagle3_layers_to_capture` and
+`max_total_draft_tokens` appear in the 1.1-era EagleDecodingConfig, not in 1.0's.
+NGram (`max_matching_ngram_size`, `is_keep_all`, `is_use_oldest`, `is_public_pool`; default
+`max_matching_ngram_size` 0 in 1.0, 2 later, so sdtk always writes it) and DraftTarget keep their
+names; `DraftTarget` is the documented YAML spelling in every version.
+The docs run DraftTarget and NGram with `disable_overlap_scheduler: true`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import yaml
+from packaging.version import Version
+
+from toolkit import __version__
+from toolkit.build.context import SPEC_MODE_NAMES, BuildContext
+from toolkit.build.preflight import FAILED, PASSED, CheckResult
+from toolkit.build.reference import build_config, pretrained_config
+from toolkit.build.steps import Step
+
+EXTRA_OPTIONS = "extra_llm_api_options.yaml"
+MODEL_YAML = "model.yaml"
+
+
+@dataclass(frozen=True)
+class LlmapiSchema:
+    era: str
+    eagle3_decoding_type: str
+    model_key: str
+    hub_ids: bool  # the speculative model may be a hub id (downloaded by TRT-LLM)
+    tree_fields: bool  # eagle_choices / use_dynamic_tree / max_total_draft_tokens / eagle3_layers_to_capture
+    why: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def schema_for(version: str | None) -> LlmapiSchema:
+    """The speculative_config field names TensorRT-LLM `version` accepts (None: the newest known)."""
+    if version is None:
+        return LlmapiSchema(
+            "1.2+", "Eagle3", "speculative_model", True, True,
+            "no TensorRT-LLM version installed or declared: newest field names (set trtllm_version to pin)",
+        )  # fmt: skip
+    v = Version(version)
+    if v < Version("1.1"):
+        return LlmapiSchema(
+            "1.0",
+            "Eagle",
+            "speculative_model_dir",
+            False,
+            False,
+            f"TensorRT-LLM {version}: 1.0 field names (decoding_type Eagle, speculative_model_dir)",
+        )
+    if v < Version("1.2"):
+        return LlmapiSchema(
+            "1.1",
+            "Eagle",
+            "speculative_model_dir",
+            False,
+            True,
+            f"TensorRT-LLM {version}: 1.0/1.1 field names (decoding_type Eagle, "
+            "speculative_model_dir); Eagle3/speculative_model arrived in 1.2",
+        )
+    return LlmapiSchema(
+        "1.2+",
+        "Eagle3",
+        "speculative_model",
+        True,
+        True,
+        f"TensorRT-LLM {version}: decoding_type Eagle3, speculative_model",
+    )
+
+
+def schema(ctx: BuildContext) -> LlmapiSchema:
+    return schema_for(ctx.version)
+
+
+def _model_ref(ctx: BuildContext, role: str, *, local: bool) -> str:
+    r = ctx.sources[role]
+    if r.repo is None:  # a local path source
+        return str(r.path) if r.path is not None else ctx.source_arg(role)
+    if local or r.revision:
+        return str(r.path) if r.path is not None else ctx.source_arg(role)
+    return r.repo
+
+
+def needs_local(ctx: BuildContext, role: str) -> bool:
+    """Whether the speculative model must be a local directory for this version."""
+    r = ctx.sources[role]
+    return not schema(ctx).hub_ids or r.revision is not None
+
+
+def speculative_config(ctx: BuildContext) -> dict | None:
+    s = ctx.recipe.speculative
+    sc = schema(ctx)
+    if s.mode == "none":
+        return None
+    if s.mode == "eagle3":
+        cfg: dict = {
+            "decoding_type": sc.eagle3_decoding_type,
+            "max_draft_len": s.max_draft_len,
+            sc.model_key: _model_ref(ctx, "eagle_head", local=needs_local(ctx, "eagle_head")),
+            "eagle3_one_model": s.eagle3_one_model,
+        }
+        if s.eagle_choices is not None:
+            cfg["eagle_choices"] = s.eagle_choices
+        if s.use_dynamic_tree:
+            cfg["use_dynamic_tree"] = True
+            cfg["dynamic_tree_max_topK"] = s.dynamic_tree_max_top_k
+        if s.max_total_draft_tokens is not None:
+            cfg["max_total_draft_tokens"] = s.max_total_draft_tokens
+        if s.layers_to_capture is not None:
+            cfg["eagle3_layers_to_capture"] = sorted(s.layers_to_capture)
+        return cfg
+    if s.mode == "ngram":
+        return {
+            "decoding_type": "NGram",
+            "max_draft_len": s.max_draft_len,
+            "max_matching_ngram_size": s.max_matching_ngram_size,
+            "is_keep_all": s.is_keep_all,
+            "is_use_oldest": s.is_use_oldest,
+            "is_public_pool": s.is_public_pool,
+        }
+    if s.mode == "draft_target":
+        return {
+            "decoding_type": "DraftTarget",
+            "max_draft_len": s.max_draft_len,
+            sc.model_key: _model_ref(ctx, "draft", local=needs_local(ctx, "draft")),
+        }
+    raise AssertionError(f"mode {s.mode} has no llmapi form (compat should have refused it)")
+
+
+def check_fields(ctx: BuildContext) -> CheckResult:
+    s = ctx.recipe.speculative
+    sc = schema(ctx)
+    used = []
+    if s.mode == "eagle3":
+        used = [f for f, on in (
+            ("eagle_choices", s.eagle_choices is not None),
+            ("use_dynamic_tree", s.use_dynamic_tree),
+            ("max_total_draft_tokens", s.max_total_draft_tokens is not None),
+            ("layers_to_capture", s.layers_to_capture is not None),
+        ) if on]  # fmt: skip
+    if used and not sc.tree_fields:
+        return CheckResult(
+            "llmapi-fields",
+            FAILED,
+            f"speculative.{', speculative.'.join(used)} need(s) TensorRT-LLM ≥ 1.1 (EagleDecodingConfig of "
+            f"{ctx.version} has no such field)",
+            "drop those fields, or plan for trtllm_version 1.1 or newer",
+        )
+    return CheckResult("llmapi-fields", PASSED, sc.why)
+
+
+def llm_args(ctx: BuildContext) -> dict:
+    """LLM-API arguments shared by extra_llm_api_options.yaml and Triton's model.yaml."""
+    r = ctx.recipe
+    out: dict = {
+        "tensor_parallel_size": r.parallel.tp,
+        "pipeline_parallel_size": r.parallel.pp,
+        "max_batch_size": r.build.max_batch_size,
+        "max_num_tokens": r.build.max_num_tokens,
+        "max_seq_len": r.build.max_seq_len,
+    }
+    if r.dtype != "auto":
+        out["dtype"] = r.dtype
+    target = ctx.sources["target"]
+    if target.revision:
+        out["revision"] = target.revision
+    if "tokenizer" in ctx.sources:
+        out["tokenizer"] = _model_ref(ctx, "tokenizer", local=False)
+    out["kv_cache_config"] = {
+        "free_gpu_memory_fraction": r.serving.kv_cache_free_gpu_mem_fraction,
+        "enable_block_reuse": r.serving.enable_kv_cache_reuse,
+    }
+    out["cuda_graph_config"] = {"max_batch_size": r.build.max_batch_size}
+    if r.mode in ("draft_target", "ngram"):
+        out["disable_overlap_scheduler"] = True
+    spec = speculative_config(ctx)
+    if spec is not None:
+        out["speculative_config"] = spec
+    return out
+
+
+def model_ref(ctx: BuildContext) -> str:
+    return _model_ref(ctx, "target", local=False)
+
+
+def model_yaml(ctx: BuildContext) -> dict:
+    args = llm_args(ctx)
+    head = {
+        "model": model_ref(ctx),
+        "backend": "pytorch",
+        "tensor_parallel_size": args.pop("tensor_parallel_size"),
+        "pipeline_parallel_size": args.pop("pipeline_parallel_size"),
+        "triton_config": {
+            "max_batch_size": ctx.recipe.build.max_batch_size,
+            "decoupled": ctx.recipe.serving.decoupled,
+        },
+    }
+    return {**head, **args}
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for mappings; lists of scalars (and trees: lists of such lists) on one line."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
+    flat = all(not isinstance(x, (dict, list)) or (isinstance(x, list) and not any(
+        isinstance(y, (dict, list)) for y in x)) for x in data)  # fmt: skip
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flat)
+
+
+_Dumper.add_representer(list, _represent_list)
+
+
+def _dump(header: list[str], data: dict) -> str:
+    body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=4096)
+    return "".join(f"# {h}\n" for h in header) + body
+
+
+def serve_argv(ctx: BuildContext) -> list[str]:
+    s = ctx.recipe.serving
+    return [
+        "trtllm-serve",
+        model_ref(ctx),
+        "--backend", "pytorch",
+        "--extra_llm_api_options", str(ctx.engines / "target" / EXTRA_OPTIONS),
+        "--host", s.host,
+        "--port", str(s.http_port),
+    ]  # fmt: skip
+
+
+def files(ctx: BuildContext) -> dict[str, str]:
+    sc = schema(ctx)
+    version = ctx.version or "unknown"
+    header = [
+        f"written by sdtk {__version__} for recipe {ctx.name} ({ctx.mode}); TensorRT-LLM {version} "
+        f"({ctx.version_source})",
+        f"field names: {sc.why}",
+    ]
+    extra = _dump([*header, "use: " + " ".join(serve_argv(ctx))], llm_args(ctx))
+    triton = _dump(
+        [*header, "Triton llmapi model: all_models/llmapi/tensorrt_llm/1/model.yaml"], model_yaml(ctx)
+    )
+    cfg = {
+        "version": version,
+        "pretrained_config": pretrained_config(ctx, "target"),
+        "build_config": build_config(ctx, "target"),
+        "llmapi": {
+            "schema": sc.to_dict(),
+            "model": model_ref(ctx),
+            "extra_llm_api_options": str(ctx.engines / "target" / EXTRA_OPTIONS),
+            "model_yaml": str(ctx.engines / "target" / MODEL_YAML),
+            "serve_command": serve_argv(ctx),
+            "speculative_decoding_mode": SPEC_MODE_NAMES[ctx.mode],
+        },
+    }
+    return {EXTRA_OPTIONS: extra, MODEL_YAML: triton, "config.json": json.dumps(cfg, indent=2) + "\n"}
+
+
+def plan(ctx: BuildContext) -> list[Step]:
+    inputs = [p for p in (r.path for r in ctx.sources.values()) if p is not None]
+    return [
+        Step(
+            name="llmapi-target",
+            title=f"write extra_llm_api_options.yaml and Triton model.yaml ({schema(ctx).era} field names)",
+            dest=ctx.engines / "target",
+            files=files(ctx),
+            inputs=inputs,
+        )
+    ]

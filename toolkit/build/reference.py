@@ -1,0 +1,89 @@
+"""The reference backend "build": engine directories that point at the Hugging Face weights.
+
+The layout mirrors TensorRT-LLM's `Engine.save` (`config.json` with `version`,
+`pretrained_config`, `build_config`) plus the `reference` section of docs/contracts.md, so that
+`deploy` and `toolkit.reference` read every backend the same way. Paths are absolute.
+"""
+
+from __future__ import annotations
+
+import json
+
+from toolkit import __version__
+from toolkit.build.context import SPEC_MODE_NAMES, BuildContext
+from toolkit.build.steps import Step
+
+
+def pretrained_config(ctx: BuildContext, role: str) -> dict:
+    f = ctx.sources[role].facts
+    p = ctx.recipe.parallel
+    return {
+        "architecture": f.architecture,
+        "dtype": ctx.dtype,
+        "vocab_size": f.vocab_size,
+        "hidden_size": f.hidden_size,
+        "num_hidden_layers": f.num_hidden_layers,
+        "num_attention_heads": f.num_attention_heads,
+        "num_key_value_heads": f.num_key_value_heads,
+        "max_position_embeddings": f.max_position_embeddings,
+        "mapping": {"world_size": p.tp * p.pp, "tp_size": p.tp, "pp_size": p.pp},
+        "quantization": {"quant_algo": None, "kv_cache_quant_algo": None},
+        "max_draft_len": ctx.recipe.speculative.draft_len if role == "target" else 0,
+    }
+
+
+def build_config(ctx: BuildContext, role: str) -> dict:
+    lim = ctx.recipe.build
+    target = role == "target"
+    return {
+        "max_input_len": lim.max_input_len,
+        "max_seq_len": lim.max_seq_len,
+        "max_batch_size": lim.max_batch_size,
+        "max_num_tokens": lim.max_num_tokens,
+        "max_draft_len": ctx.recipe.speculative.draft_len if target else 0,
+        "speculative_decoding_mode": SPEC_MODE_NAMES[ctx.mode] if target else None,
+        "plugin_config": {},
+    }
+
+
+def _path(ctx: BuildContext, role: str) -> str | None:
+    r = ctx.sources.get(role)
+    if r is None:
+        return None
+    return str(r.path) if r.path is not None else ctx.source_arg(role)
+
+
+def engine_config(ctx: BuildContext, role: str) -> dict:
+    spec = ctx.recipe.speculative.model_dump(mode="json")
+    return {
+        "version": f"sdtk-reference-{__version__}",
+        "pretrained_config": pretrained_config(ctx, role),
+        "build_config": build_config(ctx, role),
+        "reference": {
+            "role": role,
+            "checkpoint": _path(ctx, role),
+            "tokenizer": _path(ctx, "tokenizer" if "tokenizer" in ctx.sources else role),
+            "draft": _path(ctx, "draft") if role == "target" else None,
+            "medusa_heads": _path(ctx, "medusa_heads") if role == "target" else None,
+            "eagle_head": _path(ctx, "eagle_head") if role == "target" else None,
+            "speculative": spec,
+        },
+    }
+
+
+def plan(ctx: BuildContext) -> list[Step]:
+    roles = ["target"] + (["draft"] if ctx.mode == "draft_target" else [])
+    steps = []
+    for role in roles:
+        cfg = engine_config(ctx, role)
+        inputs = [p for p in (r.path for r in ctx.sources.values()) if p is not None]
+        steps.append(
+            Step(
+                name=f"reference-{role}",
+                title=f"write the reference {role} engine directory (config.json → HF weights)",
+                dest=ctx.engines / role,
+                files={"config.json": json.dumps(cfg, indent=2) + "\n"},
+                inputs=inputs,
+            )
+        )
+    return steps
