@@ -213,12 +213,21 @@ def recipes_schema() -> None:
     type=click.Choice(["auto", "engine", "llmapi", "reference"]),
     help="Overrides `backend` in the recipe.",
 )
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Output root (default ./workdir).")
-@click.option("--dry-run", is_flag=True, help="Print the build as a runnable bash script (the runbook); build nothing.")
+@click.option(
+    "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Output root (default ./workdir)."
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Print the build as a runnable bash script (the runbook); build nothing."
+)
 @set_option
 @json_option
 def build_cmd(
-    recipe: str, backend: str | None, workdir: Path | None, dry_run: bool, overrides: tuple[str, ...], as_json: bool
+    recipe: str,
+    backend: str | None,
+    workdir: Path | None,
+    dry_run: bool,
+    overrides: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Build TensorRT-LLM artifacts (or reference engine dirs) for RECIPE, after preflight checks."""
     from toolkit.build import build

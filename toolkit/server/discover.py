@@ -55,3 +55,25 @@ def find_tritonserver_candidates(flag: str | None = None) -> list[Candidate]:
     emb = root / "bin" / "tritonserver" if root else None
     out.append(Candidate("embedded", emb, _executable(emb)))
     return out
+
+
+def choose_tritonserver(flag: str | Path | None = None) -> Candidate:
+    """The first usable candidate in discovery order; ToolNotFound naming what was searched."""
+    from toolkit.errors import ToolNotFound
+
+    cands = find_tritonserver_candidates(str(flag) if flag else None)
+    explicit = [c for c in cands if c.source in ("flag", "env")]
+    for c in explicit:
+        # An explicit choice that does not exist is an error, not something to fall back from.
+        if not c.exists:
+            what = "--tritonserver" if c.source == "flag" else "$TRITONSERVER"
+            raise ToolNotFound(str(c.path), hint=f"{what} does not name an executable tritonserver")
+        return c
+    for c in cands:
+        if c.exists:
+            return c
+    raise ToolNotFound(
+        "tritonserver",
+        hint="install the `server` extra (pip install 'sdtk[server]'), use an NGC Triton container, "
+        "or pass --tritonserver; searched: " + ", ".join(f"{c.source}={c.path}" for c in cands),
+    )
