@@ -1,0 +1,188 @@
+"""Launching tritonserver: failures reported before launch or with Triton's own reasons,
+and a server that dies under a streaming request."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from toolkit.client import AsyncTritonClient, ClientError, ConnectionLost, TritonClient
+from toolkit.errors import ServerError
+from toolkit.server import procs
+from toolkit.server.launch import ServerStartError, TritonServer
+from toolkit.server.ports import PortInUseError, free_ports
+
+from .conftest import processes_mentioning
+
+pytestmark = pytest.mark.tritonserver
+
+OK = dict(decoupled=True, max_batch_size=8)
+
+
+def test_port_taken_is_reported_before_launch(make_repo, tmp_path):
+    repo = make_repo({"ensemble": OK})
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    http, metrics = free_ports(2)
+    server = TritonServer(repo, workdir=tmp_path / "wd", http_port=http, grpc_port=port, metrics_port=metrics)
+    try:
+        with pytest.raises(PortInUseError) as ei:
+            server.start()
+    finally:
+        holder.close()
+    e = ei.value
+    assert e.port == port and e.kind == "grpc"
+    assert f"grpc port {port}" in str(e) and f"held by pid {os.getpid()}" in str(e)
+    assert "serving.grpc_port" in e.hint
+    assert server.pid is None  # nothing was launched
+    assert not (tmp_path / "wd" / "logs" / "tritonserver.log").exists()
+
+
+def test_model_failing_to_load(make_repo, tmp_path):
+    repo = make_repo({"ensemble": dict(OK, fail_initialize=True)})
+    server = TritonServer(repo, workdir=tmp_path / "wd", auto_ports=True)
+    with pytest.raises(ServerStartError) as ei:
+        server.start(ready_timeout=60)
+    e = ei.value
+    assert e.reason == "exited" and e.returncode not in (None, 0) and e.pid
+    msg = str(e)
+    assert "failed to load 'ensemble' version 1" in msg
+    assert "engine file not found: /nonexistent/rank0.engine" in msg
+    assert f"(pid {e.pid})" in msg and "s after launch" in msg
+    assert e.errors[0].startswith("failed to load 'ensemble'")
+    assert 0 < len(e.log_tail.splitlines()) <= 50 and "UNAVAILABLE" in e.log_tail
+    assert e.log_path == tmp_path / "wd" / "logs" / "tritonserver.log"
+    assert "model repository" in e.hint
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_unknown_model_name_fails_fast(make_repo, tmp_path):
+    repo = make_repo({"ensemble": OK})
+    server = TritonServer(repo, workdir=tmp_path / "wd", auto_ports=True, model_name="ensembel")
+    t0 = time.monotonic()
+    with pytest.raises(ServerStartError) as ei:
+        server.start(ready_timeout=60)
+    assert time.monotonic() - t0 < 30
+    assert ei.value.reason == "missing_model"
+    assert "'ensembel' is not in the model repository" in str(ei.value)
+    assert "did you mean 'ensemble'" in ei.value.hint
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_early_exit_detected(make_repo, tmp_path):
+    repo = make_repo({"ensemble": OK})
+    server = TritonServer(repo, workdir=tmp_path / "wd", auto_ports=True, extra_args=["--no-such-flag=1"])
+    t0 = time.monotonic()
+    with pytest.raises(ServerStartError) as ei:
+        server.start(ready_timeout=120)
+    assert time.monotonic() - t0 < 20  # found by poll(), not by the readiness deadline
+    assert ei.value.reason == "exited" and ei.value.returncode != 0
+    assert ei.value.errors == ["unrecognized option '--no-such-flag=1'"]
+    assert "unrecognized option '--no-such-flag=1'" in str(ei.value)
+
+
+def test_missing_model_repository(tmp_path):
+    server = TritonServer(tmp_path / "nope", workdir=tmp_path / "wd", auto_ports=True)
+    with pytest.raises(ServerError, match="does not exist"):
+        server.start()
+    assert server.pid is None
+
+
+def test_readiness_timeout_reports_state(make_repo, tmp_path):
+    repo = make_repo({"ensemble": OK})
+    server = TritonServer(repo, workdir=tmp_path / "wd", auto_ports=True)
+    with pytest.raises(ServerStartError) as ei:
+        server.start(ready_timeout=0.3)  # far shorter than a Python model takes to load
+    e = ei.value
+    assert e.reason == "timeout" and "was not ready after 0s" in str(e)
+    assert "live=False" in str(e) and "readiness timeout" in e.hint
+    assert not server.running and processes_mentioning(str(tmp_path)) == []
+
+
+def _consume_async(url: str, protocol: str, kill) -> None:
+    async def main():
+        async with AsyncTritonClient(url, protocol=protocol, timeout=15) as c:
+            stream = await c.stream("slow words", max_tokens=400)
+            first = await stream.__anext__()
+            assert first.text == " slow"
+            kill()
+            async for _ in stream:
+                pass
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "protocol,use_async", [("http", False), ("grpc", False), ("http", True), ("grpc", True)]
+)
+def test_server_killed_mid_stream(make_repo, tmp_path, protocol, use_async):
+    repo = make_repo({"ensemble": dict(OK, token_delay_ms=50)})
+    with TritonServer(repo, workdir=tmp_path / "wd", auto_ports=True, ready_timeout=60) as server:
+        url = server.http_url if protocol == "http" else server.grpc_url
+        killer = threading.Timer(0.2, os.kill, (server.pid, signal.SIGKILL))
+        t0 = time.monotonic()
+        with pytest.raises(ClientError) as ei:
+            if use_async:
+                _consume_async(url, protocol, killer.start)
+            else:
+                with TritonClient(url, protocol=protocol, timeout=15) as client:
+                    stream = client.stream("slow words", max_tokens=400)  # ~20 s if left alone
+                    assert next(stream).text == " slow"
+                    killer.start()
+                    for _ in stream:
+                        pass
+        elapsed = time.monotonic() - t0
+        killer.join()
+        assert elapsed < 10, f"client took {elapsed:.1f}s to notice"
+        assert isinstance(ei.value, ConnectionLost), repr(ei.value)
+        assert "sdtk status" in ei.value.hint
+    # The context manager killed what the SIGKILL left behind (Python backend stubs).
+    assert processes_mentioning(str(tmp_path)) == []
+    assert procs.group_members(server.pid) == []
+
+
+def test_two_servers_side_by_side(make_repo, tmp_path):
+    repo = make_repo({"ensemble": OK})
+    with (
+        TritonServer(repo, workdir=tmp_path / "a", auto_ports=True, ready_timeout=60) as a,
+        TritonServer(repo, workdir=tmp_path / "b", auto_ports=True, ready_timeout=60) as b,
+    ):
+        assert a.shm_prefix != b.shm_prefix and a.ports != b.ports
+        for s in (a, b):
+            # Close clients: Triton waits (up to --exit-timeout-secs) for open HTTP connections.
+            with TritonClient(s.http_url) as c:
+                assert c.generate("x y", max_tokens=2).text == " x y"
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_auto_ports_pick_again_after_a_race(make_repo, tmp_path, monkeypatch):
+    import toolkit.server.launch as launch
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    real = launch.auto_ports
+    picks = []
+
+    def racy(host):
+        picks.append(host)
+        if len(picks) == 1:
+            return launch.Ports(http=taken, grpc=free_ports(1)[0], metrics=free_ports(1)[0])
+        return real(host)
+
+    monkeypatch.setattr(launch, "auto_ports", racy)
+    repo = make_repo({"ensemble": OK})
+    try:
+        with TritonServer(repo, workdir=tmp_path / "wd", auto_ports=True, ready_timeout=60) as s:
+            assert len(picks) == 2 and s.ports.http != taken and s.health().ok
+    finally:
+        holder.close()

@@ -1,0 +1,225 @@
+"""How a recipe maps onto nodes, GPUs and MPI ranks, and the per-node launch command.
+
+Shared by the Kubernetes and Slurm renderers, so that both launch exactly what
+`toolkit.server.mpi.mpirun_argv` (the local launcher) would: leader mode, one tritonserver per
+rank, ports on rank 0 only, `--model-control-mode=explicit --load-model=...` on ranks > 0, and a
+per-rank Python-backend shm prefix.
+
+- engine backend: world_size = tp*pp MPI ranks, one GPU each. Draft-target needs orchestrator mode
+  (`--multi-model`, one process that spawns the ranks), which upstream supports on one node only.
+- llmapi backend: one tritonserver; the LLM API spawns its tp*pp workers itself, so all GPUs must
+  sit in one node (a multi-node launch of the LLM-API Triton model is not documented upstream).
+- reference backend: one tritonserver on CPU, no GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from toolkit import compat
+from toolkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from toolkit.recipe import Recipe
+
+DEFAULT_GPUS_PER_NODE = 8
+NGC_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
+
+
+@dataclass(frozen=True)
+class Topology:
+    backend: str  # engine | llmapi | reference
+    trtllm_version: str | None
+    ranks: int  # tritonserver processes under one MPI world (1 = no mpirun)
+    gpus: int  # GPUs in one replica (all nodes together)
+    gpus_per_node: int
+    nodes: int
+    multi_model: bool  # orchestrator mode (TRTLLM_ORCHESTRATOR=1)
+    model_names: tuple[str, ...]  # TRT-LLM models that ranks > 0 load explicitly
+    why: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nodes > 1
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.ranks // self.nodes if self.multi_node else self.ranks
+
+    @property
+    def gpus_in_node(self) -> int:
+        """GPUs requested by each pod / each Slurm node."""
+        return self.gpus // self.nodes if self.gpus else 0
+
+    def to_dict(self) -> dict:
+        return {
+            "backend": self.backend,
+            "trtllm_version": self.trtllm_version,
+            "ranks": self.ranks,
+            "gpus": self.gpus,
+            "gpus_per_node": self.gpus_per_node,
+            "nodes": self.nodes,
+            "multi_node": self.multi_node,
+            "multi_model": self.multi_model,
+            "model_names": list(self.model_names),
+            "why": self.why,
+            "notes": list(self.notes),
+        }
+
+
+def plan_topology(
+    recipe: Recipe, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE, trtllm_version: str | None = None
+) -> Topology:
+    """Backend (through the support matrix, for the TensorRT-LLM version the image carries), GPUs,
+    nodes and ranks for one replica of `recipe`. Raises CompatError / UsageError with the fix."""
+    if gpus_per_node < 1:
+        raise UsageError(f"gpus_per_node must be >= 1, got {gpus_per_node}")
+    version = trtllm_version or recipe.trtllm_version
+    # The container is where TensorRT-LLM is installed: its version plays the "installed" role.
+    res = compat.check_recipe(recipe, installed_version=version)
+    backend = res.backend
+    tp, pp = recipe.parallel.tp, recipe.parallel.pp
+    world = tp * pp
+    notes: list[str] = []
+    names: tuple[str, ...] = ("tensorrt_llm",)
+    multi_model = False
+
+    if backend == "reference":
+        if world > 1:
+            notes.append(f"backend reference runs on CPU; parallel.tp×pp = {world} is ignored")
+        return Topology(backend, version, 1, 0, gpus_per_node, 1, False, (), res.why, tuple(notes))
+
+    if backend == "llmapi":
+        ranks = 1
+        names = ()
+    else:
+        ranks = world
+        if recipe.mode == "draft_target":
+            names = ("tensorrt_llm", "tensorrt_llm_draft")
+            multi_model = True
+            ranks = 1  # the orchestrator spawns the target's and the draft's ranks
+            notes.append(
+                "engine draft-target runs in orchestrator mode (--multi-model): one tritonserver that "
+                "spawns the target's and draft's ranks (tensorrtllm_backend launch_triton_server.py)"
+            )
+
+    nodes = max(1, math.ceil(world / gpus_per_node))
+    if nodes > 1:
+        if backend != "engine":
+            raise UsageError(
+                f"parallel.tp×pp = {world} GPUs needs {nodes} nodes of {gpus_per_node}, but backend "
+                f"'{backend}' serves from one tritonserver process, which cannot span nodes",
+                hint="use backend: engine (leader mode spans nodes), lower parallel.tp/pp, or raise "
+                "--gpus-per-node if your nodes have more GPUs",
+            )
+        if multi_model:
+            raise UsageError(
+                f"engine draft-target needs orchestrator mode, which is single-node only, but "
+                f"parallel.tp×pp = {world} GPUs needs {nodes} nodes of {gpus_per_node}",
+                hint="fit the target into one node (lower parallel.tp/pp) or use backend: llmapi",
+            )
+        if world % gpus_per_node:
+            raise UsageError(
+                f"parallel.tp×pp = {world} is not a multiple of --gpus-per-node {gpus_per_node}; "
+                "a multi-node leader-mode layout puts the same number of ranks on every node",
+                hint=f"use a tp×pp that is a multiple of {gpus_per_node}, or set --gpus-per-node to a divisor of {world}",
+            )
+    return Topology(
+        backend, version, ranks, world, gpus_per_node, nodes, multi_model, names, res.why, tuple(notes)
+    )
+
+
+def launch_argv(
+    topo: Topology,
+    *,
+    model_repo: str,
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int,
+    tritonserver: str = NGC_TRITONSERVER,
+    hosts: list[str] | None = None,
+    mpi_args: list[str] | None = None,
+    shm_prefix: str = "sdtk",
+    exit_timeout_s: int = 30,
+    log_verbose: int = 0,
+) -> list[str]:
+    """The command that starts one replica: `mpirun` (leader mode, from toolkit.server.mpi) for
+    several ranks or orchestrator mode, a plain tritonserver otherwise.
+
+    `hosts` (multi-node): host names, leader first; each gets `ranks_per_node` slots, so rank 0 (the
+    one with ports) runs on the first host. `mpi_args` go to mpirun itself (e.g. an rsh agent).
+    Binds every interface: inside a pod or on a Slurm node, 127.0.0.1 would hide the server.
+    """
+    from toolkit.server.mpi import mpirun_argv
+
+    extra = [f"--log-verbose={log_verbose}"] if log_verbose else []
+    if topo.ranks == 1 and not topo.multi_model:
+        return [
+            tritonserver,
+            f"--model-repository={model_repo}",
+            f"--http-port={http_port}",
+            f"--grpc-port={grpc_port}",
+            f"--metrics-port={metrics_port}",
+            f"--backend-config=python,shm-region-prefix-name={shm_prefix}0_",
+            f"--exit-timeout-secs={exit_timeout_s}",
+            *extra,
+        ]
+    argv = mpirun_argv(
+        tritonserver,
+        model_repo,
+        topo.ranks,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        tensorrt_llm_model_names=topo.model_names,
+        exit_timeout_s=exit_timeout_s,
+        shm_prefix=shm_prefix,
+        multi_model=topo.multi_model,
+        spawn_processes=True,
+        num_gpus=topo.gpus_in_node,
+        extra_args=extra,
+    )
+    head: list[str] = []
+    if hosts:
+        if len(hosts) != topo.nodes:
+            raise UsageError(f"{topo.nodes} node(s) need {topo.nodes} host(s), got {len(hosts)}")
+        head += ["--host", ",".join(f"{h}:{topo.ranks_per_node}" for h in hosts)]
+    head += list(mpi_args or [])
+    first = argv.index("-n")
+    return argv[:first] + head + argv[first:]
+
+
+def rank_commands(argv: list[str]) -> list[list[str]]:
+    """Split a leader-mode `mpirun` argv into each rank's tritonserver argv (rank order)."""
+    if not argv or argv[0] != "mpirun":
+        return [list(argv)]
+    out: list[list[str]] = []
+    current: list[str] | None = None
+    i = 1
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "-n" and i + 1 < len(argv) and (current is None or current == []):
+            current = []
+            i += 2
+            continue
+        if tok == ":":
+            if current is not None:
+                out.append(current)
+            current = None
+        elif current is not None:
+            current.append(tok)
+        i += 1
+    if current:
+        out.append(current)
+    return out
+
+
+def orchestrator_env(topo: Topology) -> dict[str, str]:
+    if not topo.multi_model:
+        return {}
+    from toolkit.server.mpi import orchestrator_env as env
+
+    return env(True)

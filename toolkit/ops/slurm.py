@@ -1,0 +1,178 @@
+"""`sdtk deploy RECIPE --target slurm`: an sbatch script for the leader-mode layout.
+
+nodes = ceil(tp*pp / gpus_per_node); one task (= MPI rank = tritonserver) per GPU. Rank 0 runs
+on the first node and is the only one with ports; ranks > 0 load the TensorRT-LLM model(s)
+explicitly and each rank gets its own Python-backend shm prefix (toolkit.server.mpi).
+
+Two launchers:
+- `srun` (default with a container image): `srun --mpi=pmix` starts one task per rank; a small
+  rank script picks the rank's tritonserver command by SLURM_PROCID. With pyxis, the tasks run in
+  `--container-image` with the workdir mounted at the same path.
+- `mpirun` (default on bare metal): the same `mpirun` argv sdtk runs locally; Open MPI takes the
+  nodes from the Slurm allocation.
+
+Then the script waits for /v2/health/ready and the model's ready endpoint with a deadline, leaves
+early if the launcher died, and prints the last 50 log lines on failure.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from toolkit import __version__
+from toolkit.errors import UsageError
+from toolkit.ops.k8s import REPO_SUBDIR
+from toolkit.ops.layout import (
+    NGC_TRITONSERVER,
+    Topology,
+    launch_argv,
+    orchestrator_env,
+    plan_topology,
+    rank_commands,
+)
+from toolkit.ops.render import render, shell_join, var
+
+if TYPE_CHECKING:
+    from toolkit.recipe import Recipe
+
+Launcher = Literal["srun", "mpirun"]  # plans report "direct" for a bare-metal single rank
+
+
+@dataclass
+class SlurmPlan:
+    recipe_name: str
+    topology: Topology
+    launcher: str
+    argv: list[str]  # the leader-mode command (mpirun, or a single tritonserver)
+    rank_argvs: list[list[str]]  # each rank's tritonserver argv
+    script: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "recipe": self.recipe_name,
+            "launcher": self.launcher,
+            "topology": self.topology.to_dict(),
+            "argv": self.argv,
+            "notes": self.notes,
+        }
+
+
+_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$")
+
+
+def plan_slurm(
+    recipe: Recipe,
+    *,
+    workdir: str | Path,
+    gpus_per_node: int = 8,
+    container_image: str | None = None,
+    container_mounts: list[str] | None = None,
+    launcher: Launcher | None = None,
+    tritonserver: str | None = None,
+    partition: str | None = None,
+    account: str | None = None,
+    time_limit: str = "04:00:00",
+    job_name: str | None = None,
+    exclusive: bool = True,
+    ready_timeout_s: int = 3600,
+    trtllm_version: str | None = None,
+) -> SlurmPlan:
+    """Everything `render_slurm` writes, without writing it."""
+    workdir = str(workdir)
+    if not workdir.startswith("/"):
+        raise UsageError(
+            f"--workdir {workdir} must be an absolute path on a filesystem all nodes share",
+            hint="e.g. --workdir /lustre/$USER/sdtk",
+        )
+    if not _TIME.match(time_limit):
+        raise UsageError(f"--time '{time_limit}' is not a Slurm time such as 04:00:00 or 1-00:00:00")
+    launcher = launcher or ("srun" if container_image else "mpirun")
+    if launcher not in ("srun", "mpirun"):
+        raise UsageError(f"launcher must be srun or mpirun, got '{launcher}'")
+    if container_image and launcher == "mpirun":
+        raise UsageError(
+            "--container-image runs tasks through srun (pyxis); mpirun cannot start ranks inside it",
+            hint="drop --launcher mpirun, or drop --container-image to run on bare metal",
+        )
+    from toolkit.ops import images
+
+    version = trtllm_version or (images.trtllm_version_of(container_image) if container_image else None)
+    topo = plan_topology(recipe, gpus_per_node=gpus_per_node, trtllm_version=version)
+    recipe_name = recipe.display_name
+    sv = recipe.serving
+    repo = f"{workdir.rstrip('/')}/{recipe_name}/{REPO_SUBDIR}"
+    exe = tritonserver or (NGC_TRITONSERVER if container_image else "tritonserver")
+    argv = launch_argv(
+        topo,
+        model_repo=repo,
+        http_port=sv.http_port,
+        grpc_port=sv.grpc_port,
+        metrics_port=sv.metrics_port,
+        tritonserver=exe,
+    )
+    ranks = rank_commands(argv)
+    if launcher == "mpirun" and argv[0] != "mpirun":
+        launcher = "direct"  # one rank: a plain tritonserver, as the local launcher runs it
+    notes = list(topo.notes)
+    if topo.multi_model and launcher == "srun":
+        # Orchestrator mode: one process that spawns the ranks itself (MPI_Comm_spawn).
+        notes.append("orchestrator mode spawns its own ranks: one Slurm task, on one node")
+    srun = ["srun", "--mpi=pmix", f"--nodes={topo.nodes}", f"--ntasks-per-node={topo.ranks_per_node}"]
+    if container_image:
+        mounts = [f"{workdir}:{workdir}", *(container_mounts or [])]
+        srun += [f"--container-image={container_image}", f"--container-mounts={','.join(mounts)}"]
+    srun += ["bash", var("RANK_SCRIPT")]
+    srun_cmd = shell_join(srun)
+    if sv.host not in ("0.0.0.0", "::"):
+        notes.append(f"serving.host {sv.host} is ignored: Triton binds all interfaces of the first node")
+    name = job_name or f"sdtk-{recipe_name}"
+    script = render(
+        "slurm.sbatch.j2",
+        sdtk_version=__version__,
+        recipe_name=recipe_name,
+        layout_line=f"{topo.nodes} node(s) × {topo.ranks_per_node} rank(s), {topo.gpus_in_node} GPU(s) per node, "
+        f"backend {topo.backend}",
+        launcher_line=launcher + (f" in {container_image} (pyxis)" if container_image else ""),
+        job_name=name,
+        nodes=topo.nodes,
+        ranks_per_node=topo.ranks_per_node,
+        gpus_per_node=topo.gpus_in_node,
+        time_limit=time_limit,
+        # Slurm does not create the --output directory: use the workdir, which must exist.
+        log_dir=workdir.rstrip("/"),
+        exclusive=exclusive,
+        partition=partition,
+        account=account,
+        workdir=workdir,
+        repo=repo,
+        http_port=sv.http_port,
+        grpc_port=sv.grpc_port,
+        metrics_port=sv.metrics_port,
+        model_name=sv.model_name,
+        ready_timeout_s=ready_timeout_s,
+        env=orchestrator_env(topo),
+        launcher=launcher,
+        ranks=len(ranks),
+        rank_cmds=[shell_join(r, indent="     ") for r in ranks],
+        srun_cmd=srun_cmd,
+        command=shell_join(argv),
+    )
+    return SlurmPlan(recipe_name, topo, launcher, argv, ranks, script, notes)
+
+
+def render_slurm(recipe: Recipe, *, out_dir: Path | str, **options: Any) -> list[Path]:
+    """Write `<out_dir>/<recipe>.sbatch` (submit with `sbatch`); returns the files written.
+    `options` are plan_slurm's (workdir is required)."""
+    plan = plan_slurm(recipe, **options)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{plan.recipe_name}.sbatch"
+    tmp = path.with_name(path.name + ".incomplete")
+    tmp.write_text(plan.script, encoding="utf-8")
+    tmp.chmod(0o755)
+    tmp.replace(path)
+    return [path]

@@ -1,0 +1,687 @@
+"""Launching and supervising one tritonserver: `TritonServer`.
+
+    with TritonServer(repo, workdir=wd, auto_ports=True) as server:   # start + wait ready
+        print(server.http_url)
+    # stopped: SIGTERM, wait, SIGKILL the process group (Python backend stubs included)
+
+Foreground: `server.start(); server.serve_forever()` returns on Ctrl-C / SIGTERM / SIGHUP
+after a clean stop. Detached: `server.start(detach=True)` leaves it running after sdtk exits.
+Either way a started server is recorded in `<workdir>/state.json` (removed by `stop`) for
+`toolkit.server.state`: status / logs / stop from another shell.
+
+The server's stdout and stderr always go to `<workdir>/logs/tritonserver.log`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from toolkit.errors import ServerError, ToolNotFound, did_you_mean
+from toolkit.runner import redact
+from toolkit.server import logscan, procs
+from toolkit.server.discover import Candidate, choose_tritonserver
+from toolkit.server.embedded import is_embedded, prepare_embedded
+from toolkit.server.mpi import mpirun_argv, orchestrator_env
+from toolkit.server.ports import PORT_FIELDS, PortInUseError, Ports, auto_ports, check_free
+from toolkit.server.state import (
+    ServerState,
+    default_log_path,
+    http_ok,
+    read_state,
+    remove_state,
+    server_status,
+    write_state,
+)
+
+DEFAULT_READY_TIMEOUT = 600.0  # large TRT-LLM engines take minutes to load
+DEFAULT_STOP_GRACE = 15.0
+_PORT_RETRIES = 3  # with auto_ports, relaunch on a port lost to a race
+
+
+class ServerStartError(ServerError):
+    """tritonserver did not become ready. `reason`: "exited" (the process ended early),
+    "timeout" (the readiness deadline passed), "missing_model" (the server is up but the
+    repository has no such model), "load_failed" (the model is UNAVAILABLE while the server
+    stays up). `errors` holds Triton's own messages found in the log."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str,
+        pid: int | None,
+        elapsed: float,
+        returncode: int | None = None,
+        errors: list[str] | None = None,
+        log_tail: str = "",
+        log_path: Path | None = None,
+        hint: str | None = None,
+    ):
+        self.reason = reason
+        self.pid = pid
+        self.elapsed = elapsed
+        self.returncode = returncode
+        self.errors = errors or []
+        super().__init__(message, log_tail=log_tail, log_path=log_path, hint=hint)
+
+
+@dataclass(frozen=True)
+class Health:
+    live: bool
+    ready: bool
+    model_ready: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.live and self.ready and self.model_ready
+
+
+def connect_host(host: str) -> str:
+    """The address a client on this machine uses to reach a server bound to `host`."""
+    h = host.strip("[]")
+    if h in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if h == "::":
+        return "[::1]"
+    return f"[{h}]" if ":" in h else h
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[list[int]]:
+    """While active (main thread only), SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt,
+    so the `except`/`finally` that stops the server runs; the list collects the signals."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def on_signal(signum: int, frame: Any) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class _LogFollower(threading.Thread):
+    """Copies lines appended to the server log to `out` (foreground echo)."""
+
+    def __init__(self, path: Path, out: TextIO):
+        super().__init__(daemon=True, name="tritonserver-log")
+        self.path = path
+        self.out = out
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self.path.exists() and not self._stop_event.wait(0.05):
+            pass
+        with contextlib.suppress(OSError), open(self.path, errors="replace") as f:
+            while True:
+                line = f.readline()
+                if line:
+                    with contextlib.suppress(ValueError, OSError):
+                        self.out.write(line)
+                        self.out.flush()
+                    continue
+                if self._stop_event.wait(0.1):
+                    for rest in f:
+                        with contextlib.suppress(ValueError, OSError):
+                            self.out.write(rest)
+                    return
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=2)
+
+
+class TritonServer:
+    """One tritonserver process (or an `mpirun` of several ranks) with its ports, log and state.
+
+    Build it from plain values or from a recipe's `serving` section (`from_serving`). Nothing
+    happens until `start()` (or `with`): the constructor has no side effects.
+    """
+
+    def __init__(
+        self,
+        model_repo: Path | str,
+        *,
+        workdir: Path | str,
+        model_name: str = "ensemble",
+        host: str = "127.0.0.1",
+        http_port: int = 8000,
+        grpc_port: int = 8001,
+        metrics_port: int = 8002,
+        auto_ports: bool = False,
+        tritonserver: Path | str | Candidate | None = None,
+        log_path: Path | str | None = None,
+        extra_args: Sequence[str] = (),
+        log_verbose: int = 0,
+        exit_timeout_s: int | None = 10,
+        disable_auto_complete_config: bool = False,
+        world_size: int = 1,
+        tensorrt_llm_model_names: Sequence[str] = ("tensorrt_llm",),
+        multi_model: bool = False,
+        spawn_processes: bool = True,
+        env: Mapping[str, str] | None = None,
+        echo: TextIO | None = None,
+        ready_timeout: float = DEFAULT_READY_TIMEOUT,
+    ):
+        self.model_repo = Path(model_repo).expanduser().absolute()
+        self.workdir = Path(workdir).expanduser().absolute()
+        self.model_name = model_name
+        self.host = host
+        self.ports = Ports(http_port, grpc_port, metrics_port)
+        self.auto_ports = auto_ports
+        self._tritonserver = tritonserver
+        self.log_path = Path(log_path).absolute() if log_path else default_log_path(self.workdir)
+        self.extra_args = list(extra_args)
+        self.log_verbose = log_verbose
+        self.exit_timeout_s = exit_timeout_s
+        self.disable_auto_complete_config = disable_auto_complete_config
+        self.world_size = world_size
+        self.tensorrt_llm_model_names = list(tensorrt_llm_model_names)
+        self.multi_model = multi_model
+        self.spawn_processes = spawn_processes
+        self.env_overrides = dict(env or {})
+        self.echo = echo
+        self.ready_timeout = ready_timeout
+        self.shm_prefix = f"sdtk{uuid.uuid4().hex[:8]}_"
+        self.argv: list[str] = []
+        self.started_at: float | None = None
+        self.detached = False
+        self._proc: subprocess.Popen | None = None
+        self._binary: Candidate | None = None
+        self._follower: _LogFollower | None = None
+
+    @classmethod
+    def from_serving(
+        cls, serving: Any, model_repo: Path | str, *, workdir: Path | str, **kwargs: Any
+    ) -> TritonServer:
+        """From a recipe's `serving` section (host, ports, model_name); kwargs override."""
+        values = dict(
+            host=serving.host,
+            http_port=serving.http_port,
+            grpc_port=serving.grpc_port,
+            metrics_port=serving.metrics_port,
+            model_name=serving.model_name,
+        )
+        values.update(kwargs)
+        return cls(model_repo, workdir=workdir, **values)
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll() if self._proc else None
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{connect_host(self.host)}:{self.ports.http}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{connect_host(self.host)}:{self.ports.grpc}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{connect_host(self.host)}:{self.ports.metrics}/metrics"
+
+    @property
+    def binary(self) -> Candidate:
+        """The tritonserver to run, found once (flag, $TRITONSERVER, PATH, NGC, embedded)."""
+        if self._binary is None:
+            t = self._tritonserver
+            if isinstance(t, Candidate):
+                if not t.exists or t.path is None:
+                    raise ToolNotFound(str(t.path or "tritonserver"), hint="pass --tritonserver")
+                self._binary = t
+            else:
+                self._binary = choose_tritonserver(t)
+        return self._binary
+
+    @property
+    def embedded(self) -> bool:
+        b = self.binary
+        return b.embedded or is_embedded(b.path)
+
+    def command(self, backend_directory: Path | None = None) -> list[str]:
+        """The argv `start()` runs with the current ports (no side effects)."""
+        exe = str(self.binary.path)
+        if backend_directory is None and self.embedded:
+            backend_directory = self.workdir / "triton_backends"
+        if self.world_size > 1 or self.multi_model:
+            return mpirun_argv(
+                exe,
+                self.model_repo,
+                self.world_size,
+                http_port=self.ports.http,
+                grpc_port=self.ports.grpc,
+                metrics_port=self.ports.metrics,
+                host=self.host,
+                tensorrt_llm_model_names=self.tensorrt_llm_model_names,
+                exit_timeout_s=self.exit_timeout_s,
+                backend_directory=backend_directory,
+                shm_prefix=self.shm_prefix,
+                multi_model=self.multi_model,
+                spawn_processes=self.spawn_processes,
+                extra_args=[
+                    *([f"--log-verbose={self.log_verbose}"] if self.log_verbose else []),
+                    *self.extra_args,
+                ],
+            )
+        h = self.host.strip("[]")
+        argv = [
+            exe,
+            f"--model-repository={self.model_repo}",
+            f"--http-port={self.ports.http}",
+            f"--grpc-port={self.ports.grpc}",
+            f"--metrics-port={self.ports.metrics}",
+            f"--http-address={h}",
+            f"--grpc-address={h}",
+            f"--metrics-address={h}",
+            # Unique per server, so that two servers' Python backends never share a region.
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+        ]
+        if backend_directory is not None:
+            argv.append(f"--backend-directory={backend_directory}")
+        if self.log_verbose:
+            argv.append(f"--log-verbose={self.log_verbose}")
+        if self.exit_timeout_s is not None:
+            argv.append(f"--exit-timeout-secs={self.exit_timeout_s}")
+        if self.disable_auto_complete_config:
+            argv.append("--disable-auto-complete-config")
+        return argv + self.extra_args
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _check_workdir_free(self) -> None:
+        st = read_state(self.workdir)
+        if st is None:
+            return
+        status = server_status(self.workdir, timeout=1.0)
+        if status.running:
+            raise ServerError(
+                f"a server already runs from {self.workdir} (pid {st.pid}, {st.http_url})",
+                hint=f"stop it first (sdtk stop --workdir {self.workdir}) or use another --workdir",
+            )
+        remove_state(self.workdir)  # stale record of a server that is gone
+
+    def _launch_once(self) -> None:
+        if not self.model_repo.is_dir():
+            raise ServerError(
+                f"model repository {self.model_repo} does not exist",
+                hint="build it first (sdtk deploy writes it), or check the path",
+            )
+        if self.auto_ports:
+            self.ports = auto_ports(self.host)
+        check_free(self.host, self.ports)
+        env = dict(os.environ)
+        backend_dir = None
+        if self.embedded:
+            setup = prepare_embedded(self.workdir, env)
+            env, backend_dir = setup.env, setup.backend_dir
+        if self.multi_model:
+            env.update(orchestrator_env(self.spawn_processes))
+        env.update(self.env_overrides)
+        self.argv = self.command(backend_dir)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "w", encoding="utf-8") as log:
+            log.write("$ " + redact(" ".join(self.argv)) + "\n")
+            log.flush()
+            try:
+                self._proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=self.workdir,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except FileNotFoundError:
+                hint = (
+                    "multi-GPU launches need mpirun (OpenMPI), as in NVIDIA's TensorRT-LLM container"
+                    if self.argv[0] == "mpirun"
+                    else "pass --tritonserver with a valid path"
+                )
+                raise ToolNotFound(self.argv[0], hint=hint) from None
+        self.started_at = time.time()
+        if self.echo is not None and self._follower is None:
+            self._follower = _LogFollower(self.log_path, self.echo)
+            self._follower.start()
+
+    def start(
+        self,
+        *,
+        detach: bool = False,
+        wait: bool = True,
+        ready_timeout: float | None = None,
+        record: bool = True,
+    ) -> TritonServer:
+        """Check ports, launch, and (by default) wait until the server and model are ready.
+
+        On any failure, Ctrl-C / SIGTERM / SIGHUP included, the server is stopped before the
+        error propagates. Once started it is recorded in `<workdir>/state.json` (`record`), so
+        `sdtk status | logs | stop | infer` find it from another shell; `stop()` removes the
+        record. With `detach`, the server is left running when this process exits.
+        """
+        if self.running:
+            raise ServerError(f"this server is already running (pid {self.pid})")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._check_workdir_free()
+        attempts = _PORT_RETRIES if self.auto_ports else 1
+        with _signals_interrupt():
+            for attempt in range(1, attempts + 1):
+                try:
+                    self._launch_once()
+                    if wait:
+                        self.wait_ready(ready_timeout)
+                    if record or detach:
+                        write_state(self.workdir, self.state())
+                    break
+                except PortInUseError:
+                    # Only reachable with auto_ports through a race: pick again.
+                    if attempt == attempts:
+                        raise
+                except ServerStartError as e:
+                    with _signals_ignored():
+                        self.stop()
+                    lost_port = e.reason == "exited" and any("already in use" in m for m in e.errors)
+                    if not (lost_port and attempt < attempts):
+                        raise
+                except BaseException:
+                    with _signals_ignored():
+                        self.stop()
+                    raise
+        if detach:
+            self.detach()
+        return self
+
+    def detach(self) -> ServerState:
+        """Record the server in `<workdir>/state.json` and let it outlive this process."""
+        if not self.running:
+            raise ServerError("cannot detach: the server is not running")
+        self.detached = True
+        state = self.state()
+        write_state(self.workdir, state)
+        if self._follower is not None:
+            self._follower.stop()
+            self._follower = None
+        return state
+
+    def state(self) -> ServerState:
+        assert self._proc is not None
+        st = procs.stat(self._proc.pid)
+        return ServerState(
+            pid=self._proc.pid,
+            pgid=self._proc.pid,  # start_new_session: the server leads its own group
+            start_ticks=st.start_ticks if st else None,
+            started_at=self.started_at or time.time(),
+            http_url=self.http_url,
+            grpc_url=self.grpc_url,
+            metrics_url=self.metrics_url,
+            model_name=self.model_name,
+            model_repo=str(self.model_repo),
+            argv=[redact(a) for a in self.argv],
+            log_path=str(self.log_path),
+            workdir=str(self.workdir),
+            host=self.host,
+            http_port=self.ports.http,
+            grpc_port=self.ports.grpc,
+            metrics_port=self.ports.metrics,
+            executable=os.path.basename(self.argv[0]) if self.argv else "tritonserver",
+            env=dict(self.env_overrides)
+            | (orchestrator_env(self.spawn_processes) if self.multi_model else {}),
+            detached=self.detached,
+            owner_pid=os.getpid(),
+        )
+
+    def health(self, timeout: float = 2.0) -> Health:
+        base = self.http_url
+        live = http_ok(f"{base}/v2/health/live", timeout)
+        ready = live and http_ok(f"{base}/v2/health/ready", timeout)
+        model_ready = live and http_ok(f"{base}/v2/models/{self.model_name}/ready", timeout)
+        return Health(live, ready, model_ready)
+
+    def repository_index(self, timeout: float = 2.0) -> list[dict] | None:
+        """Triton's view of the repository: [{"name", "version", "state", "reason"}]."""
+        req = urllib.request.Request(f"{self.http_url}/v2/repository/index", data=b"{}", method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - our own server
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            e.close()
+            return None
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    def _fail(self, reason: str, message: str, elapsed: float, hint: str | None) -> ServerStartError:
+        errors = logscan.startup_errors_in(self.log_path)
+        if errors:
+            message += ": " + "; ".join(errors)
+        if hint is None:
+            if any("already in use" in m for m in errors):
+                hint = "a port is taken: " + ", ".join(
+                    f"{k} → {PORT_FIELDS[k][0]}" for k, _ in self.ports.items()
+                )
+            elif errors:
+                hint = (
+                    f"Triton could not load the model repository {self.model_repo}; full log: {self.log_path}"
+                )
+            else:
+                hint = f"see the server log: {self.log_path}"
+        return ServerStartError(
+            message,
+            reason=reason,
+            pid=self.pid,
+            elapsed=elapsed,
+            returncode=self.returncode,
+            errors=errors,
+            log_tail=logscan.tail(self.log_path),
+            log_path=self.log_path,
+            hint=hint,
+        )
+
+    def wait_ready(
+        self, timeout: float | None = None, model: str | None = None, interval: float = 0.25
+    ) -> Health:
+        """Poll until live + ready + `model` ready, the process exits, or `timeout` passes.
+
+        Raises ServerStartError with Triton's own load errors, elapsed time, pid, and the log tail.
+        """
+        if self._proc is None:
+            raise ServerError("the server was never started")
+        timeout = self.ready_timeout if timeout is None else timeout
+        model = model or self.model_name
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        health = Health(False, False, False)
+        next_index_check = 0.0
+        while True:
+            rc = self._proc.poll()
+            elapsed = time.monotonic() - t0
+            if rc is not None:
+                raise self._fail(
+                    "exited",
+                    f"tritonserver exited with code {rc} {elapsed:.1f}s after launch "
+                    f"(pid {self._proc.pid}) before it was ready",
+                    elapsed,
+                    None,
+                )
+            health = Health(False, False, False)
+            if http_ok(f"{self.http_url}/v2/health/live", 1.0):
+                ready = http_ok(f"{self.http_url}/v2/health/ready", 1.0)
+                model_ready = http_ok(f"{self.http_url}/v2/models/{model}/ready", 1.0)
+                health = Health(True, ready, model_ready)
+                if health.ok:
+                    return health
+                if time.monotonic() >= next_index_check:
+                    next_index_check = time.monotonic() + 2.0
+                    self._check_index(model, elapsed)
+            if time.monotonic() >= deadline:
+                raise self._fail(
+                    "timeout",
+                    f"tritonserver (pid {self._proc.pid}) was not ready after {timeout:.0f}s "
+                    f"(live={health.live}, ready={health.ready}, model '{model}' ready={health.model_ready})",
+                    elapsed,
+                    f"loading large engines can take minutes: raise the readiness timeout, "
+                    f"or see the log {self.log_path}",
+                )
+            time.sleep(interval)
+
+    def _check_index(self, model: str, elapsed: float) -> None:
+        """The server is live but `model` is not ready. In the default model-control mode
+        Triton answers only after loading, so a missing model, or one UNAVAILABLE with a
+        reason (it failed to load and --exit-on-error=false kept the server up), is final.
+        """
+        index = self.repository_index()
+        if index is None:
+            return
+        names = sorted({m.get("name", "") for m in index})
+        if model not in names:
+            guess = did_you_mean(model, names)
+            raise self._fail(
+                "missing_model",
+                f"model '{model}' is not in the model repository {self.model_repo} "
+                f"(it has: {', '.join(names) or 'nothing'})",
+                elapsed,
+                f"did you mean '{guess}'? (serving.model_name)" if guess else "check serving.model_name",
+            )
+        for m in index:
+            if m.get("name") == model and m.get("state") == "UNAVAILABLE" and m.get("reason"):
+                raise self._fail(
+                    "load_failed",
+                    f"model '{model}' failed to load ({m['reason']}) {elapsed:.1f}s after launch "
+                    f"(pid {self.pid})",
+                    elapsed,
+                    None,
+                )
+
+    def logs(self, lines: int | None = logscan.TAIL_LINES) -> str:
+        """The server log (its last `lines` lines; all of it with None)."""
+        if lines is None:
+            try:
+                return self.log_path.read_text(errors="replace")
+            except OSError:
+                return ""
+        return logscan.tail(self.log_path, lines)
+
+    def stop(self, grace: float = DEFAULT_STOP_GRACE) -> int | None:
+        """SIGTERM the server, wait up to `grace` s, then SIGKILL its whole process group.
+
+        Also removes state.json if it records this server. Returns the exit code.
+        """
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        procs.kill_group_now(proc.pid)  # Python backend stubs that outlived their server
+        if self._follower is not None:
+            self._follower.stop()
+            self._follower = None
+        st = None
+        with contextlib.suppress(ServerError):
+            st = read_state(self.workdir)
+        if st is not None and st.pid == proc.pid:
+            remove_state(self.workdir)
+        self.detached = False
+        return proc.returncode
+
+    def serve_forever(self, grace: float = DEFAULT_STOP_GRACE) -> int:
+        """Foreground mode: block until SIGINT/SIGTERM/SIGHUP (then stop cleanly) or the server
+        exits (e.g. `sdtk stop` from another shell).
+
+        Returns the signal number that ended it, or 0 if the server exited cleanly by itself.
+        Raises ServerError with the log tail if the server died on its own with an error.
+        The handlers are installed only for the duration of this call (main thread only).
+        """
+        if self._proc is None:
+            raise ServerError("the server was never started")
+        try:
+            with _signals_interrupt() as received:
+                try:
+                    rc = self._proc.wait()
+                except KeyboardInterrupt:
+                    # Shield the clean stop from a second Ctrl-C; the group is killed either way.
+                    with _signals_ignored():
+                        self.stop(grace)
+                    return received[0] if received else int(signal.SIGINT)
+        finally:
+            if self._proc.poll() is None and not self.detached:
+                self.stop(grace)
+        self.stop(grace)  # reap stubs left behind
+        if rc == 0:
+            return 0
+        errors = logscan.startup_errors_in(self.log_path)
+        raise ServerError(
+            f"tritonserver (pid {self._proc.pid}) exited unexpectedly with code {rc}"
+            + (": " + "; ".join(errors) if errors else ""),
+            log_tail=logscan.tail(self.log_path),
+            log_path=self.log_path,
+            hint=f"see the server log: {self.log_path}",
+        )
+
+    def __enter__(self) -> TritonServer:
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.detached:
+            self.stop()
+
+    def __repr__(self) -> str:
+        return (
+            f"TritonServer(pid={self.pid}, http={self.http_url}, grpc={self.grpc_url}, "
+            f"model={self.model_name!r}, repo={str(self.model_repo)!r})"
+        )

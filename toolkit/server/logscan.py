@@ -1,0 +1,84 @@
+"""Reading tritonserver logs: the last lines, and Triton's own reasons for a failed start."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+TAIL_LINES = 50
+
+# Triton log lines that say why a model or the server did not come up, with the group to keep.
+_PATTERNS = [
+    re.compile(r"(failed to load '[^']+'(?: version \d+)?: .*)"),
+    re.compile(r"(Poll failed for model directory '[^']+': .*)"),
+    re.compile(r"(Error parsing text-format [\w.]+: .*)"),
+    re.compile(r"(failed to start \w+ service: .*)"),
+    re.compile(r"(error: creating server: .*)"),
+    re.compile(r"\|\s*(\S+\s*\|\s*\d+\s*\|\s*UNAVAILABLE: .*?)\s*\|\s*$"),
+    re.compile(r"(Unable to find backend library for backend '[^']+'.*)"),
+    re.compile(r"(unable to load shared library: .*)"),
+    re.compile(r"(unrecognized option '[^']*')"),
+    re.compile(r"(error while loading shared libraries: .*)"),
+]
+
+
+def tail(path: Path | str | None, lines: int = TAIL_LINES, max_bytes: int = 1 << 20) -> str:
+    """The last `lines` lines of a (possibly large) text file; "" if it cannot be read."""
+    if path is None:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    text = data.decode(errors="replace")
+    out = text.splitlines()[-lines:]
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def _clean(msg: str) -> str:
+    # Triton quotes messages and escapes newlines: keep the first line, drop the quote.
+    msg = msg.replace("\\n", "\n").split("\n", 1)[0].strip()
+    msg = msg.rstrip('"').strip()
+    return re.sub(r"\s*\|\s*", " | ", msg) if msg.count("|") >= 2 else msg
+
+
+def startup_errors(text: str, limit: int = 8) -> list[str]:
+    """Triton's own error messages about models that failed to load or services that failed
+    to start ("failed to load 'ensemble' version 1: ...", "UNAVAILABLE: ...", "Socket ... in
+    use"), deduplicated, in log order.
+    """
+    out: list[str] = []
+    seen: set[str] = set()
+    for line in text.splitlines():
+        for pat in _PATTERNS:
+            m = pat.search(line)
+            if not m:
+                continue
+            msg = _clean(m.group(1))
+            # The model table repeats what "failed to load" already said.
+            key = msg.split(": ", 1)[-1] if "UNAVAILABLE" in msg else msg
+            if key in seen or any(key in s for s in seen):
+                break
+            seen.add(key)
+            out.append(msg)
+            break
+    return out[:limit]
+
+
+def startup_errors_in(path: Path | str | None) -> list[str]:
+    if path is None:
+        return []
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return []
+    return startup_errors(text)
+
+
+def port_conflict(text: str) -> bool:
+    return "already in use" in text

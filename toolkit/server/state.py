@@ -1,0 +1,302 @@
+"""A detached server's record (`<workdir>/state.json`) and `sdtk status | logs | stop`.
+
+state.json is written once the server is ready and removed by `stop`. The pid in it is
+trusted only while /proc says the process still has the recorded start time and is a
+tritonserver (or the mpirun leading one), so a reused pid is never signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from toolkit.errors import ServerError
+from toolkit.server import logscan, procs
+
+STATE_FILE = "state.json"
+LOG_NAME = "tritonserver.log"
+
+
+def state_path(workdir: Path | str) -> Path:
+    return Path(workdir) / STATE_FILE
+
+
+def default_log_path(workdir: Path | str) -> Path:
+    return Path(workdir) / "logs" / LOG_NAME
+
+
+@dataclass
+class ServerState:
+    pid: int
+    pgid: int
+    start_ticks: int | None  # /proc/<pid>/stat starttime: guards against pid reuse
+    started_at: float  # time.time() at launch
+    http_url: str  # http://127.0.0.1:8000
+    grpc_url: str  # 127.0.0.1:8001 (what tritonclient.grpc takes)
+    metrics_url: str  # http://127.0.0.1:8002/metrics
+    model_name: str
+    model_repo: str
+    argv: list[str]
+    log_path: str
+    workdir: str
+    host: str = "127.0.0.1"
+    http_port: int = 0
+    grpc_port: int = 0
+    metrics_port: int = 0
+    executable: str = "tritonserver"  # name to look for in /proc/<pid>/cmdline
+    env: dict[str, str] = field(default_factory=dict)  # env vars sdtk set on top of the caller's
+    detached: bool = True  # False: a foreground server, owned by the sdtk process owner_pid
+    owner_pid: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ServerState:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def write_state(workdir: Path | str, state: ServerState) -> Path:
+    path = state_path(workdir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".incomplete")
+    tmp.write_text(state.to_json())
+    os.replace(tmp, path)
+    return path
+
+
+def read_state(workdir: Path | str) -> ServerState | None:
+    path = state_path(workdir)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise ServerError(
+            f"{path} is unreadable: {e}", hint=f"delete it if no server runs from {workdir}"
+        ) from None
+    try:
+        return ServerState.from_dict(data)
+    except TypeError as e:
+        raise ServerError(f"{path} is not a server state file: {e}", hint=f"delete {path}") from None
+
+
+def remove_state(workdir: Path | str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        state_path(workdir).unlink()
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """True if GET `url` answers 200 within `timeout` seconds (any error counts as no)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - our own server
+            return r.status == 200
+    except urllib.error.HTTPError as e:
+        e.close()  # else its socket stays open until GC, and Triton's shutdown waits for it
+        return False
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+@dataclass
+class ServerStatus:
+    """What `sdtk status` reports. `state`: running | unhealthy | dead | stopped."""
+
+    state: str
+    workdir: str
+    message: str
+    pid: int | None = None
+    live: bool = False
+    ready: bool = False
+    model_ready: bool = False
+    uptime_s: float | None = None
+    http_url: str | None = None
+    grpc_url: str | None = None
+    metrics_url: str | None = None
+    model_name: str | None = None
+    model_repo: str | None = None
+    log_path: str | None = None
+    processes: list[int] = field(default_factory=list)  # members of the server's process group
+
+    @property
+    def running(self) -> bool:
+        return self.state in ("running", "unhealthy")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _alive_and_ours(st: ServerState) -> bool:
+    return procs.same_process(st.pid, st.start_ticks, st.executable)
+
+
+def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
+    """Read state.json, check that its pid is still our tritonserver, and ask it for health."""
+    workdir = str(workdir)
+    st = read_state(workdir)
+    if st is None:
+        return ServerStatus("stopped", workdir, f"no server recorded in {state_path(workdir)}")
+    base = dict(
+        workdir=workdir,
+        pid=st.pid,
+        http_url=st.http_url,
+        grpc_url=st.grpc_url,
+        metrics_url=st.metrics_url,
+        model_name=st.model_name,
+        model_repo=st.model_repo,
+        log_path=st.log_path,
+    )
+    if not _alive_and_ours(st):
+        left = _leftovers(st)
+        why = "is gone" if not procs.alive(st.pid) else "now belongs to another program"
+        extra = f" ({len(left)} of its processes are left)" if left else ""
+        return ServerStatus(
+            "dead",
+            message=f"the server recorded with pid {st.pid} {why}{extra}; `sdtk stop` cleans up",
+            processes=left,
+            **base,
+        )
+    live = http_ok(f"{st.http_url}/v2/health/live", timeout)
+    ready = live and http_ok(f"{st.http_url}/v2/health/ready", timeout)
+    model_ready = ready and http_ok(f"{st.http_url}/v2/models/{st.model_name}/ready", timeout)
+    healthy = live and ready and model_ready
+    msg = (
+        f"serving '{st.model_name}' at {st.http_url} (gRPC {st.grpc_url})"
+        if healthy
+        else f"pid {st.pid} runs but is not ready (live={live}, ready={ready}, "
+        f"model '{st.model_name}' ready={model_ready}); see `sdtk logs`"
+    )
+    return ServerStatus(
+        "running" if healthy else "unhealthy",
+        message=msg,
+        live=live,
+        ready=ready,
+        model_ready=model_ready,
+        uptime_s=max(0.0, time.time() - st.started_at),
+        processes=procs.group_members(st.pgid),
+        **base,
+    )
+
+
+def _log_path_for(workdir: Path | str) -> Path:
+    st = read_state(workdir)
+    return Path(st.log_path) if st else default_log_path(workdir)
+
+
+def read_logs(workdir: Path | str, lines: int | None = None) -> str:
+    """The server log of `workdir` (all of it, or its last `lines` lines)."""
+    path = _log_path_for(workdir)
+    if not path.is_file():
+        raise ServerError(f"no server log at {path}", hint="start a server with `sdtk deploy` first")
+    if lines is not None:
+        return logscan.tail(path, lines)
+    return path.read_text(errors="replace")
+
+
+def follow_logs(
+    workdir: Path | str,
+    lines: int = 50,
+    poll_s: float = 0.25,
+    stop_when_dead: bool = True,
+) -> Iterator[str]:
+    """Yield the last `lines` lines, then every new line as it is written (`logs -f`).
+
+    Ends when the recorded server is gone (if `stop_when_dead`), else runs until the caller
+    stops iterating (Ctrl-C).
+    """
+    path = _log_path_for(workdir)
+    st = read_state(workdir)
+    if not path.is_file():
+        raise ServerError(f"no server log at {path}", hint="start a server with `sdtk deploy` first")
+    yield from logscan.tail(path, lines).splitlines(keepends=True)
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        pending = b""
+        while True:
+            chunk = f.read()
+            if chunk:
+                pending += chunk
+                *done, pending = pending.split(b"\n")
+                for line in done:
+                    yield line.decode(errors="replace") + "\n"
+                continue
+            if stop_when_dead and (st is None or not _alive_and_ours(st)):
+                if pending:
+                    yield pending.decode(errors="replace")
+                return
+            time.sleep(poll_s)
+
+
+@dataclass
+class StopResult:
+    workdir: str
+    was_running: bool
+    pid: int | None
+    graceful: bool  # the server exited on SIGTERM within the grace period
+    message: str
+
+
+def _leftovers(st: ServerState) -> list[int]:
+    """Members of the dead server's process group that are Triton's (stubs, ranks).
+
+    The group id cannot be reused while any member lives; but if the group emptied and its
+    number went to a new, unrelated group, nothing in it looks like Triton and it is left alone.
+    """
+    leader = procs.stat(st.pid)
+    if leader is not None and leader.pgid == st.pgid and not _alive_and_ours(st) and procs.alive(st.pid):
+        # The recorded pid now leads some other program's group: not ours to touch.
+        return []
+    out = []
+    for pid in procs.group_members(st.pgid):
+        argv0 = os.path.basename((procs.cmdline(pid) or [""])[0])
+        if "triton" in argv0 or argv0 in ("mpirun", "orted", "prterun", "prted"):
+            out.append(pid)
+    return out
+
+
+def _kill_leftovers(st: ServerState) -> None:
+    for pid in _leftovers(st):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while _leftovers(st) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def stop_server(workdir: Path | str, grace: float = 15.0) -> StopResult:
+    """SIGTERM the recorded server, wait `grace` s, SIGKILL its process group (Python backend
+    stubs included), remove state.json. Safe to call when nothing runs.
+    """
+    workdir = str(workdir)
+    st = read_state(workdir)
+    if st is None:
+        return StopResult(workdir, False, None, True, f"no server recorded in {state_path(workdir)}")
+    ours = _alive_and_ours(st)
+    graceful = True
+    if ours:
+        graceful = procs.terminate_group(st.pid, st.pgid, grace)
+    else:
+        _kill_leftovers(st)
+    left = _leftovers(st)
+    if left:
+        raise ServerError(
+            f"processes of the server's group {st.pgid} survived SIGKILL: {left}",
+            hint=f"check them with `ps -o pid,stat,cmd -g {st.pgid}`",
+        )
+    remove_state(workdir)
+    if not ours:
+        msg = f"server pid {st.pid} was not running; removed {state_path(workdir)}"
+    elif graceful:
+        msg = f"stopped tritonserver (pid {st.pid})"
+    else:
+        msg = f"tritonserver (pid {st.pid}) ignored SIGTERM for {grace:.0f}s and was killed"
+    return StopResult(workdir, ours, st.pid, graceful, msg)
