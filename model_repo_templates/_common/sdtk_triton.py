@@ -1,0 +1,166 @@
+"""Helpers shared by sdtk's Triton Python models.
+
+toolkit.repo copies this file next to every sdtk `model.py` (the model's version directory is on
+the Python backend's sys.path). It needs only numpy and triton_python_backend_utils: the engine
+repository's Python models run inside NVIDIA's container, which need not have sdtk installed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+_PLACEHOLDER = "$" + "{"
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def model_config(args: dict) -> tuple[dict, dict[str, str]]:
+    """The model config (JSON from Triton) and its `parameters` as key → string value."""
+    config = json.loads(args["model_config"])
+    params = {k: str(v.get("string_value", "")) for k, v in config.get("parameters", {}).items()}
+    return config, params
+
+
+def is_unset(value: str | None) -> bool:
+    """Empty, or an unfilled upstream placeholder (dollar, brace, name, brace: what upstream's
+    fill_template.py leaves behind). Spelled without the two characters together, because sdtk
+    checks that no rendered file contains them."""
+    if value is None:
+        return True
+    text = value.strip()
+    return text == "" or (text.startswith(_PLACEHOLDER) and text.endswith("}"))
+
+
+def param_str(params: dict[str, str], key: str, default: str | None = None) -> str | None:
+    value = params.get(key)
+    return default if is_unset(value) else value.strip()
+
+
+def param_bool(params: dict[str, str], key: str, default: bool) -> bool:
+    value = param_str(params, key)
+    if value is None:
+        return default
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise ValueError(f"parameter {key}={value!r} is not a boolean (true/false)")
+
+
+def param_int(params: dict[str, str], key: str, default: int | None) -> int | None:
+    value = param_str(params, key)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"parameter {key}={value!r} is not an integer") from None
+
+
+# --------------------------------------------------------------------------- tensors
+
+
+def inputs_of(request, names) -> dict[str, np.ndarray]:
+    """The inputs among `names` that the request carries, as numpy arrays."""
+    out = {}
+    for name in names:
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        if tensor is not None:
+            out[name] = tensor.as_numpy()
+    return out
+
+
+def row(array: np.ndarray, i: int) -> np.ndarray:
+    """Batch row `i`, keeping the batch dimension."""
+    return array[i : i + 1]
+
+
+def scalar(inputs: dict[str, np.ndarray], name: str, default, i: int = 0):
+    """Element `i` of a per-request scalar input ([B] after a reshape, or [B, 1]), else `default`."""
+    array = inputs.get(name)
+    if array is None or array.size == 0:
+        return default
+    flat = array.reshape(array.shape[0], -1) if array.ndim else array.reshape(1, 1)
+    value = flat[min(i, flat.shape[0] - 1), 0]
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return value.item() if hasattr(value, "item") else value
+
+
+def as_text(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def stack_rows(rows: list[np.ndarray], fill=0) -> np.ndarray:
+    """Concatenate [1, ...] rows along the batch axis, padding ragged trailing dims with `fill`."""
+    if len(rows) == 1:
+        return rows[0]
+    shape = [max(r.shape[d] for r in rows) for d in range(1, rows[0].ndim)]
+    out = np.full([len(rows), *shape], fill, dtype=rows[0].dtype)
+    for i, r in enumerate(rows):
+        out[(i, *(slice(0, s) for s in r.shape[1:]))] = r[0]
+    return out
+
+
+def word_lists(array: np.ndarray | None) -> list[list[int]]:
+    """Decode one row of the [2, N] stop/bad-words format (ids, then end offsets padded with -1)."""
+    if array is None or array.size == 0:
+        return []
+    a = np.asarray(array).reshape(2, -1)
+    ids, offsets = a[0].tolist(), [int(o) for o in a[1].tolist() if o >= 0]
+    out, start = [], 0
+    for end in offsets:
+        if end > start:
+            out.append(ids[start:end])
+        start = end
+    return out
+
+
+def stop_at(tokens: list[int], stops: list[list[int]], start: int = 0) -> int | None:
+    """The length of `tokens` up to and including the first stop sequence ending at or after index
+    `start`, or None. (TensorRT-LLM keeps the stop sequence in the output.)"""
+    best = None
+    for seq in stops:
+        n = len(seq)
+        if n == 0:
+            continue
+        for end in range(max(start + 1, n), len(tokens) + 1):
+            if tokens[end - n : end] == seq:
+                best = end if best is None else min(best, end)
+                break
+    return best
+
+
+# --------------------------------------------------------------------------- responses
+
+
+def error_response(message: str) -> pb_utils.InferenceResponse:
+    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+
+
+def response(outputs: dict[str, np.ndarray]) -> pb_utils.InferenceResponse:
+    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v) for k, v in outputs.items()])
+
+
+def output_dtype(config: dict, name: str):
+    return pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, name)["data_type"])
+
+
+def send_all(sender, outputs, what: str) -> None:
+    """Send each output dict of the iterable `outputs` through a decoupled response sender as soon
+    as it is made, then the FINAL flag. An error ends the stream with an error response naming
+    `what`."""
+    final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+    try:
+        for out in outputs:
+            sender.send(response(out))
+    except Exception as e:
+        sender.send(error_response(f"{what}: {e}"), flags=final)
+        return
+    sender.send(flags=final)

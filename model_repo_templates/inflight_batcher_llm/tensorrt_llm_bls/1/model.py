@@ -1,0 +1,458 @@
+"""sdtk tensorrt_llm_bls model: preprocessing → tensorrt_llm → postprocessing in Python, and the
+draft-target loop.
+
+Serves the tensor contract of the official inflight_batcher_llm `tensorrt_llm_bls` model:
+
+- Plain generation (`num_draft_tokens` 0): one call of the LLM model (`tensorrt_llm_model_name`),
+  streamed chunk by chunk when the request sets `stream` (which needs a decoupled deployment);
+  `accumulate_tokens` makes every streamed chunk carry the whole text so far.
+- Draft-target (`num_draft_tokens` > 0), as upstream's loop: call the draft model
+  (`tensorrt_llm_draft_model_name`) for k tokens, call the target with them as `draft_input_ids`
+  and `request_output_len` k+1, append the target's new tokens, repeat until `max_tokens`, the end
+  id, a stop word, or no progress. k = min(num_draft_tokens, tokens left - 1).
+
+Differences from upstream, all deliberate:
+- Acceptance outputs (`acceptance_rate`, `total_accepted_draft_tokens`, `total_draft_tokens`)
+  cover the WHOLE request: the sums over every loop iteration. Upstream returns the last
+  target call's metrics, i.e. the last iteration only.
+- A decoupled deployment may stream the draft-target loop: each iteration's accepted tokens go
+  out as one chunk (upstream rejects streaming with speculative decoding).
+- A request without `num_draft_tokens` / `use_draft_logits` uses the parameters
+  `default_num_draft_tokens` / `default_use_draft_logits` (upstream: 0 / false), so that plain
+  clients get the recipe's speculation; send `num_draft_tokens` 0 to switch it off per request.
+- Requests with batch size > 1 are served row by row (not streamed).
+
+The LLM models are called with this model's own transaction policy: toolkit.repo renders the
+BLS, tensorrt_llm and tensorrt_llm_draft with the same `decoupled` value.
+
+sdtk's own code (not upstream's model.py); it needs numpy only.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import sdtk_triton as st
+import triton_python_backend_utils as pb_utils
+
+# BLS input → preprocessing input (the ensemble's first step, by name).
+PRE_INPUTS = {
+    "text_input": "QUERY",
+    "decoder_text_input": "DECODER_QUERY",
+    "max_tokens": "REQUEST_OUTPUT_LEN",
+    "bad_words": "BAD_WORDS_DICT",
+    "stop_words": "STOP_WORDS_DICT",
+    "embedding_bias_words": "EMBEDDING_BIAS_WORDS",
+    "embedding_bias_weights": "EMBEDDING_BIAS_WEIGHTS",
+    "end_id": "END_ID",
+    "pad_id": "PAD_ID",
+    "prompt_table_extra_id": "PROMPT_TABLE_EXTRA_ID",
+}
+# Preprocessing output → LLM input.
+PRE_OUTPUTS = {
+    "INPUT_ID": "input_ids",
+    "REQUEST_INPUT_LEN": "input_lengths",
+    "REQUEST_OUTPUT_LEN": "request_output_len",
+    "BAD_WORDS_IDS": "bad_words_list",
+    "STOP_WORDS_IDS": "stop_words_list",
+    "EMBEDDING_BIAS": "embedding_bias",
+    "OUT_END_ID": "end_id",
+    "OUT_PAD_ID": "pad_id",
+    "OUT_PROMPT_TABLE_EXTRA_IDS": "prompt_table_extra_ids",
+    "DECODER_INPUT_ID": "decoder_input_ids",
+    "REQUEST_DECODER_INPUT_LEN": "decoder_input_lengths",
+}
+# BLS input → LLM input, passed through (renamed as the ensemble renames them).
+PASSTHROUGH = {
+    "exclude_input_in_output": "exclude_input_in_output",
+    "top_k": "runtime_top_k",
+    "top_p": "runtime_top_p",
+    "temperature": "temperature",
+    "length_penalty": "len_penalty",
+    "repetition_penalty": "repetition_penalty",
+    "min_tokens": "min_tokens",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "seed": "seed",
+    "return_log_probs": "return_log_probs",
+    "return_context_logits": "return_context_logits",
+    "return_generation_logits": "return_generation_logits",
+    "return_perf_metrics": "return_perf_metrics",
+    "return_num_input_tokens": "return_num_input_tokens",
+    "return_num_output_tokens": "return_num_output_tokens",
+    "num_return_sequences": "num_return_sequences",
+    "beam_width": "beam_width",
+    "prompt_embedding_table": "prompt_embedding_table",
+    "prompt_vocab_size": "prompt_vocab_size",
+    "lora_task_id": "lora_task_id",
+    "lora_weights": "lora_weights",
+    "lora_config": "lora_config",
+    "guided_decoding_guide_type": "guided_decoding_guide_type",
+    "guided_decoding_guide": "guided_decoding_guide",
+}
+MATRIX_INPUTS = ("prompt_embedding_table", "lora_weights", "lora_config")  # not [1]-shaped
+BLS_INPUTS = (*PRE_INPUTS, *PASSTHROUGH, "stream", "num_draft_tokens", "use_draft_logits")
+MULTIMODAL_INPUTS = ("image_input", "image_bytes_input", "image_url_input", "video_bytes_input")
+# LLM outputs the BLS returns under the same name.
+LLM_OUTPUTS = (
+    "cum_log_probs",
+    "output_log_probs",
+    "context_logits",
+    "generation_logits",
+    "batch_index",
+    "sequence_index",
+    "kv_cache_alloc_new_blocks",
+    "kv_cache_reused_blocks",
+    "kv_cache_alloc_total_blocks",
+    "arrival_time_ns",
+    "first_scheduled_time_ns",
+    "first_token_time_ns",
+    "last_token_time_ns",
+    "acceptance_rate",
+    "total_accepted_draft_tokens",
+    "total_draft_tokens",
+    "num_input_tokens",
+    "num_output_tokens",
+)
+# The draft model sees the ids and the sampling settings only.
+DRAFT_INPUTS = ("end_id", "pad_id", "temperature", "runtime_top_k", "runtime_top_p", "seed")
+# Inputs the draft-target loop sets itself on every target call.
+LOOP_INPUTS = (
+    "input_ids",
+    "input_lengths",
+    "request_output_len",
+    "streaming",
+    "exclude_input_in_output",
+    "return_perf_metrics",
+    "return_num_input_tokens",
+    "return_num_output_tokens",
+)
+
+
+def _int32(*values) -> np.ndarray:
+    return np.array([list(values)], dtype=np.int32)
+
+
+def _flag(value: bool) -> np.ndarray:
+    return np.array([[bool(value)]], dtype=np.bool_)
+
+
+def _ids(tokens: list[int]) -> dict[str, np.ndarray]:
+    return {"input_ids": _int32(*tokens), "input_lengths": _int32(len(tokens))}
+
+
+def _tokens_of(out: dict[str, np.ndarray]) -> list[int]:
+    """Beam 0 of an LLM response, up to its sequence length."""
+    n = int(out["sequence_length"].reshape(-1)[0])
+    return (
+        out["output_ids"]
+        .reshape(out["output_ids"].shape[0], -1, out["output_ids"].shape[-1])[0, 0, :n]
+        .tolist()
+    )
+
+
+def _prefix_len(new: list[int], draft: list[int]) -> int:
+    n = 0
+    while n < min(len(new), len(draft)) and new[n] == draft[n]:
+        n += 1
+    return n
+
+
+class Bls:
+    """The model's logic. `call(model, inputs, outputs, decoupled)` runs one Triton model and
+    yields its responses as dicts; injected so that the logic runs without a server in tests."""
+
+    def __init__(
+        self,
+        call,
+        *,
+        decoupled: bool,
+        target: str = "tensorrt_llm",
+        draft: str | None = None,
+        accumulate_tokens: bool = False,
+        default_num_draft_tokens: int = 0,
+        default_use_draft_logits: bool = False,
+        exclude_input_in_output: bool = False,
+    ):
+        self.call = call
+        self.decoupled = decoupled
+        self.target = target
+        self.draft = draft
+        self.accumulate_tokens = accumulate_tokens
+        self.default_num_draft_tokens = default_num_draft_tokens
+        self.default_use_draft_logits = default_use_draft_logits
+        self.exclude_input_in_output = exclude_input_in_output
+
+    # ------------------------------------------------------------------ entry point
+
+    def __call__(self, inputs: dict[str, np.ndarray]):
+        """Yield output dicts: one for a plain request, one per chunk for a streamed one."""
+        if "text_input" not in inputs or "max_tokens" not in inputs:
+            raise ValueError("text_input and max_tokens are required")
+        batch = inputs["text_input"].shape[0]
+        stream = bool(st.scalar(inputs, "stream", False))
+        if stream and not self.decoupled:
+            raise ValueError(
+                "Streaming is only supported if model is deployed using decoupled mode "
+                "(re-render with serving.decoupled: true)"
+            )
+        num_draft = int(st.scalar(inputs, "num_draft_tokens", self.default_num_draft_tokens))
+        if num_draft < 0:
+            raise ValueError(f"num_draft_tokens must be >= 0, got {num_draft}")
+        if batch == 1:
+            yield from self._one(inputs, stream, num_draft)
+            return
+        if stream:
+            raise ValueError(f"streaming needs batch size 1, got {batch}")
+        rows = [
+            list(self._one({k: st.row(v, i) for k, v in inputs.items()}, False, num_draft))[-1]
+            for i in range(batch)
+        ]
+        names = [n for n in rows[0] if all(n in r for r in rows)]
+        yield {n: st.stack_rows([r[n] for r in rows], b"" if n == "text_output" else 0) for n in names}
+
+    def _one(self, inputs: dict[str, np.ndarray], stream: bool, num_draft: int):
+        llm = self._preprocess(inputs)
+        for bls_name, llm_name in PASSTHROUGH.items():
+            if bls_name in inputs:
+                value = inputs[bls_name]
+                llm[llm_name] = value if bls_name in MATRIX_INPUTS else value.reshape(1, 1)
+        llm.setdefault("exclude_input_in_output", _flag(self.exclude_input_in_output))
+        if num_draft > 0:
+            yield from self._speculate(inputs, llm, num_draft, stream)
+        else:
+            yield from self._plain(llm, stream)
+
+    # ------------------------------------------------------------------ steps
+
+    def _preprocess(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        pre_in = {PRE_INPUTS[k]: v for k, v in inputs.items() if k in PRE_INPUTS}
+        out = list(self.call("preprocessing", pre_in, list(PRE_OUTPUTS), False))[-1]
+        n = int(out["REQUEST_INPUT_LEN"].reshape(-1)[0])
+        llm = {
+            "input_ids": out["INPUT_ID"][:, :n].astype(np.int32),
+            "input_lengths": _int32(n),
+            "request_output_len": out["REQUEST_OUTPUT_LEN"].astype(np.int32).reshape(1, 1),
+            "end_id": out["OUT_END_ID"].astype(np.int32).reshape(1, 1),
+            "pad_id": out["OUT_PAD_ID"].astype(np.int32).reshape(1, 1),
+        }
+        for name in ("BAD_WORDS_IDS", "STOP_WORDS_IDS", "EMBEDDING_BIAS", "OUT_PROMPT_TABLE_EXTRA_IDS"):
+            if name in out and out[name].size > 0:
+                llm[PRE_OUTPUTS[name]] = out[name]
+        if "decoder_text_input" in inputs:
+            llm["decoder_input_ids"] = out["DECODER_INPUT_ID"]
+            llm["decoder_input_lengths"] = out["REQUEST_DECODER_INPUT_LEN"].reshape(1, 1)
+        return llm
+
+    def _detokenize(self, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Token ids [1, beams, L] and lengths [1, beams] → text [1, beams], by postprocessing."""
+        post_in = {
+            "TOKENS_BATCH": tokens.astype(np.int32).reshape(1, -1, tokens.shape[-1]),
+            "SEQUENCE_LENGTH": lengths.astype(np.int32).reshape(1, -1),
+        }
+        return list(self.call("postprocessing", post_in, ["OUTPUT"], False))[-1]["OUTPUT"]
+
+    def _text(self, ids: list[int]) -> np.ndarray:
+        return self._detokenize(np.array(ids, dtype=np.int32).reshape(1, 1, len(ids)), _int32(len(ids)))
+
+    def _run(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One non-streaming LLM call (through this deployment's transaction policy)."""
+        outs = list(self.call(model, inputs, ["output_ids", "sequence_length", *LLM_OUTPUTS], self.decoupled))
+        if not outs:
+            raise RuntimeError(f"{model} returned no response")
+        return outs[-1]
+
+    def _plain(self, llm: dict[str, np.ndarray], stream: bool):
+        llm["streaming"] = _flag(stream)
+        so_far: list[int] = []
+        requested = ["output_ids", "sequence_length", *LLM_OUTPUTS]
+        for out in self.call(self.target, llm, requested, self.decoupled):
+            if stream and self.accumulate_tokens:  # one beam when streaming
+                so_far += _tokens_of(out)
+                text = self._text(so_far)
+            else:
+                text = self._detokenize(out["output_ids"], out["sequence_length"])
+            yield {"text_output": text, **{k: out[k] for k in LLM_OUTPUTS if k in out}}
+
+    def _speculate(
+        self, inputs: dict[str, np.ndarray], llm: dict[str, np.ndarray], num_draft: int, stream: bool
+    ):
+        if not self.draft:
+            raise ValueError(
+                "cannot perform speculative decoding without draft model "
+                "(parameter tensorrt_llm_draft_model_name is empty)"
+            )
+        for name, what in (
+            ("return_context_logits", "context logits"),
+            ("return_generation_logits", "generation logits"),
+            ("return_log_probs", "log probabilities"),
+        ):
+            if st.scalar(inputs, name, False):
+                raise ValueError(f"{what} are not supported with speculative decoding")
+        if (
+            int(st.scalar(inputs, "beam_width", 1)) > 1
+            or int(st.scalar(inputs, "num_return_sequences", 1)) > 1
+        ):
+            raise ValueError(
+                "beam search and several return sequences are not supported with speculative decoding"
+            )
+        use_logits = bool(st.scalar(inputs, "use_draft_logits", self.default_use_draft_logits))
+        perf = bool(st.scalar(inputs, "return_perf_metrics", False))
+        exclude = bool(st.scalar(inputs, "exclude_input_in_output", self.exclude_input_in_output))
+        count_in = bool(st.scalar(inputs, "return_num_input_tokens", False))
+        count_out = bool(st.scalar(inputs, "return_num_output_tokens", False))
+
+        prompt = llm["input_ids"][0].tolist()
+        max_new = int(llm["request_output_len"].reshape(-1)[0])
+        end_id = int(llm["end_id"].reshape(-1)[0])
+        stops = st.word_lists(llm["stop_words_list"][0]) if "stop_words_list" in llm else []
+        base = {k: v for k, v in llm.items() if k not in LOOP_INPUTS}
+        draft_base = {k: llm[k] for k in DRAFT_INPUTS if k in llm}
+        stats = {"arrival": time.time_ns(), "first": 0, "drafted": 0, "accepted": 0}
+
+        def outputs(ids: list[int]) -> dict[str, np.ndarray]:
+            out = {"text_output": self._text(ids)}
+            if perf:
+                now = time.time_ns()
+                drafted, accepted = stats["drafted"], stats["accepted"]
+                out["acceptance_rate"] = np.array(
+                    [[accepted / drafted if drafted else 0.0]], dtype=np.float32
+                )
+                out["total_accepted_draft_tokens"] = _int32(accepted)
+                out["total_draft_tokens"] = _int32(drafted)
+                for name, value in (
+                    ("arrival_time_ns", stats["arrival"]),
+                    ("first_scheduled_time_ns", stats["arrival"]),
+                    ("first_token_time_ns", stats["first"] or now),
+                    ("last_token_time_ns", now),
+                ):
+                    out[name] = np.array([[value]], dtype=np.int64)
+            if count_in:
+                out["num_input_tokens"] = _int32(len(prompt))
+            if count_out:
+                out["num_output_tokens"] = _int32(len(generated))
+            return out
+
+        tokens, generated = list(prompt), []
+        while len(generated) < max_new:
+            k = min(num_draft, max_new - len(generated) - 1)
+            draft, draft_logits = [], None
+            if k > 0:
+                d_in = {
+                    **draft_base,
+                    **_ids(tokens),
+                    "request_output_len": _int32(k),
+                    "exclude_input_in_output": _flag(True),
+                    "streaming": _flag(False),
+                }
+                if use_logits:
+                    d_in["return_generation_logits"] = _flag(True)
+                d = self._run(self.draft, d_in)
+                draft = _tokens_of(d)
+                if use_logits and "generation_logits" in d:
+                    logits = d["generation_logits"]
+                    draft_logits = logits.reshape(1, -1, logits.shape[-1])[:, : len(draft)]
+            t_in = {
+                **base,
+                **_ids(tokens),
+                "request_output_len": _int32(len(draft) + 1),
+                "exclude_input_in_output": _flag(True),
+                "return_perf_metrics": _flag(True),
+                "streaming": _flag(False),
+            }
+            if draft:
+                t_in["draft_input_ids"] = _int32(*draft)
+                if draft_logits is not None:
+                    t_in["draft_logits"] = draft_logits
+            t = self._run(self.target, t_in)
+            new = _tokens_of(t)
+            if "total_accepted_draft_tokens" in t:
+                accepted = int(t["total_accepted_draft_tokens"].reshape(-1)[0])
+            else:
+                accepted = _prefix_len(new, draft)
+            stats["drafted"] += len(draft)
+            stats["accepted"] += min(accepted, len(draft))
+            # The target stops short of k+1 tokens only at its end id (which it leaves out).
+            finished = len(new) < len(draft) + 1
+            if end_id in new:
+                new, finished = new[: new.index(end_id)], True
+            hit = st.stop_at(generated + new, stops, start=len(generated))
+            if hit is not None:
+                new, finished = (generated + new)[len(generated) : hit], True
+            new = new[: max_new - len(generated)]
+            tokens += new
+            generated += new
+            if new and not stats["first"]:
+                stats["first"] = time.time_ns()
+            if stream and new:  # totals so far: the last chunk carries the whole request's
+                yield outputs(list(generated) if self.accumulate_tokens else new)
+            if finished or not new:
+                break
+        if not stream:
+            yield outputs(generated if exclude else prompt + generated)
+        elif not generated:
+            yield outputs([])
+
+
+def triton_call(model: str, inputs: dict[str, np.ndarray], outputs: list[str], decoupled: bool):
+    """Run `model` through BLS and yield each response's output tensors (CPU numpy arrays)."""
+    kwargs = {}
+    if hasattr(pb_utils, "PreferredMemory"):
+        kwargs["preferred_memory"] = pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0)
+    request = pb_utils.InferenceRequest(
+        model_name=model,
+        inputs=[pb_utils.Tensor(k, v) for k, v in inputs.items()],
+        requested_output_names=list(outputs),
+        **kwargs,
+    )
+    responses = request.exec(decoupled=True) if decoupled else [request.exec()]
+    for response in responses:
+        if response.has_error():
+            raise RuntimeError(f"{model}: {response.error().message()}")
+        tensors = {t.name(): t.as_numpy() for t in response.output_tensors()}
+        if tensors:
+            yield tensors
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config, params = st.model_config(args)
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        self.bls = Bls(
+            triton_call,
+            decoupled=self.decoupled,
+            target=st.param_str(params, "tensorrt_llm_model_name", "tensorrt_llm"),
+            draft=st.param_str(params, "tensorrt_llm_draft_model_name"),
+            accumulate_tokens=st.param_bool(params, "accumulate_tokens", False),
+            default_num_draft_tokens=st.param_int(params, "default_num_draft_tokens", 0),
+            default_use_draft_logits=st.param_bool(params, "default_use_draft_logits", False),
+            exclude_input_in_output=st.param_bool(params, "exclude_input_in_output", False),
+        )
+
+    def _inputs(self, request) -> dict[str, np.ndarray]:
+        if st.inputs_of(request, MULTIMODAL_INPUTS):
+            raise ValueError("multimodal inputs are not supported by sdtk's BLS")
+        return st.inputs_of(request, BLS_INPUTS)
+
+    def execute(self, requests):
+        if self.decoupled:
+            for request in requests:
+                sender = request.get_response_sender()
+                try:
+                    outputs = self.bls(self._inputs(request))
+                except Exception as e:
+                    sender.send(
+                        st.error_response(f"tensorrt_llm_bls: {e}"),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                    )
+                    continue
+                st.send_all(sender, outputs, "tensorrt_llm_bls")
+            return None
+        responses = []
+        for request in requests:
+            try:
+                responses.append(st.response(list(self.bls(self._inputs(request)))[-1]))
+            except Exception as e:
+                responses.append(st.error_response(f"tensorrt_llm_bls: {e}"))
+        return responses

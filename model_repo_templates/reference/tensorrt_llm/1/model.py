@@ -1,0 +1,421 @@
+"""sdtk reference tensorrt_llm model: the official `tensorrt_llm` tensor contract, served by
+sdtk's PyTorch reference runtime (toolkit.reference) in Triton's Python backend.
+
+Rendered as `tensorrt_llm` (the target) and, for draft-target, `tensorrt_llm_draft`, from the same
+config.pbtxt template as the engine backend; this model reads the same parameters:
+
+- `gpt_model_path`: the engine directory; its config.json `reference` section names the
+  checkpoint, tokenizer, heads and the recipe's speculative section.
+- `decoding_mode`: empty = the mode the engine directory was built for; `top_k`, `top_p`,
+  `top_k_top_p` = plain decoding (speculation off, no rebuild); `medusa`, `eagle3` (alias
+  `eagle`), `lookahead`, `ngram` = that mode, which must be the one built.
+- `medusa_choices` / `eagle_choices` (Triton's "{0, 0}, {0, 1}" form) and `lookahead_window_size`,
+  `lookahead_ngram_size`, `lookahead_verification_set_size` override the built values.
+- `exclude_input_in_output`, `max_beam_width` (must be 1).
+
+Requests follow the C++ backend: `input_ids`/`input_lengths`/`request_output_len`, `end_id`
+(the end token is left out of the output), `temperature`/`runtime_top_k`/`runtime_top_p`/`seed`,
+`streaming` (decoupled deployments only; each chunk carries the new tokens as they come, and the
+perf outputs follow in a last, empty chunk), `stop_words_list`,
+`exclude_input_in_output`, `return_perf_metrics` (acceptance and timing outputs),
+`return_num_input_tokens`/`return_num_output_tokens`, per-request `lookahead_*` (speculation
+is off when they give no draft tokens, e.g. (1, 1, 0)). With `draft_input_ids` (the BLS
+draft-target loop) the target verifies the draft (`ReferenceRuntime.verify_draft`) and, like
+TensorRT-LLM, continues plainly until `request_output_len` tokens or the end id; draft logits are
+not needed (and are ignored). Features the reference runtime lacks (beam search, log probs,
+logits, LoRA, prompt tables, bad words, embedding bias, penalties) are refused per request.
+
+sdtk's own code; needs sdtk (toolkit.reference) in the Python that runs Triton's Python backend.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import sdtk_triton as st
+import triton_python_backend_utils as pb_utils
+
+PLAIN = ("top_k", "top_p", "top_k_top_p")
+MODES = {
+    "medusa": "medusa",
+    "eagle": "eagle3",
+    "eagle3": "eagle3",
+    "lookahead": "lookahead",
+    "ngram": "ngram",
+}
+LOOKAHEAD = ("lookahead_window_size", "lookahead_ngram_size", "lookahead_verification_set_size")
+INPUTS = (
+    "input_ids",
+    "input_lengths",
+    "request_output_len",
+    "draft_input_ids",
+    "end_id",
+    "stop_words_list",
+    "bad_words_list",
+    "embedding_bias",
+    "beam_width",
+    "num_return_sequences",
+    "temperature",
+    "runtime_top_k",
+    "runtime_top_p",
+    "seed",
+    "min_tokens",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "return_log_probs",
+    "return_context_logits",
+    "return_generation_logits",
+    "return_perf_metrics",
+    "return_num_input_tokens",
+    "return_num_output_tokens",
+    "exclude_input_in_output",
+    "streaming",
+    "stop",
+    *LOOKAHEAD,
+)
+UNSUPPORTED = (
+    "encoder_input_features",
+    "prompt_embedding_table",
+    "lora_task_id",
+    "lora_weights",
+    "lora_config",
+    "guided_decoding_guide",
+    "context_phase_params",
+    "cross_attention_mask",
+    "mrope_rotary_cos_sin",
+    "retention_token_range_starts",
+)
+# Per-request knobs the reference runtime does not implement, with the values that mean "off".
+NEUTRAL = {
+    "repetition_penalty": (1.0,),
+    "presence_penalty": (0.0,),
+    "frequency_penalty": (0.0,),
+    "min_tokens": (0, 1),
+    "beam_width": (1, 0),
+    "num_return_sequences": (1, 0),
+    "return_log_probs": (False,),
+    "return_context_logits": (False,),
+    "return_generation_logits": (False,),
+}
+
+
+def resolve_spec(built: dict, params: dict[str, str]) -> dict | None:
+    """The speculative section generation uses (None: plain decoding), from the section the
+    engine directory was built with and the config.pbtxt parameters."""
+    from toolkit.choices import from_triton_string
+
+    built_mode = built.get("mode", "none")
+    decoding_mode = (st.param_str(params, "decoding_mode") or "").lower()
+    if decoding_mode in PLAIN:
+        return None
+    if decoding_mode == "":
+        # draft_target speculates in the BLS loop (draft_input_ids), never inside this model.
+        mode = None if built_mode in ("none", "draft_target") else built_mode
+    elif decoding_mode in MODES:
+        mode = MODES[decoding_mode]
+        if mode != built_mode:
+            raise ValueError(
+                f"decoding_mode {decoding_mode} needs an engine directory built for {mode}; "
+                f"this one was built for {built_mode}"
+            )
+    else:
+        raise ValueError(
+            f"decoding_mode {decoding_mode!r} is not supported by the reference backend "
+            f"(use one of {', '.join([*PLAIN, *MODES])}, or leave it empty)"
+        )
+    if mode is None:
+        return None
+    spec = dict(built)
+    choices_key = {"medusa": "medusa_choices", "eagle3": "eagle_choices"}.get(mode)
+    if choices_key and st.param_str(params, choices_key):
+        spec[choices_key] = from_triton_string(st.param_str(params, choices_key))
+    if mode == "lookahead":
+        sizes = [st.param_int(params, k, None) for k in LOOKAHEAD]
+        if any(s is not None for s in sizes):
+            if None in sizes:
+                raise ValueError("decoding_mode lookahead needs all of " + ", ".join(LOOKAHEAD))
+            spec.update(window=sizes[0], ngram=sizes[1], verification_set=sizes[2])
+            spec.pop("max_draft_len", None)  # derived from (W, N, G)
+    return spec
+
+
+def load_runtime(engine_dir: Path):
+    """The reference runtime for an engine directory, and its built speculative section.
+
+    A draft-target engine directory loads its checkpoint alone: the draft runs as its own model
+    (tensorrt_llm_draft) and the BLS drives the loop.
+    """
+    from toolkit.reference import ReferenceRuntime
+
+    cfg = json.loads((engine_dir / "config.json").read_text())
+    ref = cfg.get("reference") or {}
+    built = ref.get("speculative") or {"mode": "none"}
+    if built.get("mode") == "draft_target":
+        tokenizer = ref.get("tokenizer")
+        runtime = ReferenceRuntime.load(
+            target=Path(ref["checkpoint"]),
+            dtype=str(cfg.get("pretrained_config", {}).get("dtype", "float32")),
+            tokenizer=Path(tokenizer) if tokenizer else None,
+        )
+    else:
+        runtime = ReferenceRuntime.from_engine_dir(engine_dir)
+    return runtime, built
+
+
+def _in_thread(run):
+    """Run `run(on_tokens)` in a worker thread and yield each list of tokens it reports, so that a
+    decoupled response can go out while generation continues."""
+    chunks: queue.Queue = queue.Queue()
+
+    def worker():
+        try:
+            run(lambda tokens: chunks.put(("tokens", list(tokens))))
+            chunks.put(("done", None))
+        except BaseException as e:  # re-raised in the consumer
+            chunks.put(("error", e))
+
+    threading.Thread(target=worker, name="sdtk-reference-generate", daemon=True).start()
+    while True:
+        kind, value = chunks.get()
+        if kind == "tokens":
+            yield value
+        elif kind == "done":
+            return
+        else:
+            raise value
+
+
+class Generator:
+    """The model's logic, independent of Triton: a runtime plus the deployment's settings."""
+
+    def __init__(self, runtime, spec, *, exclude_input_in_output: bool, decoupled: bool):
+        self.rt = runtime
+        self.spec = spec  # typed speculative section, or None for plain decoding
+        self.exclude_input_in_output = exclude_input_in_output
+        self.decoupled = decoupled
+
+    def __call__(self, inputs: dict[str, np.ndarray]):
+        """Yield output dicts: one for a plain request, one per chunk when streaming."""
+        self._check(inputs)
+        batch = inputs["input_ids"].shape[0]
+        stream = bool(st.scalar(inputs, "streaming", False))
+        if stream and not self.decoupled:
+            raise ValueError("Streaming is only supported if model is deployed using decoupled mode.")
+        if st.scalar(inputs, "stop", False):  # a cancellation: nothing to generate
+            yield {
+                "output_ids": np.zeros((batch, 1, 0), np.int32),
+                "sequence_length": np.zeros((batch, 1), np.int32),
+            }
+            return
+        if stream and batch > 1:
+            raise ValueError(f"streaming needs batch size 1, got {batch}")
+        if batch == 1:
+            yield from self._row(inputs, 0, stream)
+            return
+        rows = [list(self._row(inputs, i, False))[-1] for i in range(batch)]
+        yield {n: st.stack_rows([r[n] for r in rows]) for n in rows[0]}
+
+    @staticmethod
+    def _check(inputs: dict[str, np.ndarray]) -> None:
+        for name in UNSUPPORTED:
+            if name in inputs:
+                raise ValueError(f"input {name} is not supported by the reference backend")
+        for name, neutral in NEUTRAL.items():
+            if name in inputs and st.scalar(inputs, name, neutral[0]) not in neutral:
+                raise ValueError(f"{name} other than {neutral[0]} is not supported by the reference backend")
+        if "bad_words_list" in inputs and any(st.word_lists(r) for r in inputs["bad_words_list"]):
+            raise ValueError("bad_words_list is not supported by the reference backend")
+        if "embedding_bias" in inputs and np.any(inputs["embedding_bias"]):
+            raise ValueError("embedding_bias is not supported by the reference backend")
+        if "input_ids" not in inputs or "request_output_len" not in inputs:
+            raise ValueError("input_ids and request_output_len are required")
+
+    def _row(self, inputs: dict[str, np.ndarray], i: int, stream: bool):
+        from toolkit.reference import SamplingParams
+
+        arrival = time.time_ns()
+        length = int(st.scalar(inputs, "input_lengths", inputs["input_ids"].shape[1], i))
+        prompt = inputs["input_ids"][i, :length].astype(np.int64).tolist()
+        max_new = int(st.scalar(inputs, "request_output_len", 0, i))
+        end_id = int(st.scalar(inputs, "end_id", -2, i))
+        if end_id == -2:  # not given: the tokenizer's; a negative end id means none
+            end_id = self.rt.eos_token_id if self.rt.eos_token_id is not None else -1
+        sampling = SamplingParams(
+            temperature=float(st.scalar(inputs, "temperature", 0.0, i)),
+            top_k=int(st.scalar(inputs, "runtime_top_k", 0, i)),
+            top_p=float(st.scalar(inputs, "runtime_top_p", 1.0, i)) or 1.0,
+            seed=int(st.scalar(inputs, "seed", 0, i)) if "seed" in inputs else None,
+        )
+        exclude = bool(st.scalar(inputs, "exclude_input_in_output", self.exclude_input_in_output, i))
+        stops = st.word_lists(inputs["stop_words_list"][i]) if "stop_words_list" in inputs else []
+        perf = bool(st.scalar(inputs, "return_perf_metrics", False, i))
+        count_in = bool(st.scalar(inputs, "return_num_input_tokens", False, i))
+        count_out = bool(st.scalar(inputs, "return_num_output_tokens", False, i))
+        draft = (
+            inputs["draft_input_ids"][i].astype(np.int64).tolist() if "draft_input_ids" in inputs else None
+        )
+        spec, speculative = self._request_spec(inputs, i)
+        state = {"first": 0, "drafted": 0, "accepted": 0, "done": False}
+        out: list[int] = []
+
+        def keep(tokens: list[int]) -> list[int]:
+            """Append generated tokens, cutting at the end id (left out) or a stop word (kept)."""
+            if state["done"] or not tokens:
+                return []
+            start = len(out)
+            if end_id >= 0 and end_id in tokens:
+                tokens, state["done"] = tokens[: tokens.index(end_id)], True
+            out.extend(tokens[: max_new - start])
+            hit = st.stop_at(out, stops, start=start)
+            if hit is not None:
+                del out[hit:]
+                state["done"] = True
+            if len(out) > start and not state["first"]:
+                state["first"] = time.time_ns()
+            return out[start:]
+
+        def run(on_tokens) -> None:
+            if max_new <= 0:
+                return
+            if draft is None:
+                result = self.rt.generate(
+                    prompt,
+                    max_new,
+                    sampling=sampling,
+                    speculative=speculative,
+                    spec=spec,
+                    end_id=end_id,
+                    on_tokens=on_tokens,
+                )
+                state["drafted"], state["accepted"] = result.stats.draft_tokens, result.stats.accepted_tokens
+                return
+            # TensorRT-LLM draft_tokens_external: verify the draft, then decode plainly up to
+            # request_output_len (the BLS asks for len(draft) + 1) unless the end id comes. The plain
+            # steps are verify_draft calls without a draft: they extend the target's cache instead of
+            # prefilling the whole sequence again, as generate() would.
+            ids, produced, proposal = list(prompt), 0, draft
+            while produced < max_new:
+                verified = self.rt.verify_draft(ids, proposal, sampling=sampling, end_id=end_id)
+                new = verified.new_tokens[: max_new - produced]
+                if proposal:
+                    state["drafted"], state["accepted"] = len(proposal), min(verified.accepted, len(proposal))
+                    proposal = []
+                on_tokens(new)
+                ids += new
+                produced += len(new)
+                if not new or end_id in new:
+                    break
+
+        def outputs(tokens: list[int], final: bool = True) -> dict[str, np.ndarray]:
+            result = {
+                "output_ids": np.array(tokens, dtype=np.int32).reshape(1, 1, len(tokens)),
+                "sequence_length": np.array([[len(tokens)]], dtype=np.int32),
+            }
+            if not final:
+                return result
+            if perf:
+                now = time.time_ns()
+                drafted, accepted = state["drafted"], state["accepted"]
+                result["acceptance_rate"] = np.array(
+                    [[accepted / drafted if drafted else 0.0]], dtype=np.float32
+                )
+                result["total_accepted_draft_tokens"] = np.array([[accepted]], dtype=np.int32)
+                result["total_draft_tokens"] = np.array([[drafted]], dtype=np.int32)
+                for name, value in (
+                    ("arrival_time_ns", arrival),
+                    ("first_scheduled_time_ns", arrival),
+                    ("first_token_time_ns", state["first"] or now),
+                    ("last_token_time_ns", now),
+                ):
+                    result[name] = np.array([[value]], dtype=np.int64)
+            if count_in:
+                result["num_input_tokens"] = np.array([[len(prompt)]], dtype=np.int32)
+            if count_out:
+                result["num_output_tokens"] = np.array([[len(out)]], dtype=np.int32)
+            return result
+
+        if not stream:
+            run(keep)
+            yield outputs(out if exclude else prompt + out)
+            return
+        # Chunks go out as they come; the totals (known when generation ends) follow in a last,
+        # empty chunk, sent when asked for or when nothing else was.
+        sent = False
+        for tokens in _in_thread(run):
+            chunk = keep(tokens)
+            if chunk:
+                yield outputs(chunk, final=False)
+                sent = True
+        if perf or count_in or count_out or not sent:
+            yield outputs([])
+
+    def _request_spec(self, inputs: dict[str, np.ndarray], i: int):
+        """(spec, speculative) for one request: per-request lookahead sizes override the model's."""
+        if not any(k in inputs for k in LOOKAHEAD):
+            return self.spec, self.spec is not None
+        if self.spec is None or self.spec.mode != "lookahead":
+            raise ValueError("per-request lookahead_* inputs need a deployment with decoding_mode lookahead")
+        from toolkit.recipe import lookahead_max_draft_len
+        from toolkit.reference.runtime import parse_speculative
+
+        if not all(k in inputs for k in LOOKAHEAD):
+            raise ValueError("per-request lookahead needs all of " + ", ".join(LOOKAHEAD))
+        w, n, g = (int(st.scalar(inputs, k, 0, i)) for k in LOOKAHEAD)
+        if lookahead_max_draft_len(w, n, g) == 0:  # e.g. (1, 1, 0): no draft tokens, speculation off
+            return None, False
+        limit = (self.spec.window, self.spec.ngram, self.spec.verification_set)
+        if w > limit[0] or n > limit[1] or g > limit[2]:
+            raise ValueError(f"per-request lookahead ({w}, {n}, {g}) exceeds the deployment's {limit}")
+        spec = self.spec.model_dump()
+        spec.update(window=w, ngram=n, verification_set=g, max_draft_len=None)
+        return parse_speculative(spec), True
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        from toolkit.reference.runtime import parse_speculative
+
+        config, params = st.model_config(args)
+        name = config.get("name", "tensorrt_llm")
+        engine_dir = st.param_str(params, "gpt_model_path")
+        if engine_dir is None:
+            raise ValueError(f"{name}: parameter gpt_model_path (the engine directory) is empty")
+        if (st.param_int(params, "max_beam_width", 1) or 1) > 1:
+            raise ValueError(
+                f"{name}: the reference backend does not do beam search (max_beam_width must be 1)"
+            )
+        runtime, built = load_runtime(Path(engine_dir))
+        spec = resolve_spec(built, params)
+        self.name = name
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        self.generate = Generator(
+            runtime,
+            parse_speculative(spec) if spec is not None else None,
+            exclude_input_in_output=st.param_bool(params, "exclude_input_in_output", False),
+            decoupled=self.decoupled,
+        )
+
+    def execute(self, requests):
+        if self.decoupled:
+            for request in requests:
+                st.send_all(
+                    request.get_response_sender(),
+                    self.generate(st.inputs_of(request, INPUTS + UNSUPPORTED)),
+                    self.name,
+                )
+            return None
+        responses = []
+        for request in requests:
+            try:
+                responses.append(
+                    st.response(list(self.generate(st.inputs_of(request, INPUTS + UNSUPPORTED)))[-1])
+                )
+            except Exception as e:
+                responses.append(st.error_response(f"{self.name}: {e}"))
+        return responses

@@ -1,0 +1,747 @@
+"""sdtk's Triton Python models, in process, against the fake `triton_python_backend_utils`.
+
+Unit-level: the BLS calls fake preprocessing/LLM/postprocessing models and the reference
+tensorrt_llm model drives a fake runtime (a deterministic "LM": the next token is a function of
+the sequence). test_triton_integration.py runs the same code in a real Triton.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+EOS = 1
+VOCAB = 60
+
+
+def next_token(seq: list[int]) -> int:
+    """The fake target's greedy choice: deterministic, and now and then the end id."""
+    last = seq[-2:] if len(seq) > 1 else [0, *seq]
+    t = (last[-1] * 31 + last[-2] * 17 + len(seq) * 13) % VOCAB
+    return EOS if t == 5 else max(t, 3)
+
+
+def draft_token(seq: list[int]) -> int:
+    """The fake draft: the target's choice, except at every third length."""
+    return next_token(seq) if len(seq) % 3 else (next_token(seq) + 1) % VOCAB or 3
+
+
+def greedy(prompt: list[int], n: int, end_id: int = EOS) -> list[int]:
+    """What the target generates, TensorRT-LLM style: stops at the end id and leaves it out."""
+    seq, out = list(prompt), []
+    while len(out) < n:
+        t = next_token(seq)
+        if t == end_id:
+            break
+        seq.append(t)
+        out.append(t)
+    return out
+
+
+def args(config: dict) -> dict:
+    return {"model_config": json.dumps(config)}
+
+
+def model_config(name: str, params: dict[str, str], decoupled: bool = False) -> dict:
+    return {
+        "name": name,
+        "parameters": {k: {"string_value": v} for k, v in params.items()},
+        "model_transaction_policy": {"decoupled": decoupled},
+    }
+
+
+# --------------------------------------------------------------------------- sdtk_triton
+
+
+def test_helpers(pb):
+    import sdtk_triton as st
+
+    params = {"a": " 3 ", "b": "${b}", "c": "", "d": "True", "e": "maybe"}
+    assert st.param_int(params, "a", 0) == 3
+    assert st.param_str(params, "b") is None and st.param_int(params, "c", 7) == 7
+    assert st.param_bool(params, "d", False) is True and st.param_bool(params, "missing", True) is True
+    with pytest.raises(ValueError, match="e='maybe' is not a boolean"):
+        st.param_bool(params, "e", False)
+    assert st.word_lists(np.array([[5, 6, 7, 0], [2, 3, -1, -1]])) == [[5, 6], [7]]
+    assert st.word_lists(np.empty((2, 0))) == []
+    assert st.stop_at([1, 2, 3, 4, 5], [[3, 4]]) == 4
+    assert st.stop_at([1, 2, 3, 4, 5], [[3, 4]], start=4) is None  # ended before the new tokens
+    assert st.stop_at([1, 2, 3, 4, 5], [[9], [4, 5], [2]]) == 2
+    stacked = st.stack_rows([np.array([[1, 2]]), np.array([[3]])], fill=-1)
+    assert stacked.tolist() == [[1, 2], [3, -1]]
+    inputs = {"x": np.array([[4], [5]]), "r": np.array([True, False]), "s": np.array([[b"hi"]], dtype=object)}
+    assert st.scalar(inputs, "x", 0, 1) == 5 and st.scalar(inputs, "r", None) is True
+    assert st.scalar(inputs, "s", "") == "hi" and st.scalar(inputs, "none", 9) == 9
+
+
+# --------------------------------------------------------------------------- pre/postprocessing
+
+
+@pytest.fixture
+def pre(load_model, tokenizer):
+    module = load_model("inflight_batcher_llm/preprocessing/1/model.py")
+    return module, module.Preprocessor(tokenizer)
+
+
+def test_preprocessing_tokenizes_and_pads(pre, tokenizer):
+    _, p = pre
+    texts = ["def fib(n):", "Hello world! The quick brown fox"]
+    out = p(
+        {
+            "QUERY": np.array([[t.encode()] for t in texts], dtype=object),
+            "REQUEST_OUTPUT_LEN": np.array([[8], [9]]),
+        }
+    )
+    ids = [tokenizer.encode(t) for t in texts]
+    assert ids[0][0] == tokenizer.bos_token_id
+    assert out["REQUEST_INPUT_LEN"].tolist() == [[len(ids[0])], [len(ids[1])]]
+    width = max(map(len, ids))
+    assert out["INPUT_ID"].shape == (2, width) and out["INPUT_ID"].dtype == np.int32
+    assert out["INPUT_ID"][0, : len(ids[0])].tolist() == ids[0]
+    assert set(out["INPUT_ID"][0, len(ids[0]) :].tolist()) <= {tokenizer.pad_token_id}
+    assert out["REQUEST_OUTPUT_LEN"].tolist() == [[8], [9]]
+    assert out["OUT_END_ID"].tolist() == [[1], [1]] and out["OUT_PAD_ID"].tolist() == [[2], [2]]
+    assert out["BAD_WORDS_IDS"].shape == (2, 2, 0) and out["EMBEDDING_BIAS"].shape == (2, 0)
+    assert out["DECODER_INPUT_ID"].tolist() == [[2], [2]] and out["REQUEST_DECODER_INPUT_LEN"].tolist() == [
+        [1],
+        [1],
+    ]
+    assert "OUT_PROMPT_TABLE_EXTRA_IDS" not in out
+
+
+def test_preprocessing_options(pre, tokenizer):
+    module, _ = pre
+    p = module.Preprocessor(tokenizer, add_special_tokens=False)
+    out = p({
+        "QUERY": np.array([[b"fox"]], dtype=object),
+        "REQUEST_OUTPUT_LEN": np.array([[4]]),
+        "STOP_WORDS_DICT": np.array([[b" world", b"", b"fox"]], dtype=object),
+        "END_ID": np.array([[7]]),
+        "PAD_ID": np.array([[9]]),
+        "EMBEDDING_BIAS_WORDS": np.array([[b"fox"]], dtype=object),
+        "EMBEDDING_BIAS_WEIGHTS": np.array([[2.5]], dtype=np.float32),
+        "PROMPT_TABLE_EXTRA_ID": np.array([[3]], dtype=np.uint64),
+    })  # fmt: skip
+    assert out["INPUT_ID"][0].tolist() == tokenizer.encode("fox", add_special_tokens=False)
+    words = [tokenizer.encode(w, add_special_tokens=False) for w in (" world", "fox")]
+    import sdtk_triton as st
+
+    assert st.word_lists(out["STOP_WORDS_IDS"][0]) == words
+    assert out["STOP_WORDS_IDS"].shape == (1, 2, len(words[0]) + len(words[1]))
+    assert out["OUT_END_ID"].tolist() == [[7]] and out["OUT_PAD_ID"].tolist() == [[9]]
+    fox = tokenizer.encode("fox", add_special_tokens=False)
+    assert out["EMBEDDING_BIAS"].shape == (1, len(tokenizer))
+    assert out["EMBEDDING_BIAS"][0, fox].tolist() == [2.5] * len(fox) and out[
+        "EMBEDDING_BIAS"
+    ].sum() == 2.5 * len(fox)
+    assert out["OUT_PROMPT_TABLE_EXTRA_IDS"].shape == out["INPUT_ID"].shape
+
+
+def test_preprocessing_model(load_model, pb, tokenizer, tokenizer_dir):
+    module = load_model("inflight_batcher_llm/preprocessing/1/model.py")
+    model = module.TritonPythonModel()
+    model.initialize(
+        args(
+            model_config(
+                "preprocessing", {"tokenizer_dir": str(tokenizer_dir), "add_special_tokens": "false"}
+            )
+        )
+    )
+    good = pb.Request(
+        {"QUERY": np.array([[b"hello"]], dtype=object), "REQUEST_OUTPUT_LEN": np.array([[3]], np.int32)}
+    )
+    empty = pb.Request(
+        {"QUERY": np.array([[b""]], dtype=object), "REQUEST_OUTPUT_LEN": np.array([[3]], np.int32)}
+    )
+    image = pb.Request({**good.inputs, "IMAGE_URL": np.array([[b"http://x"]], dtype=object)})
+    responses = model.execute([good, empty, image])
+    assert len(responses) == 3
+    assert not responses[0].has_error() and responses[0].as_dict()["REQUEST_INPUT_LEN"].tolist() == [
+        [len(tokenizer.encode("hello", add_special_tokens=False))]
+    ]
+    assert "QUERY row 0 is empty" in responses[1].error().message()
+    assert "multimodal" in responses[2].error().message()
+    with pytest.raises(ValueError, match="tokenizer_dir is empty"):
+        module.TritonPythonModel().initialize(
+            args(model_config("preprocessing", {"tokenizer_dir": "${tokenizer_dir}"}))
+        )
+
+
+def test_postprocessing(load_model, pb, tokenizer, tokenizer_dir):
+    module = load_model("inflight_batcher_llm/postprocessing/1/model.py")
+    ids = tokenizer.encode("Hello world!")
+    tokens = np.array([[ids + [0, 0], ids[1:] + [0, 0, 0]]], dtype=np.int32)  # [1, 2 beams, L]
+    out = module.Postprocessor(tokenizer)(tokens, np.array([[len(ids), len(ids) - 1]]))
+    assert out.shape == (1, 2) and out[0, 0] == b"Hello world!" and out[0, 1] == b"Hello world!"
+    keep = module.Postprocessor(tokenizer, skip_special_tokens=False)(
+        np.array([ids], np.int32), np.array([len(ids)])
+    )
+    assert keep[0, 0] == b"<s>Hello world!"
+    model = module.TritonPythonModel()
+    model.initialize(
+        args(
+            model_config(
+                "postprocessing", {"tokenizer_dir": str(tokenizer_dir), "skip_special_tokens": "True"}
+            )
+        )
+    )
+    (response,) = model.execute(
+        [pb.Request({"TOKENS_BATCH": tokens[:, :1], "SEQUENCE_LENGTH": np.array([[len(ids)]])})]
+    )
+    assert response.as_dict()["OUTPUT"].tolist() == [[b"Hello world!"]]
+
+
+# --------------------------------------------------------------------------- fake models for the BLS
+
+
+def fake_preprocessing(inputs, requested, decoupled):
+    """Text → ids: one id per character (3 + ord % 50), BOS first; words list for stop words."""
+    text = inputs["QUERY"].reshape(-1)[0].decode()
+    ids = [0] + [3 + ord(c) % 50 for c in text]
+    out = {
+        "INPUT_ID": np.array([ids], np.int32),
+        "REQUEST_INPUT_LEN": np.array([[len(ids)]], np.int32),
+        "REQUEST_OUTPUT_LEN": inputs["REQUEST_OUTPUT_LEN"].reshape(1, 1),
+        "OUT_END_ID": inputs.get("END_ID", np.array([[EOS]])).reshape(1, 1).astype(np.int32),
+        "OUT_PAD_ID": np.array([[2]], np.int32),
+        "BAD_WORDS_IDS": np.empty((1, 2, 0), np.int32),
+        "EMBEDDING_BIAS": np.empty((1, 0), np.float32),
+        "DECODER_INPUT_ID": np.array([[2]], np.int32),
+        "REQUEST_DECODER_INPUT_LEN": np.array([[1]], np.int32),
+    }
+    stops = inputs.get("STOP_WORDS_DICT")
+    if stops is not None:  # words given as space-separated ids
+        seqs = [[int(x) for x in w.decode().split()] for w in stops.reshape(-1)]
+        flat = [t for s in seqs for t in s]
+        ends = [int(e) for e in np.cumsum([len(s) for s in seqs])]
+        out["STOP_WORDS_IDS"] = np.array([[flat, ends + [-1] * (len(flat) - len(ends))]], np.int32)
+    else:
+        out["STOP_WORDS_IDS"] = np.empty((1, 2, 0), np.int32)
+    return [out]
+
+
+def fake_postprocessing(inputs, requested, decoupled):
+    n = int(inputs["SEQUENCE_LENGTH"].reshape(-1)[0])
+    text = " ".join(str(t) for t in inputs["TOKENS_BATCH"].reshape(-1)[:n])
+    return [{"OUTPUT": np.array([[text.encode()]], dtype=object)}]
+
+
+def llm(choose, name):
+    """A fake C++ tensorrt_llm: draft_input_ids, request_output_len, end id, exclude, streaming."""
+
+    def run(inputs, requested, decoupled):
+        seq = inputs["input_ids"].reshape(-1).tolist()
+        n = int(inputs["request_output_len"].reshape(-1)[0])
+        end_id = int(inputs.get("end_id", np.array([EOS])).reshape(-1)[0])
+        stream = bool(inputs.get("streaming", np.array([False])).reshape(-1)[0])
+        if stream and not decoupled:
+            raise ValueError("Streaming is only supported if model is deployed using decoupled mode.")
+        draft = inputs["draft_input_ids"].reshape(-1).tolist() if "draft_input_ids" in inputs else []
+        accepted, new = 0, []
+        for d in draft:
+            if choose(seq + new) != d:
+                break
+            new.append(d)
+            accepted += 1
+        while len(new) < n:
+            t = choose(seq + new)
+            if t == end_id:
+                break
+            new.append(t)
+        exclude = bool(inputs.get("exclude_input_in_output", np.array([False])).reshape(-1)[0])
+        perf = bool(inputs.get("return_perf_metrics", np.array([False])).reshape(-1)[0])
+
+        def out(tokens):
+            o = {
+                "output_ids": np.array([[tokens]], np.int32).reshape(1, 1, -1),
+                "sequence_length": np.array([[len(tokens)]], np.int32),
+            }
+            if perf:
+                o["total_accepted_draft_tokens"] = np.array([[accepted]], np.int32)
+                o["total_draft_tokens"] = np.array([[len(draft)]], np.int32)
+                o["acceptance_rate"] = np.array([[accepted / len(draft) if draft else 0.0]], np.float32)
+            return o
+
+        if stream:
+            return [out(new[i : i + 2]) for i in range(0, len(new), 2)] or [out([])]
+        return [out(new if exclude else seq + new)]
+
+    run.__name__ = name
+    return run
+
+
+@pytest.fixture
+def bls_module(load_model, pb):
+    pb.MODELS.update(
+        preprocessing=fake_preprocessing,
+        postprocessing=fake_postprocessing,
+        tensorrt_llm=llm(next_token, "target"),
+        tensorrt_llm_draft=llm(draft_token, "draft"),
+    )
+    return load_model("inflight_batcher_llm/tensorrt_llm_bls/1/model.py")
+
+
+def make_bls(module, **kw):
+    defaults = dict(
+        decoupled=False, target="tensorrt_llm", draft="tensorrt_llm_draft", exclude_input_in_output=True
+    )
+    return module.Bls(module.triton_call, **{**defaults, **kw})
+
+
+def request(text="abc", max_tokens=12, **extra) -> dict[str, np.ndarray]:
+    out = {
+        "text_input": np.array([[text.encode()]], dtype=object),
+        "max_tokens": np.array([[max_tokens]], np.int32),
+    }
+    for k, v in extra.items():
+        dtype = {bool: np.bool_, int: np.int32, float: np.float32}[type(v)]
+        out[k] = np.array([[v]], dtype=dtype)
+    return out
+
+
+def ids_of(text_output: np.ndarray) -> list[int]:
+    return [int(t) for t in text_output.reshape(-1)[0].decode().split()]
+
+
+def prompt_of(text: str) -> list[int]:
+    return [0] + [3 + ord(c) % 50 for c in text]
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 7, 12, 40])
+@pytest.mark.parametrize("num_draft", [1, 3, 5])
+def test_bls_draft_target_loop_is_lossless_and_counts_the_whole_request(
+    bls_module, pb, max_tokens, num_draft
+):
+    bls = make_bls(bls_module)
+    want = greedy(prompt_of("abc"), max_tokens)
+    (plain,) = list(bls(request(max_tokens=max_tokens, num_draft_tokens=0)))
+    assert ids_of(plain["text_output"]) == want
+    pb.CALLS.clear()
+    (spec,) = list(bls(request(max_tokens=max_tokens, num_draft_tokens=num_draft, return_perf_metrics=True)))
+    assert ids_of(spec["text_output"]) == want
+    drafts = [c for c in pb.CALLS if c[0] == "tensorrt_llm_draft"]
+    targets = [c for c in pb.CALLS if c[0] == "tensorrt_llm"]
+    assert all(1 <= int(c[1]["request_output_len"][0, 0]) <= num_draft for c in drafts)
+    drafted = sum(c[1]["draft_input_ids"].size for c in targets if "draft_input_ids" in c[1])
+    for _, t in targets:
+        k = t["draft_input_ids"].size if "draft_input_ids" in t else 0
+        assert int(t["request_output_len"][0, 0]) == k + 1
+    accepted = sum(_accepted(c) for _, c in targets if "draft_input_ids" in c)
+    assert int(spec["total_draft_tokens"][0, 0]) == drafted
+    assert int(spec["total_accepted_draft_tokens"][0, 0]) == accepted
+    assert spec["acceptance_rate"][0, 0] == pytest.approx(accepted / drafted if drafted else 0.0)
+    assert spec["first_token_time_ns"][0, 0] >= spec["arrival_time_ns"][0, 0]
+    assert spec["last_token_time_ns"][0, 0] >= spec["first_token_time_ns"][0, 0]
+
+
+def _accepted(call_inputs) -> int:
+    """How many of a target call's draft tokens the fake target's greedy choice agrees with."""
+    draft = call_inputs["draft_input_ids"].reshape(-1).tolist()
+    want = greedy(call_inputs["input_ids"].reshape(-1).tolist(), len(draft))
+    n = 0
+    while n < min(len(draft), len(want)) and draft[n] == want[n]:
+        n += 1
+    return n
+
+
+def test_bls_default_num_draft_tokens_and_exclude(bls_module, pb):
+    bls = make_bls(bls_module, default_num_draft_tokens=4, exclude_input_in_output=False)
+    (out,) = list(bls(request(max_tokens=6, return_perf_metrics=True)))
+    assert ids_of(out["text_output"]) == prompt_of("abc") + greedy(prompt_of("abc"), 6)
+    assert int(out["total_draft_tokens"][0, 0]) > 0
+    (ex,) = list(bls(request(max_tokens=6, exclude_input_in_output=True)))
+    assert ids_of(ex["text_output"]) == greedy(prompt_of("abc"), 6)
+    assert "total_draft_tokens" not in ex  # only with return_perf_metrics
+
+
+def test_bls_stop_words_in_the_loop(bls_module):
+    want = greedy(prompt_of("abc"), 30)
+    stop = want[6:8]
+    bls = make_bls(bls_module)
+    stops = np.array([[" ".join(map(str, stop)).encode()]], dtype=object)
+    (out,) = list(bls({**request(max_tokens=30, num_draft_tokens=3), "stop_words": stops}))
+    end = next(e for e in range(2, len(want) + 1) if want[e - 2 : e] == stop)  # the first match
+    assert ids_of(out["text_output"]) == want[:end]
+
+
+def test_bls_end_id_stops_the_loop(bls_module):
+    text = next(t for t in (f"prompt {i}" for i in range(100)) if len(greedy(prompt_of(t), 200)) < 200)
+    full = greedy(prompt_of(text), 200)
+    bls = make_bls(bls_module)
+    (out,) = list(bls(request(text, max_tokens=200, num_draft_tokens=4)))
+    assert ids_of(out["text_output"]) == full
+
+
+def test_bls_streams_the_loop_when_decoupled(bls_module):
+    bls = make_bls(bls_module, decoupled=True)
+    chunks = list(bls(request(max_tokens=15, num_draft_tokens=3, stream=True, return_perf_metrics=True)))
+    assert len(chunks) > 1
+    assert [t for c in chunks for t in ids_of(c["text_output"])] == greedy(prompt_of("abc"), 15)
+    (whole,) = list(bls(request(max_tokens=15, num_draft_tokens=3, return_perf_metrics=True)))
+    assert int(chunks[-1]["total_draft_tokens"][0, 0]) == int(whole["total_draft_tokens"][0, 0])
+    assert int(chunks[0]["total_draft_tokens"][0, 0]) < int(chunks[-1]["total_draft_tokens"][0, 0])
+    acc = make_bls(bls_module, decoupled=True, accumulate_tokens=True)
+    chunks = list(acc(request(max_tokens=15, num_draft_tokens=3, stream=True)))
+    assert ids_of(chunks[-1]["text_output"]) == greedy(prompt_of("abc"), 15)
+
+
+def test_bls_plain_streaming(bls_module):
+    bls = make_bls(bls_module, decoupled=True)
+    chunks = list(bls(request(max_tokens=7, stream=True, num_draft_tokens=0)))
+    assert [len(ids_of(c["text_output"])) for c in chunks] == [2, 2, 2, 1]
+    acc = make_bls(bls_module, decoupled=True, accumulate_tokens=True)
+    chunks = list(acc(request(max_tokens=7, stream=True, num_draft_tokens=0)))
+    assert [len(ids_of(c["text_output"])) for c in chunks] == [2, 4, 6, 7]
+
+
+def test_bls_plain_returns_every_beam(bls_module, pb):
+    def two_beams(inputs, requested, decoupled):
+        return [
+            {
+                "output_ids": np.array([[[7, 8, 9], [7, 4, 0]]], np.int32),
+                "sequence_length": np.array([[3, 2]], np.int32),
+            }
+        ]
+
+    def post(inputs, requested, decoupled):
+        tokens, lengths = inputs["TOKENS_BATCH"], inputs["SEQUENCE_LENGTH"]
+        beams = [" ".join(map(str, tokens[0, k, : lengths[0, k]])).encode() for k in range(tokens.shape[1])]
+        return [{"OUTPUT": np.array([beams], dtype=object)}]
+
+    pb.MODELS.update(tensorrt_llm=two_beams, postprocessing=post)
+    (out,) = list(make_bls(bls_module)(request(beam_width=2, num_draft_tokens=0)))
+    assert out["text_output"].tolist() == [[b"7 8 9", b"7 4"]]
+
+
+def test_bls_batch_of_rows(bls_module):
+    bls = make_bls(bls_module)
+    batch = {
+        "text_input": np.array([[b"abc"], [b"hello"]], dtype=object),
+        "max_tokens": np.array([[5], [3]], np.int32),
+        "num_draft_tokens": np.array([[2], [2]], np.int32),
+    }
+    (out,) = list(bls(batch))
+    assert out["text_output"].shape == (2, 1)
+    assert ids_of(out["text_output"][0:1]) == greedy(prompt_of("abc"), 5)
+    assert ids_of(out["text_output"][1:2]) == greedy(prompt_of("hello"), 3)
+
+
+@pytest.mark.parametrize(
+    ("kw", "extra", "message"),
+    [
+        ({"draft": None}, {"num_draft_tokens": 2}, "without draft model"),
+        ({}, {"stream": True}, "decoupled mode"),
+        (
+            {},
+            {"num_draft_tokens": 2, "return_generation_logits": True},
+            "generation logits are not supported",
+        ),
+        ({}, {"num_draft_tokens": 2, "beam_width": 2}, "beam search"),
+        ({}, {"num_draft_tokens": -1}, "must be >= 0"),
+    ],
+)
+def test_bls_refusals(bls_module, kw, extra, message):
+    with pytest.raises(ValueError, match=message):
+        list(make_bls(bls_module, **kw)(request(**extra)))
+
+
+def test_bls_model_execute(bls_module, pb):
+    model = bls_module.TritonPythonModel()
+    params = {"tensorrt_llm_model_name": "tensorrt_llm", "tensorrt_llm_draft_model_name": "tensorrt_llm_draft",
+              "accumulate_tokens": "False", "default_num_draft_tokens": "3", "default_use_draft_logits": "False",
+              "exclude_input_in_output": "True", "multimodal_encoders_name": ""}  # fmt: skip
+    model.initialize(args(model_config("tensorrt_llm_bls", params, decoupled=False)))
+    good, bad = pb.Request(request(max_tokens=4)), pb.Request(request(stream=True))
+    responses = model.execute([good, bad])
+    assert len(responses) == 2
+    assert ids_of(responses[0].as_dict()["text_output"]) == greedy(prompt_of("abc"), 4)
+    assert "tensorrt_llm_bls: Streaming is only supported" in responses[1].error().message()
+
+    model = bls_module.TritonPythonModel()
+    model.initialize(args(model_config("tensorrt_llm_bls", params, decoupled=True)))
+    one, stream, broken = (pb.Request(request(max_tokens=4)), pb.Request(request(max_tokens=9, stream=True)),
+                           pb.Request({"text_input": np.array([[b"x"]], dtype=object)}))  # fmt: skip
+    assert model.execute([one, stream, broken]) is None
+    final = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+    (resp, flags), (last, last_flags) = one.sender.sent
+    assert (flags, last, last_flags) == (0, None, final) and not resp.has_error()
+    assert [f for _, f in stream.sender.sent][-1] == final and stream.sender.sent[-1][0] is None
+    assert len(stream.sender.sent) > 2 and not any(f for _, f in stream.sender.sent[:-1])
+    ((err, flags),) = broken.sender.sent
+    assert (
+        flags == pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        and "max_tokens are required" in err.error().message()
+    )
+
+
+# --------------------------------------------------------------------------- reference tensorrt_llm
+
+
+class FakeRuntime:
+    """The ReferenceRuntime API (docs/contracts.md) over the fake LM."""
+
+    eos_token_id = EOS
+
+    def __init__(self, choose=next_token):
+        self.choose = choose
+        self.calls = []
+
+    def generate(
+        self,
+        prompt_ids,
+        max_new_tokens,
+        *,
+        sampling=None,
+        speculative=True,
+        spec=None,
+        end_id=None,
+        on_tokens=None,
+    ):
+        from toolkit.reference import SpecStats
+
+        self.calls.append(("generate", list(prompt_ids), max_new_tokens, speculative, spec))
+        seq, out, stats = list(prompt_ids), [], SpecStats()
+        eos = self.eos_token_id if end_id is None else (None if end_id < 0 else end_id)
+        while len(out) < max_new_tokens:
+            step = []
+            for _ in range(min(2, max_new_tokens - len(out))):
+                t = self.choose(seq)
+                seq.append(t)
+                step.append(t)
+                if t == eos:
+                    break
+            stats.record([1] if speculative else [], len(step))
+            out += step
+            if on_tokens:
+                on_tokens(step)
+            if eos in step:
+                break
+        return type("R", (), {"token_ids": out, "stats": stats, "finish_reason": "length"})()
+
+    def verify_draft(self, input_ids, draft_ids, *, sampling=None, end_id=None):
+        self.calls.append(("verify", list(input_ids), list(draft_ids)))
+        seq, new = list(input_ids), []
+        for d in draft_ids:
+            if self.choose(seq + new) != d:
+                break
+            new.append(d)
+        new.append(self.choose(seq + new))
+        eos = self.eos_token_id if end_id is None else end_id
+        if eos in new:
+            new = new[: new.index(eos) + 1]
+        return type("V", (), {"new_tokens": new, "accepted": len(new) - 1})()
+
+
+@pytest.fixture
+def ref_module(load_model, pb):
+    pytest.importorskip("torch")
+    return load_model("reference/tensorrt_llm/1/model.py")
+
+
+def llm_request(prompt, n, **extra) -> dict[str, np.ndarray]:
+    out = {
+        "input_ids": np.array([prompt], np.int32),
+        "input_lengths": np.array([len(prompt)], np.int32),
+        "request_output_len": np.array([n], np.int32),
+    }
+    for k, v in extra.items():
+        out[k] = np.asarray(v) if isinstance(v, (list, np.ndarray)) else np.array([v])
+    return out
+
+
+def toks(out) -> list[int]:
+    return out["output_ids"].reshape(-1)[: int(out["sequence_length"].reshape(-1)[0])].tolist()
+
+
+def test_reference_generation(ref_module):
+    gen = ref_module.Generator(FakeRuntime(), None, exclude_input_in_output=False, decoupled=False)
+    prompt = next(p for p in (prompt_of(f"prompt {i}") for i in range(100)) if len(greedy(p, 200)) < 200)
+    full = greedy(prompt, 200)
+    (out,) = list(gen(llm_request(prompt, 200, return_perf_metrics=True, return_num_output_tokens=True)))
+    assert toks(out) == prompt + full  # the end id is left out, the prompt kept
+    assert out["output_ids"].shape == (1, 1, len(prompt) + len(full))
+    assert int(out["num_output_tokens"][0, 0]) == len(full)
+    (ex,) = list(gen(llm_request(prompt, 5, exclude_input_in_output=True)))
+    assert toks(ex) == full[:5] and "acceptance_rate" not in ex
+    (none,) = list(gen(llm_request(prompt, 5, end_id=-1)))
+    assert len(toks(none)) == len(prompt) + 5
+
+
+def test_reference_stop_words_and_stream(ref_module):
+    prompt = prompt_of("abc")
+    want = greedy(prompt, 20)
+    stop = np.array([[want[4:6], [2, -1]]], np.int32)  # one stop word of two tokens
+    gen = ref_module.Generator(FakeRuntime(), None, exclude_input_in_output=True, decoupled=True)
+    (out,) = list(gen(llm_request(prompt, 20, stop_words_list=stop)))
+    assert toks(out) == want[:6]
+    chunks = list(gen(llm_request(prompt, 9, streaming=True, return_perf_metrics=True)))
+    assert [t for c in chunks for t in toks(c)] == want[:9]
+    assert [len(toks(c)) for c in chunks] == [2, 2, 2, 2, 1, 0]  # sent as they come, then the totals
+    assert ["acceptance_rate" in c for c in chunks] == [False] * 5 + [True]
+    quiet = list(gen(llm_request(prompt, 3, streaming=True)))
+    assert [len(toks(c)) for c in quiet] == [2, 1]
+
+
+def test_reference_draft_input_ids_follow_trtllm(ref_module):
+    rt = FakeRuntime()
+    gen = ref_module.Generator(rt, None, exclude_input_in_output=True, decoupled=False)
+    prompt = prompt_of("abc")
+    want = greedy(prompt, 6)
+    draft = [want[0], want[1], (want[2] + 1) % VOCAB or 3, 9]
+    (out,) = list(gen(llm_request(prompt, len(draft) + 1, draft_input_ids=[draft], return_perf_metrics=True)))
+    assert toks(out) == want[:5]  # accepted 2 + bonus, then plain steps up to request_output_len
+    assert int(out["total_draft_tokens"][0, 0]) == 4 and int(out["total_accepted_draft_tokens"][0, 0]) == 2
+    assert [c[0] for c in rt.calls] == ["verify", "verify", "verify"]  # plain steps extend the cache
+
+
+def test_reference_per_request_lookahead(ref_module):
+    from toolkit.recipe import Lookahead
+
+    rt = FakeRuntime()
+    spec = Lookahead(mode="lookahead", window=4, ngram=3, verification_set=4)
+    gen = ref_module.Generator(rt, spec, exclude_input_in_output=True, decoupled=False)
+    prompt = prompt_of("abc")
+    list(gen(llm_request(prompt, 4)))
+    assert rt.calls[-1][3] is True and rt.calls[-1][4] is spec
+    list(
+        gen(
+            llm_request(
+                prompt, 4, lookahead_window_size=1, lookahead_ngram_size=1, lookahead_verification_set_size=0
+            )
+        )
+    )
+    assert rt.calls[-1][3] is False
+    list(
+        gen(
+            llm_request(
+                prompt, 4, lookahead_window_size=2, lookahead_ngram_size=2, lookahead_verification_set_size=1
+            )
+        )
+    )
+    assert (rt.calls[-1][4].window, rt.calls[-1][4].ngram, rt.calls[-1][4].verification_set) == (2, 2, 1)
+    with pytest.raises(ValueError, match="exceeds"):
+        list(
+            gen(
+                llm_request(
+                    prompt,
+                    4,
+                    lookahead_window_size=9,
+                    lookahead_ngram_size=2,
+                    lookahead_verification_set_size=1,
+                )
+            )
+        )
+    plain = ref_module.Generator(rt, None, exclude_input_in_output=True, decoupled=False)
+    with pytest.raises(ValueError, match="decoding_mode lookahead"):
+        list(
+            plain(
+                llm_request(
+                    prompt,
+                    4,
+                    lookahead_window_size=1,
+                    lookahead_ngram_size=1,
+                    lookahead_verification_set_size=0,
+                )
+            )
+        )
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"streaming": True}, "decoupled mode"),
+        ({"beam_width": 2}, "beam_width other than 1"),
+        ({"return_log_probs": True}, "return_log_probs"),
+        ({"repetition_penalty": 1.3}, "repetition_penalty"),
+        ({"bad_words_list": np.array([[[5], [1]]], np.int32)}, "bad_words_list"),
+        ({"lora_task_id": 3}, "lora_task_id"),
+    ],
+)
+def test_reference_refusals(ref_module, extra, message):
+    gen = ref_module.Generator(FakeRuntime(), None, exclude_input_in_output=True, decoupled=False)
+    with pytest.raises(ValueError, match=message):
+        list(gen(llm_request([0, 5], 3, **extra)))
+
+
+def test_reference_neutral_knobs_are_accepted(ref_module):
+    gen = ref_module.Generator(FakeRuntime(), None, exclude_input_in_output=True, decoupled=False)
+    extra = dict(repetition_penalty=1.0, beam_width=1, min_tokens=0, return_log_probs=False,
+                 bad_words_list=np.empty((1, 2, 0), np.int32), embedding_bias=np.zeros((1, 0), np.float32))  # fmt: skip
+    (out,) = list(gen(llm_request([0, 5], 3, **extra)))
+    assert toks(out) == greedy([0, 5], 3)
+
+
+def test_resolve_spec(ref_module):
+    built = {"mode": "medusa", "medusa_choices": [[0], [1]], "num_medusa_heads": 2}
+    assert ref_module.resolve_spec(built, {"decoding_mode": ""}) == built
+    assert ref_module.resolve_spec(built, {"decoding_mode": "top_k_top_p"}) is None
+    assert ref_module.resolve_spec(built, {"decoding_mode": "medusa", "medusa_choices": "{0}, {0, 0}"})[
+        "medusa_choices"
+    ] == [[0], [0, 0]]
+    with pytest.raises(ValueError, match="built for medusa"):
+        ref_module.resolve_spec(built, {"decoding_mode": "lookahead"})
+    with pytest.raises(ValueError, match="not supported"):
+        ref_module.resolve_spec(built, {"decoding_mode": "beam_search"})
+    assert (
+        ref_module.resolve_spec({"mode": "draft_target", "max_draft_len": 4}, {"decoding_mode": ""}) is None
+    )
+    eagle = ref_module.resolve_spec(
+        {"mode": "eagle3", "max_draft_len": 3}, {"decoding_mode": "eagle", "eagle_choices": "{0}, {1}"}
+    )
+    assert eagle["eagle_choices"] == [[0], [1]]
+    la = {"mode": "lookahead", "window": 4, "ngram": 3, "verification_set": 4, "max_draft_len": 16}
+    got = ref_module.resolve_spec(la, {"decoding_mode": "lookahead", "lookahead_window_size": "2",
+                                       "lookahead_ngram_size": "2", "lookahead_verification_set_size": "1"})  # fmt: skip
+    assert (got["window"], got["ngram"], got["verification_set"]) == (2, 2, 1) and "max_draft_len" not in got
+    with pytest.raises(ValueError, match="needs all of"):
+        ref_module.resolve_spec(la, {"decoding_mode": "lookahead", "lookahead_window_size": "2"})
+
+
+def test_reference_model_execute(ref_module, pb, monkeypatch):
+    monkeypatch.setattr(ref_module, "load_runtime", lambda path: (FakeRuntime(), {"mode": "none"}))
+    params = {"gpt_model_path": "/engines/target", "decoding_mode": "top_k_top_p", "exclude_input_in_output": "True",
+              "max_beam_width": "1"}  # fmt: skip
+    model = ref_module.TritonPythonModel()
+    model.initialize(args(model_config("tensorrt_llm", params, decoupled=True)))
+    plain, stream = pb.Request(llm_request([0, 5], 3)), pb.Request(llm_request([0, 5], 5, streaming=True))
+    bad = pb.Request(llm_request([0, 5], 3, beam_width=4))
+    assert model.execute([plain, stream, bad]) is None
+    final = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+    assert [f for _, f in plain.sender.sent] == [0, final] and plain.sender.sent[1][0] is None
+    assert toks(plain.sender.sent[0][0].as_dict()) == greedy([0, 5], 3)
+    sent = stream.sender.sent
+    assert [t for r, _ in sent[:-1] for t in toks(r.as_dict())] == greedy([0, 5], 5)
+    assert sent[-1] == (None, final)
+    assert "tensorrt_llm: beam_width" in bad.sender.sent[0][0].error().message()
+
+    model = ref_module.TritonPythonModel()
+    model.initialize(args(model_config("tensorrt_llm_draft", params, decoupled=False)))
+    responses = model.execute(
+        [pb.Request(llm_request([0, 5], 3)), pb.Request(llm_request([0, 5], 3, streaming=True))]
+    )
+    assert len(responses) == 2 and not responses[0].has_error()
+    assert "tensorrt_llm_draft: Streaming is only supported" in responses[1].error().message()
+    with pytest.raises(ValueError, match="max_beam_width"):
+        ref_module.TritonPythonModel().initialize(
+            args(model_config("tensorrt_llm", {**params, "max_beam_width": "4"}))
+        )
+
+
+def test_bls_and_reference_together_are_lossless(bls_module, ref_module, pb):
+    """The BLS loop over two reference models (target and a wrong-now-and-then draft)."""
+
+    def serve(gen):
+        return lambda inputs, requested, decoupled: list(gen(inputs))
+
+    pb.MODELS["tensorrt_llm"] = serve(
+        ref_module.Generator(FakeRuntime(), None, exclude_input_in_output=True, decoupled=False)
+    )
+    pb.MODELS["tensorrt_llm_draft"] = serve(
+        ref_module.Generator(FakeRuntime(draft_token), None, exclude_input_in_output=True, decoupled=False)
+    )
+    bls = make_bls(bls_module)
+    (out,) = list(bls(request(max_tokens=25, num_draft_tokens=4, return_perf_metrics=True)))
+    assert ids_of(out["text_output"]) == greedy(prompt_of("abc"), 25)
+    assert int(out["total_draft_tokens"][0, 0]) > 0

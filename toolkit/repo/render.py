@@ -1,0 +1,836 @@
+"""Rendering a Triton model repository from a recipe and its built engine directories.
+
+    result = render_repository(recipe, {"target": engines / "target"}, out, backend="reference")
+
+Every value comes from the recipe or from an engine directory's config.json (read the same way
+for every backend); every parameter the recipe does not set is rendered as an explicit default
+or as the empty string the C++ backend treats as unset, never as `${...}`. Nothing is written
+until every config.pbtxt has parsed as a Triton ModelConfig, the models agree on their
+transaction policy, and no template syntax is left; the repository is then written to
+`<out>.incomplete` and moved into place, replacing a previous one only on success.
+
+Layouts (docs in model_repo_templates/README.md):
+- engine:    preprocessing, postprocessing, tensorrt_llm (C++ `tensorrtllm` backend),
+             [tensorrt_llm_draft], tensorrt_llm_bls, ensemble
+- reference: the same models and wiring; tensorrt_llm[_draft] are Python models that run
+             toolkit.reference
+- llmapi:    tensorrt_llm (Python, NVIDIA's model.py + our model.yaml)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolkit import __version__
+from toolkit.build.context import SPEC_MODE_NAMES
+from toolkit.choices import to_triton_string
+from toolkit.errors import CompatError
+from toolkit.recipe import Recipe, lookahead_max_draft_len
+from toolkit.repo.engines import TRITON_DTYPES, EngineInfo, read_engine
+from toolkit.repo.errors import RenderError
+from toolkit.resources import templates_dir
+
+BACKENDS = ("engine", "llmapi", "reference")
+MANIFEST = "sdtk-repository.json"
+RUNBOOK = "RUNBOOK.md"
+TRTLLM_DIR_ENV = "TRTLLM_DIR"
+LLMAPI_MODEL_SOURCE = "triton_backend/all_models/llmapi/tensorrt_llm/1"
+# The Serving.model_name default: "the backend's natural entry point" (see entry_point).
+DEFAULT_MODEL_NAME = "ensemble"
+FIXED_MODELS = ("preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_draft")
+# llmapi speculative_config decoding_type per mode; "Eagle" is the 1.0/1.1 spelling of EAGLE-3.
+LLMAPI_DECODING_TYPES = {"draft_target": ("DraftTarget",), "eagle3": ("Eagle3", "Eagle"), "ngram": ("NGram",)}
+
+
+@dataclass
+class RenderResult:
+    """What was rendered, and how to use it."""
+
+    path: Path
+    backend: str
+    mode: str
+    entry_model: str  # the model clients call
+    entry_kind: str  # "ensemble" | "bls" | "llmapi": which inputs it takes
+    models: list[str]
+    decoupled: bool
+    files: list[str]  # relative to `path`
+    tensorrt_llm_models: list[str]  # the LLM models (launch_triton_server.py --tensorrt_llm_model_name)
+    world_size: int
+    multi_model: bool  # draft-target on the engine path: orchestrator mode (--multi-model)
+    warnings: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # files to add before launching
+
+    @property
+    def runbook(self) -> Path:
+        return self.path / RUNBOOK
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["path"] = str(self.path)
+        d["runbook"] = str(self.runbook)
+        return d
+
+
+@dataclass
+class _File:
+    rel: str
+    text: str
+    model: str | None
+    source: str  # the template or file it came from, for error messages
+    scan: bool = True  # False for third-party files copied verbatim
+
+
+# --------------------------------------------------------------------------- jinja
+
+
+def _pbstr(value: Any) -> str:
+    """A protobuf text-format string literal."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise TypeError(f"expected a string value for a config.pbtxt parameter, got {value!r}")
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{text}"'
+
+
+def _pbbool(value: Any) -> str:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected a boolean, got {value!r}")
+    return "true" if value else "false"
+
+
+def _yaml(value: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=4096).rstrip("\n")
+
+
+def _environment(root: Path):
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+    env = Environment(
+        loader=FileSystemLoader(str(root)),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters.update(pbstr=_pbstr, pbbool=_pbbool, yaml=_yaml)
+    return env
+
+
+def _render(env, template: str, context: dict[str, Any], *, model: str | None, root: Path) -> str:
+    from jinja2 import TemplateError
+
+    try:
+        return env.get_template(template).render(**context)
+    except (TemplateError, TypeError) as e:
+        line = getattr(e, "lineno", None)
+        if line is None:  # runtime errors: the template frame in the traceback has the line
+            for frame in reversed(traceback.extract_tb(e.__traceback__)):
+                if frame.filename.endswith(template):
+                    line = frame.lineno
+                    break
+        raise RenderError(
+            f"template error: {e}",
+            model=model,
+            file=root / template,
+            line=line,
+            hint="a template and toolkit.repo disagree on a value; this is a bug in sdtk",
+        ) from None
+
+
+def _b(value: bool) -> str:
+    """A boolean parameter value, spelled as upstream's fill commands spell it."""
+    return "True" if value else "False"
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_engines(recipe: Recipe, backend: str, engines: dict[str, EngineInfo]) -> list[str]:
+    """Cross-check the recipe against what was built. Returns warnings; raises RenderError."""
+    warnings: list[str] = []
+    spec = recipe.speculative
+    target = engines["target"]
+    built = target.speculative_decoding_mode
+    want = SPEC_MODE_NAMES[recipe.mode]
+    if "speculative_decoding_mode" in target.build and built != want:
+        raise RenderError(
+            f"the target engine was built with speculative_decoding_mode {built!r}, but the recipe's "
+            f"speculative.mode {recipe.mode} needs {want!r}",
+            file=target.config_path,
+            hint="rebuild the engines for this recipe (`sdtk build`)",
+        )
+    if "draft" in engines and engines["draft"].speculative_decoding_mode is not None:
+        raise RenderError(
+            f"the draft engine was built with speculative_decoding_mode "
+            f"{engines['draft'].speculative_decoding_mode!r}; a draft model decodes plainly",
+            file=engines["draft"].config_path,
+            hint="rebuild the draft engine without a speculative mode",
+        )
+    if backend == "engine" and recipe.mode == "lookahead":
+        need = lookahead_max_draft_len(spec.window, spec.ngram, spec.verification_set)
+        if target.max_draft_len != need:
+            raise RenderError(
+                f"build_config.max_draft_len is {target.max_draft_len}, but lookahead (W={spec.window}, "
+                f"N={spec.ngram}, G={spec.verification_set}) needs exactly {need}; the C++ backend would "
+                f"fail at load (tensorrtllm_backend#710)",
+                file=target.config_path,
+                hint="rebuild the engine for these lookahead sizes",
+            )
+    if backend == "engine" and recipe.mode == "draft_target" and target.max_draft_len < spec.max_draft_len:
+        raise RenderError(
+            f"the target engine accepts at most {target.max_draft_len} draft tokens (build_config.max_draft_len), "
+            f"fewer than speculative.max_draft_len {spec.max_draft_len} (tensorrtllm_backend#473)",
+            file=target.config_path,
+            hint="rebuild the target with --max_draft_len ≥ speculative.max_draft_len, or lower it",
+        )
+    if backend == "engine" and recipe.mode == "eagle" and spec.use_dynamic_tree:
+        raise RenderError(
+            "the Triton tensorrt_llm model takes only a static EAGLE tree (eagle_choices); "
+            "speculative.use_dynamic_tree cannot be served",
+            hint="set speculative.use_dynamic_tree: false (optionally with eagle_choices)",
+        )
+    if backend == "engine" and recipe.mode == "eagle" and spec.posterior_threshold is not None:
+        warnings.append(
+            "speculative.posterior_threshold is not a Triton tensorrt_llm parameter; the deployment uses "
+            "greedy acceptance"
+        )
+    if backend == "reference" and recipe.mode == "eagle3" and spec.use_dynamic_tree:
+        raise RenderError(
+            "the reference runtime does not implement EAGLE-3 dynamic trees",
+            hint="use a static tree (speculative.eagle_choices) or the default chain",
+        )
+    if backend == "reference" and recipe.mode == "draft_target" and spec.use_draft_logits:
+        warnings.append(
+            "speculative.use_draft_logits is ignored on the reference backend: its verification needs no "
+            "draft logits"
+        )
+    if backend != "llmapi" and recipe.build.max_batch_size != target.max_batch_size:
+        warnings.append(
+            f"build.max_batch_size is {recipe.build.max_batch_size} in the recipe but the target was built with "
+            f"{target.max_batch_size}; the repository uses the built value"
+        )
+    if (
+        backend == "engine"
+        and recipe.mode == "draft_target"
+        and recipe.serving.kv_cache_free_gpu_mem_fraction > 0.5
+    ):
+        warnings.append(
+            f"serving.kv_cache_free_gpu_mem_fraction {recipe.serving.kv_cache_free_gpu_mem_fraction} applies to "
+            "both tensorrt_llm and tensorrt_llm_draft on the same GPUs; the official draft-target recipe uses 0.5"
+        )
+    return warnings
+
+
+def entry_point(recipe: Recipe, backend: str) -> tuple[str, str]:
+    """(model name, kind) of the model clients call.
+
+    The natural entry point is the ensemble, except for draft-target, whose loop lives in the
+    BLS (the ensemble has no `num_draft_tokens`), and llmapi, whose only model is tensorrt_llm.
+    `serving.model_name` renames that entry point; its default, "ensemble", keeps the natural name.
+    """
+    if backend == "llmapi":
+        natural, kind = "tensorrt_llm", "llmapi"
+    elif recipe.mode == "draft_target":
+        natural, kind = "tensorrt_llm_bls", "bls"
+    else:
+        natural, kind = "ensemble", "ensemble"
+    name = recipe.serving.model_name
+    if name in (DEFAULT_MODEL_NAME, natural):
+        return natural, kind
+    taken = set(FIXED_MODELS) | {"tensorrt_llm_bls", "ensemble"}
+    if backend == "llmapi":
+        taken = set()
+    if name in taken:
+        raise RenderError(
+            f"serving.model_name '{name}' would rename the {kind} entry point to the name of another model "
+            "in the repository",
+            hint=f"choose another name, or leave serving.model_name at '{DEFAULT_MODEL_NAME}' ({natural})",
+        )
+    return name, kind
+
+
+# --------------------------------------------------------------------------- values
+
+
+def _tokenizer_dir(recipe: Recipe, target: EngineInfo, explicit: Path | str | None) -> tuple[str, list[str]]:
+    """The tokenizer pre/postprocessing load: explicit > engine config > recipe source."""
+    if explicit is not None:
+        return str(Path(explicit).expanduser().absolute()), []
+    ref = target.reference or {}
+    if ref.get("tokenizer"):
+        return str(ref["tokenizer"]), []
+    source = recipe.models.tokenizer or recipe.models.target
+    local = recipe.local_path(source)
+    if local is not None:
+        return str(local), []
+    from toolkit.hub import resolve
+
+    resolved = resolve(source, role="tokenizer", recipe=recipe, fetch="none")
+    if resolved.path is not None:
+        return str(resolved.path), []
+    return str(source.repo), [
+        f"tokenizer {source.describe()} is not in the local Hugging Face cache; pre/postprocessing will "
+        "download it when they load (set HF_TOKEN for gated models)"
+    ]
+
+
+def _spec_params(recipe: Recipe, backend: str, role: str) -> dict[str, str]:
+    """decoding_mode, choices and lookahead sizes of one LLM model."""
+    out = {
+        "decoding_mode": "top_k_top_p",
+        "medusa_choices": "",
+        "eagle_choices": "",
+        "lookahead_window_size": "",
+        "lookahead_ngram_size": "",
+        "lookahead_verification_set_size": "",
+    }
+    spec = recipe.speculative
+    if role == "draft" or recipe.mode == "none":
+        return out
+    if recipe.mode == "draft_target":
+        # The target verifies the BLS's draft_input_ids; the C++ backend takes the decoding mode
+        # from the draft_tokens_external engine, and the reference model decodes plainly.
+        out["decoding_mode"] = ""
+    elif recipe.mode == "medusa":
+        out["decoding_mode"] = "medusa"
+        out["medusa_choices"] = to_triton_string(spec.choices)
+    elif recipe.mode in ("eagle", "eagle3"):
+        out["decoding_mode"] = "eagle" if backend == "engine" else "eagle3"
+        out["eagle_choices"] = to_triton_string(spec.eagle_choices) if spec.eagle_choices else ""
+    elif recipe.mode == "lookahead":
+        out["decoding_mode"] = "lookahead"
+        out["lookahead_window_size"] = str(spec.window)
+        out["lookahead_ngram_size"] = str(spec.ngram)
+        out["lookahead_verification_set_size"] = str(spec.verification_set)
+    elif recipe.mode == "ngram":
+        out["decoding_mode"] = "ngram"
+    return out
+
+
+def _llm_context(
+    recipe: Recipe, backend: str, engine: EngineInfo, name: str, tokenizer_dir: str, common: dict[str, Any]
+) -> dict[str, Any]:
+    s = recipe.serving
+    return {
+        **common,
+        "model_name": name,
+        "triton_backend": "tensorrtllm" if backend == "engine" else "python",
+        "triton_max_batch_size": engine.max_batch_size,
+        "instance_count": 1 if backend == "engine" else s.model_instance_count,
+        "encoder_input_features_data_type": TRITON_DTYPES.get(engine.dtype, "TYPE_FP16"),
+        # TYPE_FP16 like the ensemble's and the BLS's prompt_embedding_table, which feed this input.
+        "prompt_embedding_table_data_type": "TYPE_FP16",
+        "max_beam_width": str(engine.max_beam_width),
+        "batching_strategy": s.batching_strategy,
+        "engine_dir": str(engine.path),
+        "encoder_engine_dir": "",
+        "max_tokens_in_paged_kv_cache": "",
+        "max_attention_window_size": "",
+        "sink_token_length": "",
+        "batch_scheduler_policy": s.batch_scheduler_policy,
+        "kv_cache_free_gpu_mem_fraction": str(s.kv_cache_free_gpu_mem_fraction),
+        "cross_kv_cache_fraction": "",
+        "kv_cache_host_memory_bytes": "",
+        "kv_cache_onboard_blocks": "",
+        "enable_trt_overlap": "",
+        "exclude_input_in_output": _b(s.exclude_input_in_output),
+        "cancellation_check_period_ms": "",
+        "stats_check_period_ms": "",
+        "iter_stats_max_iterations": "",
+        "request_stats_max_iterations": "",
+        "enable_kv_cache_reuse": _b(s.enable_kv_cache_reuse),
+        "normalize_log_probs": "",
+        "enable_chunked_context": _b(s.enable_chunked_context),
+        "gpu_device_ids": "",
+        "participant_ids": "",
+        "num_nodes": "",
+        "lora_cache_optimal_adapter_size": "",
+        "lora_cache_max_adapter_size": "",
+        "lora_cache_gpu_memory_fraction": "",
+        "lora_cache_host_memory_bytes": "",
+        "lora_prefetch_dir": "",
+        **_spec_params(recipe, backend, engine.role),
+        "gpu_weights_percent": "",
+        "enable_context_fmha_fp32_acc": "",
+        "multi_block_mode": "",
+        "cuda_graph_mode": "",
+        "cuda_graph_cache_size": "",
+        "speculative_decoding_fast_logits": "",
+        "tokenizer_dir": tokenizer_dir,
+        "guided_decoding_backend": "",
+        "xgrammar_tokenizer_info_path": "",
+    }
+
+
+def _llm_args(recipe: Recipe, target: EngineInfo, options: dict[str, Any] | None) -> dict[str, Any]:
+    """The LLM() arguments of model.yaml: model, backend, parallelism, then the build's options."""
+    llmapi = target.llmapi or {}
+    source = recipe.models.target
+    model = llmapi.get("model") or (str(recipe.local_path(source)) if source.path else source.repo)
+    reserved = {"model", "backend", "triton_config"}
+    options = dict(options or {})
+    clash = sorted(reserved & set(options))
+    if clash:
+        raise RenderError(
+            f"the llmapi options set {', '.join(clash)}, which model.yaml reserves",
+            hint="remove them from extra_llm_api_options",
+        )
+    args: dict[str, Any] = {
+        "model": model,
+        "backend": "pytorch",
+        "tensor_parallel_size": recipe.parallel.tp,
+        "pipeline_parallel_size": recipe.parallel.pp,
+    }
+    if source.revision and "revision" not in options:
+        args["revision"] = source.revision
+    args.update(options)
+    spec = args.get("speculative_config")
+    if recipe.mode == "none":
+        if spec:
+            raise RenderError(
+                "the llmapi options carry a speculative_config but the recipe's speculative.mode is none",
+                hint="rebuild (`sdtk build`) so that the options match the recipe",
+            )
+    else:
+        allowed = LLMAPI_DECODING_TYPES[recipe.mode]
+        kind = spec.get("decoding_type") if isinstance(spec, dict) else None
+        if kind not in allowed:
+            raise RenderError(
+                f"speculative.mode {recipe.mode} needs a speculative_config with decoding_type "
+                f"{' or '.join(allowed)} in the llmapi options, found {kind!r}",
+                hint="rebuild (`sdtk build`) so that extra_llm_api_options.yaml has the speculative_config",
+            )
+    return args
+
+
+def _read_llmapi_options(target: EngineInfo) -> dict[str, Any] | None:
+    """extra_llm_api_options.yaml named by the engine config's `llmapi` section, if any."""
+    import yaml
+
+    path = (target.llmapi or {}).get("extra_llm_api_options")
+    if not path:
+        return None
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RenderError(
+            "the llmapi options file is missing", file=path, hint="rerun `sdtk build`"
+        ) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise RenderError(
+            f"invalid YAML: {getattr(e, 'problem', e)}", file=path, line=mark.line + 1 if mark else None
+        ) from None
+    if data is not None and not isinstance(data, dict):
+        raise RenderError("the llmapi options are not a mapping", file=path)
+    return data
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def _static(root: Path, rel: str) -> str:
+    return (root / rel).read_text(encoding="utf-8")
+
+
+def _python_model(root: Path, files: list[_File], name: str, model_py: str) -> None:
+    """A Python model's code: its model.py and the shared helpers next to it."""
+    files.append(_File(f"{name}/1/model.py", _static(root, model_py), name, model_py))
+    files.append(
+        _File(
+            f"{name}/1/sdtk_triton.py",
+            _static(root, "_common/sdtk_triton.py"),
+            name,
+            "_common/sdtk_triton.py",
+        )
+    )
+
+
+def _plan_inflight(
+    recipe: Recipe,
+    backend: str,
+    engines: dict[str, EngineInfo],
+    entry: str,
+    tokenizer_dir: str,
+    env,
+    root: Path,
+) -> tuple[list[_File], list[str], list[str]]:
+    """Files, empty version directories and LLM model names of an engine or reference repository."""
+    s = recipe.serving
+    target = engines["target"]
+    draft_target = recipe.mode == "draft_target"
+    ensemble = entry if not draft_target else "ensemble"
+    bls = entry if draft_target else "tensorrt_llm_bls"
+    common = {
+        "recipe_name": recipe.display_name,
+        "mode": recipe.mode,
+        "backend": backend,
+        "triton_max_batch_size": target.max_batch_size,
+        "decoupled": s.decoupled,
+        "max_queue_delay_microseconds": s.max_queue_delay_microseconds,
+        "max_queue_size": s.max_queue_size,
+        "logits_datatype": "TYPE_FP32",
+    }
+    files: list[_File] = []
+
+    def render(template: str, rel: str, model: str, context: dict[str, Any]) -> None:
+        files.append(_File(rel, _render(env, template, context, model=model, root=root), model, template))
+
+    base = "inflight_batcher_llm"
+    render(
+        f"{base}/preprocessing/config.pbtxt.j2",
+        "preprocessing/config.pbtxt",
+        "preprocessing",
+        {
+            **common,
+            "tokenizer_dir": tokenizer_dir,
+            "add_special_tokens": _b(s.add_special_tokens),
+            "multimodal_model_path": "",
+            "engine_dir": str(target.path),
+            "max_num_images": "",
+            "hf_model_path": "",
+            "preprocessing_instance_count": s.preprocessing_instance_count,
+        },
+    )
+    _python_model(root, files, "preprocessing", f"{base}/preprocessing/1/model.py")
+    render(
+        f"{base}/postprocessing/config.pbtxt.j2",
+        "postprocessing/config.pbtxt",
+        "postprocessing",
+        {
+            **common,
+            "tokenizer_dir": tokenizer_dir,
+            "skip_special_tokens": _b(s.skip_special_tokens),
+            "postprocessing_instance_count": s.postprocessing_instance_count,
+        },
+    )
+    _python_model(root, files, "postprocessing", f"{base}/postprocessing/1/model.py")
+
+    llm_models = ["tensorrt_llm"] + (["tensorrt_llm_draft"] if draft_target else [])
+    empty_dirs = []
+    for name in llm_models:
+        engine = engines["draft" if name == "tensorrt_llm_draft" else "target"]
+        render(
+            f"{base}/tensorrt_llm/config.pbtxt.j2",
+            f"{name}/config.pbtxt",
+            name,
+            _llm_context(recipe, backend, engine, name, tokenizer_dir, common),
+        )
+        if backend == "reference":
+            _python_model(root, files, name, "reference/tensorrt_llm/1/model.py")
+        else:
+            empty_dirs.append(f"{name}/1")
+
+    spec = recipe.speculative
+    render(
+        f"{base}/tensorrt_llm_bls/config.pbtxt.j2",
+        f"{bls}/config.pbtxt",
+        bls,
+        {
+            **common,
+            "model_name": bls,
+            "accumulate_tokens": "False",
+            "tensorrt_llm_model_name": "tensorrt_llm",
+            "tensorrt_llm_draft_model_name": "tensorrt_llm_draft" if draft_target else "",
+            "multimodal_encoders_name": "",
+            "default_num_draft_tokens": str(spec.max_draft_len if draft_target else 0),
+            "default_use_draft_logits": _b(draft_target and backend == "engine" and spec.use_draft_logits),
+            "exclude_input_in_output": _b(s.exclude_input_in_output),
+            "bls_instance_count": s.bls_instance_count,
+        },
+    )
+    _python_model(root, files, bls, f"{base}/tensorrt_llm_bls/1/model.py")
+    render(
+        f"{base}/ensemble/config.pbtxt.j2",
+        f"{ensemble}/config.pbtxt",
+        ensemble,
+        {**common, "model_name": ensemble},
+    )
+    empty_dirs.append(f"{ensemble}/1")
+    return files, empty_dirs, llm_models
+
+
+def _plan_llmapi(
+    recipe: Recipe,
+    target: EngineInfo,
+    entry: str,
+    options: dict[str, Any] | None,
+    trtllm_dir: Path | None,
+    env,
+    root: Path,
+) -> tuple[list[_File], list[str], list[str]]:
+    """Files, warnings and missing files of an llmapi repository."""
+    context = {
+        "recipe_name": recipe.display_name,
+        "mode": recipe.mode,
+        "backend": "llmapi",
+        "model_name": entry,
+        "decoupled": recipe.serving.decoupled,
+        "llm_args": _llm_args(recipe, target, options),
+    }
+    files = [
+        _File(
+            f"{entry}/config.pbtxt",
+            _render(env, "llmapi/tensorrt_llm/config.pbtxt.j2", context, model=entry, root=root),
+            entry,
+            "llmapi/tensorrt_llm/config.pbtxt.j2",
+        ),
+        _File(
+            f"{entry}/1/model.yaml",
+            _render(env, "llmapi/tensorrt_llm/1/model.yaml.j2", context, model=entry, root=root),
+            entry,
+            "llmapi/tensorrt_llm/1/model.yaml.j2",
+        ),
+    ]
+    warnings, missing = [], []
+    source = trtllm_dir / LLMAPI_MODEL_SOURCE if trtllm_dir is not None else None
+    if source is not None and (source / "model.py").is_file():
+        for py in sorted(source.glob("*.py")):
+            files.append(
+                _File(f"{entry}/1/{py.name}", py.read_text(encoding="utf-8"), entry, str(py), scan=False)
+            )
+    else:
+        missing.append(f"{entry}/1/model.py")
+        why = f"{source} has no model.py" if source is not None else f"{TRTLLM_DIR_ENV} is not set"
+        warnings.append(
+            f"{entry}/1/model.py (NVIDIA's LLM-API Triton model) is not in the repository: {why}. Copy "
+            f"{LLMAPI_MODEL_SOURCE}/*.py from the TensorRT-LLM checkout matching the container's version "
+            f"(see RUNBOOK.md), or re-render with {TRTLLM_DIR_ENV} set"
+        )
+    return files, warnings, missing
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _parse_configs(files: list[_File]) -> dict[str, Any]:
+    """Parse every config.pbtxt as a Triton ModelConfig (before anything is written)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    configs = {}
+    for f in files:
+        if not f.rel.endswith("/config.pbtxt"):
+            continue
+        cfg = model_config_pb2.ModelConfig()
+        try:
+            text_format.Parse(f.text, cfg)
+        except text_format.ParseError as e:
+            raise RenderError(
+                f"rendered config.pbtxt is not a valid ModelConfig: {e}",
+                model=f.model,
+                file=f.rel,
+                line=e.GetLine() if hasattr(e, "GetLine") else None,
+                hint=f"rendered from {f.source}; this is a bug in sdtk's templates",
+            ) from None
+        directory = f.rel.split("/", 1)[0]
+        if cfg.name != directory:
+            raise RenderError(
+                f"config name '{cfg.name}' differs from its directory '{directory}'",
+                model=f.model,
+                file=f.rel,
+            )
+        configs[directory] = cfg
+    return configs
+
+
+def _check_configs(
+    configs: dict[str, Any], *, decoupled: bool, llm_models: list[str], bls: str | None
+) -> None:
+    """The models must agree on the transaction policy; ensemble steps must exist."""
+    for name in [*llm_models, *([bls] if bls else [])]:
+        cfg = configs[name]
+        if cfg.model_transaction_policy.decoupled != decoupled:
+            raise RenderError(
+                f"decoupled is {cfg.model_transaction_policy.decoupled} but serving.decoupled is {decoupled}: "
+                "the BLS calls the LLM models with its own transaction policy, so they must agree",
+                model=name,
+                file=f"{name}/config.pbtxt",
+            )
+    for name, cfg in configs.items():
+        if cfg.platform != "ensemble":
+            continue
+        for step in cfg.ensemble_scheduling.step:
+            if step.model_name not in configs:
+                raise RenderError(
+                    f"ensemble step calls model '{step.model_name}', which the repository does not have",
+                    model=name,
+                    file=f"{name}/config.pbtxt",
+                )
+
+
+def _scan(files: list[_File]) -> None:
+    """No template syntax may be left in anything sdtk rendered or wrote."""
+    for f in files:
+        if not f.scan:
+            continue
+        for number, line in enumerate(f.text.splitlines(), 1):
+            for token in ("${", "{{", "{%"):
+                if token in line:
+                    raise RenderError(
+                        f"'{token}' left in the output: {line.strip()[:120]}",
+                        model=f.model,
+                        file=f.rel,
+                        line=number,
+                        hint=f"from {f.source}; every value must be filled",
+                    )
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _is_repository(path: Path) -> bool:
+    return (path / MANIFEST).is_file()
+
+
+def _write(out: Path, files: list[_File], empty_dirs: list[str]) -> None:
+    """Write into `<out>.incomplete`, then swap it in; a previous repository goes only on success."""
+    tmp = out.with_name(out.name + ".incomplete")
+    old = out.with_name(out.name + ".previous")
+    for stale in (tmp, old):
+        if stale.exists():
+            shutil.rmtree(stale)
+    try:
+        tmp.mkdir(parents=True)
+        for d in empty_dirs:
+            (tmp / d).mkdir(parents=True, exist_ok=True)
+        for f in files:
+            path = tmp / f.rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f.text, encoding="utf-8")
+        if out.exists():
+            os.replace(out, old)
+            try:
+                os.replace(tmp, out)
+            except OSError:
+                os.replace(old, out)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def render_repository(
+    recipe: Recipe,
+    engines: dict[str, Path | str],
+    out_dir: Path | str,
+    *,
+    backend: str,
+    llmapi_options: dict[str, Any] | None = None,
+    tokenizer_dir: Path | str | None = None,
+    trtllm_dir: Path | str | None = None,
+    templates: Path | str | None = None,
+) -> RenderResult:
+    """Render the Triton model repository of `recipe` into `out_dir` (atomically).
+
+    engines: {"target": dir, "draft": dir} engine directories with config.json ("draft" only
+      for draft-target on engine/reference).
+    backend: "engine" | "llmapi" | "reference" (resolved, not "auto").
+    llmapi_options: the build's extra_llm_api_options (speculative_config included); default:
+      the file the target's config.json `llmapi` section names.
+    tokenizer_dir: override the tokenizer pre/postprocessing load.
+    trtllm_dir: a TensorRT-LLM checkout whose llmapi model.py to copy; default $TRTLLM_DIR.
+    templates: another template root (tests).
+    """
+    from toolkit.compat import check
+
+    if backend not in BACKENDS:
+        raise RenderError(f"backend must be one of {', '.join(BACKENDS)}, not '{backend}'")
+    check(recipe.mode, backend)  # CompatError for pairs the support matrix rules out
+    if backend == "engine" and recipe.mode == "draft_target" and recipe.serving.decoupled:
+        raise CompatError(
+            "the official draft-target deployment on the engine backend runs tensorrt_llm, tensorrt_llm_draft "
+            "and the BLS non-decoupled, so serving.decoupled must be false",
+            mode="draft_target",
+            backend="engine",
+            hint="set serving.decoupled: false",
+        )
+    out = Path(out_dir).expanduser().absolute()
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not _is_repository(out))):
+        raise RenderError(
+            f"refusing to replace {out}: it exists and is not a repository sdtk rendered (no {MANIFEST})",
+            hint="choose another output directory, or remove it yourself",
+        )
+    roles = ["target"] + (["draft"] if recipe.mode == "draft_target" and backend != "llmapi" else [])
+    for role in roles:
+        if role not in engines:
+            raise RenderError(
+                f"no {role} engine directory given", hint="run `sdtk build` for this recipe first"
+            )
+    info = {role: read_engine(engines[role], role) for role in roles}
+    warnings = _check_engines(recipe, backend, info)
+    entry, kind = entry_point(recipe, backend)
+    root = Path(templates).absolute() if templates is not None else templates_dir()
+    env = _environment(root)
+
+    missing: list[str] = []
+    if backend == "llmapi":
+        if llmapi_options is None:
+            llmapi_options = _read_llmapi_options(info["target"])
+        trtllm = trtllm_dir if trtllm_dir is not None else os.environ.get(TRTLLM_DIR_ENV)
+        files, more, missing = _plan_llmapi(
+            recipe,
+            info["target"],
+            entry,
+            llmapi_options,
+            Path(trtllm).expanduser() if trtllm else None,
+            env,
+            root,
+        )
+        warnings += more
+        empty_dirs: list[str] = []
+        llm_models = [entry]
+        bls = None
+    else:
+        tok, more = _tokenizer_dir(recipe, info["target"], tokenizer_dir)
+        warnings += more
+        files, empty_dirs, llm_models = _plan_inflight(recipe, backend, info, entry, tok, env, root)
+        bls = entry if kind == "bls" else "tensorrt_llm_bls"
+
+    configs = _parse_configs(files)
+    _check_configs(configs, decoupled=recipe.serving.decoupled, llm_models=llm_models, bls=bls)
+    result = RenderResult(
+        path=out,
+        backend=backend,
+        mode=recipe.mode,
+        entry_model=entry,
+        entry_kind=kind,
+        models=sorted(configs),
+        decoupled=recipe.serving.decoupled,
+        files=[],
+        tensorrt_llm_models=llm_models,
+        world_size=info["target"].world_size if backend != "llmapi" else recipe.parallel.world_size,
+        multi_model=backend == "engine" and recipe.mode == "draft_target",
+        warnings=warnings,
+        missing=missing,
+    )
+    from toolkit.repo.runbook import runbook
+
+    files.append(
+        _File(
+            RUNBOOK,
+            _render(env, "RUNBOOK.md.j2", runbook(recipe, result), model=None, root=root),
+            None,
+            "RUNBOOK.md.j2",
+        )
+    )
+    result.files = sorted([f.rel for f in files] + [MANIFEST])
+    manifest = {"sdtk_version": __version__, "recipe": recipe.display_name, **result.to_dict()}
+    manifest.pop("path")
+    manifest["runbook"] = RUNBOOK
+    files.append(_File(MANIFEST, json.dumps(manifest, indent=2) + "\n", None, "toolkit/repo/render.py"))
+    _scan(files)
+    _write(out, files, empty_dirs)
+    return result
