@@ -243,6 +243,408 @@ def build_cmd(
             click.echo(f"{role}: {path}")
 
 
+# --------------------------------------------------------------------------- generate
+
+
+@cli.command()
+@click.argument("recipe")
+@click.option(
+    "--prompt", required=True, help="Text to continue (tokenized as the target's AutoTokenizer does)."
+)
+@click.option("--max-tokens", default=64, show_default=True, type=int, help="Tokens to generate.")
+@click.option("--no-speculation", is_flag=True, help="Plain target decoding (the baseline).")
+@click.option("--temperature", default=0.0, show_default=True, type=float, help="0 = greedy.")
+@click.option("--top-k", default=0, show_default=True, type=int, help="0 = off.")
+@click.option("--top-p", default=1.0, show_default=True, type=float, help="1.0 = off.")
+@click.option("--seed", type=int, help="Sampling seed.")
+@set_option
+@json_option
+def generate(
+    recipe: str,
+    prompt: str,
+    max_tokens: int,
+    no_speculation: bool,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    seed: int | None,
+    overrides: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Generate in process with the reference runtime (no server) and print acceptance statistics."""
+    from toolkit.generate import run_generate
+    from toolkit.recipe import load_recipe
+
+    out = run_generate(
+        load_recipe(recipe, overrides),
+        prompt,
+        max_tokens,
+        no_speculation=no_speculation,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+    )
+    if as_json:
+        emit(out, True)
+        return
+    click.echo(out["text"])
+    st = out["stats"]
+    click.echo(
+        f"[{out['mode']}] {len(out['token_ids'])} tokens in {st['steps']} steps; "
+        f"accepted {st['accepted_tokens']}/{st['draft_tokens']} drafts "
+        f"(rate {st['acceptance_rate']:.2f}, length {st['acceptance_length']:.2f})",
+        err=True,
+    )
+
+
+# --------------------------------------------------------------------------- deploy and operate
+
+
+def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, int | None]) -> list[str]:
+    out = [f"serving.host={host}"] if host else []
+    for name, value in zip(("http_port", "grpc_port", "metrics_port"), ports, strict=True):
+        if value is not None:
+            out.append(f"serving.{name}={value}")
+    return out
+
+
+@cli.command()
+@click.argument("recipe")
+@click.option(
+    "--target",
+    type=click.Choice(["local", "k8s", "slurm"]),
+    default="local",
+    show_default=True,
+    help="local: launch tritonserver here; k8s/slurm: render manifests or an sbatch script into --out.",
+)
+@click.option(
+    "--backend", type=click.Choice(["auto", "engine", "llmapi", "reference"]), help="Overrides `backend`."
+)
+@click.option(
+    "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Root of deployments (./workdir)."
+)
+@click.option("--render-only", is_flag=True, help="Build and render the model repository; do not launch.")
+@click.option(
+    "--detach", is_flag=True, help="Leave the server running in the background (see sdtk status/stop)."
+)
+@click.option("--host", help="Bind address. Overrides `serving.host` (default 127.0.0.1).")
+@click.option("--http-port", type=int, help="Overrides `serving.http_port`.")
+@click.option("--grpc-port", type=int, help="Overrides `serving.grpc_port`.")
+@click.option("--metrics-port", type=int, help="Overrides `serving.metrics_port`.")
+@click.option("--auto-ports", is_flag=True, help="Pick free ports instead of the recipe's.")
+@click.option("--tritonserver", type=click.Path(dir_okay=False), help="tritonserver binary to use.")
+@click.option("--no-validate", is_flag=True, help="Skip the validation that follows readiness.")
+@click.option(
+    "--ready-timeout", default=600.0, show_default=True, type=float, help="Seconds to wait for READY."
+)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="k8s/slurm: output directory.")
+@click.option("--namespace", default="default", show_default=True, help="k8s: namespace.")
+@click.option(
+    "--image", help="k8s/slurm: container image (default: NGC tritonserver for the TRT-LLM version)."
+)
+@click.option("--replicas", default=1, show_default=True, type=int, help="k8s: replicas.")
+@set_option
+@json_option
+def deploy(
+    recipe: str,
+    target: str,
+    backend: str | None,
+    workdir: Path | None,
+    render_only: bool,
+    detach: bool,
+    host: str | None,
+    http_port: int | None,
+    grpc_port: int | None,
+    metrics_port: int | None,
+    auto_ports: bool,
+    tritonserver: str | None,
+    no_validate: bool,
+    ready_timeout: float,
+    out: Path | None,
+    namespace: str,
+    image: str | None,
+    replicas: int,
+    overrides: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Build, render, launch tritonserver, wait until READY, validate (foreground unless --detach)."""
+    from toolkit.errors import UsageError
+    from toolkit.recipe import load_recipe
+
+    r = load_recipe(recipe, [*overrides, *_serving_overrides(host, (http_port, grpc_port, metrics_port))])
+    if target != "local":
+        if out is None:
+            raise UsageError(f"--target {target} needs --out DIR")
+        if target == "k8s":
+            from toolkit.ops.k8s import render_k8s
+
+            paths = render_k8s(
+                r, namespace=namespace, image=image, replicas=replicas, out_dir=out, validate=True
+            )
+        else:
+            from toolkit.ops.slurm import render_slurm
+
+            opts = {"container_image": image} if image else {}
+            paths = render_slurm(r, out_dir=out, workdir=str((workdir or Path("workdir")).resolve()), **opts)
+        emit([str(p) for p in paths], as_json, lambda: click.echo("\n".join(str(p) for p in paths)))
+        return
+
+    from toolkit.deploy import deploy as run_deploy
+
+    def on_ready(result) -> None:
+        data = result.to_dict()
+        if as_json:
+            keys = ("pid", "http_url", "grpc_url", "metrics_url", "model", "model_repo")
+            emit({**{k: data[k] for k in keys}, **{k: v for k, v in data.items() if k not in keys}}, True)
+        else:
+            click.echo(f"model:    {data['model']} ({data['backend']}, {data['mode']})")
+            click.echo(
+                f"http:     {data['http_url']}\ngrpc:     {data['grpc_url']}\nmetrics:  {data['metrics_url']}"
+            )
+            click.echo(f"repo:     {data['model_repo']}\npid:      {data['pid']}")
+        sys.stdout.flush()
+
+    result = run_deploy(
+        r,
+        backend=backend,
+        workdir=workdir,
+        render_only=render_only,
+        detach=detach,
+        auto_ports=auto_ports,
+        tritonserver=tritonserver,
+        validate=not no_validate,
+        ready_timeout=ready_timeout,
+        on_ready=on_ready,
+    )
+    if render_only:
+        emit(
+            result.to_dict(),
+            as_json,
+            lambda: click.echo(f"{result.model_repo}\n(entry model: {result.model})"),
+        )
+
+
+workdir_option = click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Deployment directory (default: the only deployment under ./workdir).",
+)
+
+
+@cli.command()
+@workdir_option
+@json_option
+def status(workdir: Path | None, as_json: bool) -> None:
+    """Is the deployment's server running and ready? Exits 1 if not."""
+    from toolkit.deploy import find_deployment
+    from toolkit.server.state import server_status
+
+    st = server_status(find_deployment(workdir))
+    emit(st.to_dict(), as_json, lambda: click.echo(f"{st.state}: {st.message}"))
+    if not st.running:
+        raise click.exceptions.Exit(1)
+
+
+@cli.command()
+@workdir_option
+@click.option("-n", "--lines", type=int, help="Only the last N lines.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the server stops.")
+def logs(workdir: Path | None, lines: int | None, follow: bool) -> None:
+    """Print the deployment's tritonserver log."""
+    from toolkit.deploy import find_deployment
+    from toolkit.server.state import follow_logs, read_logs
+
+    wd = find_deployment(workdir)
+    if follow:
+        for line in follow_logs(wd, lines=lines or 50):
+            click.echo(line, nl=False)
+    else:
+        click.echo(read_logs(wd, lines), nl=False)
+
+
+@cli.command()
+@workdir_option
+@click.option(
+    "--grace", default=15.0, show_default=True, type=float, help="Seconds between SIGTERM and SIGKILL."
+)
+@json_option
+def stop(workdir: Path | None, grace: float, as_json: bool) -> None:
+    """Stop the deployment's server (and its Python backend stubs)."""
+    from dataclasses import asdict
+
+    from toolkit.deploy import find_deployment
+    from toolkit.server.state import stop_server
+
+    res = stop_server(find_deployment(workdir), grace=grace)
+    emit(asdict(res), as_json, lambda: click.echo(res.message))
+
+
+def _running_deployment(workdir: Path | None):
+    """(deployment dir, its ServerState) for --workdir, or a one-line error."""
+    from toolkit.deploy import find_deployment
+    from toolkit.errors import UsageError
+    from toolkit.server.state import read_state
+
+    wd = find_deployment(workdir)
+    st = read_state(wd)
+    if st is None:
+        raise UsageError(
+            f"no running deployment recorded in {wd}", hint="pass --url, or `sdtk deploy RECIPE --detach`"
+        )
+    return wd, st
+
+
+def _client_target(url: str | None, workdir: Path | None, protocol: str) -> tuple[str | None, str | None]:
+    """(url, model) from --url, or from the deployment's state.json."""
+    if url:
+        return url, None
+    _, st = _running_deployment(workdir)
+    return (st.http_url if protocol == "http" else st.grpc_url), st.model_name
+
+
+@cli.command()
+@click.option(
+    "--url", help="Server URL (HTTP host:port for http, host:port for grpc). Default: from --workdir."
+)
+@workdir_option
+@click.option("--model", help="Model to validate (default: the deployment's entry model, else 'ensemble').")
+@click.option("--recipe", help="Recipe of the deployment (enables the in-process baseline on CPU).")
+@click.option("--baseline-url", help="HTTP URL of a baseline (no speculation) deployment of the same target.")
+@click.option("--max-tokens", default=32, show_default=True, type=int)
+@json_option
+def validate(
+    url: str | None,
+    workdir: Path | None,
+    model: str | None,
+    recipe: str | None,
+    baseline_url: str | None,
+    max_tokens: int,
+    as_json: bool,
+) -> None:
+    """Validate a served deployment: metadata, HTTP + gRPC smoke, correctness gate, acceptance."""
+    from toolkit.recipe import load_recipe
+    from toolkit.validate import validate_deployment
+
+    grpc_url = None
+    rec = load_recipe(recipe) if recipe else None
+    if url:
+        http_url = url
+    else:
+        from toolkit.deploy import load_deployed_recipe
+
+        wd, st = _running_deployment(workdir)
+        http_url, grpc_url, model = st.http_url, st.grpc_url, model or st.model_name
+        rec = rec or load_deployed_recipe(wd)
+    report = validate_deployment(
+        http_url=http_url,
+        grpc_url=grpc_url,
+        model=model or "ensemble",
+        recipe=rec,
+        max_tokens=max_tokens,
+        baseline_url=baseline_url,
+        progress=None,
+    )
+
+    def human() -> None:
+        _table(
+            f"validation of '{report.model}' at {report.http_url}",
+            ["check", "status", "detail"],
+            [[c.name, c.status, c.detail] for c in report.checks],
+        )
+
+    emit(report.to_dict(), as_json, human)
+    report.raise_if_failed()
+
+
+@cli.command()
+@click.argument("prompt")
+@click.option("--url", help="Server URL. Default: the running deployment under --workdir.")
+@workdir_option
+@click.option("--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
+@click.option("--model", help="Model to call (default: the deployment's entry model, else 'ensemble').")
+@click.option("--stream", is_flag=True, help="Stream tokens as they are generated.")
+@click.option("--max-tokens", default=64, show_default=True, type=int)
+@click.option("--temperature", type=float)
+@click.option("--num-draft-tokens", type=int, help="Draft-target BLS only: draft tokens per step (0 = off).")
+@json_option
+def infer(
+    prompt: str,
+    url: str | None,
+    workdir: Path | None,
+    protocol: str,
+    model: str | None,
+    stream: bool,
+    max_tokens: int,
+    temperature: float | None,
+    num_draft_tokens: int | None,
+    as_json: bool,
+) -> None:
+    """Send one generation request to a served model and print the text and acceptance stats."""
+    from toolkit.client import TritonClient
+
+    target, state_model = _client_target(url, workdir, protocol)
+    params: dict = {"exclude_input_in_output": True, "return_perf_metrics": True}
+    if temperature is not None:
+        params["temperature"] = temperature
+    if num_draft_tokens is not None:
+        params["num_draft_tokens"] = num_draft_tokens
+    with TritonClient(target, protocol=protocol, model=model or state_model or "ensemble") as c:
+        info = c.model_info()
+        params = {k: v for k, v in params.items() if k in info.inputs or k == "num_draft_tokens"}
+        if stream:
+            s = c.stream(prompt, max_tokens, **params)
+            for chunk in s:
+                if not as_json:
+                    click.echo(chunk.text, nl=False)
+            resp = s.response
+            if not as_json:
+                click.echo()
+        else:
+            resp = c.generate(prompt, max_tokens, **params)
+            if not as_json:
+                click.echo(resp.text)
+    if as_json:
+        emit(resp.to_dict(), True)
+    elif resp.total_draft_tokens is not None:
+        click.echo(
+            f"[{resp.model} over {resp.protocol}] accepted {resp.total_accepted_draft_tokens}/"
+            f"{resp.total_draft_tokens} draft tokens; {resp.latency_s * 1000:.0f} ms",
+            err=True,
+        )
+
+
+@cli.command()
+@click.option("--url", required=True, help="HTTP URL of the Triton server to probe.")
+@click.option("--port", default=9400, show_default=True, type=int, help="Port of the exporter's /metrics.")
+@click.option("--addr", default="127.0.0.1", show_default=True, help="Bind address of the exporter.")
+@click.option("--model", default="ensemble", show_default=True)
+@click.option("--interval", default=15.0, show_default=True, type=float, help="Seconds between probes.")
+@click.option("--num-draft-tokens", type=int, help="Draft-target BLS: draft tokens per probe request.")
+@click.option("--draft-len", type=int, help="Draft length, to derive acceptance length (steps) from counts.")
+def monitor(
+    url: str,
+    port: int,
+    addr: str,
+    model: str,
+    interval: float,
+    num_draft_tokens: int | None,
+    draft_len: int | None,
+) -> None:
+    """Export speculative-decoding metrics (sdtk_spec_*) for Prometheus by probing a deployment."""
+    from toolkit.ops.monitor import run_monitor
+
+    run_monitor(
+        url,
+        port=port,
+        addr=addr,
+        model=model,
+        interval=interval,
+        num_draft_tokens=num_draft_tokens,
+        draft_len=draft_len,
+    )
+
+
 # --------------------------------------------------------------------------- compat / doctor
 
 
@@ -281,9 +683,48 @@ def compat(mode: str | None, backend: str | None, as_json: bool) -> None:
 
 @cli.command()
 @click.option("--tritonserver", type=click.Path(dir_okay=False), help="Use this tritonserver binary.")
+@click.option(
+    "--url", help="Check a running deployment instead: health, models, metrics, speculation active."
+)
+@click.option("--model", default="ensemble", show_default=True, help="With --url: the model to probe.")
+@click.option(
+    "--num-draft-tokens", type=int, help="With --url on a draft-target BLS: draft tokens per probe."
+)
+@click.option(
+    "--baseline", is_flag=True, help="With --url: the deployment has no speculation; do not expect it."
+)
 @json_option
-def doctor(tritonserver: str | None, as_json: bool) -> None:
-    """Check Python, torch, TensorRT-LLM, tritonserver, GPUs and disk."""
+def doctor(
+    tritonserver: str | None,
+    url: str | None,
+    model: str,
+    num_draft_tokens: int | None,
+    baseline: bool,
+    as_json: bool,
+) -> None:
+    """Check Python, torch, TensorRT-LLM, tritonserver, GPUs and disk (or, with --url, a deployment)."""
+    if url:
+        from toolkit.ops.health import check_deployment
+
+        health = check_deployment(
+            url, model, num_draft_tokens=num_draft_tokens, expect_speculation=not baseline
+        )
+        emit(
+            health.to_dict(),
+            as_json,
+            lambda: (
+                _table(
+                    f"sdtk doctor {url}",
+                    ["check", "status", "value", "detail"],
+                    [[c.name, c.status, c.value, c.detail] for c in health.checks],
+                ),
+                click.echo(health.verdict),
+            ),
+        )
+        if not health.ok:
+            raise click.exceptions.Exit(1)
+        return
+
     from toolkit.doctor import run_doctor
 
     report = run_doctor(tritonserver)

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Served vs in-process speed of the reference backend, and time to READY.
+
+For each tiny recipe: deploy it on the embedded Triton (detached, free ports), measure the
+time from launch to READY, then generate 128 tokens per prompt over HTTP and in process with
+the reference runtime (same prompts, greedy), several rounds each; report medians and the
+served/in-process tok/s ratio (goal >= 0.85). Writes its section of docs/benchmarks.md.
+
+    python scripts/bench_served.py [--recipes tiny-draft-target,tiny-eagle3] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PROMPTS = [
+    "def fibonacci(n):",
+    "import os\n\n\ndef read_lines(path):",
+    "class Stack:\n    def __init__(self):",
+    "def parse_args(argv=None):\n    parser = argparse.ArgumentParser(",
+]
+START, END = "<!-- bench_served:start -->", "<!-- bench_served:end -->"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def sdtk(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "sdtk"), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def bench_recipe(name: str, rounds: int, max_tokens: int) -> dict:
+    import json
+
+    from toolkit.client import TritonClient
+    from toolkit.generate import run_generate
+    from toolkit.recipe import load_recipe
+
+    recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
+    ready_s = []
+    served_tps, local_tps = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        wd = Path(tmp)
+        for i in range(rounds):
+            t0 = time.monotonic()
+            p = sdtk(
+                "deploy",
+                str(recipe.source_path),
+                "--workdir",
+                str(wd),
+                "--detach",
+                "--auto-ports",
+                "--json",
+                "--no-validate",
+            )
+            if p.returncode != 0:
+                raise SystemExit(f"deploy {name} failed: {p.stderr.strip()[-2000:]}")
+            info = json.loads(p.stdout)
+            ready_s.append(info.get("ready_seconds") or (time.monotonic() - t0))
+            if i == rounds - 1:
+                with TritonClient(info["http_url"], protocol="http", model=info["model"]) as c:
+                    c.generate(PROMPTS[0], 8, exclude_input_in_output=True)  # warm-up
+                    for _ in range(rounds):
+                        toks, secs = 0, 0.0
+                        for prompt in PROMPTS:
+                            r = c.generate(prompt, max_tokens, exclude_input_in_output=True)
+                            ref = run_generate(
+                                recipe,
+                                prompt,
+                                max_tokens,
+                                no_speculation=False,
+                                temperature=0.0,
+                                top_k=0,
+                                top_p=1.0,
+                                seed=None,
+                            )
+                            if r.text != ref["text"]:
+                                raise SystemExit(
+                                    f"{name}: served text differs from in-process text for {prompt!r}"
+                                )
+                            toks += len(ref["token_ids"])
+                            secs += r.latency_s
+                        served_tps.append(toks / secs)
+            sdtk("stop", "--workdir", str(wd / recipe.display_name))
+        run_generate(
+            recipe, PROMPTS[0], 8, no_speculation=False, temperature=0.0, top_k=0, top_p=1.0, seed=None
+        )
+        for _ in range(rounds):
+            toks, secs = 0, 0.0
+            for prompt in PROMPTS:
+                t = time.perf_counter()
+                ref = run_generate(
+                    recipe,
+                    prompt,
+                    max_tokens,
+                    no_speculation=False,
+                    temperature=0.0,
+                    top_k=0,
+                    top_p=1.0,
+                    seed=None,
+                )
+                secs += time.perf_counter() - t
+                toks += len(ref["token_ids"])
+            local_tps.append(toks / secs)
+    s, lo = statistics.median(served_tps), statistics.median(local_tps)
+    return {
+        "recipe": name,
+        "ready_s": statistics.median(ready_s),
+        "ready_all": ready_s,
+        "served_tps": s,
+        "local_tps": lo,
+        "ratio": s / lo,
+    }
+
+
+def write_section(rows: list[dict], cmd: str, rounds: int, max_tokens: int) -> None:
+    import torch
+
+    lines = [
+        START,
+        "## Served vs in-process (reference backend on the embedded Triton)",
+        "",
+        f"- machine: {cpu_model()}, {len(__import__('os').sched_getaffinity(0))} cores, torch {torch.__version__}",
+        f"- command: `{cmd}`",
+        f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- method: {len(PROMPTS)} prompts x {max_tokens} tokens, greedy; median of {rounds} rounds; the anchor is "
+        "the in-process reference runtime measured in the same process; served = HTTP /generate latency "
+        "(tokenization, ensemble, Python backend included). Time to READY = launch until server, ensemble "
+        f"and every model are ready, median of {rounds} launches.",
+        "",
+        "| recipe | time to READY (s) | served tok/s | in-process tok/s | served / in-process |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['recipe']} | {r['ready_s']:.1f} | {r['served_tps']:.1f} | {r['local_tps']:.1f} | "
+            f"{r['ratio']:.2f} |"
+        )
+    lines += ["", "Goal: served / in-process >= 0.85.", END]
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    block = "\n".join(lines)
+    if START in text and END in text:
+        text = text[: text.index(START)] + block + text[text.index(END) + len(END) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--recipes", default="tiny-baseline,tiny-draft-target,tiny-eagle3,tiny-medusa")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    args = ap.parse_args()
+    rows = []
+    for name in args.recipes.split(","):
+        row = bench_recipe(name, args.rounds, args.max_tokens)
+        print(row, file=sys.stderr)
+        rows.append(row)
+    write_section(rows, "python " + " ".join(sys.argv), args.rounds, args.max_tokens)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""`sdtk deploy`: build (skipping finished steps) → render the repository → launch → validate.
+
+One deployment lives in `<workdir>/<recipe name>/`: `engines/`, `triton_repo/`, `logs/`
+and, while a server runs, `state.json`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolkit.errors import SdtkError, UsageError
+from toolkit.recipe import Recipe
+
+REPO_SUBDIR = "triton_repo"  # also used by toolkit/ops/k8s.py
+DEFAULT_WORKDIR = Path("workdir")
+
+
+def _stderr(msg: str) -> None:
+    print(f"sdtk deploy: {msg}", file=sys.stderr, flush=True)
+
+
+def deployment_dir(recipe: Recipe, workdir: Path | None) -> Path:
+    return (workdir or DEFAULT_WORKDIR).resolve() / recipe.display_name
+
+
+@dataclass
+class DeployResult:
+    recipe: str
+    backend: str
+    mode: str
+    workdir: Path
+    model_repo: Path
+    model: str
+    entry_kind: str
+    decoupled: bool
+    pid: int | None = None
+    http_url: str | None = None
+    grpc_url: str | None = None
+    metrics_url: str | None = None
+    command: list[str] = field(default_factory=list)
+    validation: dict[str, Any] | None = None
+    ready_seconds: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "http_url": self.http_url,
+            "grpc_url": self.grpc_url,
+            "metrics_url": self.metrics_url,
+            "model": self.model,
+            "model_repo": str(self.model_repo),
+            "workdir": str(self.workdir),
+            "recipe": self.recipe,
+            "backend": self.backend,
+            "mode": self.mode,
+            "entry_kind": self.entry_kind,
+            "decoupled": self.decoupled,
+            "command": self.command,
+            "ready_seconds": self.ready_seconds,
+            "validation": self.validation,
+        }
+
+
+def render(
+    recipe: Recipe, *, backend: str | None, workdir: Path | None, progress: Callable[[str], None] = _stderr
+) -> tuple[Any, Any]:
+    """Build (or reuse) the engines and render the model repository. Returns (BuildResult, RenderResult)."""
+    from toolkit.build import build
+    from toolkit.repo import render_repository
+
+    root = deployment_dir(recipe, workdir)
+    result = build(recipe, backend=backend, workdir=root.parent, dry_run=False, progress=progress)
+    engines = {role: Path(path) for role, path in result.outputs.items() if role in ("target", "draft")}
+    progress(f"rendering the {result.backend} model repository into {root / REPO_SUBDIR}")
+    rendered = render_repository(recipe, engines, root / REPO_SUBDIR, backend=result.backend)
+    for w in rendered.warnings:
+        progress(f"warning: {w}")
+    if rendered.missing:
+        raise SdtkError(
+            f"the repository at {rendered.path} still needs: {', '.join(rendered.missing)}",
+            hint=f"see {rendered.runbook}",
+        )
+    _save_recipe(recipe, root)
+    return result, rendered
+
+
+RECIPE_FILE = "recipe.json"
+
+
+def _save_recipe(recipe: Recipe, root: Path) -> None:
+    """The deployed recipe, overrides applied, so that `sdtk validate --workdir` can find it."""
+    import json
+    import os
+
+    data = {
+        "source": str(recipe.source_path) if recipe.source_path else None,
+        "recipe": recipe.model_dump(mode="json"),
+    }
+    tmp = root / (RECIPE_FILE + ".incomplete")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, root / RECIPE_FILE)
+
+
+def load_deployed_recipe(root: Path) -> Recipe | None:
+    import json
+
+    from toolkit.recipe import parse_recipe
+
+    path = root / RECIPE_FILE
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    return parse_recipe(data["recipe"], path=Path(data["source"]) if data.get("source") else None)
+
+
+def deploy(
+    recipe: Recipe,
+    *,
+    backend: str | None = None,
+    workdir: Path | None = None,
+    render_only: bool = False,
+    detach: bool = False,
+    auto_ports: bool = False,
+    tritonserver: str | None = None,
+    validate: bool = True,
+    ready_timeout: float = 600.0,
+    progress: Callable[[str], None] = _stderr,
+    on_ready: Callable[[DeployResult], None] | None = None,
+) -> DeployResult:
+    """Deploy `recipe`. Foreground mode blocks until Ctrl-C; `detach` returns with the server running.
+
+    `on_ready` runs once the server is ready and validated (the CLI prints the URLs there).
+    """
+    from toolkit.server.launch import TritonServer
+
+    root = deployment_dir(recipe, workdir)
+    built, rendered = render(recipe, backend=backend, workdir=workdir, progress=progress)
+    result = DeployResult(
+        recipe=recipe.display_name,
+        backend=built.backend,
+        mode=recipe.mode,
+        workdir=root,
+        model_repo=rendered.path,
+        model=rendered.entry_model,
+        entry_kind=rendered.entry_kind,
+        decoupled=rendered.decoupled,
+    )
+    if render_only:
+        return result
+    if built.backend != "reference" and not tritonserver:
+        progress("the engine and llmapi backends need tritonserver from NVIDIA's TensorRT-LLM container")
+
+    server = TritonServer.from_serving(
+        recipe.serving,
+        rendered.path,
+        workdir=root,
+        tritonserver=tritonserver,
+        auto_ports=auto_ports,
+        ready_timeout=ready_timeout,
+        model_name=rendered.entry_model,
+        world_size=rendered.world_size,
+        tensorrt_llm_model_names=tuple(rendered.tensorrt_llm_models),
+        multi_model=rendered.multi_model,
+    )
+    progress(
+        f"launching {server.binary.path} ({server.binary.source}); log: {root / 'logs' / 'tritonserver.log'}"
+    )
+    t0 = time.monotonic()
+    server.start(detach=detach)
+    try:
+        result.ready_seconds = round(time.monotonic() - t0, 2)
+        result.command = server.command()  # after start: auto ports are chosen there
+        result.pid = server.pid
+        result.http_url, result.grpc_url, result.metrics_url = (
+            server.http_url,
+            server.grpc_url,
+            server.metrics_url,
+        )
+        progress(f"ready in {result.ready_seconds:.1f}s: {result.http_url} (model '{result.model}')")
+        if validate:
+            from toolkit.validate import validate_deployment
+
+            report = validate_deployment(
+                http_url=result.http_url,
+                grpc_url=result.grpc_url,
+                model=result.model,
+                recipe=recipe,
+                progress=progress,
+            )
+            result.validation = report.to_dict()
+            report.raise_if_failed()
+    except BaseException:
+        server.stop()
+        raise
+    if on_ready is not None:
+        on_ready(result)
+    if not detach:
+        progress("serving; press Ctrl-C to stop")
+        server.serve_forever()
+    return result
+
+
+def find_deployment(workdir: Path | None) -> Path:
+    """The deployment directory holding state.json: `workdir` itself, or its only deployment."""
+    from toolkit.server.state import state_path
+
+    base = (workdir or DEFAULT_WORKDIR).resolve()
+    if state_path(base).is_file():
+        return base
+    found = sorted(p.parent for p in base.glob("*/state.json"))
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        if workdir is not None and base.is_dir():
+            return base  # status/stop report "stopped" there
+        raise UsageError(
+            f"no deployment found under {base}",
+            hint="pass --workdir <workdir>/<recipe name>, or start one with `sdtk deploy RECIPE --detach`",
+        )
+    names = ", ".join(str(p) for p in found)
+    raise UsageError(f"several deployments under {base}: {names}", hint="pick one with --workdir")

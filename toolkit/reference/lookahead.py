@@ -1,0 +1,94 @@
+"""Lookahead decoding (Fu et al. 2024, arXiv 2402.02057; hao-ai-lab/LookaheadDecoding).
+
+One target forward per step carries, after the root (the last committed token):
+- the verification branch: up to G pooled n-gram continuations of the root, merged into a
+  trie, each node attending to its trie ancestors;
+- the lookahead branch: a Jacobi window of N-1 levels × W tokens. Token (l, i) sits at
+  relative position 1+i+l and attends to level-0 tokens 0..i and to (1..l, i) above them,
+  i.e. it is a tree whose parent of (0, i) is (0, i-1) and of (l, i) is (l-1, i).
+The top level's outputs become the next level; once the window holds N-1 levels each column
+plus its output is an N-gram for the pool, keyed by its first token, and the oldest level
+is dropped. The pool starts with the prompt's n-grams (as TensorRT-LLM's does).
+Verification is greedy argmax matching, or sample-and-match for temperature > 0: the
+candidates are a deterministic function of the context, so both are lossless.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from toolkit.reference.core import Context, Proposal, Verdict
+from toolkit.reference.models import Forward
+
+
+class LookaheadSpeculator:
+    needs_hidden = False
+    needs_aux = False
+
+    def __init__(self, window: int, ngram: int, verification_set: int):
+        self.w = window
+        self.n = ngram
+        self.g = verification_set
+        self.levels: list[list[int]] = []
+        self.pool: dict[int, OrderedDict[tuple[int, ...], None]] = {}
+
+    def _remember(self, gram: tuple[int, ...]) -> None:
+        """Add an n-gram; each key keeps its G most recent continuations (LRU)."""
+        if self.g <= 0:
+            return
+        conts = self.pool.setdefault(gram[0], OrderedDict())
+        conts[gram[1:]] = None
+        conts.move_to_end(gram[1:])
+        if len(conts) > self.g:
+            conts.popitem(last=False)
+
+    def prefill(self, ctx: Context, fwd: Forward | None) -> None:
+        self.pool = {}
+        prompt = ctx.tokens
+        if self.n < 2:
+            self.levels = []
+            return
+        for i in range(len(prompt) - self.n + 1):
+            self._remember(tuple(prompt[i : i + self.n]))
+        # LADE seeds level 0 with random prompt tokens; the prompt's tail, cycled, is deterministic.
+        self.levels = [[prompt[(len(prompt) - self.w + i) % len(prompt)] for i in range(self.w)]]
+
+    def propose(self, ctx: Context, budget: int) -> Proposal:
+        if self.n < 2:
+            return Proposal()
+        tokens: list[int] = []
+        parents: list[int] = []
+        node: dict[tuple[int, int], int] = {}
+        conts = self.pool.get(ctx.tokens[-1], {})
+        if budget > 0:
+            for cont in reversed(list(conts)):  # newest first
+                parent = -1
+                for tok in cont[:budget]:
+                    key = (parent, tok)
+                    if key not in node:
+                        node[key] = len(tokens)
+                        tokens.append(tok)
+                        parents.append(parent)
+                    parent = node[key]
+        num_draft = len(tokens)
+        for level, row in enumerate(self.levels):
+            for i, tok in enumerate(row):
+                if level == 0:
+                    parents.append(-1 if i == 0 else len(tokens) - 1)
+                else:
+                    parents.append(num_draft + (level - 1) * self.w + i)
+                tokens.append(tok)
+        return Proposal(tokens=tokens, parents=parents, num_draft=num_draft)
+
+    def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
+        if not self.levels:
+            return
+        assert fwd.logits is not None
+        top = 1 + proposal.num_draft + (len(self.levels) - 1) * self.w
+        out = fwd.logits[top : top + self.w].argmax(-1).tolist()
+        if len(self.levels) < self.n - 1:
+            self.levels.append(out)
+            return
+        for i in range(self.w):
+            self._remember(tuple(row[i] for row in self.levels) + (out[i],))
+        self.levels = [*self.levels[1:], out]

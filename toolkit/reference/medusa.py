@@ -1,0 +1,130 @@
+"""Medusa (Cai et al. 2024): extra heads on the target's last hidden state, verified as a tree.
+
+Layout (FasterDecoding/Medusa): config.json with medusa_num_heads and medusa_num_layers;
+weights `{i}.{j}.linear.{weight,bias}` for ResBlock j of head i (x + SiLU(Linear(x))) and
+`{i}.{num_layers}.weight` for the head's Linear(hidden → vocab). From the hidden state at
+position t, head i predicts token t+2+i. Here the hidden state is the last cached position's,
+whose own prediction is the root token, so head i proposes depth i+1 of the next tree.
+Greedy only, as in TensorRT-LLM.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from toolkit.errors import GenerationError, ModelError
+from toolkit.reference.core import Context, Proposal, Verdict, prune, tree_from_choices
+from toolkit.reference.models import Forward, read_config, require_weights
+
+WEIGHT_FILES = ("model.safetensors", "medusa_lm_head.safetensors")
+
+
+class ResBlock(nn.Module):
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        self.act = nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.act(self.linear(x))
+
+
+class MedusaHeads(nn.ModuleList):
+    """Head i is `Sequential(ResBlock × num_layers, Linear(hidden → vocab))`; indices match the file's keys."""
+
+    def __init__(self, num_heads: int, num_layers: int, hidden: int, vocab: int, bias: bool):
+        super().__init__(
+            nn.Sequential(*[ResBlock(hidden) for _ in range(num_layers)], nn.Linear(hidden, vocab, bias=bias))
+            for _ in range(num_heads)
+        )
+
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor, n: int) -> torch.Tensor:
+        """[n, vocab]: the first n heads on one hidden vector."""
+        return torch.stack([self[i](hidden) for i in range(n)])
+
+
+def load_medusa_heads(path: Path, target_config: Any) -> MedusaHeads:
+    from safetensors.torch import load_file
+
+    cfg = read_config(path, "Medusa heads")
+    weights = require_weights(path, "Medusa heads", WEIGHT_FILES)
+    try:
+        num_heads = int(cfg["medusa_num_heads"])
+        num_layers = int(cfg.get("medusa_num_layers", 1))
+    except (KeyError, TypeError, ValueError):
+        raise ModelError(
+            f"{path}/config.json lacks medusa_num_heads", hint="export the heads in the FasterDecoding layout"
+        ) from None
+    state = load_file(weights)
+    final = state.get(f"0.{num_layers}.weight")
+    if final is None:
+        raise ModelError(
+            f"{weights} has no key 0.{num_layers}.weight (the first head's vocabulary projection)",
+            hint="check medusa_num_layers in config.json against the weights",
+        )
+    vocab, hidden = final.shape
+    for what, mine, theirs in (
+        ("hidden_size", hidden, target_config.hidden_size),
+        ("vocab_size", vocab, target_config.vocab_size),
+    ):
+        if mine != theirs:
+            raise ModelError(
+                f"Medusa heads' {what} {mine} does not fit the target's {theirs}",
+                hint="use heads trained for this target",
+            )
+    heads = MedusaHeads(num_heads, num_layers, hidden, vocab, bias=f"0.{num_layers}.bias" in state)
+    try:
+        heads.load_state_dict({k: v.float() for k, v in state.items()})
+    except RuntimeError as e:
+        raise ModelError(
+            f"Medusa weights in {weights} do not match config.json: {e}", hint="re-export the heads"
+        ) from None
+    return heads.eval()
+
+
+class MedusaSpeculator:
+    needs_hidden = True
+    needs_aux = False
+
+    def __init__(self, heads: MedusaHeads, choices: list[list[int]], num_heads: int | None):
+        self.heads = heads
+        self.n = num_heads or len(heads)
+        if self.n > len(heads):
+            raise GenerationError(
+                f"num_medusa_heads {self.n} exceeds the {len(heads)} heads in the checkpoint",
+                hint="lower speculative.num_medusa_heads or drop it",
+            )
+        self.choices, self.parents = tree_from_choices(choices)
+        depth = max(len(c) for c in self.choices)
+        if depth > self.n:
+            raise GenerationError(
+                f"the Medusa tree is {depth} deep but only {self.n} heads are used",
+                hint="use a shallower medusa_choices tree or more heads",
+            )
+        # How many top candidates each head must supply.
+        self.top = [1 + max(c[-1] for c in self.choices if len(c) == d) for d in range(1, depth + 1)]
+        self.head_logits: torch.Tensor | None = None
+
+    def prefill(self, ctx: Context, fwd: Forward | None) -> None:
+        self.head_logits = None
+        if fwd is not None:
+            assert fwd.hidden is not None
+            self.head_logits = self.heads.logits(fwd.hidden[-1], len(self.top))
+
+    def propose(self, ctx: Context, budget: int) -> Proposal:
+        if self.head_logits is None or budget <= 0:
+            return Proposal()
+        top = [torch.topk(self.head_logits[d], k).indices.tolist() for d, k in enumerate(self.top)]
+        tokens = [top[len(c) - 1][c[-1]] for c in self.choices]
+        tokens, parents = prune(tokens, self.parents, budget)
+        return Proposal(tokens=tokens, parents=parents)
+
+    def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
+        assert fwd.hidden is not None
+        row = verdict.path[-1] + 1 if verdict.path else 0
+        self.head_logits = self.heads.logits(fwd.hidden[row], len(self.top))

@@ -1,0 +1,176 @@
+"""Loading Hugging Face causal LMs and running them with a KV cache and tree attention.
+
+A step feeds a *tree* of tokens rooted at the first one: `parents[i]` is the index of
+token i's parent in the same call (-1: it continues the cached context). Each token
+attends to the cached context, its ancestors and itself; its position is the cache
+length plus its depth. A chain (parents i-1) is plain causal attention and takes
+transformers' own mask path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from toolkit.errors import ModelError
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+def read_config(path: Path, what: str) -> dict:
+    """config.json of a checkpoint directory, or a ModelError that says what is missing."""
+    if not path.is_dir():
+        raise ModelError(f"{what} directory {path} does not exist", hint="check the model path in the recipe")
+    cfg = path / "config.json"
+    if not cfg.is_file():
+        raise ModelError(
+            f"{what} at {path} has no config.json", hint="point at a Hugging Face checkpoint directory"
+        )
+    try:
+        return json.loads(cfg.read_text())
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot read {cfg}: {e}", hint="re-export or re-download the checkpoint") from None
+
+
+def require_weights(path: Path, what: str, names: Sequence[str] = WEIGHT_FILES) -> Path:
+    for name in names:
+        if (path / name).is_file():
+            return path / name
+    raise ModelError(
+        f"{what} at {path} has no weight file (looked for {', '.join(names)})",
+        hint="the download or export is incomplete; fetch the checkpoint again",
+    )
+
+
+def load_causal_lm(path: Path, what: str) -> torch.nn.Module:
+    """An HF causal LM in float32 (weights may be stored in fp16) and eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    read_config(path, what)
+    require_weights(path, what)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        raise ModelError(
+            f"cannot load {what} from {path}: {e}", hint="check that it is a complete HF checkpoint"
+        ) from None
+    return model.eval()
+
+
+@dataclass
+class Forward:
+    """Outputs of one cached forward, one row per input token."""
+
+    logits: torch.Tensor | None  # [q, vocab]; rows from `logits_from` on
+    hidden: torch.Tensor | None  # [q, hidden]: the final-norm output, i.e. lm_head's input
+    aux: torch.Tensor | None  # [q, k*hidden]: outputs of the captured layers, in layer order
+
+
+def tree_mask(parents: Sequence[int]) -> tuple[torch.Tensor, list[int]]:
+    """Ancestor-or-self matrix [q, q] and the depth of each node (roots at depth 0)."""
+    q = len(parents)
+    mask = torch.eye(q, dtype=torch.bool)
+    depth = [0] * q
+    for i, p in enumerate(parents):
+        if p >= 0:
+            if p >= i:
+                raise ValueError(f"tree node {i} has parent {p}; parents must come first")
+            mask[i] |= mask[p]
+            depth[i] = depth[p] + 1
+    return mask, depth
+
+
+def is_chain(parents: Sequence[int]) -> bool:
+    return all(p == i - 1 for i, p in enumerate(parents))
+
+
+class CachedLM:
+    """An HF decoder-only LM with a DynamicCache that can be cropped and compacted."""
+
+    def __init__(self, model: torch.nn.Module, *, capture: Sequence[int] = ()):
+        self.model = model
+        self.config = model.config
+        self.decoder = model.get_decoder()
+        self.lm_head = model.get_output_embeddings()
+        self.embed = model.get_input_embeddings()
+        self.cache = DynamicCache(config=model.config)
+        self._captured: list[torch.Tensor] = []
+        self._recording = False
+        layers = self.decoder.layers
+        for i in capture:
+            if not 0 <= i < len(layers):
+                raise ModelError(
+                    f"cannot capture layer {i}: the model has {len(layers)} layers",
+                    hint="fix the head's eagle_aux_hidden_state_layer_ids or speculative.layers_to_capture",
+                )
+        # Hooks fire in layer order, so the concatenation is in ascending layer order (as ModelOpt's).
+        self._hooks = [layers[i].register_forward_hook(self._grab) for i in sorted(set(capture))]
+
+    def _grab(self, _module: torch.nn.Module, _args: object, output: object) -> None:
+        if self._recording:
+            self._captured.append(output if isinstance(output, torch.Tensor) else output[0])
+
+    @property
+    def length(self) -> int:
+        return self.cache.get_seq_length()
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.config)
+
+    def crop(self, length: int) -> None:
+        if length <= 0:
+            self.reset()  # DynamicCache.crop(0) is a no-op: non-positive lengths count from the end
+        elif length < self.length:
+            self.cache.crop(length)
+
+    def keep(self, start: int, rows: Sequence[int]) -> None:
+        """Keep the first `start` cached entries plus entries start+r for r in `rows` (ascending)."""
+        rows = list(rows)
+        if rows == list(range(len(rows))):
+            self.crop(start + len(rows))
+            return
+        index = torch.cat([torch.arange(start), torch.tensor(rows, dtype=torch.long) + start])
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.index_select(2, index)
+            layer.values = layer.values.index_select(2, index)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        ids: Sequence[int],
+        *,
+        parents: Sequence[int] | None = None,
+        logits_from: int = 0,
+        hidden: bool = False,
+        aux: bool = False,
+    ) -> Forward:
+        """Run `ids` after the cached context and append their KV to the cache."""
+        q = len(ids)
+        past = self.length
+        input_ids = torch.tensor([list(ids)], dtype=torch.long)
+        mask = positions = None
+        if parents is not None and not is_chain(parents):
+            anc, depth = tree_mask(parents)
+            mask = torch.ones(1, 1, q, past + q, dtype=torch.bool)
+            mask[0, 0, :, past:] = anc
+            positions = torch.tensor([depth], dtype=torch.long) + past
+        self._captured.clear()
+        self._recording = aux
+        out = self.decoder(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        h = out.last_hidden_state[0]
+        logits = self.lm_head(h[logits_from:]) if logits_from < q else None
+        self._recording = False
+        captured = torch.cat([t[0] for t in self._captured], dim=-1) if aux and self._hooks else None
+        self._captured.clear()
+        return Forward(logits=logits, hidden=h if hidden else None, aux=captured)

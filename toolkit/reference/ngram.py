@@ -1,0 +1,53 @@
+"""Prompt lookup / n-gram speculation (apoorvumang prompt-lookup-decoding; TRT-LLM NGram).
+
+The last ≤ `max_matching_ngram_size` tokens are looked up in the context so far, longest
+first; the tokens that followed the match are proposed. The proposal is a deterministic
+function of the context (q is one-hot), so sample-and-match verification is lossless:
+x is accepted with probability p(x), and a rejection emits a draw from p with x removed.
+"""
+
+from __future__ import annotations
+
+from toolkit.reference.core import Context, Proposal, Verdict
+from toolkit.reference.models import Forward
+
+
+class NGramSpeculator:
+    needs_hidden = False
+    needs_aux = False
+
+    def __init__(self, max_draft_len: int, max_matching_ngram_size: int, use_oldest: bool = True):
+        self.max_draft_len = max_draft_len
+        self.max_n = max_matching_ngram_size
+        self.use_oldest = use_oldest
+        # index[n-1][ngram] = ends (exclusive) of its occurrences, ascending.
+        self.index: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(self.max_n)]
+        self.indexed = 0
+
+    def _extend_index(self, tokens: list[int]) -> None:
+        for end in range(self.indexed + 1, len(tokens) + 1):
+            for n in range(1, min(self.max_n, end) + 1):
+                self.index[n - 1].setdefault(tuple(tokens[end - n : end]), []).append(end)
+        self.indexed = len(tokens)
+
+    def prefill(self, ctx: Context, fwd: Forward | None) -> None:
+        self.index = [{} for _ in range(self.max_n)]
+        self.indexed = 0
+
+    def propose(self, ctx: Context, budget: int) -> Proposal:
+        k = min(self.max_draft_len, budget)
+        tokens = ctx.tokens
+        if k <= 0:
+            return Proposal()
+        self._extend_index(tokens)
+        size = len(tokens)
+        for n in range(min(self.max_n, size), 0, -1):
+            # The suffix itself is an occurrence too, but nothing follows it yet.
+            ends = [e for e in self.index[n - 1].get(tuple(tokens[size - n :]), ()) if e < size]
+            if ends:
+                end = ends[0] if self.use_oldest else ends[-1]
+                return Proposal.chain(tokens[end : end + k])
+        return Proposal()
+
+    def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
+        """The index catches up lazily in `propose`."""

@@ -1,0 +1,400 @@
+"""ReferenceRuntime: load a target (plus a draft or heads) and generate with any speculative mode."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from toolkit.errors import CompatError, GenerationError, ModelError
+from toolkit.recipe import Speculative
+from toolkit.reference.core import Context, Proposal, Speculator, Verdict, tree_from_choices, verify
+from toolkit.reference.draft_target import DraftTargetSpeculator
+from toolkit.reference.eagle3 import Eagle3Head, Eagle3Speculator, load_eagle3_head
+from toolkit.reference.lookahead import LookaheadSpeculator
+from toolkit.reference.medusa import MedusaHeads, MedusaSpeculator, load_medusa_heads
+from toolkit.reference.models import CachedLM, Forward, load_causal_lm
+from toolkit.reference.ngram import NGramSpeculator
+from toolkit.reference.sampling import SamplingParams, generator
+from toolkit.reference.stats import SpecStats
+
+_NEEDS = {"draft_target": "draft", "medusa": "medusa", "eagle3": "eagle3"}
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list[int]  # generated tokens only; an EOS that stopped generation is included
+    stats: SpecStats
+    finish_reason: str  # "length" | "eos"
+
+
+@dataclass
+class VerifyResult:
+    new_tokens: list[int]  # the accepted draft prefix plus one target token
+    accepted: int
+
+
+class PlainSpeculator:
+    """Autoregressive decoding: one target forward per token (the baseline)."""
+
+    needs_hidden = False
+    needs_aux = False
+
+    def prefill(self, ctx: Context, fwd: Forward | None) -> None:
+        """Nothing to prepare."""
+
+    def propose(self, ctx: Context, budget: int) -> Proposal:
+        return Proposal()
+
+    def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
+        """Nothing to track."""
+
+
+def parse_speculative(data: dict[str, Any] | None) -> Any:
+    """A recipe `speculative` section (defaults filled) as its typed model."""
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        return TypeAdapter(Speculative).validate_python(data or {"mode": "none"})
+    except ValidationError as e:
+        raise ModelError(
+            f"invalid speculative section: {e.errors()[0]['msg']}", hint="rebuild the engine directory"
+        ) from None
+
+
+class ReferenceRuntime:
+    """Lossless speculative decoding in PyTorch (float32, batch 1) for every mode but EAGLE-1/2."""
+
+    def __init__(
+        self,
+        *,
+        target: CachedLM,
+        tokenizer: Any,
+        spec: Any,
+        draft: CachedLM | None = None,
+        medusa: MedusaHeads | None = None,
+        eagle3: Eagle3Head | None = None,
+    ):
+        self.target = target
+        self.tokenizer = tokenizer
+        self.spec = spec
+        self.draft = draft
+        self.medusa = medusa
+        self.eagle3 = eagle3
+        # Which tokens the target cache holds for verify_draft's prefix reuse; generate() invalidates it.
+        self._verified: list[int] = []
+        self._verify_gen: tuple[int | None, torch.Generator] | None = None
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(
+        cls,
+        target: Path,
+        draft: Path | None = None,
+        medusa: Path | None = None,
+        eagle3: Path | None = None,
+        spec: Any = None,
+        dtype: str = "float32",
+        tokenizer: Path | None = None,
+    ) -> ReferenceRuntime:
+        spec = spec if spec is not None else parse_speculative(None)
+        if dtype not in ("float32", "auto"):
+            raise ModelError(
+                f"the reference runtime computes in float32, not {dtype}",
+                hint="set dtype: float32 (or auto) for the reference backend",
+            )
+        if spec.mode == "eagle":
+            raise CompatError(
+                "EAGLE-1/2 is not implemented by the reference runtime",
+                mode="eagle",
+                backend="reference",
+                hint="use speculative.mode eagle3 with an EAGLE-3 head, or the engine backend",
+            )
+        given = {"draft": draft, "medusa": medusa, "eagle3": eagle3}
+        need = _NEEDS.get(spec.mode)
+        if need is not None and given[need] is None:
+            raise ModelError(
+                f"speculative mode {spec.mode} needs a {need} checkpoint", hint=f"pass {need}=<directory>"
+            )
+        target_model = load_causal_lm(Path(target), "target")
+        tcfg = target_model.config
+        draft_lm = None
+        if draft is not None:
+            draft_model = load_causal_lm(Path(draft), "draft")
+            dcfg = draft_model.config
+            if dcfg.vocab_size != tcfg.vocab_size:
+                raise ModelError(
+                    f"draft vocab_size {dcfg.vocab_size} differs from the target's {tcfg.vocab_size}",
+                    hint="draft and target must share one tokenizer and vocabulary",
+                )
+            draft_lm = CachedLM(draft_model)
+        heads = load_medusa_heads(Path(medusa), tcfg) if medusa is not None else None
+        head = None
+        capture: Sequence[int] = ()
+        if eagle3 is not None:
+            override = getattr(spec, "layers_to_capture", None)
+            head = load_eagle3_head(Path(eagle3), tcfg, layers=override)
+            capture = head.capture
+            head.embed = target_model.get_input_embeddings()
+        target_lm = CachedLM(target_model, capture=capture)
+        return cls(
+            target=target_lm,
+            tokenizer=_load_tokenizer(Path(tokenizer) if tokenizer else Path(target)),
+            spec=spec,
+            draft=draft_lm,
+            medusa=heads,
+            eagle3=head,
+        )
+
+    @classmethod
+    def from_engine_dir(cls, path: Path) -> ReferenceRuntime:
+        """The runtime an engine directory's config.json `reference` section describes."""
+        path = Path(path)
+        cfg_path = path / "config.json" if path.is_dir() else path
+        try:
+            cfg = json.loads(cfg_path.read_text())
+        except FileNotFoundError:
+            raise ModelError(f"no engine config at {cfg_path}", hint="run `sdtk build` first") from None
+        except (OSError, ValueError) as e:
+            raise ModelError(f"cannot read {cfg_path}: {e}", hint="rebuild the engine directory") from None
+        ref = cfg.get("reference")
+        if not isinstance(ref, dict) or not ref.get("checkpoint"):
+            raise ModelError(
+                f"{cfg_path} has no `reference` section with a checkpoint",
+                hint="this engine was built for another backend; rebuild with backend: reference",
+            )
+
+        def opt(key: str) -> Path | None:
+            return Path(ref[key]) if ref.get(key) else None
+
+        return cls.load(
+            target=Path(ref["checkpoint"]),
+            draft=opt("draft"),
+            medusa=opt("medusa_heads"),
+            eagle3=opt("eagle_head"),
+            spec=parse_speculative(ref.get("speculative")),
+            dtype=str(cfg.get("pretrained_config", {}).get("dtype", "float32")),
+            tokenizer=opt("tokenizer"),
+        )
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def eos_token_id(self) -> int | None:
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        if eos is None:
+            eos = self.target.config.eos_token_id
+        if isinstance(eos, list):
+            eos = eos[0] if eos else None
+        return eos
+
+    @property
+    def max_context(self) -> int:
+        limits = [self.target.config.max_position_embeddings]
+        if self.draft is not None:
+            limits.append(self.draft.config.max_position_embeddings)
+        return int(min(limits))
+
+    # ------------------------------------------------------------------ generation
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int,
+        *,
+        sampling: SamplingParams = SamplingParams(),
+        speculative: bool = True,
+        spec: Any = None,
+        end_id: int | None = None,
+        on_tokens: Callable[[list[int]], None] | None = None,
+    ) -> GenerationResult:
+        prompt = self._check(prompt_ids, max_new_tokens)
+        mode_cfg = (spec if spec is not None else self.spec) if speculative else parse_speculative(None)
+        speculator = self._speculator(mode_cfg, sampling)
+        eos = self._end_id(end_id)
+        target = self.target
+        self._verified = []
+        target.reset()
+        ctx = Context(
+            tokens=list(prompt),
+            target=target,
+            sampling=sampling,
+            gen=None if sampling.greedy else generator(sampling.seed),
+        )
+        pre = None
+        if len(prompt) > 1:
+            pre = target.forward(
+                prompt[:-1],
+                logits_from=len(prompt) - 1,
+                hidden=speculator.needs_hidden,
+                aux=speculator.needs_aux,
+            )
+        speculator.prefill(ctx, pre)
+        out: list[int] = []
+        stats = SpecStats()
+        finish = "length"
+        while len(out) < max_new_tokens:
+            remaining = max_new_tokens - len(out)
+            prop = speculator.propose(ctx, remaining - 1)
+            start = target.length
+            fwd = target.forward(
+                [ctx.tokens[-1], *prop.tokens],
+                parents=[-1, *(p + 1 for p in prop.parents)],
+                hidden=speculator.needs_hidden,
+                aux=speculator.needs_aux,
+            )
+            assert fwd.logits is not None
+            verdict = verify(prop, fwd.logits, sampling, ctx.gen)
+            commit = [prop.tokens[i] for i in verdict.path] + [verdict.token]
+            target.keep(start, [0, *(i + 1 for i in verdict.path)])
+            ctx.tokens.extend(commit)
+            speculator.update(ctx, prop, fwd, verdict)
+            take = commit[:remaining]
+            if eos is not None and eos in take:
+                take = take[: take.index(eos) + 1]
+                finish = "eos"
+            stats.record(prop.per_depth(), len(take))
+            out.extend(take)
+            if on_tokens is not None:
+                on_tokens(take)
+            if finish == "eos":
+                break
+        return GenerationResult(token_ids=out, stats=stats, finish_reason=finish)
+
+    @torch.inference_mode()
+    def verify_draft(
+        self,
+        input_ids: Sequence[int],
+        draft_ids: Sequence[int],
+        *,
+        sampling: SamplingParams = SamplingParams(),
+        end_id: int | None = None,
+    ) -> VerifyResult:
+        """TRT-LLM `draft_tokens_external`: verify externally drafted tokens after `input_ids`.
+
+        The target cache is reused when `input_ids` extends the previously verified sequence.
+        With temperature > 0 each position draws from the target and a draft token is accepted
+        iff it equals the draw (lossless for any drafter; needs no draft logits).
+        """
+        ids = self._check(input_ids, 1, extra=len(draft_ids))
+        drafts = [int(t) for t in draft_ids]
+        self._check_ids(drafts, "draft_ids")
+        target = self.target
+        common = 0
+        limit = min(len(self._verified), len(ids) - 1)
+        while common < limit and self._verified[common] == ids[common]:
+            common += 1
+        same_request = bool(self._verified) and common == len(self._verified)
+        target.crop(common)
+        fwd = target.forward(ids[common:] + drafts, logits_from=len(ids) - 1 - common)
+        assert fwd.logits is not None
+        gen = self._verify_generator(sampling, same_request)
+        verdict = verify(Proposal.chain(drafts), fwd.logits, sampling, gen)
+        n = len(verdict.path)
+        target.crop(len(ids) + n)
+        self._verified = ids + drafts[:n]
+        new = drafts[:n] + [verdict.token]
+        eos = self._end_id(end_id)
+        if eos is not None and eos in new:
+            new = new[: new.index(eos) + 1]
+        return VerifyResult(new_tokens=new, accepted=len(new) - 1)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _verify_generator(self, sampling: SamplingParams, same_request: bool) -> torch.Generator | None:
+        if sampling.greedy:
+            return None
+        # One stream per request: continuing it keeps the draws independent across calls, and a
+        # fresh one per new sequence makes a seeded request reproducible.
+        if not same_request or self._verify_gen is None or self._verify_gen[0] != sampling.seed:
+            self._verify_gen = (sampling.seed, generator(sampling.seed))
+        return self._verify_gen[1]
+
+    def _end_id(self, end_id: int | None) -> int | None:
+        if end_id is None:
+            return self.eos_token_id
+        return None if end_id < 0 else end_id
+
+    def _check_ids(self, ids: list[int], what: str) -> None:
+        vocab = self.target.config.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise GenerationError(
+                f"{what} contains token id {bad[0]} outside the vocabulary [0, {vocab})",
+                hint="tokenize with the target's tokenizer",
+            )
+
+    def _check(self, prompt_ids: Sequence[int], max_new_tokens: int, extra: int = 0) -> list[int]:
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise GenerationError("the prompt is empty", hint="pass at least one token")
+        if max_new_tokens <= 0:
+            raise GenerationError(
+                f"max_new_tokens must be positive, got {max_new_tokens}", hint="ask for at least 1 token"
+            )
+        self._check_ids(prompt, "the prompt")
+        need = len(prompt) + max(max_new_tokens, extra)
+        if need > self.max_context:
+            raise GenerationError(
+                f"prompt ({len(prompt)} tokens) + {max(max_new_tokens, extra)} new tokens = {need} exceeds "
+                f"the model's context of {self.max_context} tokens",
+                hint="shorten the prompt or ask for fewer tokens",
+            )
+        return prompt
+
+    def _speculator(self, cfg: Any, sampling: SamplingParams) -> Speculator:
+        mode = cfg.mode
+        if mode == "none":
+            return PlainSpeculator()
+        if mode == "eagle":
+            raise CompatError(
+                "EAGLE-1/2 is not implemented by the reference runtime",
+                mode="eagle",
+                backend="reference",
+                hint="use speculative.mode eagle3 with an EAGLE-3 head, or the engine backend",
+            )
+        if mode == "draft_target":
+            if self.draft is None:
+                raise GenerationError(
+                    "draft_target needs a draft model", hint="load the runtime with draft=<dir>"
+                )
+            return DraftTargetSpeculator(self.draft, cfg.max_draft_len)
+        if mode == "ngram":
+            return NGramSpeculator(cfg.max_draft_len, cfg.max_matching_ngram_size, cfg.is_use_oldest)
+        if mode == "lookahead":
+            return LookaheadSpeculator(cfg.window, cfg.ngram, cfg.verification_set)
+        if mode == "medusa":
+            if self.medusa is None:
+                raise GenerationError("medusa needs Medusa heads", hint="load the runtime with medusa=<dir>")
+            if not sampling.greedy:
+                raise GenerationError(
+                    "Medusa decoding is greedy-only (as in TensorRT-LLM)",
+                    hint="use temperature 0, or a mode that samples (draft_target, eagle3, ngram, lookahead)",
+                )
+            return MedusaSpeculator(self.medusa, cfg.choices, cfg.num_medusa_heads)
+        if self.eagle3 is None:
+            raise GenerationError("eagle3 needs an EAGLE-3 head", hint="load the runtime with eagle3=<dir>")
+        if cfg.use_dynamic_tree:
+            raise GenerationError(
+                "EAGLE-3 dynamic trees are not implemented by the reference runtime",
+                hint="use a static tree (speculative.eagle_choices) or the default chain",
+            )
+        choices = cfg.eagle_choices or [[0] * d for d in range(1, cfg.max_draft_len + 1)]
+        return Eagle3Speculator(self.eagle3, tree_from_choices(choices))
+
+
+def _load_tokenizer(path: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise ModelError(
+            f"cannot load the tokenizer from {path}: {e}", hint="point at a directory with tokenizer files"
+        ) from None

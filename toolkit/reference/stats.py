@@ -1,0 +1,61 @@
+"""Speculative-decoding statistics of one generation call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class SpecStats:
+    """Counts over the target forward passes after prefill ("steps").
+
+    Each step commits its accepted draft tokens plus one token of the target's own, so
+    `tokens == accepted_tokens + steps` always holds (a step cut short by EOS or the
+    token budget counts only what it committed). Position i is the i-th draft token of a
+    step; for trees it is depth i+1, and every node at that depth counts as proposed.
+    """
+
+    steps: int = 0
+    tokens: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    per_position_proposed: list[int] = field(default_factory=list)
+    per_position_accepted: list[int] = field(default_factory=list)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def acceptance_length(self) -> float:
+        return self.tokens / self.steps if self.steps else 0.0
+
+    def record(self, proposed_per_depth: list[int], committed: int) -> None:
+        """One step that proposed `proposed_per_depth[i]` tokens at depth i+1 and committed `committed` tokens."""
+        accepted = committed - 1
+        self.steps += 1
+        self.tokens += committed
+        self.draft_tokens += sum(proposed_per_depth)
+        self.accepted_tokens += accepted
+        _add(self.per_position_proposed, proposed_per_depth)
+        _add(self.per_position_accepted, [1] * accepted)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "acceptance_rate": self.acceptance_rate,
+            "acceptance_length": self.acceptance_length,
+            "per_position_proposed": list(self.per_position_proposed),
+            "per_position_accepted": list(self.per_position_accepted),
+        }
+
+
+def _add(total: list[int], counts: list[int]) -> None:
+    if len(total) < len(counts):
+        total.extend([0] * (len(counts) - len(total)))
+    for i, c in enumerate(counts):
+        total[i] += c

@@ -1,0 +1,277 @@
+"""`sdtk validate`: prove that a served deployment works and is lossless.
+
+Checks: server and model metadata; a smoke generation over HTTP generate and over gRPC
+(streaming when the model is decoupled); the correctness gate (greedy speculative output
+equals the baseline greedy output of the same target); acceptance statistics read back
+through `return_perf_metrics`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from toolkit.errors import SdtkError
+from toolkit.recipe import Recipe
+
+# Short code prompts: the tiny CPU models are trained on Python source, and a real model
+# continues them sensibly too.
+DEFAULT_PROMPTS = (
+    "def fibonacci(n):",
+    "import os\n\n\ndef read_lines(path):",
+    "class Stack:\n    def __init__(self):",
+)
+
+
+class ValidationFailed(SdtkError):
+    def __init__(self, report: ValidationReport):
+        self.report = report
+        failed = [c for c in report.checks if c.status == "failed"]
+        super().__init__(
+            "validation failed: " + "; ".join(f"{c.name}: {c.detail}" for c in failed),
+            hint="`sdtk logs` shows the server log; `sdtk validate --json` the full report",
+        )
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # passed | failed | skipped | warning
+    detail: str
+
+
+@dataclass
+class ValidationReport:
+    model: str
+    http_url: str
+    grpc_url: str | None
+    baseline: str
+    checks: list[Check] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    acceptance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != "failed" for c in self.checks)
+
+    def add(self, name: str, status: str, detail: str, progress: Callable[[str], None] | None = None) -> None:
+        self.checks.append(Check(name, status, detail))
+        if progress:
+            progress(f"validate {name}: {status} ({detail})")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ok"] = self.ok
+        return d
+
+    def raise_if_failed(self) -> None:
+        if not self.ok:
+            raise ValidationFailed(self)
+
+
+def _stderr(msg: str) -> None:
+    print(f"sdtk: {msg}", file=sys.stderr, flush=True)
+
+
+def _first_difference(a: str, b: str) -> str:
+    i = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    return f"first difference at character {i}: served {a[i : i + 30]!r} vs baseline {b[i : i + 30]!r}"
+
+
+def _server_check(base: str) -> tuple[str, str]:
+    import httpx
+
+    try:
+        with httpx.Client(base_url=base, timeout=5) as h:
+            live = h.get("/v2/health/live").status_code == 200
+            ready = h.get("/v2/health/ready").status_code == 200
+            meta = h.get("/v2").json()
+    except (httpx.HTTPError, ValueError) as e:
+        return "failed", f"server metadata unavailable: {e}"
+    if not (live and ready):
+        return "failed", f"live={live} ready={ready}"
+    return "passed", f"live and ready; {meta.get('name', 'triton')} {meta.get('version', '?')}"
+
+
+def _baseline_fn(
+    recipe: Recipe | None, entry_kind: str, baseline_url: str | None, model: str, max_tokens: int
+) -> tuple[str, Callable[[str], str] | None]:
+    """How to get the baseline greedy text for a prompt, and a description of it."""
+    if baseline_url:
+        from toolkit.client import TritonClient
+
+        def remote(prompt: str) -> str:
+            with TritonClient(baseline_url, protocol="http", model=model) as c:
+                return c.generate(prompt, max_tokens, exclude_input_in_output=True).text
+
+        return f"baseline deployment {baseline_url}", remote
+    if (
+        recipe is not None
+        and recipe.backend in ("reference", "auto")
+        and recipe.local_path(recipe.models.target)
+    ):
+        from toolkit.generate import run_generate
+
+        def local(prompt: str) -> str:
+            out = run_generate(
+                recipe,
+                prompt,
+                max_tokens,
+                no_speculation=True,
+                temperature=0.0,
+                top_k=0,
+                top_p=1.0,
+                seed=None,
+            )
+            return out["text"]
+
+        return "in-process reference runtime, speculation off", local
+    if entry_kind == "bls":
+        return "the same BLS with num_draft_tokens=0", None  # built where the client is open
+    return "none available (pass --baseline-url)", None
+
+
+def validate_deployment(
+    *,
+    http_url: str,
+    grpc_url: str | None,
+    model: str,
+    recipe: Recipe | None = None,
+    prompts: tuple[str, ...] | list[str] = DEFAULT_PROMPTS,
+    max_tokens: int = 32,
+    baseline_url: str | None = None,
+    progress: Callable[[str], None] | None = _stderr,
+) -> ValidationReport:
+    from toolkit.client import TritonClient
+
+    with TritonClient(http_url, protocol="http", model=model) as http:
+        info = http.model_info()
+        entry_kind = "bls" if "num_draft_tokens" in info.inputs else "ensemble"
+        desc, baseline = _baseline_fn(recipe, entry_kind, baseline_url, model, max_tokens)
+        report = ValidationReport(model=model, http_url=http_url, grpc_url=grpc_url, baseline=desc)
+        report.add("server", *_server_check(http.url), progress)
+        report.add(
+            "model",
+            "passed",
+            f"'{model}' ready; decoupled={info.decoupled}; max_batch_size={info.max_batch_size}; "
+            f"{len(info.inputs)} inputs",
+            progress,
+        )
+        params: dict[str, Any] = {"exclude_input_in_output": True}
+        if "return_perf_metrics" in info.inputs:
+            params["return_perf_metrics"] = True
+        if entry_kind == "bls" and recipe is not None and recipe.mode == "draft_target":
+            params["num_draft_tokens"] = recipe.speculative.max_draft_len
+
+        served: list[Any] = []
+        try:
+            for prompt in prompts:
+                served.append(http.generate(prompt, max_tokens, **params))
+            report.add("http-generate", "passed", f"{len(served)} generations over /generate", progress)
+        except SdtkError as e:
+            report.add("http-generate", "failed", str(e), progress)
+            return report
+        if info.decoupled:
+            try:
+                s = http.stream(prompts[0], max_tokens, **params)
+                chunks = sum(1 for _ in s)
+                same = s.response.text == served[0].text
+                report.add(
+                    "http-stream",
+                    "passed" if same else "failed",
+                    f"{chunks} chunks over /generate_stream"
+                    + ("" if same else "; text differs from /generate"),
+                    progress,
+                )
+            except SdtkError as e:
+                report.add("http-stream", "failed", str(e), progress)
+
+        if grpc_url:
+            try:
+                with TritonClient(grpc_url, protocol="grpc", model=model) as g:
+                    if info.decoupled:
+                        s = g.stream(prompts[0], max_tokens, **params)
+                        chunks = sum(1 for _ in s)
+                        text, how = s.response.text, f"streaming, {chunks} chunks"
+                    else:
+                        text, how = g.generate(prompts[0], max_tokens, **params).text, "infer"
+                same = text == served[0].text
+                report.add(
+                    "grpc",
+                    "passed" if same else "failed",
+                    how + ("" if same else "; text differs from HTTP"),
+                    progress,
+                )
+            except SdtkError as e:
+                report.add("grpc", "failed", str(e), progress)
+
+        # Correctness gate: greedy speculative output must equal greedy baseline output.
+        if baseline is None and entry_kind == "bls":
+            off = {k: v for k, v in params.items() if k != "return_perf_metrics"}
+            off["num_draft_tokens"] = 0
+
+            def baseline(prompt: str) -> str:
+                return http.generate(prompt, max_tokens, **off).text
+
+        if baseline is None:
+            report.add("correctness", "skipped", f"baseline: {desc}", progress)
+        else:
+            mismatches = []
+            for prompt, resp in zip(prompts, served, strict=True):
+                want = baseline(prompt)
+                report.samples.append({"prompt": prompt, "served": resp.text, "baseline": want})
+                if resp.text != want:
+                    mismatches.append(f"prompt {prompt!r}: {_first_difference(resp.text, want)}")
+            if mismatches:
+                report.add(
+                    "correctness",
+                    "failed",
+                    "speculative output differs from the baseline: " + " | ".join(mismatches),
+                    progress,
+                )
+            else:
+                report.add(
+                    "correctness",
+                    "passed",
+                    f"{len(prompts)} prompts identical to the baseline ({desc})",
+                    progress,
+                )
+
+        _acceptance(report, served, recipe, progress)
+    return report
+
+
+def _acceptance(report: ValidationReport, served: list[Any], recipe: Recipe | None, progress: Any) -> None:
+    drafted = [r.total_draft_tokens for r in served if r.total_draft_tokens is not None]
+    accepted = [r.total_accepted_draft_tokens for r in served if r.total_accepted_draft_tokens is not None]
+    mode = recipe.mode if recipe is not None else None
+    if not drafted:
+        status = "skipped" if mode in (None, "none") else "failed"
+        report.add(
+            "acceptance", status, "the model returned no acceptance outputs (return_perf_metrics)", progress
+        )
+        return
+    total_d, total_a = sum(drafted), sum(accepted)
+    rate = total_a / total_d if total_d else 0.0
+    report.acceptance = {
+        "draft_tokens": total_d,
+        "accepted_tokens": total_a,
+        "acceptance_rate": round(rate, 4),
+    }
+    if mode in (None, "none"):
+        report.add("acceptance", "passed", f"{total_d} draft tokens (baseline)", progress)
+    elif total_d == 0:
+        report.add("acceptance", "warning", "no draft tokens proposed: speculation looks inactive", progress)
+    elif total_a == 0:
+        report.add(
+            "acceptance",
+            "warning",
+            f"0 of {total_d} draft tokens accepted: check that draft and target share a tokenizer",
+            progress,
+        )
+    else:
+        report.add(
+            "acceptance", "passed", f"{total_a}/{total_d} draft tokens accepted ({rate:.1%})", progress
+        )
