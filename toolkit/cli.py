@@ -645,6 +645,208 @@ def monitor(
     )
 
 
+# --------------------------------------------------------------------------- bench / plan / tune
+
+
+def _ints(value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    from toolkit.errors import UsageError
+
+    try:
+        out = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise UsageError(f"'{value}' is not a comma-separated list of integers, e.g. 1,2,4") from None
+    if not out or min(out) < 1:
+        raise UsageError(f"'{value}': every value must be >= 1")
+    return out
+
+
+workload_options = [
+    click.option(
+        "--workload",
+        default="code",
+        show_default=True,
+        help="Bundled prompts: code, math, chat, summarization, or synthetic (unrealistic for acceptance).",
+    ),
+    click.option(
+        "--prompts",
+        "prompts_file",
+        type=click.Path(dir_okay=False),
+        help="Your JSONL (prompt[, max_tokens]).",
+    ),
+]
+
+
+def _with(options):
+    def deco(f):
+        for opt in reversed(options):
+            f = opt(f)
+        return f
+
+    return deco
+
+
+@cli.command()
+@click.argument("target", required=False)
+@click.option(
+    "--compare", nargs=2, metavar="BASELINE SPECULATIVE", help="A/B: two recipes, workdirs or URLs."
+)
+@click.option("--url", help="Benchmark this server URL (gRPC host:port, or HTTP with --protocol http).")
+@click.option("--workdir", type=click.Path(path_type=Path), help="Benchmark the deployment in this workdir.")
+@_with(workload_options)
+@click.option("--concurrency", default="1,2,4", show_default=True, help="Comma-separated concurrency levels.")
+@click.option("--rate", type=float, help="Poisson request rate (req/s) instead of fixed concurrency.")
+@click.option("--requests", default=32, show_default=True, type=int, help="Requests per level.")
+@click.option("--duration", type=float, help="Seconds per level (stops earlier than --requests).")
+@click.option("--warmup", default=2, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--max-tokens", type=int, help="Override the prompts' max_tokens.")
+@click.option("--protocol", type=click.Choice(["grpc", "http"]), default="grpc", show_default=True)
+@click.option("--model", help="Model to call (default: the deployment's entry model).")
+@click.option(
+    "--report-dir", type=click.Path(file_okay=False, path_type=Path), help="Default: <workdir>/reports."
+)
+@json_option
+def bench(
+    target: str | None,
+    compare: tuple[str, str] | None,
+    url: str | None,
+    workdir: Path | None,
+    workload: str,
+    prompts_file: str | None,
+    concurrency: str,
+    rate: float | None,
+    requests: int,
+    duration: float | None,
+    warmup: int,
+    seed: int,
+    max_tokens: int | None,
+    protocol: str,
+    model: str | None,
+    report_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """Benchmark a deployment (TARGET: recipe, workdir or URL), or A/B two with --compare."""
+    from toolkit.deploy import deployed
+    from toolkit.errors import UsageError
+
+    levels = _ints(concurrency)
+    common = dict(
+        workload=workload,
+        prompts_file=prompts_file,
+        requests=requests,
+        duration=duration,
+        warmup=warmup,
+        seed=seed,
+        max_tokens=max_tokens,
+        protocol=protocol,
+        deploy_fn=deployed,
+        report_dir=report_dir,
+        progress=not as_json,
+    )
+    if compare:
+        from toolkit.bench.ab import compare as run_compare
+
+        result = run_compare(compare[0], compare[1], concurrency=levels, **common)
+    else:
+        ref = target or url or (str(workdir) if workdir else None)
+        if ref is None:
+            raise UsageError("give a TARGET (recipe, workdir or URL), --url, --workdir, or --compare A B")
+        from toolkit.bench.api import bench as run_bench
+
+        result = run_bench(ref, concurrency=levels, rate=rate, model=model, **common)
+    emit(result.to_dict(), as_json, lambda: click.echo(result.render()))
+
+
+@cli.command()
+@click.argument("recipe")
+@_with(workload_options)
+@click.option("--gpu", type=click.Choice(["h100", "h200", "b200", "a100", "l40s"]), help="GPU to size for.")
+@click.option("--tp", type=int, help="Tensor-parallel size to size for (default: the recipe's, and a table).")
+@click.option("--no-probe", is_flag=True, help="Skip the acceptance probe (sizing and roofline only).")
+@click.option("--probe-prompts", default=24, show_default=True, type=int)
+@click.option("--gamma-max", default=8, show_default=True, type=int, help="Longest draft length to consider.")
+@set_option
+@json_option
+def plan(
+    recipe: str,
+    workload: str,
+    prompts_file: str | None,
+    gpu: str | None,
+    tp: int | None,
+    no_probe: bool,
+    probe_prompts: int,
+    gamma_max: int,
+    overrides: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Probe acceptance and cost, recommend a draft length, size GPUs and predict speedup."""
+    from toolkit.bench.plan import plan as run_plan
+    from toolkit.recipe import load_recipe
+
+    result = run_plan(
+        load_recipe(recipe, overrides),
+        workload=workload,
+        prompts_file=prompts_file,
+        gpu=gpu,
+        tp=tp,
+        probe=False if no_probe else None,
+        probe_prompts=probe_prompts,
+        gamma_max=gamma_max,
+        overrides=overrides,
+        progress=not as_json,
+    )
+    emit(result.to_dict(), as_json, lambda: click.echo(result.render()))
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--recipe", help="The deployment's recipe (when TARGET is a URL or workdir).")
+@click.option(
+    "--method", type=click.Choice(["auto", "per-request", "redeploy"]), default="auto", show_default=True
+)
+@click.option("--draft-lens", help="Comma-separated draft lengths to sweep (default: from plan).")
+@click.option("--concurrency", default="1,2,4", show_default=True)
+@_with(workload_options)
+@click.option("--requests", default=16, show_default=True, type=int)
+@click.option("--protocol", type=click.Choice(["grpc", "http"]), default="grpc", show_default=True)
+@click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path))
+@json_option
+def tune(
+    target: str,
+    recipe: str | None,
+    method: str,
+    draft_lens: str | None,
+    concurrency: str,
+    workload: str,
+    prompts_file: str | None,
+    requests: int,
+    protocol: str,
+    report_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """Sweep the draft length on a live deployment; write the best settings as a recipe overlay + schedule."""
+    from toolkit.bench.tune import tune as run_tune
+    from toolkit.deploy import deployed
+
+    result = run_tune(
+        target,
+        recipe=recipe,
+        method=method,
+        draft_lens=_ints(draft_lens),
+        concurrency=_ints(concurrency),
+        workload=workload,
+        prompts_file=prompts_file,
+        requests=requests,
+        protocol=protocol,
+        deploy_fn=deployed,
+        report_dir=report_dir,
+        progress=not as_json,
+    )
+    emit(result.to_dict(), as_json, lambda: click.echo(result.render()))
+
+
 # --------------------------------------------------------------------------- compat / doctor
 
 

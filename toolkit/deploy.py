@@ -6,9 +6,11 @@ and, while a server runs, `state.json`.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,10 @@ class DeployResult:
     command: list[str] = field(default_factory=list)
     validation: dict[str, Any] | None = None
     ready_seconds: float | None = None
+
+    @property
+    def model_name(self) -> str:
+        return self.model
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -224,3 +230,32 @@ def find_deployment(workdir: Path | None) -> Path:
         )
     names = ", ".join(str(p) for p in found)
     raise UsageError(f"several deployments under {base}: {names}", hint="pick one with --workdir")
+
+
+@contextlib.contextmanager
+def deployed(
+    recipe_ref: str | Path | Recipe,
+    overrides: tuple[str, ...] | list[str] = (),
+    *,
+    workdir: Path | None = None,
+    validate: bool = False,
+    progress: Callable[[str], None] = _stderr,
+) -> Iterator[DeployResult]:
+    """A detached deployment on free ports for the length of a `with` block (bench, tune).
+
+    Yields the DeployResult (`http_url`, `grpc_url`, `model`, `model_name`); stops the server after.
+    """
+    from toolkit.recipe import load_recipe
+    from toolkit.server.state import stop_server
+
+    recipe = recipe_ref if isinstance(recipe_ref, Recipe) else load_recipe(recipe_ref, list(overrides))
+    with contextlib.ExitStack() as stack:
+        if workdir is None:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sdtk-deploy-")))
+        result = deploy(
+            recipe, workdir=workdir, detach=True, auto_ports=True, validate=validate, progress=progress
+        )
+        try:
+            yield result
+        finally:
+            stop_server(result.workdir)

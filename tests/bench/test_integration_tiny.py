@@ -1,0 +1,158 @@
+"""End to end on the embedded Triton with the tiny recipes: a real A/B of tiny-baseline vs
+tiny-draft-target on the code workload, and a deployment killed mid-benchmark.
+
+Needs three things; each test is skipped with the missing one named:
+- a tritonserver (the `server` extra: nvidia-pytriton);
+- the trained tiny models (models/tiny/{target,draft}, scripts/train_tiny_models.py);
+- a deploy function `(recipe_path, overrides=()) -> context manager yielding (url, model)`:
+  SDTK_DEPLOY_FN=module:function if set, else `toolkit.deploy.deployed`, else a small adapter
+  over `toolkit.deploy.deploy(..., detach=True)` and `toolkit.server.state.stop_server`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from toolkit.bench.ab import compare
+from toolkit.bench.api import bench
+from toolkit.bench.errors import BenchAborted
+
+from .conftest import tritonserver_missing
+
+TINY = Path(os.environ.get("SDTK_TINY_MODELS") or Path(__file__).resolve().parents[2] / "models" / "tiny")
+
+pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
+
+
+def _deploy_fn(root: Path):
+    ref = os.environ.get("SDTK_DEPLOY_FN")
+    if ref:
+        mod, _, name = ref.partition(":")
+        try:
+            return getattr(importlib.import_module(mod), name), None
+        except (ImportError, AttributeError) as e:
+            return None, f"no deploy function {ref} ({type(e).__name__})"
+    try:
+        deploy_mod = importlib.import_module("toolkit.deploy")
+    except ImportError as e:
+        return None, f"no toolkit.deploy ({e}); set SDTK_DEPLOY_FN=module:function"
+    if hasattr(deploy_mod, "deployed"):
+        return deploy_mod.deployed, None
+    if not hasattr(deploy_mod, "deploy"):
+        return None, "toolkit.deploy has neither deployed() nor deploy(); set SDTK_DEPLOY_FN=module:function"
+
+    from toolkit.recipe import load_recipe
+    from toolkit.server.state import stop_server
+
+    @contextlib.contextmanager
+    def deployed(recipe_path, overrides=()):
+        rec = load_recipe(recipe_path, list(overrides))
+        res = deploy_mod.deploy(
+            rec, workdir=root, detach=True, auto_ports=True, validate=False, progress=lambda m: None
+        )
+        try:
+            yield res.grpc_url, res.model
+        finally:
+            stop_server(res.workdir)
+
+    return deployed, None
+
+
+@pytest.fixture(scope="module")
+def deploy_fn(tmp_path_factory):
+    missing = tritonserver_missing()
+    if missing:
+        pytest.skip(missing)
+    for sub in ("target", "draft"):
+        if not (TINY / sub / "config.json").is_file():
+            pytest.skip(f"the tiny models are not trained yet ({TINY / sub / 'config.json'} is missing)")
+    fn, why = _deploy_fn(tmp_path_factory.mktemp("deployments"))
+    if fn is None:
+        pytest.skip(why)
+    return fn
+
+
+def _server_group(url: str) -> int | None:
+    """The process group of the tritonserver listening on the port of `url` (found through /proc)."""
+    port = url.rstrip("/").rsplit(":", 1)[-1]
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = [a.decode(errors="replace") for a in argv]
+        if text and text[0].endswith("tritonserver") and any(a.endswith(f"-port={port}") for a in text):
+            return os.getpgid(int(entry.name))
+    return None
+
+
+def test_ab_tiny_baseline_vs_draft_target(deploy_fn, tmp_path):
+    ab = compare(
+        "tiny-baseline",
+        "tiny-draft-target",
+        workload="code",
+        max_tokens=32,
+        concurrency=[1, 2],
+        requests=8,
+        warmup=2,
+        deploy_fn=deploy_fn,
+        report_dir=tmp_path,
+        progress=False,
+        resamples=1000,
+    )
+    assert not ab.partial and [lc.concurrency for lc in ab.levels] == [1, 2]
+    for lc in ab.levels:
+        assert lc.baseline["ok"] == 8 and lc.speculative["ok"] == 8
+        assert lc.speedup.point is not None and lc.speedup.lo is not None
+        assert lc.speculative["acceptance"]["rate"] is not None
+        # γ comes from the recipe, so the server's draft counts give the acceptance length.
+        assert lc.speculative["acceptance"]["length"] > 1
+    assert ab.verdict
+    names = {p.name for p in ab.report_files}
+    assert {
+        "compare.json",
+        "compare.csv",
+        "requests.jsonl",
+        "latency_vs_concurrency.png",
+        "speedup_vs_concurrency.png",
+    } <= names
+    print(ab.render())
+
+
+def test_killed_deployment_gives_partial_report(deploy_fn, tmp_path):
+    with deploy_fn("tiny-draft-target") as (url, model):
+        pgid = _server_group(url)
+        if pgid is None:
+            pytest.skip(f"cannot find the tritonserver process behind {url} in /proc")
+        killer = threading.Timer(3.0, lambda: os.killpg(pgid, signal.SIGKILL))
+        killer.start()
+        t = time.monotonic()
+        try:
+            with pytest.raises(BenchAborted) as e:
+                bench(
+                    url,
+                    model=model,
+                    workload="code",
+                    max_tokens=48,
+                    concurrency=[1, 2],
+                    requests=64,
+                    warmup=0,
+                    timeout=60,
+                    report_dir=tmp_path / "reports",
+                    progress=False,
+                )
+        finally:
+            killer.cancel()
+        assert time.monotonic() - t < 60
+    assert e.value.partial is not None and e.value.partial.partial
+    assert (tmp_path / "reports" / "bench.json").is_file()

@@ -1,0 +1,160 @@
+"""bench / compare / tune against a real tritonserver serving fake speculative models
+(fake_spec/model.py: multi-token chunks, acceptance outputs, server timestamps), over gRPC
+streams and HTTP generate_stream; and a server killed mid-benchmark."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from toolkit.bench.ab import compare
+from toolkit.bench.api import bench
+from toolkit.bench.errors import BenchAborted
+from toolkit.bench.tune import tune
+
+from .conftest import make_fake_repo, tritonserver_missing
+
+pytestmark = [
+    pytest.mark.tritonserver,
+    pytest.mark.skipif(tritonserver_missing() is not None, reason=str(tritonserver_missing())),
+]
+
+MODELS = {
+    "base": {"step_ms": 6, "draft_len": 0},
+    "spec": {"step_ms": 6, "draft_len": 4, "alpha": 0.8, "draft_cost": 0.05},
+    "tensorrt_llm_bls": {"step_ms": 6, "draft_len": 0, "alpha": 0.8, "draft_cost": 0.05, "bls": True},
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from toolkit.server.launch import TritonServer
+
+    root = tmp_path_factory.mktemp("bench_live")
+    repo = make_fake_repo(root, MODELS)
+    with TritonServer(repo, workdir=root / "wd", model_name="spec", auto_ports=True, ready_timeout=90) as s:
+        yield s
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_bench_streams_multi_token_chunks(server, protocol, tmp_path):
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    r = bench(
+        url,
+        protocol=protocol,
+        model="spec",
+        draft_len=4,
+        workload="code",
+        max_tokens=24,
+        concurrency=[1, 2],
+        requests=6,
+        warmup=1,
+        report_dir=tmp_path,
+        progress=False,
+    )
+    assert not r.partial and [lv.concurrency for lv in r.levels] == [1, 2]
+    for lv in r.levels:
+        s = lv.summary()
+        assert s["ok"] == 6 and s["errors"] == 0 and s["token_counts_exact"]
+        assert s["output_tokens"] == 6 * 24
+        assert any(k > 1 for rec in lv.records for k in rec.chunk_tokens)  # speculative steps
+        assert 0.3 < s["acceptance"]["rate"] < 1.0
+        assert s["acceptance"]["length"] > 1.5
+        assert s["server_check"]["n"] == 6 and s["server_check"]["violations"] == 0
+        assert s["itl_s"]["n"] == 6 * 23 and s["tpot_s"]["p50"] > 0
+    assert {p.name for p in r.report_files} == {"bench.json", "bench.csv", "requests.jsonl"}
+    assert "sdtk bench:" in r.render()
+
+
+def test_compare_live_reports(server, tmp_path):
+    ab = compare(
+        server.grpc_url,
+        server.grpc_url,
+        baseline_model="base",
+        speculative_model="spec",
+        workload="code",
+        max_tokens=24,
+        concurrency=[1, 2],
+        requests=8,
+        warmup=1,
+        report_dir=tmp_path,
+        progress=False,
+        resamples=500,
+    )
+    assert len(ab.levels) == 2 and not ab.partial
+    lc = ab.levels[0]
+    assert lc.paired and lc.pairs == 8
+    assert lc.speedup.point > 1.5 and lc.speedup.lo > 1  # ~3.4 tokens per step for ~1.2 steps' time
+    assert ab.verdict.startswith("speculative is") and "adopt for ≤" in ab.verdict
+    names = {p.name for p in ab.report_files}
+    assert {
+        "compare.json",
+        "compare.csv",
+        "latency_vs_concurrency.png",
+        "speedup_vs_concurrency.png",
+    } <= names
+
+
+def test_tune_per_request_live(server, tmp_path):
+    t = tune(
+        server.grpc_url,
+        recipe="tiny-draft-target",
+        model="spec",
+        draft_lens=[1, 4],
+        concurrency=(1,),
+        workload="code",
+        max_tokens=20,
+        requests=6,
+        warmup=0,
+        predict=False,
+        report_dir=tmp_path,
+        progress=False,
+        resamples=300,
+    )
+    assert t.method == "per-request"
+    # The served model had no num_draft_tokens; tune switched to the BLS model.
+    assert t.baseline is not None and "tensorrt_llm_bls" in t.baseline.endpoint
+    s1, s4 = t.cell(1, 1).speedup.point, t.cell(4, 1).speedup.point
+    assert s1 > 1 and s4 > s1
+    assert t.schedule == {1: 4} and t.overlay == {"speculative": {"max_draft_len": 4}}
+
+
+def test_killed_server_gives_partial_report_not_a_hang(tmp_path):
+    from toolkit.server.launch import TritonServer
+
+    repo = make_fake_repo(tmp_path, {"slow": {"step_ms": 40, "draft_len": 2}})
+    with TritonServer(
+        repo, workdir=tmp_path / "wd", model_name="slow", auto_ports=True, ready_timeout=90
+    ) as s:
+        # SIGKILL the whole process group (tritonserver and its Python backend stubs): a crash.
+        killer = threading.Timer(2.5, lambda: os.killpg(os.getpgid(s.pid), signal.SIGKILL))
+        killer.start()
+        t = time.monotonic()
+        try:
+            with pytest.raises(BenchAborted) as e:
+                bench(
+                    s.grpc_url,
+                    model="slow",
+                    workload="code",
+                    max_tokens=16,
+                    concurrency=[1, 2],
+                    requests=40,
+                    warmup=0,
+                    timeout=30,
+                    report_dir=tmp_path / "reports",
+                    progress=False,
+                )
+        finally:
+            killer.cancel()
+        assert time.monotonic() - t < 25
+    err = e.value
+    assert err.partial is not None and err.partial.partial
+    assert err.report_dir == tmp_path / "reports"
+    assert (tmp_path / "reports" / "bench.json").is_file()
+    done = sum(lv.summary()["ok"] for lv in err.partial.levels)
+    assert done >= 1
+    assert "stopped" in str(err) and "partial report in" in str(err)

@@ -1,0 +1,239 @@
+"""`plan`: the probe on small random checkpoints (fast, no trained models needed), and the
+sizing / assumed-α path for hub recipes that cannot run here."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from toolkit.bench.plan import (
+    PlanResult,
+    fit_kappa,
+    interpolate,
+    isotonic,
+    plan,
+    probe_candidates,
+    recommend,
+    run_lengths,
+    simulate_tau,
+)
+from toolkit.errors import UsageError
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+TEXTS = [
+    "def add(a, b):\n    return a + b\n",
+    "class Stack:\n    def push(self, item):\n        self.items.append(item)\n",
+    "for i in range(10):\n    print(i * i)\n",
+    "import os\nimport sys\n\ndef main():\n    return 0\n",
+] * 8
+
+
+def _tokenizer(path: Path) -> int:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=320, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(TEXTS, trainer)
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>").save_pretrained(path)
+    return tok.get_vocab_size()
+
+
+def _model(path: Path, vocab: int, hidden: int, layers: int, seed: int) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=0,
+        eos_token_id=1,
+    )
+    LlamaForCausalLM(cfg).save_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def random_models(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("random_models")
+    vocab = _tokenizer(root / "target")
+    _model(root / "target", vocab, 64, 2, seed=0)
+    # A draft identical to the target: every draft token is accepted (α = 1 exactly).
+    shutil.copytree(root / "target", root / "same")
+    _model(root / "other", vocab, 32, 1, seed=1)
+    shutil.copy(root / "target" / "tokenizer.json", root / "other" / "tokenizer.json")
+    shutil.copy(root / "target" / "tokenizer_config.json", root / "other" / "tokenizer_config.json")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread: tiny models gain nothing from more, and on a busy machine OpenMP
+    threads spin-waiting for each other make every forward 10-100× slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _recipe(root: Path, name: str, body: str) -> Path:
+    p = root / f"{name}.yaml"
+    p.write_text("backend: reference\ndtype: float32\nbuild: {max_input_len: 128, max_seq_len: 256}\n" + body)
+    return p
+
+
+def test_probe_draft_target_identical_draft(random_models, tmp_path):
+    r = _recipe(
+        random_models,
+        "same",
+        "models: {target: ./target, draft: ./same}\nspeculative: {mode: draft_target, max_draft_len: 2}\n",
+    )
+    p = plan(
+        r, workload="code", probe_prompts=3, probe_tokens=12, gamma_max=3, concurrency=(1, 2), progress=False
+    )
+    assert isinstance(p, PlanResult) and p.probe is not None
+    assert p.basis.startswith("measured") and p.batching == "sequential"
+    # γ=3 gives acceptance at every position; γ=2 and γ=1 add measured step times.
+    assert [c.label for c in p.probe.configs] == ["γ=3", "γ=2", "γ=1"]
+    cfg = p.probe.configs[0]
+    assert cfg.label == "γ=3" and cfg.acceptance_rate == 1.0
+    assert cfg.per_position_acceptance == [1.0, 1.0, 1.0]
+    assert cfg.marginals == pytest.approx([cfg.accepted_tokens / cfg.steps / 3] * 3)  # per step, 3 positions
+    assert p.probe.alpha_greedy.point == 1.0
+    assert p.probe.alpha_logits.point == pytest.approx(1.0, abs=1e-5)  # Σ min(p, p) = 1
+    assert p.probe.timing.c_forward > 0 and p.probe.timing.t_base > 0
+    assert [pr.draft_len for pr in p.predictions] == [1, 2, 3]
+    assert [pr.expected_tokens for pr in p.predictions] == [2.0, 3.0, 4.0]
+    assert [pr.expected_tokens_iid for pr in p.predictions] == pytest.approx([2.0, 3.0, 4.0])
+    for pr in p.predictions:
+        assert pr.speedup[1] == pr.speedup[2]  # sequential backend: no batch term
+    assert p.recommendation is not None and p.recommendation.schedule is not None
+    d = p.to_dict()
+    json.dumps(d)
+    assert d["recommendation"]["overlay"]["speculative"]["max_draft_len"] in (1, 2, 3)
+    text = p.render()
+    assert "α greedy" in text and "predicted speedup" in text
+
+
+def test_probe_with_gpu_adds_sizing_and_roofline(random_models):
+    r = _recipe(
+        random_models,
+        "other",
+        "models: {target: ./target, draft: ./other}\nspeculative: {mode: draft_target, max_draft_len: 2}\n",
+    )
+    p = plan(
+        r,
+        workload="code",
+        gpu="h100",
+        probe_prompts=2,
+        probe_tokens=8,
+        gamma_max=2,
+        concurrency=(1, 64),
+        temperature=0.7,
+        progress=False,
+    )
+    assert p.probe.alpha_logits_temperature == 0.7
+    assert 0 <= p.probe.alpha_logits.point <= 1
+    assert p.sizing is not None and p.sizing.fits[0].fits
+    assert p.sizing.components[0].facts_source.startswith("config.json (")
+    assert [x.draft_len for x in p.roofline_predictions] == [1, 2]
+    assert p.assumed  # Leviathan table for assumed α, labelled
+    assert all(a.source.startswith("assumed α=") for a in p.assumed)
+
+
+def test_probe_ngram_and_lookahead(random_models):
+    r = _recipe(
+        random_models, "ng", "models: {target: ./target}\nspeculative: {mode: ngram, max_draft_len: 2}\n"
+    )
+    p = plan(
+        r,
+        workload="summarization",
+        probe_prompts=2,
+        probe_tokens=10,
+        gamma_max=3,
+        concurrency=(1,),
+        progress=False,
+    )
+    assert p.probe.configs[0].shape.draft_forwards == 0
+    assert [x.draft_len for x in p.predictions] == [1, 2, 3]
+    r = _recipe(
+        random_models,
+        "la",
+        "models: {target: ./target}\n"
+        "speculative: {mode: lookahead, window: 3, ngram: 3, verification_set: 2}\n",
+    )
+    p = plan(r, workload="code", probe_prompts=1, probe_tokens=8, concurrency=(1,), progress=False)
+    labels = [c.label for c in p.probe.configs]
+    assert labels[0] == "W=3 N=3 G=2" and len(labels) == 4
+    assert p.recommendation is not None and "window" in p.recommendation.settings
+    assert p.recommendation.schedule is None
+
+
+def test_hub_recipe_gets_sizing_and_assumptions_only():
+    p = plan("llama-3.3-70b-draft-target", gpu="h200", concurrency=(1, 8, 64), progress=False, fetch="none")
+    assert p.probe is None and not p.predictions and p.recommendation is None
+    assert p.basis.startswith("roofline (H200")
+    assert any("no acceptance probe" in n for n in p.notes)
+    assert any("illustration, not a prediction" in n for n in p.notes)
+    assert any("does not fit on 4×" in n for n in p.notes) is False  # recipe tp=4 fits on H200
+    assert [a.source for a in p.assumed] == [
+        "assumed α=0.6",
+        "assumed α=0.7",
+        "assumed α=0.8",
+        "assumed α=0.9",
+    ]
+    best = p.assumed[-1]
+    assert best.speedup[1] > best.speedup[64]  # speculation pays less as the batch grows
+    assert "ASSUMED acceptance" in p.render()
+    p2 = plan("llama-3.1-8b-baseline", concurrency=(1,), progress=False, fetch="none")
+    assert p2.sizing is not None and p2.sizing.gpu.key == "h100"
+    assert any("no --gpu given" in n for n in p2.notes) and any("mode none" in n for n in p2.notes)
+
+
+def test_bad_inputs():
+    with pytest.raises(UsageError, match="gamma_max"):
+        plan("tiny-draft-target", gamma_max=0, progress=False)
+    with pytest.raises(UsageError, match="positive integers"):
+        plan("tiny-draft-target", concurrency=(0,), progress=False)
+    with pytest.raises(UsageError, match="cannot probe"):
+        plan("llama-3.1-8b-eagle3", probe=True, progress=False, fetch="none")
+    with pytest.raises(UsageError, match="unknown GPU"):
+        plan("llama-3.1-8b-eagle3", gpu="h900", progress=False, fetch="none")
+
+
+def test_helpers():
+    assert fit_kappa([(1, 1.0), (3, 1.2), (5, 1.4)]) == pytest.approx(0.1)
+    assert fit_kappa([(1, 1.0), (4, 0.9)]) == 0.0
+    iso = isotonic([(1, 1.0), (2, 1.4), (3, 1.2), (5, 2.0)])
+    assert [n for n, _ in iso] == [1, 2, 3, 5]
+    assert [t for _, t in iso] == pytest.approx([1.0, 1.3, 1.3, 2.0])
+    # Run lengths: steps at γ_max=4 committing 3 (2 accepted), 5 (all 4: censored), 1 tokens.
+    r = run_lengths([3, 5, 1], 4, p_tail=0.5)
+    assert r[:3] == [2, 1, 0]
+    assert r[3:8] == pytest.approx([4 + 0.5, 3.5, 2.5, 1.5, 0.5])  # continues with p=0.5 into R=0
+    assert r[8:] == [0]
+    assert simulate_tau([[2, 1, 0, 0]], 1) == pytest.approx(4 / 3)  # steps commit 2, 2... capped at the end
+    assert simulate_tau([run_lengths([3, 1, 2], 2, 0.0)], 2) == pytest.approx(6 / 3)  # replays γ_max itself
+    assert interpolate([(1, 10.0), (8, 17.0)], 4) == pytest.approx(13.0)
+    assert interpolate([(4, 12.0), (8, 16.0)], 2) == pytest.approx(10.0)
+
+    from toolkit.recipe import load_recipe
+
+    med = load_recipe("tiny-medusa")
+    cands = probe_candidates(med, 8)
+    assert [len(c[1]["medusa_choices"]) for c in cands][-1] == 20
+    assert all(len(c[1]["medusa_choices"]) <= 20 for c in cands)
+    assert recommend([], "draft_target", [1], "x") is None

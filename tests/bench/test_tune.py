@@ -1,0 +1,150 @@
+"""`tune` with the measurements replaced by synthetic runs: sweep, schedule, overlay, predictions."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import yaml
+
+from toolkit.bench import tune as tune_mod
+from toolkit.bench.loadgen import BenchResult, LevelResult
+from toolkit.bench.plan import PlanResult, Prediction
+from toolkit.bench.tune import baseline_overrides, sweep_configs, tune
+from toolkit.errors import UsageError
+from toolkit.recipe import load_recipe
+
+from .conftest import record
+
+LEVELS = (1, 2, 4, 16)
+
+
+def speedup_model(g: int, c: int) -> float:
+    """Ground truth for the fake measurements: best γ falls as concurrency grows."""
+    return (1 + 0.5 * g) / (1 + 0.05 * g * g * c) if g else 1.0
+
+
+def run_at(g: int) -> BenchResult:
+    res = BenchResult(endpoint="fake", workload={"name": "code", "prompts": 36}, settings={})
+    for c in LEVELS:
+        gap = 1 / (100.0 * speedup_model(g, c))
+        recs = [
+            record(
+                i, ttft=gap, gaps=[gap * (1 + 0.01 * (i % 3))] * 11, accepted=g, drafted=2 * g, concurrency=c
+            )
+            for i in range(12)
+        ]
+        res.levels.append(LevelResult(c, None, recs, duration=1.0))
+    return res
+
+
+@pytest.fixture
+def fake_measure(monkeypatch):
+    calls = []
+
+    def measure(url, model, protocol, wl, sampling, *, label, **kw):
+        calls.append((label, sampling.num_draft_tokens, url))
+        g = 0 if "baseline" in label else int(label.split("=")[1].split()[0]) if label.startswith("γ=") else 0
+        return run_at(g)
+
+    monkeypatch.setattr(tune_mod, "_measure", measure)
+    return calls
+
+
+def fake_deploy(log):
+    @contextlib.contextmanager
+    def deploy(recipe_path, overrides=()):
+        log.append(list(overrides))
+        yield "127.0.0.1:9", "ensemble"
+
+    return deploy
+
+
+def test_sweep_configs_and_baseline_overrides():
+    rec = load_recipe("tiny-draft-target")
+    cfgs = sweep_configs(rec, None)
+    assert [c["draft_len"] for c in cfgs] == list(range(1, 9))
+    assert cfgs[2]["overrides"] == ["speculative.max_draft_len=3"]
+    base = load_recipe("tiny-draft-target", baseline_overrides(rec))
+    assert base.mode == "none" and base.models.draft is None
+    la = load_recipe("tiny-lookahead")
+    for c in sweep_configs(la, None):  # every lookahead candidate is a valid recipe
+        r = load_recipe("tiny-lookahead", c["overrides"])
+        assert r.speculative.draft_len == c["draft_len"]
+    with pytest.raises(UsageError, match="no single draft length"):
+        sweep_configs(la, [2])
+    with pytest.raises(UsageError, match="positive integers"):
+        sweep_configs(rec, [0])
+
+
+def test_tune_redeploy_schedule_and_overlay(fake_measure, tmp_path):
+    deployed = []
+    pr = PlanResult("tiny-draft-target", "draft_target", "reference", "measured", list(LEVELS))
+    pr.predictions = [
+        Prediction(
+            f"γ={g}", {"max_draft_len": g}, g, 1.0, None, {c: speedup_model(g, c) + 0.1 for c in LEVELS}
+        )
+        for g in range(1, 5)
+    ]
+    t = tune(
+        "tiny-draft-target",
+        method="redeploy",
+        draft_lens=[1, 2, 3, 4],
+        concurrency=LEVELS,
+        deploy_fn=fake_deploy(deployed),
+        plan_result=pr,
+        report_dir=tmp_path,
+        progress=False,
+    )
+    assert deployed[0] == ["speculative={mode: none}", "models.draft="]
+    assert deployed[1:] == [[f"speculative.max_draft_len={g}"] for g in (1, 2, 3, 4)]
+    assert t.method == "redeploy" and len(t.cells) == 4 * len(LEVELS)
+    c = t.cell(3, 1)
+    assert c.speedup.point == pytest.approx(speedup_model(3, 1), rel=0.03)
+    assert c.acceptance_rate == pytest.approx(0.5)
+    assert t.schedule == {1: 3, 2: 2, 4: 1, 16: 0}
+    assert t.max_concurrency == 4
+    assert t.best["draft_len"] == 3
+    assert t.overlay == {"speculative": {"max_draft_len": 3}}
+    assert t.llmapi_fragment["speculative_config"]["draft_len_schedule"] == {1: 3, 2: 2, 4: 1, 16: 0}
+    assert t.llmapi_fragment["speculative_config"]["max_concurrency"] == 4
+    assert t.prediction_error == pytest.approx(0.1, abs=0.02)
+    overlay = yaml.safe_load(t.overlay_path.read_text())
+    assert overlay == {"speculative": {"max_draft_len": 3}}
+    assert "--set speculative.max_draft_len=3" in t.overlay_path.read_text()
+    frag = yaml.safe_load((tmp_path / "llmapi-speculative.yaml").read_text())
+    assert frag["speculative_config"]["draft_len_schedule"] == {1: 3, 2: 2, 4: 1, 16: 0}
+    assert {p.name for p in t.report_files} >= {"tune.json", "tune.csv", "recipe-overlay.yaml", "tune.txt"}
+    load_recipe("tiny-draft-target", t.best["overrides"])  # the overlay is a valid recipe change
+    assert "best per concurrency" in t.render()
+
+
+def test_tune_per_request_uses_num_draft_tokens(fake_measure, tmp_path):
+    wd = tmp_path / "wd"
+    t = tune(
+        "127.0.0.1:8001",
+        recipe="tiny-draft-target",
+        draft_lens=[1, 2],
+        concurrency=(1,),
+        predict=False,
+        report_dir=tmp_path / "r",
+        progress=False,
+    )
+    assert t.method == "per-request"
+    assert [(lbl, n) for lbl, n, _ in fake_measure] == [("γ=0 (baseline)", 0), ("γ=1", 1), ("γ=2", 2)]
+    assert not wd.exists()
+
+
+def test_tune_bad_inputs(tmp_path):
+    with pytest.raises(UsageError, match="needs the recipe"):
+        tune("127.0.0.1:8001", progress=False)
+    with pytest.raises(UsageError, match="no speculation"):
+        tune("127.0.0.1:8001", recipe="tiny-baseline", progress=False)
+    with pytest.raises(UsageError, match="only for draft_target"):
+        tune("127.0.0.1:8001", recipe="tiny-eagle3", method="per-request", progress=False)
+    with pytest.raises(UsageError, match="needs a deploy function"):
+        tune("127.0.0.1:8001", recipe="tiny-eagle3", progress=False)
+    with pytest.raises(UsageError, match="positive integer"):
+        tune("127.0.0.1:8001", recipe="tiny-draft-target", concurrency=(0,), progress=False)
+    with pytest.raises(UsageError, match="method must be"):
+        tune("127.0.0.1:8001", recipe="tiny-draft-target", method="guess", progress=False)

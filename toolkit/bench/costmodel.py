@@ -1,0 +1,200 @@
+"""The speculative-decoding cost model: Leviathan et al. (arXiv 2211.17192 §3) plus what it leaves out.
+
+Leviathan assumes i.i.d. acceptance α, a draft that costs c target steps per token, and a
+verification of γ+1 tokens that costs exactly one target step, at batch 1. We keep those
+formulas (tests pin them to the paper's Table 1) and extend them with
+
+- per-position acceptance (non-i.i.d.): E = 1 + Σ_k Π_{i≤k} a_i, using measured marginals;
+- a verification cost: a target step over n tokens costs t(n) = t0·(1 + κ·(n−1));
+- a batch term: at concurrency B a step verifies B·n tokens; a `StepCost` says what that
+  costs (measured on the reference runtime, or a GPU roofline in `sizing`), so speculation
+  stops paying once the target step becomes compute-bound;
+- shapes for trees (n = nodes+1 tokens verified) and lookahead ((W+G)(N−1) tokens).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """Leviathan Eq. 1: E[#tokens per step] = (1 − α^{γ+1}) / (1 − α), capped geometric."""
+    _check_alpha(alpha)
+    _check_gamma(gamma)
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def speedup(alpha: float, gamma: int, c: float) -> float:
+    """Leviathan Thm 3.8: walltime improvement (1 − α^{γ+1}) / ((1 − α)(γc + 1))."""
+    if c < 0:
+        raise ValueError(f"cost ratio c must be ≥ 0, got {c}")
+    return expected_tokens(alpha, gamma) / (gamma * c + 1)
+
+
+def ops_factor(alpha: float, gamma: int, c_hat: float = 0.0) -> float:
+    """Leviathan Thm 3.11: arithmetic operations grow by (1 − α)(γĉ + γ + 1)/(1 − α^{γ+1})."""
+    return (gamma * c_hat + gamma + 1) / expected_tokens(alpha, gamma)
+
+
+def optimal_gamma(alpha: float, c: float, max_gamma: int = 64) -> tuple[int, float]:
+    """argmax_γ S(α, γ, c) over 1..max_gamma (Leviathan §3.5: found numerically)."""
+    best = max(range(1, max_gamma + 1), key=lambda g: (speedup(alpha, g, c), -g))
+    return best, speedup(alpha, best, c)
+
+
+def expected_tokens_from_marginals(marginals: Sequence[float], gamma: int | None = None) -> float:
+    """Non-i.i.d. E = 1 + Σ_{k<γ} m_k, where m_k = P(draft positions 1..k+1 all accepted).
+
+    With conditional acceptances a_i, m_k = Π_{i≤k} a_i; measured chain statistics give m_k
+    directly as accepted_k / proposed_k.
+    """
+    ms = list(marginals if gamma is None else marginals[:gamma])
+    if gamma is not None and gamma > len(marginals):
+        raise ValueError(f"only {len(marginals)} positions were measured, cannot evaluate γ={gamma}")
+    for m in ms:
+        if not 0 <= m <= 1:
+            raise ValueError(f"marginal acceptance {m} is outside [0, 1]")
+    return 1.0 + sum(ms)
+
+
+def marginals_from_conditionals(conditionals: Sequence[float]) -> list[float]:
+    out, p = [], 1.0
+    for a in conditionals:
+        p *= a
+        out.append(p)
+    return out
+
+
+def conditionals_from_marginals(marginals: Sequence[float]) -> list[float]:
+    out, prev = [], 1.0
+    for m in marginals:
+        out.append(m / prev if prev > 0 else 0.0)
+        prev = m
+    return out
+
+
+def iid_marginals(alpha: float, gamma: int) -> list[float]:
+    return [alpha ** (k + 1) for k in range(gamma)]
+
+
+def _check_alpha(alpha: float) -> None:
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"acceptance rate α must lie in [0, 1], got {alpha}")
+
+
+def _check_gamma(gamma: int) -> None:
+    if gamma < 0:
+        raise ValueError(f"draft length γ must be ≥ 0, got {gamma}")
+
+
+# --------------------------------------------------------------------------- step costs
+
+
+class StepCost(Protocol):
+    """Time of one forward of a model over `batch` sequences with `tokens` new tokens each."""
+
+    def time(self, batch: int, tokens: int) -> float: ...
+
+
+@dataclass(frozen=True)
+class LinearStepCost:
+    """t(B, q) = t0 · (1 + κ·(B·q − 1)): one step of 1 token costs t0, each extra token κ·t0.
+
+    κ≈0 is the memory-bound regime (extra tokens ride along for free); κ=1 is compute-bound
+    (n tokens cost n steps). Measured on the reference runtime from forwards of 1 and n tokens.
+    """
+
+    t0: float
+    kappa: float
+
+    def time(self, batch: int, tokens: int) -> float:
+        n = max(1, batch * tokens)
+        return self.t0 * (1 + self.kappa * (n - 1))
+
+
+@dataclass(frozen=True)
+class MeasuredStepCost:
+    """Piecewise-linear through measured (n_tokens, seconds) points; linear extrapolation beyond."""
+
+    points: tuple[tuple[int, float], ...]
+
+    def time(self, batch: int, tokens: int) -> float:
+        n = max(1, batch * tokens)
+        pts = sorted(self.points)
+        if len(pts) == 1:
+            return pts[0][1] * n
+        for (n0, t0), (n1, t1) in zip(pts, pts[1:], strict=False):
+            if n <= n1 or (n1, t1) == pts[-1]:
+                if n < n0:
+                    return t0
+                return t0 + (t1 - t0) * (n - n0) / (n1 - n0)
+        return pts[-1][1]  # unreachable: the loop returns on the last segment
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one speculative step does: draft forwards (each over 1 token per sequence) and the
+    number of tokens per sequence the target verifies."""
+
+    draft_forwards: int
+    verify_tokens: int
+    label: str = ""
+
+
+def chain_shape(gamma: int, *, draft_forwards: int | None = None) -> Shape:
+    return Shape(gamma if draft_forwards is None else draft_forwards, gamma + 1, f"chain γ={gamma}")
+
+
+def tree_shape(nodes: int, depth: int, *, draft_forwards: int | None = None) -> Shape:
+    # The root (last committed token) is verified together with the tree nodes.
+    return Shape(depth if draft_forwards is None else draft_forwards, nodes + 1, f"tree {nodes} nodes")
+
+
+def lookahead_shape(window: int, ngram: int, verification_set: int) -> Shape:
+    """Fu et al.: per-step cost ≈ (W+G)(N−1) tokens; no separate draft model."""
+    return Shape(
+        0,
+        max(1, (window + verification_set) * (ngram - 1)),
+        f"lookahead W={window} N={ngram} G={verification_set}",
+    )
+
+
+def step_speedup(
+    expected: float,
+    shape: Shape,
+    target: StepCost,
+    *,
+    draft: StepCost | None = None,
+    batch: int = 1,
+) -> float:
+    """Per-sequence output rate with speculation ÷ without, at concurrency `batch`.
+
+    baseline step: target over B sequences × 1 token → 1 token per sequence;
+    speculative step: `draft_forwards` draft forwards over B × 1 tokens plus one target forward
+    over B × verify_tokens → `expected` tokens per sequence.
+    """
+    if batch < 1:
+        raise ValueError(f"batch must be ≥ 1, got {batch}")
+    base = target.time(batch, 1)
+    spec = target.time(batch, shape.verify_tokens)
+    if shape.draft_forwards:
+        if draft is None:
+            raise ValueError(f"{shape.label or 'this shape'} drafts with a model but no draft cost was given")
+        spec += shape.draft_forwards * draft.time(batch, 1)
+    return expected * base / spec
+
+
+def leviathan_speedup_with_verify(
+    expected: float, gamma_draft: int, c: float, kappa: float, verify_tokens: int
+) -> float:
+    """Batch-1 closed form of `step_speedup` with linear costs: E / (γc + 1 + κ(n − 1))."""
+    return expected / (gamma_draft * c + 1 + kappa * (verify_tokens - 1))
+
+
+def fmt_x(x: float | None, digits: int = 2) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}×"

@@ -1,0 +1,601 @@
+"""The load generator: streams requests at fixed concurrency levels or a Poisson rate.
+
+- Closed loop: at concurrency C, C workers each send their next request as soon as the
+  previous one finishes. Open loop: arrivals at a seeded Poisson rate, however slow the server.
+- Reproducible: prompt order comes from (workload, seed); request i carries sampling seed
+  seed+i, so the same request gets the same seed on both sides of an A/B.
+- Never hangs: every request has a deadline; a connection failure triggers a liveness check
+  and, if the server is gone, the run stops and raises BenchAborted carrying the partial result.
+
+The transport is `Endpoint`: `TritonEndpoint` wraps toolkit.client.AsyncTritonClient (gRPC
+stream or HTTP generate_stream); tests plug in their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from toolkit.bench.errors import BenchAborted
+from toolkit.bench.metrics import RequestRecord, summarize
+from toolkit.bench.workloads import Prompt, Workload
+from toolkit.errors import ServerError, UsageError
+
+DEFAULT_TIMEOUT = 120.0
+CONNECT_TIMEOUT = 3.0
+CHECK_TIMEOUT = 15.0  # the preflight (model config + readiness) must answer within this
+MAX_CONSECUTIVE_FAILURES = 8
+
+
+# --------------------------------------------------------------------------- transport
+
+
+@dataclass
+class Chunk:
+    """One streamed response as the load generator needs it."""
+
+    time: float  # client monotonic seconds at receipt
+    text: str = ""
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Sampling:
+    """Per-request sampling settings; None = the server's default (greedy on TRT-LLM and the reference)."""
+
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    num_draft_tokens: int | None = None  # BLS draft-target only (tune)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+class Endpoint(Protocol):
+    name: str  # for reports: "grpc://127.0.0.1:8001/ensemble"
+
+    async def check(self) -> None:
+        """Raise a ServerError quickly if the server or model is not there."""
+
+    async def alive(self) -> bool:
+        """Is the server still answering (a cheap readiness probe)?"""
+
+    def stream(self, prompt: Prompt, *, seed: int, sampling: Sampling) -> AsyncIterator[Chunk]:
+        """Send one streaming request; yield its chunks; raise ClientError subclasses on failure."""
+
+    async def close(self) -> None: ...
+
+
+class TritonEndpoint:
+    """Streaming requests through toolkit.client.AsyncTritonClient."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        model: str = "ensemble",
+        protocol: str = "grpc",
+        timeout: float = DEFAULT_TIMEOUT,
+        connect_timeout: float = CONNECT_TIMEOUT,
+    ):
+        from toolkit.client import AsyncTritonClient
+
+        if protocol not in ("grpc", "http"):
+            raise UsageError(f"protocol must be grpc or http, got '{protocol}'")
+        self.url = url
+        self.model = model
+        self.protocol = protocol
+        self.client = AsyncTritonClient(
+            url, protocol=protocol, model=model, timeout=timeout, connect_timeout=connect_timeout
+        )
+        self.name = f"{protocol}://{self.client.url.split('://')[-1]}/{model}"
+        self._inputs: set[str] = set()
+
+    async def check(self) -> None:
+        info = await self.client.model_info()
+        self._inputs = set(info.inputs)
+        if not info.decoupled:
+            raise ServerError(
+                f"model '{self.model}' at {self.url} is not decoupled, so it cannot stream tokens",
+                hint="deploy with serving.decoupled: true; streaming is what TTFT/ITL are measured on",
+            )
+        if not await self.client.is_ready():
+            raise ServerError(f"model '{self.model}' at {self.url} is not ready", hint="check `sdtk status`")
+
+    @property
+    def inputs(self) -> set[str]:
+        return self._inputs
+
+    async def alive(self) -> bool:
+        return await self.client.is_ready()
+
+    async def stream(self, prompt: Prompt, *, seed: int, sampling: Sampling) -> AsyncIterator[Chunk]:
+        from toolkit.client import GenerationRequest
+
+        has = self._inputs
+        extra: dict[str, Any] = {}
+        if "return_num_output_tokens" in has:
+            extra["return_num_output_tokens"] = True
+        if "return_num_input_tokens" in has:
+            extra["return_num_input_tokens"] = True
+        sampled = sampling.temperature is not None and sampling.temperature > 0
+        req = GenerationRequest(
+            prompt.text,
+            prompt.max_tokens,
+            temperature=sampling.temperature if "temperature" in has else None,
+            top_k=sampling.top_k if "top_k" in has else None,
+            top_p=sampling.top_p if "top_p" in has else None,
+            seed=seed if (sampled and "seed" in has) else None,
+            exclude_input_in_output=True if "exclude_input_in_output" in has else None,
+            return_perf_metrics=True if "return_perf_metrics" in has else None,
+            num_draft_tokens=sampling.num_draft_tokens,
+            extra_inputs=extra,
+        )
+        s = await self.client.stream(req)
+        try:
+            async for c in s:
+                yield Chunk(time=c.time_ns / 1e9, text=c.text, outputs=c.outputs)
+        finally:
+            await s.aclose()
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class LevelResult:
+    """One concurrency level (or request rate) of a run."""
+
+    concurrency: int | None
+    rate: float | None
+    records: list[RequestRecord]
+    duration: float
+    partial: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"c={self.concurrency}" if self.concurrency is not None else f"rate={self.rate:g}/s"
+
+    def summary(self) -> dict[str, Any]:
+        return summarize(self.records, duration=self.duration)
+
+    def to_dict(self, records: bool = False) -> dict[str, Any]:
+        d = {
+            "concurrency": self.concurrency,
+            "rate": self.rate,
+            "duration_s": self.duration,
+            "partial": self.partial,
+            "summary": self.summary(),
+        }
+        if records:
+            d["records"] = [r.to_dict() for r in self.records]
+        return d
+
+
+@dataclass
+class BenchResult:
+    """What `sdtk bench` measured against one endpoint."""
+
+    endpoint: str
+    workload: dict[str, Any]
+    settings: dict[str, Any]
+    levels: list[LevelResult] = field(default_factory=list)
+    partial: bool = False
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    report_dir: Any = None  # Path, once reports are written
+    report_files: list[Any] = field(default_factory=list)
+
+    def level(self, concurrency: int) -> LevelResult | None:
+        return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
+
+    def to_dict(self, records: bool = False) -> dict[str, Any]:
+        return {
+            "kind": "bench",
+            "endpoint": self.endpoint,
+            "workload": self.workload,
+            "settings": self.settings,
+            "partial": self.partial,
+            "error": self.error,
+            "warnings": list(self.warnings),
+            "report_dir": str(self.report_dir) if self.report_dir else None,
+            "levels": [lv.to_dict(records) for lv in self.levels],
+        }
+
+    def render(self) -> str:
+        from toolkit.bench.report import render_bench
+
+        return render_bench(self)
+
+
+# --------------------------------------------------------------------------- per-request accounting
+
+
+def chunk_token_counts(
+    chunks: Sequence[Chunk], count_tokens: Callable[[str], int] | None = None
+) -> tuple[list[int], bool]:
+    """Tokens carried by each chunk, and whether the counts are exact.
+
+    Servers send `num_output_tokens`; a non-decreasing series is read as cumulative (TRT-LLM
+    and the reference backend send running totals; a repeated total is a chunk without new
+    tokens), anything else as per-chunk counts. Without it, `count_tokens(text)` (a tokenizer)
+    is used, and as a last resort one token per non-empty chunk (flagged as inexact).
+    """
+    vals = [c.outputs.get("num_output_tokens") for c in chunks]
+    if chunks and all(isinstance(v, int) for v in vals):
+        if all(b >= a for a, b in zip(vals, vals[1:], strict=False)):
+            return [vals[0]] + [b - a for a, b in zip(vals, vals[1:], strict=False)], True
+        return [max(0, v) for v in vals], True
+    if count_tokens is not None:
+        return [count_tokens(c.text) if c.text else 0 for c in chunks], True
+    return [1 if c.text else 0 for c in chunks], False
+
+
+def classify(e: BaseException) -> str:
+    from toolkit.client import ConnectionLost, ResponseTimeout, ServerUnreachable
+
+    if isinstance(e, (ServerUnreachable, ConnectionLost)):
+        return "connection"
+    if isinstance(e, (ResponseTimeout, asyncio.TimeoutError, TimeoutError)):
+        return "timeout"
+    if isinstance(e, asyncio.CancelledError):
+        return "cancelled"
+    if isinstance(e, ServerError):
+        return "server"
+    return "error"
+
+
+async def run_request(
+    endpoint: Endpoint,
+    index: int,
+    prompt: Prompt,
+    *,
+    seed: int,
+    sampling: Sampling,
+    timeout: float,
+    concurrency: int | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+    sink: list[RequestRecord] | None = None,
+) -> RequestRecord:
+    """One streamed request, bounded by `timeout` seconds overall; never raises for request errors.
+
+    The record also goes to `sink` when given, even if the request is cancelled mid-stream (an
+    aborted run keeps what its in-flight requests had received).
+    """
+    rec = RequestRecord(
+        index=index,
+        start=time.monotonic(),
+        category=prompt.category,
+        concurrency=concurrency,
+        max_tokens=prompt.max_tokens,
+        draft_len=sampling.num_draft_tokens,
+    )
+    chunks: list[Chunk] = []
+
+    async def consume() -> None:
+        async for c in endpoint.stream(prompt, seed=seed, sampling=sampling):
+            chunks.append(c)
+
+    try:
+        await asyncio.wait_for(consume(), timeout)
+        rec.end = time.monotonic()
+    except asyncio.CancelledError:
+        rec.error, rec.error_kind = "cancelled: the run was aborted", "cancelled"
+        _fill(rec, chunks, count_tokens)
+        if sink is not None:
+            sink.append(rec)
+        raise
+    except asyncio.TimeoutError:
+        rec.error, rec.error_kind = f"no complete response within {timeout:g}s", "timeout"
+    except Exception as e:  # noqa: BLE001 - every failure is recorded, none escapes
+        rec.error, rec.error_kind = f"{type(e).__name__}: {e}", classify(e)
+    _fill(rec, chunks, count_tokens)
+    if sink is not None:
+        sink.append(rec)
+    return rec
+
+
+def _fill(rec: RequestRecord, chunks: list[Chunk], count_tokens: Callable[[str], int] | None) -> None:
+    rec.chunk_times = [c.time for c in chunks]
+    counts, exact = chunk_token_counts(chunks, count_tokens)
+    rec.chunk_tokens, rec.token_counts_exact = counts, exact
+    last: dict[str, Any] = {}
+    for c in chunks:
+        last.update({k: v for k, v in c.outputs.items() if v is not None})
+    rec.accepted_draft_tokens = last.get("total_accepted_draft_tokens")
+    rec.draft_tokens = last.get("total_draft_tokens")
+    rec.input_tokens = last.get("num_input_tokens")
+    rec.server_arrival_ns = last.get("arrival_time_ns")
+    rec.server_first_token_ns = last.get("first_token_time_ns")
+    rec.server_last_token_ns = last.get("last_token_time_ns")
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class _Aborted(Exception):
+    """Internal: a level stopped early; carries what it measured."""
+
+    def __init__(self, reason: str, level: LevelResult):
+        super().__init__(reason)
+        self.reason = reason
+        self.level = level
+
+
+class _Progress:
+    """A rich progress bar on stderr (quiet when disabled or not a terminal)."""
+
+    def __init__(self, enabled: bool, label: str):
+        self.bar = None
+        self.task = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("errors {task.fields[errors]}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
+        self.label = label
+
+    def __enter__(self) -> _Progress:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def level(self, name: str, total: int) -> None:
+        if self.bar is not None:
+            self.task = self.bar.add_task(f"{self.label} {name}", total=total, errors=0)
+
+    def advance(self, errors: int) -> None:
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, advance=1, errors=errors)
+
+
+async def _run_level(
+    endpoint: Endpoint,
+    prompts: list[Prompt],
+    *,
+    concurrency: int | None,
+    rate: float | None,
+    duration: float | None,
+    seed: int,
+    sampling: Sampling,
+    timeout: float,
+    progress: _Progress,
+    count_tokens: Callable[[str], int] | None,
+    draft_len: int | None = None,
+) -> LevelResult:
+    records: list[RequestRecord] = []
+    t0 = time.monotonic()
+    deadline = t0 + duration if duration else None
+    state = {"consecutive": 0, "errors": 0}
+    abort: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    async def one(i: int, p: Prompt) -> None:
+        rec = await run_request(
+            endpoint,
+            i,
+            p,
+            seed=seed + i,
+            sampling=sampling,
+            timeout=timeout,
+            concurrency=concurrency,
+            count_tokens=count_tokens,
+            sink=records,
+        )
+        if rec.draft_len is None:
+            rec.draft_len = draft_len
+        if rec.ok:
+            state["consecutive"] = 0
+        else:
+            state["errors"] += 1
+            state["consecutive"] += 1
+        progress.advance(state["errors"])
+        if not rec.ok and not abort.done():
+            if rec.error_kind in ("connection", "timeout") and not await endpoint.alive():
+                if not abort.done():
+                    abort.set_result(f"the server stopped answering ({rec.error})")
+            elif state["consecutive"] >= MAX_CONSECUTIVE_FAILURES and not abort.done():
+                abort.set_result(f"{state['consecutive']} requests failed in a row; last: {rec.error}")
+
+    tasks: list[asyncio.Task] = []
+    if concurrency is not None:
+        queue = list(enumerate(prompts))
+        queue.reverse()
+
+        async def worker() -> None:
+            while queue and not abort.done() and (deadline is None or time.monotonic() < deadline):
+                i, p = queue.pop()
+                await one(i, p)
+
+        tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    else:
+        assert rate is not None
+        rng = random.Random(seed)
+
+        async def schedule() -> None:
+            t_next = time.monotonic()
+            inflight = []
+            for i, p in enumerate(prompts):
+                t_next += rng.expovariate(rate)
+                delay = t_next - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if abort.done() or (deadline is not None and time.monotonic() >= deadline):
+                    break
+                inflight.append(asyncio.create_task(one(i, p)))
+            if inflight:
+                await asyncio.gather(*inflight)
+
+        tasks = [asyncio.create_task(schedule())]
+
+    done_all = asyncio.ensure_future(asyncio.gather(*tasks))
+    await asyncio.wait([done_all, abort], return_when=asyncio.FIRST_COMPLETED)
+    if abort.done() and not done_all.done():
+        done_all.cancel()
+        # Cancelled requests record themselves (error_kind "cancelled") before re-raising.
+        await asyncio.gather(done_all, return_exceptions=True)
+    else:
+        await done_all  # re-raises a bug in this module; request failures never raise
+    level = LevelResult(concurrency, rate, sorted(records, key=lambda r: r.index), time.monotonic() - t0)
+    if abort.done():
+        level.partial = True
+        raise _Aborted(abort.result(), level)
+    return level
+
+
+def check_levels(concurrency: Sequence[int] | None, rate: float | None) -> list[int]:
+    if rate is not None:
+        if concurrency:
+            raise UsageError("give either concurrency levels or a request rate, not both")
+        if not rate > 0:
+            raise UsageError(f"the request rate must be > 0 requests/s, got {rate}")
+        return []
+    levels = list(concurrency or [])
+    if not levels:
+        raise UsageError("give at least one concurrency level (e.g. 1,2,4) or a request rate")
+    for c in levels:
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise UsageError(
+                f"concurrency must be a positive integer, got {c!r}", hint="e.g. --concurrency 1,2,4"
+            )
+    return levels
+
+
+async def run_load(
+    endpoint: Endpoint,
+    workload: Workload,
+    *,
+    concurrency: Sequence[int] | None = (1,),
+    rate: float | None = None,
+    requests: int = 32,
+    duration: float | None = None,
+    warmup: int = 2,
+    seed: int = 0,
+    sampling: Sampling | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    progress: bool = True,
+    label: str = "bench",
+    count_tokens: Callable[[str], int] | None = None,
+    draft_len: int | None = None,
+) -> BenchResult:
+    """Run every level against one endpoint. Raises BenchAborted (with .partial) if the server dies.
+
+    `draft_len`: the deployment's γ when known (from its recipe), to turn the server's draft
+    counts into an acceptance length; a per-request `sampling.num_draft_tokens` wins.
+    """
+    levels = check_levels(concurrency, rate)
+    if requests < 1:
+        raise UsageError(f"requests must be ≥ 1, got {requests}")
+    if duration is not None and duration <= 0:
+        raise UsageError(f"duration must be > 0 seconds, got {duration}")
+    if warmup < 0:
+        raise UsageError(f"warmup must be ≥ 0, got {warmup}")
+    if timeout <= 0:
+        raise UsageError(f"timeout must be > 0 seconds, got {timeout}")
+    sampling = sampling or Sampling()
+    prompts = workload.sample(requests, seed)
+    result = BenchResult(
+        endpoint=endpoint.name,
+        workload=workload.to_dict(),
+        settings={
+            "concurrency": levels or None,
+            "rate": rate,
+            "requests": requests,
+            "duration": duration,
+            "warmup": warmup,
+            "seed": seed,
+            "timeout": timeout,
+            "sampling": sampling.to_dict(),
+            "draft_len": draft_len,
+        },
+        warnings=list(workload.warnings),
+    )
+    try:
+        await asyncio.wait_for(endpoint.check(), CHECK_TIMEOUT)
+    except asyncio.TimeoutError:
+        raise ServerError(
+            f"{endpoint.name} did not answer within {CHECK_TIMEOUT:g}s",
+            hint="is the address right and the server up? `sdtk status`",
+        ) from None
+    with _Progress(progress and sys.stderr.isatty(), label) as bar:
+        try:
+            if warmup:
+                # Not recorded: first requests pay for lazy initialisation and cache warm-up.
+                bar.level("warm-up", warmup)
+                wl = workload.sample(warmup, seed + 7919)
+                for i, p in enumerate(wl):
+                    rec = await run_request(
+                        endpoint, -1 - i, p, seed=seed, sampling=sampling, timeout=timeout
+                    )
+                    bar.advance(0 if rec.ok else 1)
+                    if (
+                        not rec.ok
+                        and rec.error_kind in ("connection", "timeout")
+                        and not await endpoint.alive()
+                    ):
+                        raise _Aborted(
+                            f"the server stopped answering during warm-up ({rec.error})",
+                            LevelResult(None, None, [], 0.0, True),
+                        )
+            for lvl in levels or [None]:
+                name = f"c={lvl}" if lvl is not None else f"rate={rate:g}/s"
+                bar.level(name, len(prompts))
+                result.levels.append(
+                    await _run_level(
+                        endpoint,
+                        prompts,
+                        concurrency=lvl,
+                        rate=rate if lvl is None else None,
+                        duration=duration,
+                        seed=seed,
+                        sampling=sampling,
+                        timeout=timeout,
+                        progress=bar,
+                        count_tokens=count_tokens,
+                        draft_len=draft_len,
+                    )
+                )
+        except _Aborted as e:
+            if e.level.records:
+                result.levels.append(e.level)
+            result.partial = True
+            result.error = e.reason
+            raise BenchAborted(
+                f"benchmark of {endpoint.name} stopped: {e.reason}",
+                partial=result,
+                cause=e.reason,
+                hint="the partial results are kept; check the server with `sdtk status` / `sdtk logs`",
+            ) from None
+    failed = [r for lv in result.levels for r in lv.records]
+    if failed and not any(r.ok for r in failed):
+        # A run without one success has nothing to measure (a model error, a bad input):
+        # stop here with the reason instead of reporting empty statistics.
+        result.partial = True
+        result.error = f"every request failed; first error: {failed[0].error}"
+        raise BenchAborted(
+            f"benchmark of {endpoint.name}: {result.error}",
+            partial=result,
+            cause=result.error,
+            hint="try one request with `sdtk infer`; the server log (`sdtk logs`) has the model's side",
+        )
+    return result
