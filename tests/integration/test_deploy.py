@@ -85,6 +85,18 @@ def test_tiny_recipe_deploys_and_validates(tmp_path, recipe):
         assert checks.get("http-stream") == "passed"
         if recipe != "tiny-baseline":
             assert info["validation"]["acceptance"]["accepted_tokens"] > 0, info["validation"]
+        # The reference backend exports the same acceptance counters on Triton's own /metrics.
+        import httpx
+
+        metrics = httpx.get(info["metrics_url"], timeout=10).text
+        counts = {
+            line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+            for line in metrics.splitlines()
+            if line.startswith("sdtk_spec_") and 'model="tensorrt_llm"' in line
+        }
+        assert counts.get("sdtk_spec_requests_total", 0) > 0, metrics[-2000:]
+        if recipe != "tiny-baseline":
+            assert counts["sdtk_spec_accepted_tokens_total"] > 0
     finally:
         s = sdtk("stop", "--workdir", str(tmp_path / recipe))
     assert s.returncode == 0, s.stderr

@@ -396,6 +396,13 @@ def test_bls_plain_streaming(bls_module):
     assert [len(ids_of(c["text_output"])) for c in chunks] == [2, 4, 6, 7]
 
 
+def test_bls_detokenizes_an_empty_closing_chunk(bls_module):
+    """The reference LLM closes a perf-metrics stream with an empty chunk ([1, 1, 0] ids)."""
+    bls = make_bls(bls_module, decoupled=True)
+    text = bls._detokenize(np.zeros((1, 1, 0), np.int32), np.zeros((1, 1), np.int32))
+    assert text.shape == (1, 1) and text[0, 0] == b""
+
+
 def test_bls_plain_returns_every_beam(bls_module, pb):
     def two_beams(inputs, requested, decoupled):
         return [

@@ -247,6 +247,9 @@ class Bls:
 
     def _detokenize(self, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Token ids [1, beams, L] and lengths [1, beams] → text [1, beams], by postprocessing."""
+        if tokens.size == 0:  # e.g. the closing chunk of a stream: no tokens, no text
+            beams = max(1, int(np.prod(lengths.shape[1:])) if lengths.ndim > 1 else 1)
+            return np.full((1, beams), b"", dtype=object)
         post_in = {
             "TOKENS_BATCH": tokens.astype(np.int32).reshape(1, -1, tokens.shape[-1]),
             "SEQUENCE_LENGTH": lengths.astype(np.int32).reshape(1, -1),

@@ -194,11 +194,12 @@ def _in_thread(run):
 class Generator:
     """The model's logic, independent of Triton: a runtime plus the deployment's settings."""
 
-    def __init__(self, runtime, spec, *, exclude_input_in_output: bool, decoupled: bool):
+    def __init__(self, runtime, spec, *, exclude_input_in_output: bool, decoupled: bool, metrics=None):
         self.rt = runtime
         self.spec = spec  # typed speculative section, or None for plain decoding
         self.exclude_input_in_output = exclude_input_in_output
         self.decoupled = decoupled
+        self.metrics = metrics  # sdtk_spec_* counters on Triton's /metrics, when available
 
     def __call__(self, inputs: dict[str, np.ndarray]):
         """Yield output dicts: one for a plain request, one per chunk when streaming."""
@@ -261,7 +262,7 @@ class Generator:
             inputs["draft_input_ids"][i].astype(np.int64).tolist() if "draft_input_ids" in inputs else None
         )
         spec, speculative = self._request_spec(inputs, i)
-        state = {"first": 0, "drafted": 0, "accepted": 0, "done": False}
+        state = {"first": 0, "drafted": 0, "accepted": 0, "steps": 0, "done": False}
         out: list[int] = []
 
         def keep(tokens: list[int]) -> list[int]:
@@ -294,6 +295,7 @@ class Generator:
                     on_tokens=on_tokens,
                 )
                 state["drafted"], state["accepted"] = result.stats.draft_tokens, result.stats.accepted_tokens
+                state["steps"] = result.stats.steps
                 return
             # TensorRT-LLM draft_tokens_external: verify the draft, then decode plainly up to
             # request_output_len (the BLS asks for len(draft) + 1) unless the end id comes. The plain
@@ -302,6 +304,7 @@ class Generator:
             ids, produced, proposal = list(prompt), 0, draft
             while produced < max_new:
                 verified = self.rt.verify_draft(ids, proposal, sampling=sampling, end_id=end_id)
+                state["steps"] += 1
                 new = verified.new_tokens[: max_new - produced]
                 if proposal:
                     state["drafted"], state["accepted"] = len(proposal), min(verified.accepted, len(proposal))
@@ -311,6 +314,16 @@ class Generator:
                 produced += len(new)
                 if not new or end_id in new:
                     break
+
+        def run_and_observe(on_tokens) -> None:
+            run(on_tokens)
+            if self.metrics is not None:
+                self.metrics.observe(
+                    accepted=state["accepted"],
+                    drafted=state["drafted"],
+                    output_tokens=len(out),
+                    steps=state["steps"],
+                )
 
         def outputs(tokens: list[int], final: bool = True) -> dict[str, np.ndarray]:
             result = {
@@ -341,13 +354,13 @@ class Generator:
             return result
 
         if not stream:
-            run(keep)
+            run_and_observe(keep)
             yield outputs(out if exclude else prompt + out)
             return
         # Chunks go out as they come; the totals (known when generation ends) follow in a last,
         # empty chunk, sent when asked for or when nothing else was.
         sent = False
-        for tokens in _in_thread(run):
+        for tokens in _in_thread(run_and_observe):
             chunk = keep(tokens)
             if chunk:
                 yield outputs(chunk, final=False)
@@ -377,6 +390,15 @@ class Generator:
         return parse_speculative(spec), True
 
 
+def _spec_metrics(model: str):
+    """Acceptance counters (sdtk_spec_*) through Triton's custom-metrics API, on its own /metrics."""
+    if not hasattr(pb_utils, "MetricFamily"):
+        return None
+    from toolkit.ops.spec_metrics import TritonSpecMetrics
+
+    return TritonSpecMetrics(pb_utils, model=model)
+
+
 class TritonPythonModel:
     def initialize(self, args):
         from toolkit.reference.runtime import parse_speculative
@@ -399,6 +421,7 @@ class TritonPythonModel:
             parse_speculative(spec) if spec is not None else None,
             exclude_input_in_output=st.param_bool(params, "exclude_input_in_output", False),
             decoupled=self.decoupled,
+            metrics=_spec_metrics(name),
         )
 
     def execute(self, requests):
