@@ -35,6 +35,52 @@ def resolve_model(recipe: Recipe, source: ModelSource, what: str) -> Path:
         ) from None
 
 
+# Loaded runtimes by (model paths, speculative section): validation and benchmarks call
+# run_generate repeatedly for the same recipe, and loading costs seconds.
+_RUNTIMES: dict[tuple, Any] = {}
+THREADS_ENV = "SDTK_REFERENCE_THREADS"
+
+
+def set_torch_threads() -> None:
+    """Batch-1 forwards of small models run fastest on one thread (15x under load on 2 cores);
+    SDTK_REFERENCE_THREADS overrides it for bigger models."""
+    import os
+
+    import torch
+
+    torch.set_num_threads(max(1, int(os.environ.get(THREADS_ENV, "1") or 1)))
+
+
+def _runtime(recipe: Recipe) -> Any:
+    from toolkit.reference import ReferenceRuntime
+
+    models, spec = recipe.models, recipe.speculative
+
+    def optional(source: ModelSource | None, what: str) -> Path | None:
+        return resolve_model(recipe, source, what) if source is not None else None
+
+    paths = dict(
+        target=resolve_model(recipe, models.target, "target"),
+        draft=optional(models.draft, "draft"),
+        medusa=optional(models.medusa_heads if spec.mode == "medusa" else None, "Medusa heads"),
+        eagle3=optional(models.eagle_head if spec.mode == "eagle3" else None, "EAGLE-3 head"),
+        tokenizer=optional(models.tokenizer, "tokenizer"),
+    )
+    key = (tuple(sorted((k, str(v)) for k, v in paths.items())), spec.model_dump_json())
+    if key not in _RUNTIMES:
+        try:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()  # "Loading weights" bars would clutter stderr
+        except ImportError:
+            pass
+        set_torch_threads()
+        _RUNTIMES.clear()  # keep one model family in memory
+        # The reference runtime always computes in float32, whatever the engine precision.
+        _RUNTIMES[key] = ReferenceRuntime.load(**paths, spec=spec, dtype="float32")
+    return _RUNTIMES[key]
+
+
 def run_generate(
     recipe: Recipe,
     prompt: str,
@@ -53,25 +99,11 @@ def run_generate(
         raise GenerationError(
             f"max tokens must be positive, got {max_tokens}", hint="ask for at least 1 token"
         )
-    from toolkit.reference import ReferenceRuntime, SamplingParams
+    from toolkit.reference import SamplingParams
 
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    models = recipe.models
     spec = recipe.speculative
-
-    def optional(source: ModelSource | None, what: str) -> Path | None:
-        return resolve_model(recipe, source, what) if source is not None else None
-
-    runtime = ReferenceRuntime.load(
-        target=resolve_model(recipe, models.target, "target"),
-        draft=optional(models.draft, "draft"),
-        medusa=optional(models.medusa_heads if spec.mode == "medusa" else None, "Medusa heads"),
-        eagle3=optional(models.eagle_head if spec.mode == "eagle3" else None, "EAGLE-3 head"),
-        spec=spec,
-        # The reference runtime always computes in float32, whatever the engine precision.
-        dtype="float32",
-        tokenizer=optional(models.tokenizer, "tokenizer"),
-    )
+    runtime = _runtime(recipe)
     tokenizer = runtime.tokenizer
     ids = tokenizer(prompt)["input_ids"]
     result = runtime.generate(ids, max_tokens, sampling=sampling, speculative=not no_speculation)

@@ -401,7 +401,10 @@ def _spec_metrics(model: str):
 
 class TritonPythonModel:
     def initialize(self, args):
+        from toolkit.generate import set_torch_threads
         from toolkit.reference.runtime import parse_speculative
+
+        set_torch_threads()  # one stub process per model instance: no oversubscription
 
         config, params = st.model_config(args)
         name = config.get("name", "tensorrt_llm")
