@@ -284,7 +284,7 @@ class Generator:
         def run(on_tokens) -> None:
             if max_new <= 0:
                 return
-            if draft is None:
+            if draft is None and self.spec is not None:
                 result = self.rt.generate(
                     prompt,
                     max_new,
@@ -298,10 +298,11 @@ class Generator:
                 state["steps"] = result.stats.steps
                 return
             # TensorRT-LLM draft_tokens_external: verify the draft, then decode plainly up to
-            # request_output_len (the BLS asks for len(draft) + 1) unless the end id comes. The plain
-            # steps are verify_draft calls without a draft: they extend the target's cache instead of
-            # prefilling the whole sequence again, as generate() would.
-            ids, produced, proposal = list(prompt), 0, draft
+            # request_output_len (the BLS asks for len(draft) + 1) unless the end id comes. A model
+            # without speculation (the BLS's draft model, a baseline) takes the same path. The plain
+            # steps are verify_draft calls without a draft: they extend the cache kept from the
+            # previous request instead of prefilling the whole sequence again, as generate() would.
+            ids, produced, proposal = list(prompt), 0, draft or []
             while produced < max_new:
                 verified = self.rt.verify_draft(ids, proposal, sampling=sampling, end_id=end_id)
                 state["steps"] += 1
