@@ -130,7 +130,10 @@ def test_ab_tiny_baseline_vs_draft_target(deploy_fn, tmp_path):
 
 
 def test_killed_deployment_gives_partial_report(deploy_fn, tmp_path):
-    with deploy_fn("tiny-draft-target") as (url, model):
+    from toolkit.bench.ab import deployed_address
+
+    with deploy_fn("tiny-draft-target") as deployment:
+        url, model = deployed_address(deployment, "grpc")
         pgid = _server_group(url)
         if pgid is None:
             pytest.skip(f"cannot find the tritonserver process behind {url} in /proc")
