@@ -53,11 +53,19 @@ def sdtk(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def generate_local(recipe, prompt: str, max_tokens: int) -> dict:
+    """Greedy, speculative, in process: the anchor the served numbers are compared with."""
+    from toolkit.generate import run_generate
+
+    return run_generate(
+        recipe, prompt, max_tokens, no_speculation=False, temperature=0.0, top_k=0, top_p=1.0, seed=None
+    )
+
+
 def bench_recipe(name: str, rounds: int, max_tokens: int) -> dict:
     import json
 
     from toolkit.client import TritonClient
-    from toolkit.generate import run_generate
     from toolkit.recipe import load_recipe
 
     recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
@@ -88,16 +96,7 @@ def bench_recipe(name: str, rounds: int, max_tokens: int) -> dict:
                         toks, secs = 0, 0.0
                         for prompt in PROMPTS:
                             r = c.generate(prompt, max_tokens, exclude_input_in_output=True)
-                            ref = run_generate(
-                                recipe,
-                                prompt,
-                                max_tokens,
-                                no_speculation=False,
-                                temperature=0.0,
-                                top_k=0,
-                                top_p=1.0,
-                                seed=None,
-                            )
+                            ref = generate_local(recipe, prompt, max_tokens)
                             if r.text != ref["text"]:
                                 raise SystemExit(
                                     f"{name}: served text differs from in-process text for {prompt!r}"
@@ -106,23 +105,12 @@ def bench_recipe(name: str, rounds: int, max_tokens: int) -> dict:
                             secs += r.latency_s
                         served_tps.append(toks / secs)
             sdtk("stop", "--workdir", str(wd / recipe.display_name))
-        run_generate(
-            recipe, PROMPTS[0], 8, no_speculation=False, temperature=0.0, top_k=0, top_p=1.0, seed=None
-        )
+        generate_local(recipe, PROMPTS[0], 8)
         for _ in range(rounds):
             toks, secs = 0, 0.0
             for prompt in PROMPTS:
                 t = time.perf_counter()
-                ref = run_generate(
-                    recipe,
-                    prompt,
-                    max_tokens,
-                    no_speculation=False,
-                    temperature=0.0,
-                    top_k=0,
-                    top_p=1.0,
-                    seed=None,
-                )
+                ref = generate_local(recipe, prompt, max_tokens)
                 secs += time.perf_counter() - t
                 toks += len(ref["token_ids"])
             local_tps.append(toks / secs)

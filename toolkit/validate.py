@@ -96,9 +96,12 @@ def _server_check(base: str) -> tuple[str, str]:
 
 
 def _baseline_fn(
-    recipe: Recipe | None, entry_kind: str, baseline_url: str | None, model: str, max_tokens: int
+    recipe: Recipe | None, entry_kind: str, baseline_url: str | None, model: str, max_tokens: int, http: Any
 ) -> tuple[str, Callable[[str], str] | None]:
-    """How to get the baseline greedy text for a prompt, and a description of it."""
+    """How to get the baseline greedy text for a prompt, and a description of it.
+
+    `http` is the open client of the validated model (the BLS baseline goes through it).
+    """
     if baseline_url:
         from toolkit.client import TritonClient
 
@@ -129,7 +132,11 @@ def _baseline_fn(
 
         return "in-process reference runtime, speculation off", local
     if entry_kind == "bls":
-        return "the same BLS with num_draft_tokens=0", None  # built where the client is open
+
+        def bls_off(prompt: str) -> str:
+            return http.generate(prompt, max_tokens, exclude_input_in_output=True, num_draft_tokens=0).text
+
+        return "the same BLS with num_draft_tokens=0", bls_off
     return "none available (pass --baseline-url)", None
 
 
@@ -149,7 +156,7 @@ def validate_deployment(
     with TritonClient(http_url, protocol="http", model=model) as http:
         info = http.model_info()
         entry_kind = "bls" if "num_draft_tokens" in info.inputs else "ensemble"
-        desc, baseline = _baseline_fn(recipe, entry_kind, baseline_url, model, max_tokens)
+        desc, baseline = _baseline_fn(recipe, entry_kind, baseline_url, model, max_tokens, http)
         report = ValidationReport(model=model, http_url=http_url, grpc_url=grpc_url, baseline=desc)
         report.add("server", *_server_check(http.url), progress)
         report.add(
@@ -208,13 +215,6 @@ def validate_deployment(
                 report.add("grpc", "failed", str(e), progress)
 
         # Correctness gate: greedy speculative output must equal greedy baseline output.
-        if baseline is None and entry_kind == "bls":
-            off = {k: v for k, v in params.items() if k != "return_perf_metrics"}
-            off["num_draft_tokens"] = 0
-
-            def baseline(prompt: str) -> str:
-                return http.generate(prompt, max_tokens, **off).text
-
         if baseline is None:
             report.add("correctness", "skipped", f"baseline: {desc}", progress)
         else:
