@@ -383,8 +383,11 @@ def test_bls_streams_the_loop_when_decoupled(bls_module):
     assert int(chunks[-1]["total_draft_tokens"][0, 0]) == int(whole["total_draft_tokens"][0, 0])
     assert int(chunks[0]["total_draft_tokens"][0, 0]) < int(chunks[-1]["total_draft_tokens"][0, 0])
     acc = make_bls(bls_module, decoupled=True, accumulate_tokens=True)
-    chunks = list(acc(request(max_tokens=15, num_draft_tokens=3, stream=True)))
+    chunks = list(acc(request(max_tokens=15, num_draft_tokens=3, stream=True, return_num_output_tokens=True)))
     assert ids_of(chunks[-1]["text_output"]) == greedy(prompt_of("abc"), 15)
+    # num_output_tokens counts each chunk's new tokens, even when the text accumulates.
+    counts = [int(c["num_output_tokens"][0, 0]) for c in chunks]
+    assert sum(counts) == 15 and len(counts) == len(chunks) > 1 and all(n > 0 for n in counts)
 
 
 def test_bls_plain_streaming(bls_module):
@@ -591,6 +594,10 @@ def test_reference_stop_words_and_stream(ref_module):
     assert ["acceptance_rate" in c for c in chunks] == [False] * 9 + [True]
     quiet = list(gen(llm_request(prompt, 3, streaming=True)))
     assert [len(toks(c)) for c in quiet] == [1, 1, 1]
+    # num_output_tokens is per response: each chunk counts its own tokens, the closing one 0.
+    counted = list(gen(llm_request(prompt, 9, streaming=True, return_num_output_tokens=True)))
+    assert [int(c["num_output_tokens"][0, 0]) for c in counted] == [len(toks(c)) for c in counted]
+    assert sum(int(c["num_output_tokens"][0, 0]) for c in counted) == 9
 
 
 def test_reference_draft_input_ids_follow_trtllm(ref_module):

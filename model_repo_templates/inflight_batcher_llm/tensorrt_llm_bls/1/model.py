@@ -314,7 +314,8 @@ class Bls:
         draft_base = {k: llm[k] for k in DRAFT_INPUTS if k in llm}
         stats = {"arrival": time.time_ns(), "first": 0, "drafted": 0, "accepted": 0}
 
-        def outputs(ids: list[int]) -> dict[str, np.ndarray]:
+        def outputs(ids: list[int], count: int) -> dict[str, np.ndarray]:
+            """`count`: the tokens this response carries (num_output_tokens is per response)."""
             out = {"text_output": self._text(ids)}
             if perf:
                 now = time.time_ns()
@@ -334,7 +335,7 @@ class Bls:
             if count_in:
                 out["num_input_tokens"] = _int32(len(prompt))
             if count_out:
-                out["num_output_tokens"] = _int32(len(generated))
+                out["num_output_tokens"] = _int32(count)
             return out
 
         tokens, generated = list(prompt), []
@@ -389,13 +390,13 @@ class Bls:
             if new and not stats["first"]:
                 stats["first"] = time.time_ns()
             if stream and new:  # totals so far: the last chunk carries the whole request's
-                yield outputs(list(generated) if self.accumulate_tokens else new)
+                yield outputs(list(generated) if self.accumulate_tokens else new, len(new))
             if finished or not new:
                 break
         if not stream:
-            yield outputs(generated if exclude else prompt + generated)
+            yield outputs(generated if exclude else prompt + generated, len(generated))
         elif not generated:
-            yield outputs([])
+            yield outputs([], 0)
 
 
 def triton_call(model: str, inputs: dict[str, np.ndarray], outputs: list[str], decoupled: bool):

@@ -331,6 +331,9 @@ class Generator:
                 "output_ids": np.array(tokens, dtype=np.int32).reshape(1, 1, len(tokens)),
                 "sequence_length": np.array([[len(tokens)]], dtype=np.int32),
             }
+            if count_out:  # per response: the tokens it carries (a closing chunk: 0)
+                n = len(tokens) if stream else len(out)
+                result["num_output_tokens"] = np.array([[n]], dtype=np.int32)
             if not final:
                 return result
             if perf:
@@ -350,8 +353,6 @@ class Generator:
                     result[name] = np.array([[value]], dtype=np.int64)
             if count_in:
                 result["num_input_tokens"] = np.array([[len(prompt)]], dtype=np.int32)
-            if count_out:
-                result["num_output_tokens"] = np.array([[len(out)]], dtype=np.int32)
             return result
 
         if not stream:
