@@ -140,8 +140,23 @@ def stop_at(tokens: list[int], stops: list[list[int]], start: int = 0) -> int | 
 # --------------------------------------------------------------------------- responses
 
 
-def error_response(message: str) -> pb_utils.InferenceResponse:
-    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+class Cancelled(Exception):
+    """The client cancelled the request (or went away): stop generating."""
+
+
+def error_response(message: str, cancelled: bool = False) -> pb_utils.InferenceResponse:
+    if cancelled and hasattr(pb_utils.TritonError, "CANCELLED"):
+        error = pb_utils.TritonError(message, pb_utils.TritonError.CANCELLED)
+    else:
+        error = pb_utils.TritonError(message)
+    return pb_utils.InferenceResponse(output_tensors=[], error=error)
+
+
+def failure(what: str, e: Exception) -> pb_utils.InferenceResponse:
+    """The error response for exception `e` raised while serving `what`."""
+    if isinstance(e, Cancelled):
+        return error_response(f"{what}: request cancelled", cancelled=True)
+    return error_response(f"{what}: {e}")
 
 
 def response(outputs: dict[str, np.ndarray]) -> pb_utils.InferenceResponse:
@@ -161,6 +176,6 @@ def send_all(sender, outputs, what: str) -> None:
         for out in outputs:
             sender.send(response(out))
     except Exception as e:
-        sender.send(error_response(f"{what}: {e}"), flags=final)
+        sender.send(failure(what, e), flags=final)
         return
     sender.send(flags=final)

@@ -21,11 +21,17 @@ CALLS: list[tuple[str, dict[str, np.ndarray]]] = []
 
 
 class TritonError:
-    def __init__(self, message: str):
+    UNKNOWN, CANCELLED = 0, 10
+
+    def __init__(self, message: str, code: int = 0):
         self._message = message
+        self._code = code
 
     def message(self) -> str:
         return self._message
+
+    def code(self) -> int:
+        return self._code
 
 
 class Tensor:
@@ -91,8 +97,14 @@ class InferenceRequest:
 
 
 class ResponseSender:
-    def __init__(self):
+    def __init__(self, cancel_after: int | None = None):
         self.sent: list[tuple[InferenceResponse | None, int]] = []
+        self.cancel_after = cancel_after  # is_cancelled() turns True after this many calls
+        self.polls = 0
+
+    def is_cancelled(self) -> bool:
+        self.polls += 1
+        return self.cancel_after is not None and self.polls > self.cancel_after
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
         assert not any(f & TRITONSERVER_RESPONSE_COMPLETE_FINAL for _, f in self.sent), "sent after FINAL"
@@ -102,9 +114,12 @@ class ResponseSender:
 class Request:
     """A request as a model's execute() receives it (test side)."""
 
-    def __init__(self, inputs: dict[str, Any]):
+    def __init__(self, inputs: dict[str, Any], cancel_after: int | None = None):
         self.inputs = {k: np.asarray(v) for k, v in inputs.items()}
-        self.sender = ResponseSender()
+        self.sender = ResponseSender(cancel_after)
+
+    def is_cancelled(self) -> bool:
+        return self.sender.is_cancelled()
 
     def get_response_sender(self) -> ResponseSender:
         return self.sender

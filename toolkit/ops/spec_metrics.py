@@ -197,6 +197,13 @@ class TritonSpecMetrics:
                 continue
             self._families.append(family)
 
+    def close(self) -> None:
+        """Free the metric objects now (call it from the model's `finalize`): their destructors
+        talk to the server, which they cannot do once the stub is torn down."""
+        self._counters.clear()
+        self._hist.clear()
+        self._families.clear()
+
     def observe(
         self,
         acceptance_rate: Any = None,

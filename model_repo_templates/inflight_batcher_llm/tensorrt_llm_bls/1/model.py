@@ -186,8 +186,12 @@ class Bls:
 
     # ------------------------------------------------------------------ entry point
 
-    def __call__(self, inputs: dict[str, np.ndarray]):
-        """Yield output dicts: one for a plain request, one per chunk for a streamed one."""
+    def __call__(self, inputs: dict[str, np.ndarray], cancelled=lambda: False):
+        """Yield output dicts: one for a plain request, one per chunk for a streamed one.
+
+        `cancelled()` says whether the client has gone; the draft-target loop asks it before
+        every iteration and stops with `Cancelled`."""
+        self.cancelled = cancelled
         if "text_input" not in inputs or "max_tokens" not in inputs:
             raise ValueError("text_input and max_tokens are required")
         batch = inputs["text_input"].shape[0]
@@ -340,6 +344,8 @@ class Bls:
 
         tokens, generated = list(prompt), []
         while len(generated) < max_new:
+            if self.cancelled():
+                raise st.Cancelled()
             k = min(num_draft, max_new - len(generated) - 1)
             draft, draft_logits = [], None
             if k > 0:
@@ -399,6 +405,31 @@ class Bls:
             yield outputs([], 0)
 
 
+# Finished decoupled BLS response iterators, kept referenced until it is safe to drop them.
+#
+# Why (the stub crash under load, python_backend r24.10 = Triton 2.51): when a decoupled BLS
+# iterator yields its last response it queues a clean-up message, and the stub's stub→parent
+# thread then erases the iterator from the stub's map WITHOUT holding the GIL. If Python has
+# already dropped the iterator, that erase is the last reference: the iterator, its responses and
+# their numpy arrays are freed on that thread while the interpreter runs here, corrupting the heap
+# (`malloc(): unaligned fastbin chunk detected`, segfaults in libpython/libc). The same thread
+# answers is_cancelled() in FIFO order, so after an is_cancelled() round trip every clean-up queued
+# before it is done, and dropping our references frees the iterators here, under the GIL.
+# Reproduced by tests/stress/bls_repro (a BLS of a few lines); see docs/benchmarks.md.
+_RETIRED: list = []
+
+
+def poll_cancelled(probe) -> bool:
+    """`probe()` (is_cancelled() of the request or its sender), releasing the iterators retired
+    before it once it has made its round trip through the stub→parent thread."""
+    retired = _RETIRED[:]
+    del _RETIRED[: len(retired)]
+    cancelled = bool(probe())
+    if cancelled:  # a cached True makes no round trip: keep them until the next probe
+        _RETIRED[:0] = retired
+    return cancelled
+
+
 def triton_call(model: str, inputs: dict[str, np.ndarray], outputs: list[str], decoupled: bool):
     """Run `model` through BLS and yield each response's output tensors (CPU numpy arrays)."""
     kwargs = {}
@@ -410,7 +441,22 @@ def triton_call(model: str, inputs: dict[str, np.ndarray], outputs: list[str], d
         requested_output_names=list(outputs),
         **kwargs,
     )
-    responses = request.exec(decoupled=True) if decoupled else [request.exec()]
+    if not decoupled:
+        yield from _outputs(model, [request.exec()])
+        return
+    responses = request.exec(decoupled=True)
+    try:
+        yield from _outputs(model, responses)
+    finally:
+        # Read to the final response even when the caller stops early or a response carries an
+        # error: an unfinished iterator is never cleaned up by the stub (and r24.10 cannot
+        # cancel a BLS sub-request).
+        for _ in responses:
+            pass
+        _RETIRED.append(responses)
+
+
+def _outputs(model: str, responses):
     for response in responses:
         if response.has_error():
             raise RuntimeError(f"{model}: {response.error().message()}")
@@ -444,11 +490,12 @@ class TritonPythonModel:
             for request in requests:
                 sender = request.get_response_sender()
                 try:
-                    outputs = self.bls(self._inputs(request))
+                    outputs = self.bls(
+                        self._inputs(request), cancelled=lambda s=sender: poll_cancelled(s.is_cancelled)
+                    )
                 except Exception as e:
                     sender.send(
-                        st.error_response(f"tensorrt_llm_bls: {e}"),
-                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                        st.failure("tensorrt_llm_bls", e), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
                     )
                     continue
                 st.send_all(sender, outputs, "tensorrt_llm_bls")
@@ -456,7 +503,14 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             try:
-                responses.append(st.response(list(self.bls(self._inputs(request)))[-1]))
+                outputs = self.bls(
+                    self._inputs(request), cancelled=lambda r=request: poll_cancelled(r.is_cancelled)
+                )
+                responses.append(st.response(list(outputs)[-1]))
             except Exception as e:
-                responses.append(st.error_response(f"tensorrt_llm_bls: {e}"))
+                responses.append(st.failure("tensorrt_llm_bls", e))
         return responses
+
+    def finalize(self):
+        # The stub is still up: free what BLS left referenced here, under the GIL.
+        del _RETIRED[:]

@@ -168,27 +168,59 @@ def load_runtime(engine_dir: Path):
     return runtime, built
 
 
+CANCEL_CHECK_S = 0.02  # how often a running request asks whether its client has gone
+
+
+def every(seconds: float, probe):
+    """`probe` (is_cancelled(): an IPC round trip), asked at most once per `seconds`."""
+    last = [0.0]
+
+    def check() -> bool:
+        now = time.monotonic()
+        if now - last[0] < seconds:
+            return False
+        last[0] = now
+        return bool(probe())
+
+    return check
+
+
 def _in_thread(run):
     """Run `run(on_tokens)` in a worker thread and yield each list of tokens it reports, so that a
-    decoupled response can go out while generation continues."""
+    decoupled response can go out while generation continues.
+
+    Only this (the stub's) thread touches Triton objects. When the consumer stops early (the
+    client cancelled, a send failed), the worker is told to stop at its next step and is joined:
+    the runtime never runs two generations at once."""
     chunks: queue.Queue = queue.Queue()
+    stop = threading.Event()
+
+    def on_tokens(tokens):
+        if stop.is_set():
+            raise st.Cancelled()
+        chunks.put(("tokens", list(tokens)))
 
     def worker():
         try:
-            run(lambda tokens: chunks.put(("tokens", list(tokens))))
+            run(on_tokens)
             chunks.put(("done", None))
         except BaseException as e:  # re-raised in the consumer
             chunks.put(("error", e))
 
-    threading.Thread(target=worker, name="sdtk-reference-generate", daemon=True).start()
-    while True:
-        kind, value = chunks.get()
-        if kind == "tokens":
-            yield value
-        elif kind == "done":
-            return
-        else:
-            raise value
+    thread = threading.Thread(target=worker, name="sdtk-reference-generate", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = chunks.get()
+            if kind == "tokens":
+                yield value
+            elif kind == "done":
+                return
+            else:
+                raise value
+    finally:
+        stop.set()
+        thread.join()
 
 
 class Generator:
@@ -201,8 +233,12 @@ class Generator:
         self.decoupled = decoupled
         self.metrics = metrics  # sdtk_spec_* counters on Triton's /metrics, when available
 
-    def __call__(self, inputs: dict[str, np.ndarray]):
-        """Yield output dicts: one for a plain request, one per chunk when streaming."""
+    def __call__(self, inputs: dict[str, np.ndarray], cancelled=lambda: False):
+        """Yield output dicts: one for a plain request, one per chunk when streaming.
+
+        `cancelled()` says whether the client has gone; generation asks it between steps and
+        stops with `Cancelled`."""
+        self.cancelled = cancelled
         self._check(inputs)
         batch = inputs["input_ids"].shape[0]
         stream = bool(st.scalar(inputs, "streaming", False))
@@ -356,13 +392,21 @@ class Generator:
             return result
 
         if not stream:
-            run_and_observe(keep)
+
+            def keep_unless_cancelled(tokens: list[int]) -> list[int]:
+                if self.cancelled():
+                    raise st.Cancelled()
+                return keep(tokens)
+
+            run_and_observe(keep_unless_cancelled)
             yield outputs(out if exclude else prompt + out)
             return
         # Chunks go out as they come; the totals (known when generation ends) follow in a last,
         # empty chunk, sent when asked for or when nothing else was.
         sent = False
         for tokens in _in_thread(run_and_observe):
+            if self.cancelled():
+                raise st.Cancelled()
             chunk = keep(tokens)
             if chunk:
                 yield outputs(chunk, final=False)
@@ -432,18 +476,25 @@ class TritonPythonModel:
     def execute(self, requests):
         if self.decoupled:
             for request in requests:
+                sender = request.get_response_sender()
+                cancelled = every(CANCEL_CHECK_S, sender.is_cancelled)
                 st.send_all(
-                    request.get_response_sender(),
-                    self.generate(st.inputs_of(request, INPUTS + UNSUPPORTED)),
-                    self.name,
+                    sender, self.generate(st.inputs_of(request, INPUTS + UNSUPPORTED), cancelled), self.name
                 )
             return None
         responses = []
         for request in requests:
+            cancelled = every(CANCEL_CHECK_S, request.is_cancelled)
             try:
-                responses.append(
-                    st.response(list(self.generate(st.inputs_of(request, INPUTS + UNSUPPORTED)))[-1])
-                )
+                outputs = self.generate(st.inputs_of(request, INPUTS + UNSUPPORTED), cancelled)
+                responses.append(st.response(list(outputs)[-1]))
             except Exception as e:
-                responses.append(st.error_response(f"{self.name}: {e}"))
+                responses.append(st.failure(self.name, e))
         return responses
+
+    def finalize(self):
+        # Drop the custom-metric objects while the stub can still talk to the server: left to
+        # interpreter exit, their destructors run after the stub is torn down.
+        if self.generate.metrics is not None:
+            self.generate.metrics.close()
+        self.generate.metrics = None
