@@ -39,15 +39,15 @@ from toolkit.server.mpi import mpirun_argv, orchestrator_env
 from toolkit.server.ports import PORT_FIELDS, PortInUseError, Ports, auto_ports, check_free
 from toolkit.server.state import (
     ServerState,
-    default_log_path,
     dead_stubs,
+    default_log_path,
     http_ok,
     python_stubs,
     read_state,
     remove_shm,
-    stub_message,
     remove_state,
     server_status,
+    stub_message,
     write_state,
 )
 
