@@ -32,7 +32,8 @@ LONG = 1000
 
 def generated(metrics_url: str, model: str = "tensorrt_llm") -> float:
     text = httpx.get(metrics_url, timeout=10).text
-    m = re.search(r'^sdtk_spec_output_tokens_total\{model="%s"\} (\S+)$' % model, text, re.M)
+    line = re.escape(f'sdtk_spec_output_tokens_total{{model="{model}"}} ')
+    m = re.search("^" + line + r"(\S+)$", text, re.M)
     return float(m.group(1)) if m else 0.0
 
 
