@@ -26,7 +26,7 @@ from typing import Any
 from toolkit.errors import ServerError
 
 KINDS = ("http", "http_stream", "grpc_stream", "abandon", "cancel", "bad")
-STREAMING_KINDS = ("http_stream", "grpc_stream", "abandon", "cancel")
+COMPLETE_KINDS = ("http", "http_stream", "grpc_stream")  # read to the end: their text is checked
 PROMPTS = (
     "def fibonacci(n):",
     "import os\n\n\ndef read_lines(path):",
@@ -284,6 +284,30 @@ def run(
         report.stubs_after = python_stubs(pgid)
         report.rss_after_mb = round(server_rss_mb(pgid), 1)
     return report
+
+
+def baseline_texts(recipe: Any, requests: Sequence[tuple[str, str, int]]) -> dict[tuple[str, int], str]:
+    """The target's greedy text for every (prompt, max_tokens) of `requests`, from the in-process
+    reference runtime with speculation off: the yardstick for served outputs."""
+    from toolkit.generate import run_generate
+
+    out: dict[tuple[str, int], str] = {}
+    for _, prompt, max_tokens in requests:
+        if (prompt, max_tokens) not in out:
+            res = run_generate(
+                recipe, prompt, max_tokens, no_speculation=True, temperature=0.0, top_k=0, top_p=1.0, seed=None
+            )
+            out[prompt, max_tokens] = res["text"]
+    return out
+
+
+def mismatches(report: StressReport, want: dict[tuple[str, int], str]) -> list[Outcome]:
+    """Completed requests whose text differs from the baseline."""
+    return [
+        o
+        for o in report.outcomes
+        if o.ok and o.kind in COMPLETE_KINDS and o.text != want[o.prompt, o.max_tokens]
+    ]
 
 
 def survive_burst(server: Any, *, decoupled: bool, n: int = 12, concurrency: int = 4) -> str:

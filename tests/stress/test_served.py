@@ -26,26 +26,6 @@ TINY_RECIPES = (
 )
 
 
-def baseline_texts(recipe, requests) -> dict[tuple[str, int], str]:
-    from toolkit.generate import run_generate
-
-    out = {}
-    for _, prompt, max_tokens in requests:
-        if (prompt, max_tokens) not in out:
-            res = run_generate(
-                recipe,
-                prompt,
-                max_tokens,
-                no_speculation=True,
-                temperature=0.0,
-                top_k=0,
-                top_p=1.0,
-                seed=None,
-            )
-            out[prompt, max_tokens] = res["text"]
-    return out
-
-
 @pytest.mark.parametrize("deployment", TINY_RECIPES, indirect=True)
 def test_mixed_traffic(deployment):
     recipe, result = deployment
@@ -55,12 +35,6 @@ def test_mixed_traffic(deployment):
     assert report.failures == [], report.summary()
     assert report.stub_deaths == 0 and report.stubs_after == report.stubs_before
     assert "tensorrt_llm" in report.stubs_before
-    want = baseline_texts(recipe, requests)
-    complete = [o for o in report.outcomes if o.kind in ("http", "http_stream", "grpc_stream")]
+    complete = [o for o in report.outcomes if o.kind in stress.COMPLETE_KINDS]
     assert len(complete) >= 15
-    wrong = [
-        (o.kind, o.prompt, o.text, want[o.prompt, o.max_tokens])
-        for o in complete
-        if o.text != want[o.prompt, o.max_tokens]
-    ]
-    assert wrong == []
+    assert stress.mismatches(report, stress.baseline_texts(recipe, requests)) == []
