@@ -295,7 +295,14 @@ def baseline_texts(recipe: Any, requests: Sequence[tuple[str, str, int]]) -> dic
     for _, prompt, max_tokens in requests:
         if (prompt, max_tokens) not in out:
             res = run_generate(
-                recipe, prompt, max_tokens, no_speculation=True, temperature=0.0, top_k=0, top_p=1.0, seed=None
+                recipe,
+                prompt,
+                max_tokens,
+                no_speculation=True,
+                temperature=0.0,
+                top_k=0,
+                top_p=1.0,
+                seed=None,
             )
             out[prompt, max_tokens] = res["text"]
     return out

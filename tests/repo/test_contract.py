@@ -253,10 +253,10 @@ PARAMETERS = {
     "preprocessing": {"tokenizer_dir", "add_special_tokens", "multimodal_model_path", "gpt_model_path",
                       "max_num_images", "hf_model_path"},
     "postprocessing": {"tokenizer_dir", "skip_special_tokens"},
-    # upstream's four, plus sdtk's three documented extensions
+    # upstream's four, plus sdtk's five documented extensions
     "tensorrt_llm_bls": {"accumulate_tokens", "tensorrt_llm_model_name", "tensorrt_llm_draft_model_name",
                          "multimodal_encoders_name", "default_num_draft_tokens", "default_use_draft_logits",
-                         "exclude_input_in_output"},
+                         "exclude_input_in_output", "max_input_len", "max_seq_len"},
     "ensemble": set(),
 }  # fmt: skip
 CONTRACT = {

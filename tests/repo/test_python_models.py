@@ -450,11 +450,26 @@ def test_bls_batch_of_rows(bls_module):
         ),
         ({}, {"num_draft_tokens": 2, "beam_width": 2}, "beam search"),
         ({}, {"num_draft_tokens": -1}, "must be >= 0"),
+        ({}, {"max_tokens": 0}, "max_tokens must be between 1 and 2147483647, got 0"),
+        ({}, {"max_tokens": -(2**31)}, "wraps around"),
     ],
 )
 def test_bls_refusals(bls_module, kw, extra, message):
     with pytest.raises(ValueError, match=message):
         list(make_bls(bls_module, **kw)(request(**extra)))
+
+
+def test_bls_checks_the_prompt_against_the_engine_limits_before_its_loop(bls_module):
+    bls = make_bls(bls_module, max_input_len=4, max_seq_len=20)
+    n = len(prompt_of("abcd"))
+    with pytest.raises(ValueError, match=f"text_input is {n} tokens, over the engine's max_input_len 4"):
+        list(bls(request("abcd", max_tokens=4, num_draft_tokens=2)))
+    m = len(prompt_of("abc"))
+    with pytest.raises(ValueError, match=rf"\+ max_tokens \(19\) = {m + 19} is over the engine's max_seq_len 20"):
+        list(bls(request("abc", max_tokens=19, num_draft_tokens=2)))
+    # Within the limits the loop runs on past max_input_len: each iteration resends the sequence.
+    (out,) = list(bls(request("abc", max_tokens=20 - m, num_draft_tokens=2)))
+    assert ids_of(out["text_output"]) == greedy(prompt_of("abc"), 20 - m)
 
 
 def test_bls_model_execute(bls_module, pb):
@@ -681,6 +696,25 @@ def test_reference_refusals(ref_module, extra, message):
         list(gen(llm_request([0, 5], 3, **extra)))
 
 
+@pytest.mark.parametrize(
+    ("prompt_len", "max_new", "message"),
+    [
+        (2, 0, r"request_output_len \(max_tokens\) must be between 1 and 2147483647, got 0"),
+        (2, -2**31, "wraps around"),
+        (9, 1, "input_lengths .* is 9, over the engine's max_input_len 8"),
+        (8, 9, "input_lengths 8 \\+ request_output_len \\(max_tokens\\) 9 = 17 is over the engine's max_seq_len 16"),
+    ],
+)
+def test_reference_refuses_lengths_beyond_the_engine(ref_module, prompt_len, max_new, message):
+    gen = ref_module.Generator(
+        FakeRuntime(), None, exclude_input_in_output=True, decoupled=False, max_input_len=8, max_seq_len=16
+    )
+    with pytest.raises(ValueError, match=message):
+        list(gen(llm_request(list(range(prompt_len)), max_new)))
+    (ok,) = list(gen(llm_request(list(range(8)), 8)))  # exactly at both limits
+    assert len(toks(ok)) >= 8
+
+
 def test_reference_neutral_knobs_are_accepted(ref_module):
     gen = ref_module.Generator(FakeRuntime(), None, exclude_input_in_output=True, decoupled=False)
     extra = dict(repetition_penalty=1.0, beam_width=1, min_tokens=0, return_log_probs=False,
@@ -717,6 +751,7 @@ def test_resolve_spec(ref_module):
 
 def test_reference_model_execute(ref_module, pb, monkeypatch):
     monkeypatch.setattr(ref_module, "load_runtime", lambda path: (FakeRuntime(), {"mode": "none"}))
+    monkeypatch.setattr(ref_module, "build_limits", lambda path: (512, 1024))
     params = {"gpt_model_path": "/engines/target", "decoding_mode": "top_k_top_p", "exclude_input_in_output": "True",
               "max_beam_width": "1"}  # fmt: skip
     model = ref_module.TritonPythonModel()

@@ -542,6 +542,8 @@ def _plan_inflight(
             "default_num_draft_tokens": str(spec.max_draft_len if draft_target else 0),
             "default_use_draft_logits": _b(draft_target and backend == "engine" and spec.use_draft_logits),
             "exclude_input_in_output": _b(s.exclude_input_in_output),
+            "max_input_len": str(recipe.build.max_input_len),
+            "max_seq_len": str(recipe.build.max_seq_len),
             "bls_instance_count": s.bls_instance_count,
         },
     )

@@ -174,7 +174,11 @@ class Bls:
         default_num_draft_tokens: int = 0,
         default_use_draft_logits: bool = False,
         exclude_input_in_output: bool = False,
+        max_input_len: int | None = None,
+        max_seq_len: int | None = None,
     ):
+        self.max_input_len = max_input_len
+        self.max_seq_len = max_seq_len
         self.call = call
         self.decoupled = decoupled
         self.target = target
@@ -201,6 +205,12 @@ class Bls:
                 "Streaming is only supported if model is deployed using decoupled mode "
                 "(re-render with serving.decoupled: true)"
             )
+        max_tokens = int(st.scalar(inputs, "max_tokens", 0))
+        if max_tokens < 1:
+            raise ValueError(
+                f"max_tokens must be between 1 and {2**31 - 1}, got {max_tokens}"
+                + (" (a value beyond int32 wraps around)" if max_tokens < 0 else "")
+            )
         num_draft = int(st.scalar(inputs, "num_draft_tokens", self.default_num_draft_tokens))
         if num_draft < 0:
             raise ValueError(f"num_draft_tokens must be >= 0, got {num_draft}")
@@ -218,6 +228,7 @@ class Bls:
 
     def _one(self, inputs: dict[str, np.ndarray], stream: bool, num_draft: int):
         llm = self._preprocess(inputs)
+        self._check_lengths(int(llm["input_lengths"][0, 0]), int(llm["request_output_len"][0, 0]))
         for bls_name, llm_name in PASSTHROUGH.items():
             if bls_name in inputs:
                 value = inputs[bls_name]
@@ -227,6 +238,18 @@ class Bls:
             yield from self._speculate(inputs, llm, num_draft, stream)
         else:
             yield from self._plain(llm, stream)
+
+    def _check_lengths(self, length: int, max_new: int) -> None:
+        """The engine's limits, checked on the client's prompt before any LLM call."""
+        if self.max_input_len and length > self.max_input_len:
+            raise ValueError(
+                f"text_input is {length} tokens, over the engine's max_input_len {self.max_input_len}"
+            )
+        if self.max_seq_len and length + max_new > self.max_seq_len:
+            raise ValueError(
+                f"text_input ({length} tokens) + max_tokens ({max_new}) = {length + max_new} is over "
+                f"the engine's max_seq_len {self.max_seq_len}"
+            )
 
     # ------------------------------------------------------------------ steps
 
@@ -478,6 +501,8 @@ class TritonPythonModel:
             default_num_draft_tokens=st.param_int(params, "default_num_draft_tokens", 0),
             default_use_draft_logits=st.param_bool(params, "default_use_draft_logits", False),
             exclude_input_in_output=st.param_bool(params, "exclude_input_in_output", False),
+            max_input_len=st.param_int(params, "max_input_len", None),
+            max_seq_len=st.param_int(params, "max_seq_len", None),
         )
 
     def _inputs(self, request) -> dict[str, np.ndarray]:

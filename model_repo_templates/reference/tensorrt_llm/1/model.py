@@ -40,6 +40,7 @@ import numpy as np
 import sdtk_triton as st
 import triton_python_backend_utils as pb_utils
 
+INT32_MAX = 2**31 - 1
 PLAIN = ("top_k", "top_p", "top_k_top_p")
 MODES = {
     "medusa": "medusa",
@@ -145,6 +146,12 @@ def resolve_spec(built: dict, params: dict[str, str]) -> dict | None:
     return spec
 
 
+def build_limits(engine_dir: Path) -> tuple[int | None, int | None]:
+    """(max_input_len, max_seq_len) of the engine directory's build_config."""
+    build = json.loads((engine_dir / "config.json").read_text()).get("build_config") or {}
+    return build.get("max_input_len") or None, build.get("max_seq_len") or None
+
+
 def load_runtime(engine_dir: Path):
     """The reference runtime for an engine directory, and its built speculative section.
 
@@ -226,8 +233,20 @@ def _in_thread(run):
 class Generator:
     """The model's logic, independent of Triton: a runtime plus the deployment's settings."""
 
-    def __init__(self, runtime, spec, *, exclude_input_in_output: bool, decoupled: bool, metrics=None):
+    def __init__(
+        self,
+        runtime,
+        spec,
+        *,
+        exclude_input_in_output: bool,
+        decoupled: bool,
+        metrics=None,
+        max_input_len: int | None = None,
+        max_seq_len: int | None = None,
+    ):
         self.rt = runtime
+        self.max_input_len = max_input_len  # the engine's build limits (None: unchecked)
+        self.max_seq_len = max_seq_len
         self.spec = spec  # typed speculative section, or None for plain decoding
         self.exclude_input_in_output = exclude_input_in_output
         self.decoupled = decoupled
@@ -273,6 +292,25 @@ class Generator:
         if "input_ids" not in inputs or "request_output_len" not in inputs:
             raise ValueError("input_ids and request_output_len are required")
 
+    def _check_lengths(self, length: int, max_new: int) -> None:
+        """Refuse what TensorRT-LLM's executor refuses, naming the input (and the ensemble's
+        name for it): the engine's build limits bound every request."""
+        if max_new < 1:
+            raise ValueError(
+                f"request_output_len (max_tokens) must be between 1 and {INT32_MAX}, got {max_new}"
+                + (" (a value beyond int32 wraps around)" if max_new < 0 else "")
+            )
+        if self.max_input_len and length > self.max_input_len:
+            raise ValueError(
+                f"input_lengths (the prompt's tokens, text_input) is {length}, over the engine's "
+                f"max_input_len {self.max_input_len} (build.max_input_len)"
+            )
+        if self.max_seq_len and length + max_new > self.max_seq_len:
+            raise ValueError(
+                f"input_lengths {length} + request_output_len (max_tokens) {max_new} = {length + max_new} "
+                f"is over the engine's max_seq_len {self.max_seq_len} (build.max_seq_len)"
+            )
+
     def _row(self, inputs: dict[str, np.ndarray], i: int, stream: bool):
         from toolkit.reference import SamplingParams
 
@@ -280,6 +318,7 @@ class Generator:
         length = int(st.scalar(inputs, "input_lengths", inputs["input_ids"].shape[1], i))
         prompt = inputs["input_ids"][i, :length].astype(np.int64).tolist()
         max_new = int(st.scalar(inputs, "request_output_len", 0, i))
+        self._check_lengths(length, max_new)
         end_id = int(st.scalar(inputs, "end_id", -2, i))
         if end_id == -2:  # not given: the tokenizer's; a negative end id means none
             end_id = self.rt.eos_token_id if self.rt.eos_token_id is not None else -1
@@ -473,7 +512,12 @@ class TritonPythonModel:
             exclude_input_in_output=st.param_bool(params, "exclude_input_in_output", False),
             decoupled=self.decoupled,
             metrics=_spec_metrics(name),
+            **dict(zip(("max_input_len", "max_seq_len"), build_limits(Path(engine_dir)), strict=True)),
         )
+        if built.get("mode") == "draft_target":
+            # The BLS loop sends the whole sequence so far as input_ids on every iteration: only
+            # the total length is bounded here; the BLS bounds the client's prompt itself.
+            self.generate.max_input_len = None
 
     def execute(self, requests):
         if self.decoupled:
