@@ -121,6 +121,10 @@ def test_tokenizer_counts_the_cumulative_text():
 def test_tokenizer_errors_and_recipe_tokenizer(tmp_path):
     with pytest.raises(TokenizerUnavailable, match="cannot load the tokenizer"):
         TokenCounter(tmp_path / "nothing")("some text")
+    # A tokenizer that will have to count every request is loaded before the first one.
+    ep = CountlessEndpoint()
+    with pytest.raises(TokenizerUnavailable):
+        run(ep, count_tokens=TokenCounter(tmp_path / "nothing"))
     from toolkit.recipe import load_recipe
 
     assert recipe_tokenizer(load_recipe("tiny-eagle3")) == str(TARGET)

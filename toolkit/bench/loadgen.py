@@ -620,6 +620,10 @@ async def run_load(
                 "to estimate one token per chunk (every report then says INEXACT)",
             )
         result.warnings.append(INEXACT_WARNING)
+    elif inputs is not None and "return_num_output_tokens" not in inputs:
+        load = getattr(count_tokens, "load", None)
+        if load is not None:
+            load()  # the tokenizer will count every request: fail now, not after a level
     with _Progress(progress, label) as bar:
         try:
             if warmup:
