@@ -334,7 +334,16 @@ def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, in
 @click.option("--metrics-port", type=int, help="Overrides `serving.metrics_port`.")
 @click.option("--auto-ports", is_flag=True, help="Pick free ports instead of the recipe's.")
 @click.option("--tritonserver", type=click.Path(dir_okay=False), help="tritonserver binary to use.")
-@click.option("--no-validate", is_flag=True, help="Skip the validation that follows readiness.")
+@click.option(
+    "--no-validate",
+    is_flag=True,
+    help="Skip the validation (and the short burst of concurrent, cancelled requests) after READY.",
+)
+@click.option(
+    "--restart-on-failure",
+    is_flag=True,
+    help="Foreground: restart the server when a Python backend stub dies (default: stop and exit 1).",
+)
 @click.option(
     "--ready-timeout", default=600.0, show_default=True, type=float, help="Seconds to wait for READY."
 )
@@ -360,6 +369,7 @@ def deploy(
     auto_ports: bool,
     tritonserver: str | None,
     no_validate: bool,
+    restart_on_failure: bool,
     ready_timeout: float,
     out: Path | None,
     namespace: str,
@@ -416,6 +426,7 @@ def deploy(
         validate=not no_validate,
         ready_timeout=ready_timeout,
         on_ready=on_ready,
+        restart_on_failure=restart_on_failure,
     )
     if render_only:
         emit(
@@ -436,12 +447,13 @@ workdir_option = click.option(
 @workdir_option
 @json_option
 def status(workdir: Path | None, as_json: bool) -> None:
-    """Is the deployment's server running and ready? Exits 1 if not."""
+    """Is the deployment's server running, ready, and are all its Python stubs alive? Exits 1
+    if not."""
     from toolkit.server.state import find_deployment, server_status
 
     st = server_status(find_deployment(workdir))
     emit(st.to_dict(), as_json, lambda: click.echo(f"{st.state}: {st.message}"))
-    if not st.running:
+    if not st.healthy:
         raise click.exceptions.Exit(1)
 
 

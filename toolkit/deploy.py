@@ -137,6 +137,8 @@ def deploy(
     ready_timeout: float = 600.0,
     progress: Callable[[str], None] = _stderr,
     on_ready: Callable[[DeployResult], None] | None = None,
+    restart_on_failure: bool = False,
+    burst: bool = True,
 ) -> DeployResult:
     """Deploy `recipe`. Foreground mode blocks until Ctrl-C; `detach` returns with the server running.
 
@@ -200,6 +202,10 @@ def deploy(
             )
             result.validation = report.to_dict()
             report.raise_if_failed()
+            if burst:
+                from toolkit.stress import survive_burst
+
+                progress(survive_burst(server, decoupled=rendered.decoupled))
     except BaseException:
         server.stop()
         raise
@@ -207,7 +213,7 @@ def deploy(
         on_ready(result)
     if not detach:
         progress("serving; press Ctrl-C to stop")
-        server.serve_forever()
+        server.serve_forever(restart_on_failure=restart_on_failure)
     return result
 
 

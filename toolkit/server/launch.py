@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -38,11 +39,15 @@ from toolkit.server.mpi import mpirun_argv, orchestrator_env
 from toolkit.server.ports import PORT_FIELDS, PortInUseError, Ports, auto_ports, check_free
 from toolkit.server.state import (
     ServerState,
+    dead_stubs,
     default_log_path,
     http_ok,
+    python_stubs,
     read_state,
+    remove_shm,
     remove_state,
     server_status,
+    stub_message,
     write_state,
 )
 
@@ -219,6 +224,8 @@ class TritonServer:
         self.echo = echo
         self.ready_timeout = ready_timeout
         self.shm_prefix = f"sdtk{uuid.uuid4().hex[:8]}_"
+        self.restarts = 0
+        self._record = True
         self.argv: list[str] = []
         self.started_at: float | None = None
         self.detached = False
@@ -366,6 +373,9 @@ class TritonServer:
         env.update(self.env_overrides)
         self.argv = self.command(backend_dir)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.log_path.exists():
+            # Never truncate: a server we know nothing of may still write there.
+            os.replace(self.log_path, self.log_path.with_name(self.log_path.name + ".prev"))
         with open(self.log_path, "w", encoding="utf-8") as log:
             log.write("$ " + redact(" ".join(self.argv)) + "\n")
             log.flush()
@@ -388,6 +398,10 @@ class TritonServer:
                 )
                 raise ToolNotFound(self.argv[0], hint=hint) from None
         self.started_at = time.time()
+        if self._record:
+            # At once, before READY: a deploy killed while waiting leaves a server that
+            # status/stop/redeploy must still find.
+            write_state(self.workdir, self.state(status="starting"))
         if self.echo is not None and self._follower is None:
             self._follower = _LogFollower(self.log_path, self.echo)
             self._follower.start()
@@ -411,6 +425,7 @@ class TritonServer:
             raise ServerError(f"this server is already running (pid {self.pid})")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._check_workdir_free()
+        self._record = record or detach
         attempts = _PORT_RETRIES if self.auto_ports else 1
         with _signals_interrupt():
             for attempt in range(1, attempts + 1):
@@ -418,7 +433,7 @@ class TritonServer:
                     self._launch_once()
                     if wait:
                         self.wait_ready(ready_timeout)
-                    if record or detach:
+                    if self._record:
                         write_state(self.workdir, self.state())
                     break
                 except PortInUseError:
@@ -451,7 +466,8 @@ class TritonServer:
             self._follower = None
         return state
 
-    def state(self) -> ServerState:
+    def state(self, status: str = "ready") -> ServerState:
+        """The record of this server; at READY it lists the Python backend stubs."""
         assert self._proc is not None
         st = procs.stat(self._proc.pid)
         return ServerState(
@@ -476,6 +492,10 @@ class TritonServer:
             | (orchestrator_env(self.spawn_processes) if self.multi_model else {}),
             detached=self.detached,
             owner_pid=os.getpid(),
+            status=status,
+            shm_prefix=self.shm_prefix,
+            stubs=python_stubs(self._proc.pid) if status == "ready" else {},
+            restarts=self.restarts,
         )
 
     def health(self, timeout: float = 2.0) -> Health:
@@ -626,6 +646,7 @@ class TritonServer:
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         procs.kill_group_now(proc.pid)  # Python backend stubs that outlived their server
+        remove_shm(self.shm_prefix)
         if self._follower is not None:
             self._follower.stop()
             self._follower = None
@@ -637,20 +658,55 @@ class TritonServer:
         self.detached = False
         return proc.returncode
 
-    def serve_forever(self, grace: float = DEFAULT_STOP_GRACE) -> int:
+    def _supervise(self, restart_on_failure: bool, poll_s: float) -> int:
+        """Wait for the server to exit, checking its Python stubs every `poll_s` s: Triton never
+        restarts a dead stub and its health endpoints do not notice one (server#8604)."""
+        while True:
+            assert self._proc is not None
+            try:
+                return self._proc.wait(timeout=poll_s)
+            except subprocess.TimeoutExpired:
+                pass
+            st = read_state(self.workdir)
+            dead = dead_stubs(st) if st is not None and st.pid == self._proc.pid else {}
+            if not dead:
+                continue
+            tail = logscan.tail(self.log_path)
+            if not restart_on_failure:
+                with _signals_ignored():
+                    self.stop()
+                raise ServerError(
+                    stub_message(dead) + "; the server was stopped",
+                    log_tail=tail,
+                    log_path=self.log_path,
+                    hint="see the server log; --restart-on-failure restarts the server instead",
+                )
+            print(f"sdtk: {stub_message(dead)}; restarting the server\n{tail}", file=sys.stderr)
+            restarts = self.restarts + 1
+            with _signals_ignored():
+                self.stop()
+            self.auto_ports = False  # the same ports: clients keep their URLs
+            self.restarts = restarts
+            self.start(record=True)
+
+    def serve_forever(
+        self, grace: float = DEFAULT_STOP_GRACE, *, restart_on_failure: bool = False, poll_s: float = 1.0
+    ) -> int:
         """Foreground mode: block until SIGINT/SIGTERM/SIGHUP (then stop cleanly) or the server
         exits (e.g. `sdtk stop` from another shell).
 
         Returns the signal number that ended it, or 0 if the server exited cleanly by itself.
-        Raises ServerError with the log tail if the server died on its own with an error.
-        The handlers are installed only for the duration of this call (main thread only).
+        Raises ServerError with the log tail if the server died on its own with an error, or if
+        one of its Python backend stubs died (`restart_on_failure`: restart the server instead,
+        counted in state.json). The handlers are installed only for the duration of this call
+        (main thread only).
         """
         if self._proc is None:
             raise ServerError("the server was never started")
         try:
             with _signals_interrupt() as received:
                 try:
-                    rc = self._proc.wait()
+                    rc = self._supervise(restart_on_failure, poll_s)
                 except KeyboardInterrupt:
                     # Shield the clean stop from a second Ctrl-C; the group is killed either way.
                     with _signals_ignored():

@@ -1,8 +1,13 @@
-"""A detached server's record (`<workdir>/state.json`) and `sdtk status | logs | stop`.
+"""A server's record (`<workdir>/state.json`) and `sdtk status | logs | stop`.
 
-state.json is written once the server is ready and removed by `stop`. The pid in it is
-trusted only while /proc says the process still has the recorded start time and is a
-tritonserver (or the mpirun leading one), so a reused pid is never signalled.
+state.json is written the moment the server is spawned (`status: starting`, so a server whose
+`sdtk deploy` was killed before READY is still found), updated at READY with the Python backend
+stub pids, and removed by `stop`. The pid in it is trusted only while /proc says the process
+still has the recorded start time and is a tritonserver (or the mpirun leading one), so a reused
+pid is never signalled.
+
+Triton's health endpoints keep answering 200 after a Python backend stub dies (upstream
+server#8604), so `status` compares the stub pids recorded at READY with the live ones.
 """
 
 from __future__ import annotations
@@ -55,6 +60,10 @@ class ServerState:
     env: dict[str, str] = field(default_factory=dict)  # env vars sdtk set on top of the caller's
     detached: bool = True  # False: a foreground server, owned by the sdtk process owner_pid
     owner_pid: int | None = None
+    status: str = "ready"  # starting (spawned, not READY yet) | ready
+    shm_prefix: str = ""  # the Python backend's /dev/shm region prefix (removed by stop)
+    stubs: dict[str, list[int]] = field(default_factory=dict)  # model → stub pids at READY
+    restarts: int = 0  # restarts by a supervising `sdtk deploy --restart-on-failure`
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -127,6 +136,51 @@ def remove_state(workdir: Path | str) -> None:
         state_path(workdir).unlink()
 
 
+STUB = "triton_python_backend_stub"
+
+
+def python_stubs(pgid: int) -> dict[str, list[int]]:
+    """The live Python backend stubs of a server's process group, by model name (a stub's
+    argv[1] is `<repo>/<model>/<version>/model.py`)."""
+    out: dict[str, list[int]] = {}
+    for pid in procs.group_members(pgid):
+        argv = procs.cmdline(pid)
+        if len(argv) > 1 and os.path.basename(argv[0]) == STUB:
+            out.setdefault(Path(argv[1]).parent.parent.name, []).append(pid)
+    return {model: sorted(pids) for model, pids in sorted(out.items())}
+
+
+def dead_stubs(st: ServerState) -> dict[str, list[int]]:
+    """Recorded stubs that are gone (died, or replaced by a restarted one), by model."""
+    live = python_stubs(st.pgid)
+    return {
+        model: gone
+        for model, pids in st.stubs.items()
+        if (gone := [p for p in pids if p not in live.get(model, [])])
+    }
+
+
+def stub_message(dead: dict[str, list[int]]) -> str:
+    models = ", ".join(f"'{m}' (pid {', '.join(map(str, p))})" for m, p in dead.items())
+    return (
+        f"the Python backend stub of model {models} died: requests to it fail with "
+        "'Stub process is not healthy' while Triton's health endpoints still answer ready"
+    )
+
+
+def remove_shm(prefix: str) -> list[str]:
+    """Remove the /dev/shm regions named with the server's prefix (left behind by a killed
+    server or stub); returns their names."""
+    if not prefix:
+        return []
+    gone = []
+    for path in Path("/dev/shm").glob(prefix + "*"):
+        with contextlib.suppress(OSError):
+            path.unlink()
+            gone.append(path.name)
+    return gone
+
+
 def http_ok(url: str, timeout: float = 2.0) -> bool:
     """True if GET `url` answers 200 within `timeout` seconds (any error counts as no)."""
     try:
@@ -141,7 +195,7 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
 
 @dataclass
 class ServerStatus:
-    """What `sdtk status` reports. `state`: running | unhealthy | dead | stopped."""
+    """What `sdtk status` reports. `state`: running | starting | unhealthy | dead | stopped."""
 
     state: str
     workdir: str
@@ -158,10 +212,17 @@ class ServerStatus:
     model_repo: str | None = None
     log_path: str | None = None
     processes: list[int] = field(default_factory=list)  # members of the server's process group
+    dead_stubs: dict[str, list[int]] = field(default_factory=dict)
+    restarts: int = 0
 
     @property
     def running(self) -> bool:
-        return self.state in ("running", "unhealthy")
+        """A process of the server runs (it may not be serving)."""
+        return self.state in ("running", "starting", "unhealthy")
+
+    @property
+    def healthy(self) -> bool:
+        return self.state == "running"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -200,21 +261,29 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
     live = http_ok(f"{st.http_url}/v2/health/live", timeout)
     ready = live and http_ok(f"{st.http_url}/v2/health/ready", timeout)
     model_ready = ready and http_ok(f"{st.http_url}/v2/models/{st.model_name}/ready", timeout)
-    healthy = live and ready and model_ready
-    msg = (
-        f"serving '{st.model_name}' at {st.http_url} (gRPC {st.grpc_url})"
-        if healthy
-        else f"pid {st.pid} runs but is not ready (live={live}, ready={ready}, "
-        f"model '{st.model_name}' ready={model_ready}); see `sdtk logs`"
-    )
+    dead = dead_stubs(st)
+    if dead:
+        state, msg = "unhealthy", stub_message(dead) + "; redeploy (`sdtk stop`, then `sdtk deploy`)"
+    elif live and ready and model_ready:
+        state, msg = "running", f"serving '{st.model_name}' at {st.http_url} (gRPC {st.grpc_url})"
+    elif st.status == "starting":
+        state, msg = "starting", f"pid {st.pid} is starting (not READY yet); see `sdtk logs`"
+    else:
+        state = "unhealthy"
+        msg = (
+            f"pid {st.pid} runs but is not ready (live={live}, ready={ready}, "
+            f"model '{st.model_name}' ready={model_ready}); see `sdtk logs`"
+        )
     return ServerStatus(
-        "running" if healthy else "unhealthy",
+        state,
         message=msg,
         live=live,
         ready=ready,
         model_ready=model_ready,
         uptime_s=max(0.0, time.time() - st.started_at),
         processes=procs.group_members(st.pgid),
+        dead_stubs=dead,
+        restarts=st.restarts,
         **base,
     )
 
@@ -324,6 +393,7 @@ def stop_server(workdir: Path | str, grace: float = 15.0) -> StopResult:
             f"processes of the server's group {st.pgid} survived SIGKILL: {left}",
             hint=f"check them with `ps -o pid,stat,cmd -g {st.pgid}`",
         )
+    remove_shm(st.shm_prefix)
     remove_state(workdir)
     if not ours:
         msg = f"server pid {st.pid} was not running; removed {state_path(workdir)}"

@@ -353,14 +353,16 @@ class Generator:
                     break
 
         def run_and_observe(on_tokens) -> None:
-            run(on_tokens)
-            if self.metrics is not None:
-                self.metrics.observe(
-                    accepted=state["accepted"],
-                    drafted=state["drafted"],
-                    output_tokens=len(out),
-                    steps=state["steps"],
-                )
+            try:
+                run(on_tokens)
+            finally:  # a cancelled request counts the tokens it did generate
+                if self.metrics is not None:
+                    self.metrics.observe(
+                        accepted=state["accepted"],
+                        drafted=state["drafted"],
+                        output_tokens=len(out),
+                        steps=state["steps"],
+                    )
 
         def outputs(tokens: list[int], final: bool = True) -> dict[str, np.ndarray]:
             result = {

@@ -1,0 +1,247 @@
+#!/usr/bin/env python
+"""Long stress run of every tiny recipe served on the embedded Triton (the CI-sized version is
+tests/stress/), with its results written into docs/benchmarks.md.
+
+Per recipe: deploy (detached, free ports), warm up, then `--requests` mixed requests
+(toolkit.stress.KINDS) in rounds at concurrency 1, 2, 4 and 8; then check
+- zero failed well-formed requests, malformed ones refused with a 4xx;
+- zero stub deaths (pids from /proc before and after) and no stub segfault in the kernel log
+  during the run or the stop (when `dmesg` is readable);
+- every completed greedy text equal to the in-process reference runtime (speculation off);
+- server RSS (tritonserver + stubs) after the run within 10% of after warm-up;
+- cancellation: a short request's latency after 6 abandoned 1000-token streams against the
+  latency on the idle server (BLS entries, and the `tensorrt_llm` model direct for ensembles).
+
+    .venv/bin/python scripts/stress_served.py                      # all tiny recipes, 300 each
+    .venv/bin/python scripts/stress_served.py --recipes tiny-draft-target --requests 60 --no-write
+    .venv/bin/python scripts/stress_served.py --bls-repro naive    # the upstream crash, reproduced
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from toolkit import stress  # noqa: E402
+
+RECIPES = ("tiny-baseline", "tiny-draft-target", "tiny-eagle3", "tiny-medusa", "tiny-lookahead", "tiny-ngram")
+LEVELS = (1, 2, 4, 8)
+MARK = "<!-- stress_served.py -->"
+
+
+def segfaults(pids: set[int]) -> list[str]:
+    """Kernel-log segfault lines of these pids (empty when dmesg cannot be read)."""
+    try:
+        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line for line in out.splitlines() if "segfault" in line and any(f"[{p}]" in line for p in pids)]
+
+
+def short_latency(traffic: stress.Traffic) -> float:
+    out = traffic.send("http", "def f(x):", 16)
+    assert out.ok, out.error
+    return out.seconds
+
+
+def cancellation(result, traffic: stress.Traffic) -> dict:
+    """Short-request latency, idle and after 6 abandoned long streams (median of 3 each)."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    idle = statistics.median(short_latency(traffic) for _ in range(3))
+    after = []
+    for _ in range(3):
+        if result.entry_kind == "bls":
+            threads = [
+                threading.Thread(target=traffic.send, args=("abandon", "import os\n", 1000)) for _ in range(3)
+            ]
+            threads += [
+                threading.Thread(target=traffic.send, args=("cancel", "import os\n", 1000)) for _ in range(3)
+            ]
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+        else:  # through an ensemble Triton 2.51 cannot cancel a running step: call tensorrt_llm
+            for _ in range(6):
+                client = grpcclient.InferenceServerClient(result.grpc_url)
+                got = threading.Event()
+                client.start_stream(callback=lambda result, error, got=got: got.set())
+                inputs = []
+                for name, value in (
+                    ("input_ids", np.array([[1, 2, 3, 4, 5, 6, 7, 8]], np.int32)),
+                    ("input_lengths", np.array([[8]], np.int32)),
+                    ("request_output_len", np.array([[1000]], np.int32)),
+                    ("end_id", np.array([[-1]], np.int32)),
+                    ("streaming", np.array([[True]])),
+                ):
+                    t = grpcclient.InferInput(
+                        name, list(value.shape), "BOOL" if value.dtype == bool else "INT32"
+                    )
+                    t.set_data_from_numpy(value)
+                    inputs.append(t)
+                client.async_stream_infer("tensorrt_llm", inputs)
+                got.wait(60)
+                client.stop_stream(cancel_requests=True)
+                client.close()
+        after.append(short_latency(traffic))
+    a = statistics.median(after)
+    return {"idle_ms": round(idle * 1000, 1), "after_ms": round(a * 1000, 1), "ratio": round(a / idle, 2)}
+
+
+def run_recipe(name: str, n: int, workdir: Path) -> dict:
+    from toolkit.deploy import deploy
+    from toolkit.recipe import load_recipe
+    from toolkit.server.state import stop_server
+
+    recipe = load_recipe(str(ROOT / "recipes" / f"{name}.yaml"))
+    result = deploy(
+        recipe, workdir=workdir, detach=True, auto_ports=True, validate=False, progress=lambda m: None
+    )
+    traffic = stress.Traffic(result.http_url, result.grpc_url, result.model, decoupled=result.decoupled)
+    try:
+        stress.run(traffic, stress.plan(30, seed=99), concurrency=4)  # warm-up
+        reports = []
+        for i, level in enumerate(LEVELS):
+            rep = stress.run(
+                traffic, stress.plan(max(1, n // len(LEVELS)), seed=i), concurrency=level, pgid=result.pid
+            )
+            reports.append(rep)
+            print(f"  {name} c={level}: {json.dumps(rep.summary())[:300]}", file=sys.stderr)
+        outcomes = [o for rep in reports for o in rep.outcomes]
+        want = stress.baseline_texts(recipe, [(o.kind, o.prompt, o.max_tokens) for o in outcomes])
+        before = {p for ps in reports[0].stubs_before.values() for p in ps}
+        after = {p for ps in reports[-1].stubs_after.values() for p in ps}
+        r = {
+            "recipe": name,
+            "entry": result.model,
+            "requests": len(outcomes),
+            "failed": sum(not o.ok for o in outcomes),
+            "bad_refused": sum(o.kind == "bad" and o.ok for o in outcomes),
+            "checked_outputs": sum(o.ok and o.kind in stress.COMPLETE_KINDS for o in outcomes),
+            "wrong_outputs": sum(len(stress.mismatches(rep, want)) for rep in reports),
+            "stub_deaths": len(before - after),
+            "rss_warm_mb": reports[0].rss_before_mb,
+            "rss_end_mb": reports[-1].rss_after_mb,
+            "cancel": cancellation(result, traffic),
+            "seconds": round(sum(rep.seconds for rep in reports), 1),
+        }
+    finally:
+        stop_server(result.workdir)
+    time.sleep(1)  # the kernel log lags a little
+    r["segfaults"] = len(segfaults(before | after))
+    return r
+
+
+def bls_repro(variant: str, requests: int) -> dict:
+    """The minimal BLS of tests/stress/bls_repro, `naive` (crashes on Triton 2.51) or `fixed`."""
+    import httpx
+
+    from toolkit.server.launch import TritonServer
+    from toolkit.server.state import python_stubs
+
+    tmp = Path(tempfile.mkdtemp(prefix="sdtk-bls-repro-"))
+    repo = tmp / "repo"
+    shutil.copytree(ROOT / "tests" / "stress" / "bls_repro", repo)
+    cfg = repo / "bls" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('"fixed"', f'"{variant}"'))
+    failures = []
+    with TritonServer(repo, workdir=tmp / "wd", model_name="bls", auto_ports=True) as server:
+        before = python_stubs(server.pid)
+
+        def client(k: int) -> None:
+            with httpx.Client(timeout=120) as c:
+                for _ in range(k):
+                    r = c.post(f"{server.http_url}/v2/models/bls/generate", json={"N": [200]})
+                    if r.status_code != 200:
+                        failures.append(r.text[:120])
+
+        threads = [threading.Thread(target=client, args=(requests // 3,)) for _ in range(3)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        after = python_stubs(server.pid)
+        crash = [line for line in server.logs(None).splitlines() if "malloc" in line or "corrupt" in line]
+    return {
+        "variant": variant,
+        "requests": requests,
+        "failed": len(failures),
+        "stubs_same": before == after,
+        "log": crash[:2],
+    }
+
+
+def write(results: list[dict], argv: list[str]) -> None:
+    rows = [
+        "| recipe | entry | requests | failed | 4xx for malformed | outputs checked / wrong | stub deaths | stub segfaults (run + stop) | RSS after warm-up → end (MiB) | short request idle → after 6 abandoned (ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        c = r["cancel"]
+        rows.append(
+            f"| {r['recipe']} | {r['entry']} | {r['requests']} | {r['failed']} | {r['bad_refused']} | "
+            f"{r['checked_outputs']} / {r['wrong_outputs']} | {r['stub_deaths']} | {r['segfaults']} | "
+            f"{r['rss_warm_mb']} → {r['rss_end_mb']} ({(r['rss_end_mb'] / r['rss_warm_mb'] - 1) * 100:+.1f}%) | "
+            f"{c['idle_ms']} → {c['after_ms']} ({c['ratio']}×) |"
+        )
+    section = "\n".join(
+        [
+            MARK,
+            "## Served stress (`scripts/stress_served.py`)",
+            "",
+            f"Machine: {platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores, "
+            f"{platform.platform()}; {time.strftime('%Y-%m-%d')}. Command: `{' '.join(['python', 'scripts/stress_served.py', *argv])}`.",
+            "Mixed traffic per recipe (HTTP generate / generate_stream, gRPC streaming, abandoned HTTP streams, "
+            "cancelled gRPC streams, malformed requests) in rounds at concurrency 1, 2, 4 and 8. Outputs are "
+            "compared with the in-process reference runtime; stub pids are read from /proc. The last column is "
+            "the median of 3: the BLS entry sees the cancellations; for ensemble entries the long requests go to "
+            "`tensorrt_llm` directly (Triton 2.51's ensemble does not cancel a running step).",
+            "",
+            *rows,
+            MARK,
+        ]
+    )
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text()
+    if MARK in text:
+        text = re.sub(re.escape(MARK) + ".*?" + re.escape(MARK), lambda m: section, text, flags=re.S)
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    path.write_text(text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--recipes", nargs="+", default=list(RECIPES))
+    ap.add_argument("--requests", type=int, default=300, help="per recipe")
+    ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
+    ap.add_argument("--bls-repro", choices=("naive", "fixed"), help="run the minimal BLS reproduction only")
+    args = ap.parse_args()
+    if args.bls_repro:
+        print(json.dumps(bls_repro(args.bls_repro, 60)))
+        return
+    results = []
+    with tempfile.TemporaryDirectory(prefix="sdtk-stress-") as tmp:
+        for name in args.recipes:
+            r = run_recipe(name, args.requests, Path(tmp))
+            results.append(r)
+            print(json.dumps(r))
+    bad = [r for r in results if r["failed"] or r["wrong_outputs"] or r["stub_deaths"] or r["segfaults"]]
+    if not args.no_write:
+        write(results, sys.argv[1:])
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Cancellation: a request whose client has gone stops generating.
+
+The yardstick is the server's own counter of generated tokens (`sdtk_spec_output_tokens_total`
+of the reference `tensorrt_llm` model, which also counts a cancelled request's partial output),
+not a clock: long requests (1000 tokens) are abandoned after their first chunk, then a short one
+is sent. The model instance serves one request at a time, so had the long ones run on, all of
+their tokens would have been generated before the short one is answered.
+
+Scope (Triton 2.51): gRPC stream cancellation and HTTP streams that the client drops reach the
+model that serves the request. An ensemble propagates a cancellation only between its steps
+(core `ensemble_scheduler.cc`, `ScheduleSteps`), so through `ensemble` the running
+`tensorrt_llm` step is not told; the BLS entry (draft-target) and direct calls of
+`tensorrt_llm` are. Abandoned non-streaming HTTP requests are not detected by Triton's HTTP
+frontend at all (its docs: cancellation comes from gRPC clients or the C API).
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from toolkit import stress
+
+pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
+LONG = 1000
+
+
+def generated(metrics_url: str, model: str = "tensorrt_llm") -> float:
+    text = httpx.get(metrics_url, timeout=10).text
+    line = re.escape(f'sdtk_spec_output_tokens_total{{model="{model}"}} ')
+    m = re.search("^" + line + r"(\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def cancel_after_first(grpc_url: str, model: str, inputs: dict[str, np.ndarray]) -> None:
+    """Start a gRPC stream, wait for its first response, then cancel it."""
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(grpc_url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    tensors = []
+    for name, value in inputs.items():
+        dtype = "BYTES" if value.dtype == object else {"int32": "INT32", "bool": "BOOL"}[value.dtype.name]
+        t = grpcclient.InferInput(name, list(value.shape), dtype)
+        t.set_data_from_numpy(value)
+        tensors.append(t)
+    client.async_stream_infer(model, tensors)
+    result, error = results.get(timeout=120)
+    assert error is None, error
+    client.stop_stream(cancel_requests=True)
+    client.close()
+
+
+@pytest.mark.parametrize("deployment", ["tiny-draft-target"], indirect=True)
+def test_bls_stops_for_dropped_and_cancelled_streams(deployment):
+    _, result = deployment
+    traffic = stress.Traffic(result.http_url, result.grpc_url, result.model, decoupled=True)
+    assert traffic.send("http", "def f(x):", 16).ok
+    before = generated(result.metrics_url)
+    for _ in range(3):
+        assert traffic.send("abandon", "import os\n", LONG).ok
+        cancel_after_first(
+            result.grpc_url,
+            result.model,
+            {
+                "text_input": np.array([[b"import os\n"]], dtype=object),
+                "max_tokens": np.array([[LONG]], dtype=np.int32),
+                "stream": np.array([[True]]),
+            },
+        )
+    short = traffic.send("http", "def f(x):", 16)
+    assert short.ok, short.error
+    spent = generated(result.metrics_url) - before
+    assert 16 <= spent < LONG, f"{spent} tokens generated for 6 abandoned {LONG}-token requests"
+
+
+@pytest.mark.parametrize("deployment", ["tiny-eagle3"], indirect=True)
+def test_reference_model_stops_for_a_cancelled_stream(deployment):
+    _, result = deployment
+    ids = np.array([[1, 2, 3, 4, 5, 6, 7, 8]], dtype=np.int32)
+    request = {
+        "input_ids": ids,
+        "input_lengths": np.array([[ids.shape[1]]], dtype=np.int32),
+        "request_output_len": np.array([[LONG]], dtype=np.int32),
+        "streaming": np.array([[True]]),
+        "end_id": np.array([[-1]], dtype=np.int32),  # no end token: every request would run to LONG
+    }
+    before = generated(result.metrics_url)
+    for _ in range(3):
+        cancel_after_first(result.grpc_url, "tensorrt_llm", request)
+    traffic = stress.Traffic(result.http_url, result.grpc_url, result.model, decoupled=True)
+    short = traffic.send("http", "def f(x):", 16)
+    assert short.ok, short.error
+    spent = generated(result.metrics_url) - before
+    assert 16 <= spent < LONG, f"{spent} tokens generated for 3 cancelled {LONG}-token requests"

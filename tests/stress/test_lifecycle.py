@@ -1,0 +1,131 @@
+"""A deployment's lifecycle when things die: stubs killed, `sdtk deploy` killed before READY,
+a supervised deployment whose stub dies. Real embedded Triton, real `sdtk` processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from toolkit.server import procs
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = str(ROOT / "recipes" / "tiny-eagle3.yaml")
+pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
+
+
+def sdtk(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "toolkit.cli", *args],
+        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, cwd=ROOT,
+    )  # fmt: skip
+
+
+def spawn_deploy(workdir: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "toolkit.cli", "deploy", RECIPE, "--workdir", str(workdir), "--auto-ports",
+         "--no-validate", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, cwd=ROOT,
+    )  # fmt: skip
+
+
+def state(dep: Path) -> dict:
+    return json.loads((dep / "state.json").read_text())
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def ready_state(dep: Path) -> dict | None:
+    try:
+        st = state(dep)
+    except (OSError, ValueError):
+        return None
+    return st if st["status"] == "ready" and st["stubs"] else None
+
+
+def test_killed_stub_makes_status_fail_and_stop_cleans_shm(tmp_path):
+    r = sdtk("deploy", RECIPE, "--workdir", str(tmp_path), "--detach", "--auto-ports", "--no-validate")
+    assert r.returncode == 0, r.stderr
+    dep = tmp_path / "tiny-eagle3"
+    st = state(dep)
+    assert set(st["stubs"]) >= {"tensorrt_llm", "preprocessing", "postprocessing"}
+    assert list(Path("/dev/shm").glob(st["shm_prefix"] + "*"))
+    assert sdtk("status", "--workdir", str(dep)).returncode == 0
+    os.kill(st["stubs"]["tensorrt_llm"][0], signal.SIGKILL)
+    t0 = time.monotonic()
+    r = sdtk("status", "--workdir", str(dep), "--json")
+    assert time.monotonic() - t0 < 5
+    assert r.returncode == 1
+    report = json.loads(r.stdout)
+    assert report["state"] == "unhealthy" and "tensorrt_llm" in report["dead_stubs"]
+    assert "'tensorrt_llm'" in report["message"]
+    assert sdtk("stop", "--workdir", str(dep)).returncode == 0
+    assert not procs.group_members(st["pgid"])
+    assert not list(Path("/dev/shm").glob(st["shm_prefix"] + "*"))
+
+
+def test_deploy_killed_before_ready_leaves_no_orphan(tmp_path):
+    dep = tmp_path / "tiny-eagle3"
+    proc = spawn_deploy(tmp_path)
+    st = wait_for(lambda: (dep / "state.json").is_file() and state(dep), 60, "state.json")
+    assert st["status"] == "starting" and procs.alive(st["pid"])
+    proc.send_signal(signal.SIGKILL)  # before READY: no handler runs
+    proc.wait()
+    log = dep / "logs" / "tritonserver.log"
+    assert procs.alive(st["pid"])  # the orphan runs on, recorded
+    status = sdtk("status", "--workdir", str(dep), "--json")
+    assert status.returncode == 1 and json.loads(status.stdout)["pid"] == st["pid"]
+    # A redeploy into the same workdir refuses while the orphan lives, and keeps its log.
+    size = log.stat().st_size
+    again = sdtk("deploy", RECIPE, "--workdir", str(tmp_path), "--detach", "--auto-ports", "--no-validate")
+    assert again.returncode != 0 and str(st["pid"]) in again.stderr
+    assert log.stat().st_size >= size
+    assert sdtk("stop", "--workdir", str(dep)).returncode == 0
+    assert not procs.alive(st["pid"]) and not procs.group_members(st["pgid"])
+    assert not list(Path("/dev/shm").glob(st["shm_prefix"] + "*"))
+
+
+def test_supervised_deploy_exits_on_a_dead_stub(tmp_path):
+    dep = tmp_path / "tiny-eagle3"
+    proc = spawn_deploy(tmp_path)
+    try:
+        st = wait_for(lambda: ready_state(dep), 120, "READY")
+        os.kill(st["stubs"]["tensorrt_llm"][0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert "'tensorrt_llm'" in err and "died" in err
+    assert not procs.group_members(st["pgid"])
+
+
+def test_supervised_deploy_restarts_on_failure(tmp_path):
+    dep = tmp_path / "tiny-eagle3"
+    proc = spawn_deploy(tmp_path, "--restart-on-failure")
+    try:
+        st = wait_for(lambda: ready_state(dep), 120, "READY")
+        os.kill(st["stubs"]["tensorrt_llm"][0], signal.SIGKILL)
+        new = wait_for(lambda: (s := ready_state(dep)) and s["restarts"] == 1 and s, 120, "the restart")
+        assert new["pid"] != st["pid"] and new["http_url"] == st["http_url"]
+        assert sdtk("status", "--workdir", str(dep)).returncode == 0
+        r = sdtk("infer", "def f(x):", "--workdir", str(dep), "--max-tokens", "8")
+        assert r.returncode == 0, r.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    assert not procs.group_members(new["pgid"])

@@ -1,0 +1,40 @@
+"""Every tiny recipe, served on the embedded Triton, under mixed concurrent traffic.
+
+CI-sized: 30 requests per recipe at concurrency 4, every kind of toolkit.stress.KINDS (HTTP
+generate and generate_stream, gRPC streaming, abandoned HTTP streams, cancelled gRPC streams,
+malformed requests). Checked against yardsticks the served code does not compute: stub pids read
+from /proc before and after, and every completed greedy text against the in-process reference
+runtime with speculation off. `scripts/stress_served.py` runs the long version (≥ 300 requests
+per recipe, memory included).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from toolkit import stress
+
+pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
+
+TINY_RECIPES = (
+    "tiny-baseline",
+    "tiny-draft-target",
+    "tiny-eagle3",
+    "tiny-medusa",
+    "tiny-lookahead",
+    "tiny-ngram",
+)
+
+
+@pytest.mark.parametrize("deployment", TINY_RECIPES, indirect=True)
+def test_mixed_traffic(deployment):
+    recipe, result = deployment
+    requests = stress.plan(30, seed=1)
+    traffic = stress.Traffic(result.http_url, result.grpc_url, result.model, decoupled=result.decoupled)
+    report = stress.run(traffic, requests, concurrency=4, pgid=result.pid, warmup=2)
+    assert report.failures == [], report.summary()
+    assert report.stub_deaths == 0 and report.stubs_after == report.stubs_before
+    assert "tensorrt_llm" in report.stubs_before
+    complete = [o for o in report.outcomes if o.kind in stress.COMPLETE_KINDS]
+    assert len(complete) >= 15
+    assert stress.mismatches(report, stress.baseline_texts(recipe, requests)) == []

@@ -1,0 +1,328 @@
+"""Mixed, concurrent traffic against a live deployment, and what it must not break.
+
+Used three ways: `sdtk deploy` sends a short burst after validation (`survive_burst`), the stress
+tests send a CI-sized run, and `scripts/stress_served.py` sends hundreds of requests per recipe.
+
+The traffic (`KINDS`): HTTP `generate`, HTTP `generate_stream`, gRPC streaming, HTTP streams the
+client abandons after the first chunk, gRPC streams it cancels, and malformed requests. The
+checks, none of which relies on the code under test to count: every well-formed request
+answers, malformed ones get a 4xx, no Python backend stub dies (pids read from /proc before and
+after), and the server's resident memory after the run. Greedy texts are returned for the
+caller to compare with an independent baseline (the in-process reference runtime).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from toolkit.errors import ServerError
+
+KINDS = ("http", "http_stream", "grpc_stream", "abandon", "cancel", "bad")
+COMPLETE_KINDS = ("http", "http_stream", "grpc_stream")  # read to the end: their text is checked
+PROMPTS = (
+    "def fibonacci(n):",
+    "import os\n\n\ndef read_lines(path):",
+    "class Stack:\n    def __init__(self):",
+    "for i in range(10):",
+    "def parse_args(argv):\n    ",
+    "with open(path) as f:",
+)
+
+
+@dataclass
+class Outcome:
+    kind: str
+    prompt: str
+    max_tokens: int
+    ok: bool  # answered as this kind should (a 4xx for `bad`, an early stop for abandon/cancel)
+    text: str = ""  # the generated text (complete kinds only)
+    status: int | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class StressReport:
+    url: str
+    model: str
+    outcomes: list[Outcome] = field(default_factory=list)
+    stubs_before: dict[str, list[int]] = field(default_factory=dict)
+    stubs_after: dict[str, list[int]] = field(default_factory=dict)
+    rss_before_mb: float | None = None
+    rss_after_mb: float | None = None
+    seconds: float = 0.0
+
+    @property
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.ok]
+
+    @property
+    def stub_deaths(self) -> int:
+        before = {p for pids in self.stubs_before.values() for p in pids}
+        after = {p for pids in self.stubs_after.values() for p in pids}
+        return len(before - after)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "model": self.model,
+            "requests": len(self.outcomes),
+            "by_kind": dict(Counter(o.kind for o in self.outcomes)),
+            "failed": len(self.failures),
+            "stub_deaths": self.stub_deaths,
+            "rss_before_mb": self.rss_before_mb,
+            "rss_after_mb": self.rss_after_mb,
+            "seconds": round(self.seconds, 1),
+            "first_failures": [asdict(o) for o in self.failures[:3]],
+        }
+
+
+def server_rss_mb(pgid: int) -> float:
+    """Resident memory of a server's whole process group (tritonserver and its stubs), in MiB."""
+    from toolkit.server import procs
+
+    total = 0
+    for pid in procs.group_members(pgid):
+        try:
+            for line in open(f"/proc/{pid}/status"):  # noqa: SIM115 - tiny proc file
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+class Traffic:
+    """One client per request kind, talking to `http_url` / `grpc_url` with plain httpx and
+    tritonclient.grpc (not sdtk's client: the traffic must not share the code it checks)."""
+
+    def __init__(self, http_url: str, grpc_url: str, model: str, *, decoupled: bool, timeout: float = 300.0):
+        self.http_url, self.grpc_url, self.model = http_url.rstrip("/"), grpc_url, model
+        self.decoupled, self.timeout = decoupled, timeout
+
+    def _body(self, prompt: str, max_tokens: int, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"text_input": prompt, "max_tokens": max_tokens}
+        if stream:
+            body["stream"] = True
+        return body
+
+    def send(self, kind: str, prompt: str, max_tokens: int) -> Outcome:
+        t0 = time.monotonic()
+        out = Outcome(kind, prompt, max_tokens, ok=False)
+        try:
+            getattr(self, "_" + kind)(out)
+        except Exception as e:  # every failure is data here
+            out.error = f"{type(e).__name__}: {e}"[:300]
+        out.seconds = time.monotonic() - t0
+        return out
+
+    def _http(self, out: Outcome) -> None:
+        import httpx
+
+        r = httpx.post(
+            f"{self.http_url}/v2/models/{self.model}/generate",
+            json=self._body(out.prompt, out.max_tokens, False),
+            timeout=self.timeout,
+        )
+        out.status = r.status_code
+        if r.status_code != 200:
+            out.error = r.text[:300]
+            return
+        out.text, out.ok = r.json()["text_output"], True
+
+    def _sse(self, out: Outcome, stop_after: int | None) -> None:
+        import httpx
+
+        texts = []
+        with (
+            httpx.Client(timeout=self.timeout) as c,
+            c.stream(
+                "POST",
+                f"{self.http_url}/v2/models/{self.model}/generate_stream",
+                json=self._body(out.prompt, out.max_tokens, True),
+            ) as r,
+        ):
+            out.status = r.status_code
+            for line in r.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                event = json.loads(line[5:])
+                if "error" in event:
+                    out.error = str(event["error"])[:300]
+                    return
+                texts.append(event.get("text_output", ""))
+                if stop_after is not None and len(texts) >= stop_after:
+                    out.ok = True  # the client leaves; the server must stop and stay healthy
+                    return
+        if out.status != 200:
+            out.error = f"HTTP {out.status}"
+            return
+        out.text, out.ok = "".join(texts), True
+
+    def _http_stream(self, out: Outcome) -> None:
+        self._sse(out, None)
+
+    def _abandon(self, out: Outcome) -> None:
+        self._sse(out, 1)
+
+    def _grpc(self, out: Outcome, cancel_after: int | None) -> None:
+        import queue
+
+        import numpy as np
+        import tritonclient.grpc as grpcclient
+
+        def tensor(name: str, value: np.ndarray, dtype: str) -> Any:
+            t = grpcclient.InferInput(name, list(value.shape), dtype)
+            t.set_data_from_numpy(value)
+            return t
+
+        results: queue.Queue = queue.Queue()
+        client = grpcclient.InferenceServerClient(self.grpc_url)
+        try:
+            client.start_stream(callback=lambda result, error: results.put((result, error)))
+            client.async_stream_infer(
+                self.model,
+                [
+                    tensor("text_input", np.array([[out.prompt.encode()]], dtype=object), "BYTES"),
+                    tensor("max_tokens", np.array([[out.max_tokens]], dtype=np.int32), "INT32"),
+                    tensor("stream", np.array([[True]], dtype=bool), "BOOL"),
+                ],
+                enable_empty_final_response=True,
+            )
+            texts = []
+            while True:
+                result, error = results.get(timeout=self.timeout)
+                if error is not None:
+                    out.error = str(error)[:300]
+                    return
+                final = result.get_response().parameters.get("triton_final_response")
+                text = result.as_numpy("text_output")
+                if text is not None and text.size:
+                    texts.append(text.reshape(-1)[0].decode())
+                if cancel_after is not None and len(texts) >= cancel_after:
+                    client.stop_stream(cancel_requests=True)
+                    out.ok = True
+                    return
+                if final is not None and final.bool_param:
+                    break
+            out.text, out.ok = "".join(texts), True
+        finally:
+            client.stop_stream(cancel_requests=True)
+            client.close()
+
+    def _grpc_stream(self, out: Outcome) -> None:
+        self._grpc(out, None)
+
+    def _cancel(self, out: Outcome) -> None:
+        self._grpc(out, 1)
+
+    def _bad(self, out: Outcome) -> None:
+        import httpx
+
+        # A required input missing: the server must refuse it with a 4xx and keep serving.
+        r = httpx.post(
+            f"{self.http_url}/v2/models/{self.model}/generate",
+            json={"text_input": out.prompt},
+            timeout=self.timeout,
+        )
+        out.status = r.status_code
+        out.ok = 400 <= r.status_code < 500
+        if not out.ok:
+            out.error = f"expected a 4xx, got HTTP {r.status_code}: {r.text[:200]}"
+
+
+def plan(n: int, *, seed: int = 0, kinds: Sequence[str] = KINDS, max_tokens: Sequence[int] = (16, 48)):
+    """`n` (kind, prompt, max_tokens) requests, every kind in turn, prompts and lengths drawn."""
+    rng = random.Random(seed)
+    return [(kinds[i % len(kinds)], rng.choice(PROMPTS), rng.choice(list(max_tokens))) for i in range(n)]
+
+
+def run(
+    traffic: Traffic,
+    requests: Sequence[tuple[str, str, int]],
+    *,
+    concurrency: int,
+    pgid: int | None = None,
+    warmup: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> StressReport:
+    """Send `requests` with up to `concurrency` in flight; stub pids and RSS (when `pgid`, the
+    server's process group, is known) before and after."""
+    from toolkit.server.state import python_stubs
+
+    report = StressReport(traffic.http_url, traffic.model)
+    for i in range(warmup):  # RSS is measured after the caches and allocators have warmed up
+        traffic.send("http", PROMPTS[i % len(PROMPTS)], 16)
+    if pgid is not None:
+        report.stubs_before = python_stubs(pgid)
+        report.rss_before_mb = round(server_rss_mb(pgid), 1)
+    done = [0]
+    lock = threading.Lock()
+
+    def one(req: tuple[str, str, int]) -> Outcome:
+        outcome = traffic.send(*req)
+        with lock:
+            done[0] += 1
+            if progress is not None:
+                progress(done[0], len(requests))
+        return outcome
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        report.outcomes = list(pool.map(one, requests))
+    report.seconds = time.monotonic() - t0
+    if pgid is not None:
+        time.sleep(0.5)  # let cancelled work wind down before reading memory
+        report.stubs_after = python_stubs(pgid)
+        report.rss_after_mb = round(server_rss_mb(pgid), 1)
+    return report
+
+
+def baseline_texts(recipe: Any, requests: Sequence[tuple[str, str, int]]) -> dict[tuple[str, int], str]:
+    """The target's greedy text for every (prompt, max_tokens) of `requests`, from the in-process
+    reference runtime with speculation off: the yardstick for served outputs."""
+    from toolkit.generate import run_generate
+
+    out: dict[tuple[str, int], str] = {}
+    for _, prompt, max_tokens in requests:
+        if (prompt, max_tokens) not in out:
+            res = run_generate(
+                recipe, prompt, max_tokens, no_speculation=True, temperature=0.0, top_k=0, top_p=1.0, seed=None
+            )
+            out[prompt, max_tokens] = res["text"]
+    return out
+
+
+def mismatches(report: StressReport, want: dict[tuple[str, int], str]) -> list[Outcome]:
+    """Completed requests whose text differs from the baseline."""
+    return [
+        o
+        for o in report.outcomes
+        if o.ok and o.kind in COMPLETE_KINDS and o.text != want[o.prompt, o.max_tokens]
+    ]
+
+
+def survive_burst(server: Any, *, decoupled: bool, n: int = 12, concurrency: int = 4) -> str:
+    """`sdtk deploy`'s last check: a short burst of concurrent, streamed, cancelled and malformed
+    requests after validation. Raises ServerError if a stub died or a well-formed request failed."""
+    kinds = KINDS if decoupled else ("http", "bad")
+    traffic = Traffic(server.http_url, server.grpc_url, server.model_name, decoupled=decoupled)
+    report = run(traffic, plan(n, kinds=kinds), concurrency=concurrency, pgid=server.pid)
+    if report.stub_deaths or report.failures:
+        first = report.failures[0] if report.failures else None
+        raise ServerError(
+            f"the deployment did not survive a burst of {n} concurrent requests: "
+            f"{report.stub_deaths} Python stub(s) died, {len(report.failures)} request(s) failed"
+            + (f" (first: {first.kind}: {first.error})" if first else ""),
+            log_path=server.log_path,
+            hint="see the server log (sdtk logs)",
+        )
+    return f"burst: {n} concurrent requests ({', '.join(kinds)}) answered; no Python stub died"
