@@ -449,8 +449,7 @@ workdir_option = click.option(
 def status(workdir: Path | None, as_json: bool) -> None:
     """Is the deployment's server running, ready, and are all its Python stubs alive? Exits 1
     if not."""
-    from toolkit.deploy import find_deployment
-    from toolkit.server.state import server_status
+    from toolkit.server.state import find_deployment, server_status
 
     st = server_status(find_deployment(workdir))
     emit(st.to_dict(), as_json, lambda: click.echo(f"{st.state}: {st.message}"))
@@ -464,8 +463,7 @@ def status(workdir: Path | None, as_json: bool) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the server stops.")
 def logs(workdir: Path | None, lines: int | None, follow: bool) -> None:
     """Print the deployment's tritonserver log."""
-    from toolkit.deploy import find_deployment
-    from toolkit.server.state import follow_logs, read_logs
+    from toolkit.server.state import find_deployment, follow_logs, read_logs
 
     wd = find_deployment(workdir)
     if follow:
@@ -485,8 +483,7 @@ def stop(workdir: Path | None, grace: float, as_json: bool) -> None:
     """Stop the deployment's server (and its Python backend stubs)."""
     from dataclasses import asdict
 
-    from toolkit.deploy import find_deployment
-    from toolkit.server.state import stop_server
+    from toolkit.server.state import find_deployment, stop_server
 
     res = stop_server(find_deployment(workdir), grace=grace)
     emit(asdict(res), as_json, lambda: click.echo(res.message))
@@ -494,9 +491,8 @@ def stop(workdir: Path | None, grace: float, as_json: bool) -> None:
 
 def _running_deployment(workdir: Path | None):
     """(deployment dir, its ServerState) for --workdir, or a one-line error."""
-    from toolkit.deploy import find_deployment
     from toolkit.errors import UsageError
-    from toolkit.server.state import read_state
+    from toolkit.server.state import find_deployment, read_state
 
     wd = find_deployment(workdir)
     st = read_state(wd)
@@ -597,6 +593,7 @@ def infer(
 
     target, state_model = _client_target(url, workdir, protocol)
     params: dict = {"exclude_input_in_output": True, "return_perf_metrics": True}
+    counted = {"return_num_output_tokens": True}  # output_tokens in --json, where the model counts
     if temperature is not None:
         params["temperature"] = temperature
     if num_draft_tokens is not None:
@@ -604,6 +601,9 @@ def infer(
     with TritonClient(target, protocol=protocol, model=model or state_model or "ensemble") as c:
         info = c.model_info()
         params = {k: v for k, v in params.items() if k in info.inputs or k == "num_draft_tokens"}
+        extra = {k: v for k, v in counted.items() if k in info.inputs}
+        if extra:
+            params["extra_inputs"] = extra
         if stream:
             s = c.stream(prompt, max_tokens, **params)
             for chunk in s:
@@ -658,6 +658,11 @@ def monitor(
 
 
 # --------------------------------------------------------------------------- bench / plan / tune
+
+
+def _progress(as_json: bool) -> bool:
+    """Progress bars go to stderr; off only under --json when stderr is not a terminal."""
+    return not as_json or sys.stderr.isatty()
 
 
 def _ints(value: str | None) -> tuple[int, ...] | None:
@@ -719,6 +724,17 @@ def _with(options):
 @click.option(
     "--report-dir", type=click.Path(file_okay=False, path_type=Path), help="Default: <workdir>/reports."
 )
+@click.option(
+    "--tokenizer",
+    help="Tokenizer (directory or hub id) to count output tokens when the server does not; "
+    "default: the deployment's, from its recipe.",
+)
+@click.option(
+    "--allow-inexact",
+    is_flag=True,
+    help="Run without exact token counts (no server count, no tokenizer): one token per chunk, "
+    "and every report says INEXACT.",
+)
 @json_option
 def bench(
     target: str | None,
@@ -737,9 +753,16 @@ def bench(
     protocol: str,
     model: str | None,
     report_dir: Path | None,
+    tokenizer: str | None,
+    allow_inexact: bool,
     as_json: bool,
 ) -> None:
-    """Benchmark a deployment (TARGET: recipe, workdir or URL), or A/B two with --compare."""
+    """Benchmark a deployment (TARGET: recipe, workdir or URL), or A/B two with --compare.
+
+    --workdir is the deployment (the directory `sdtk deploy --workdir` was given, or the
+    deployment directory under it); recipes given to --compare are deployed under it, and
+    reports go to --report-dir, default <workdir>/reports.
+    """
     from toolkit.deploy import deployed
     from toolkit.errors import UsageError
 
@@ -755,7 +778,10 @@ def bench(
         protocol=protocol,
         deploy_fn=deployed,
         report_dir=report_dir,
-        progress=not as_json,
+        workdir=workdir,
+        progress=_progress(as_json),
+        tokenizer=tokenizer,
+        allow_inexact=allow_inexact,
     )
     if compare:
         from toolkit.bench.ab import compare as run_compare
@@ -807,7 +833,7 @@ def plan(
         probe_prompts=probe_prompts,
         gamma_max=gamma_max,
         overrides=overrides,
-        progress=not as_json,
+        progress=_progress(as_json),
     )
     emit(result.to_dict(), as_json, lambda: click.echo(result.render()))
 
@@ -854,7 +880,7 @@ def tune(
         protocol=protocol,
         deploy_fn=deployed,
         report_dir=report_dir,
-        progress=not as_json,
+        progress=_progress(as_json),
     )
     emit(result.to_dict(), as_json, lambda: click.echo(result.render()))
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit.errors import SdtkError, UsageError
+from toolkit.errors import SdtkError
 from toolkit.recipe import Recipe
 
 REPO_SUBDIR = "triton_repo"  # also used by toolkit/ops/k8s.py
@@ -218,24 +218,10 @@ def deploy(
 
 
 def find_deployment(workdir: Path | None) -> Path:
-    """The deployment directory holding state.json: `workdir` itself, or its only deployment."""
-    from toolkit.server.state import state_path
+    """The deployment directory for --workdir (toolkit.server.state.find_deployment)."""
+    from toolkit.server.state import find_deployment as resolve
 
-    base = (workdir or DEFAULT_WORKDIR).resolve()
-    if state_path(base).is_file():
-        return base
-    found = sorted(p.parent for p in base.glob("*/state.json"))
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        if workdir is not None and base.is_dir():
-            return base  # status/stop report "stopped" there
-        raise UsageError(
-            f"no deployment found under {base}",
-            hint="pass --workdir <workdir>/<recipe name>, or start one with `sdtk deploy RECIPE --detach`",
-        )
-    names = ", ".join(str(p) for p in found)
-    raise UsageError(f"several deployments under {base}: {names}", hint="pick one with --workdir")
+    return resolve(workdir, default=DEFAULT_WORKDIR)
 
 
 @contextlib.contextmanager

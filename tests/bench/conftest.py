@@ -206,7 +206,7 @@ class FakeEndpoint:
                     time=time.monotonic(),
                     text="x" * self.k,
                     outputs={
-                        "num_output_tokens": (i + 1) * self.k,
+                        "num_output_tokens": self.k,  # per response (docs/contracts.md)
                         "total_accepted_draft_tokens": (i + 1) * (self.k - 1),
                         "total_draft_tokens": (i + 1) * 3,
                     },

@@ -42,6 +42,7 @@ TOP_KEYS = {
     "report_dir",
     "report_files",
     "runs",
+    "token_counts_exact",
 }
 
 
@@ -71,6 +72,10 @@ def test_report_has_every_key(tmp_path):
                 "ttft_s",
                 "tpot_s",
                 "itl_s",
+                "chunk_interval_s",
+                "tokens_per_chunk",
+                "token_counts_exact",
+                "token_count_source",
                 "e2e_s",
                 "output_tok_s",
                 "req_s",
@@ -148,7 +153,7 @@ def test_resolve_side_errors(tmp_path):
     assert (s.kind, s.model) == ("url", "ensemble")
     with pytest.raises(UsageError, match="HTTP URL but the protocol is grpc"):
         resolve_side("http://127.0.0.1:8000", label="baseline")
-    with pytest.raises(UsageError, match="without state.json"):
+    with pytest.raises(UsageError, match="no running deployment"):
         resolve_side(tmp_path, label="baseline")
     (tmp_path / "state.json").write_text(
         json.dumps(

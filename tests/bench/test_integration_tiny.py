@@ -1,18 +1,13 @@
 """End to end on the embedded Triton with the tiny recipes: a real A/B of tiny-baseline vs
 tiny-draft-target on the code workload, and a deployment killed mid-benchmark.
 
-Needs three things; each test is skipped with the missing one named:
-- a tritonserver (the `server` extra: nvidia-pytriton);
-- the trained tiny models (models/tiny/{target,draft}, scripts/train_tiny_models.py);
-- a deploy function `(recipe_path, overrides=()) -> context manager yielding (url, model)`:
-  SDTK_DEPLOY_FN=module:function if set, else `toolkit.deploy.deployed`, else a small adapter
-  over `toolkit.deploy.deploy(..., detach=True)` and `toolkit.server.state.stop_server`.
+Needs a tritonserver (the `server` extra: nvidia-pytriton) and the trained tiny models
+(models/tiny/{target,draft}, scripts/train_tiny_models.py); each test is skipped with the
+missing one named. Deployments go through `toolkit.deploy.deployed`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
 import signal
 import threading
@@ -24,6 +19,7 @@ import pytest
 from toolkit.bench.ab import compare
 from toolkit.bench.api import bench
 from toolkit.bench.errors import BenchAborted
+from toolkit.deploy import deployed
 
 from .conftest import tritonserver_missing
 
@@ -32,52 +28,15 @@ TINY = Path(os.environ.get("SDTK_TINY_MODELS") or Path(__file__).resolve().paren
 pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
 
 
-def _deploy_fn(root: Path):
-    ref = os.environ.get("SDTK_DEPLOY_FN")
-    if ref:
-        mod, _, name = ref.partition(":")
-        try:
-            return getattr(importlib.import_module(mod), name), None
-        except (ImportError, AttributeError) as e:
-            return None, f"no deploy function {ref} ({type(e).__name__})"
-    try:
-        deploy_mod = importlib.import_module("toolkit.deploy")
-    except ImportError as e:
-        return None, f"no toolkit.deploy ({e}); set SDTK_DEPLOY_FN=module:function"
-    if hasattr(deploy_mod, "deployed"):
-        return deploy_mod.deployed, None
-    if not hasattr(deploy_mod, "deploy"):
-        return None, "toolkit.deploy has neither deployed() nor deploy(); set SDTK_DEPLOY_FN=module:function"
-
-    from toolkit.recipe import load_recipe
-    from toolkit.server.state import stop_server
-
-    @contextlib.contextmanager
-    def deployed(recipe_path, overrides=()):
-        rec = load_recipe(recipe_path, list(overrides))
-        res = deploy_mod.deploy(
-            rec, workdir=root, detach=True, auto_ports=True, validate=False, progress=lambda m: None
-        )
-        try:
-            yield res.grpc_url, res.model
-        finally:
-            stop_server(res.workdir)
-
-    return deployed, None
-
-
 @pytest.fixture(scope="module")
-def deploy_fn(tmp_path_factory):
+def deploy_fn():
     missing = tritonserver_missing()
     if missing:
         pytest.skip(missing)
     for sub in ("target", "draft"):
         if not (TINY / sub / "config.json").is_file():
             pytest.skip(f"the tiny models are not trained yet ({TINY / sub / 'config.json'} is missing)")
-    fn, why = _deploy_fn(tmp_path_factory.mktemp("deployments"))
-    if fn is None:
-        pytest.skip(why)
-    return fn
+    return deployed
 
 
 def _server_group(url: str) -> int | None:

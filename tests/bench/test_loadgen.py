@@ -11,7 +11,15 @@ import pytest
 
 from toolkit.bench.api import bench
 from toolkit.bench.errors import BenchAborted, WorkloadError
-from toolkit.bench.loadgen import Chunk, Sampling, TritonEndpoint, check_levels, chunk_token_counts, run_load
+from toolkit.bench.loadgen import (
+    Chunk,
+    Sampling,
+    TritonEndpoint,
+    check_levels,
+    chunk_token_counts,
+    cumulative_counts,
+    run_load,
+)
 from toolkit.bench.workloads import load_workload
 from toolkit.client import ServerUnreachable
 from toolkit.errors import UsageError
@@ -103,13 +111,29 @@ def test_consistently_failing_model_aborts():
 
 
 def test_chunk_token_counts():
-    c = [Chunk(0.0, "a", {"num_output_tokens": v}) for v in (1, 4, 6, 6)]
-    assert chunk_token_counts(c) == ([1, 3, 2, 0], True)  # running totals
-    d = [Chunk(0.0, "a", {"num_output_tokens": v}) for v in (2, 1, 3)]
-    assert chunk_token_counts(d) == ([2, 1, 3], True)  # per-chunk counts
+    # The server's counts are per response (docs/contracts.md): summed, never differenced.
+    c = [Chunk(0.0, "a", {"num_output_tokens": v}) for v in (1, 2, 2, 3, 0)]
+    assert chunk_token_counts(c) == ([1, 2, 2, 3, 0], "server")
+    # One chunk without a count: the tokenizer (over the cumulative text) or an estimate.
+    d = [Chunk(0.0, "ab", {"num_output_tokens": 2}), Chunk(0.0, "c")]
+    assert chunk_token_counts(d) == ([1, 1], "estimate")
     e = [Chunk(0.0, "ab"), Chunk(0.0, ""), Chunk(0.0, "c")]
-    assert chunk_token_counts(e) == ([1, 0, 1], False)
-    assert chunk_token_counts(e, count_tokens=len) == ([2, 0, 1], True)
+    assert chunk_token_counts(e) == ([1, 0, 1], "estimate")
+    assert chunk_token_counts(e, count_tokens=len) == ([2, 0, 1], "tokenizer")
+
+
+def test_cumulative_counts_follow_merges_across_chunks():
+    """A toy BPE where "abc" is one token: chunk by chunk, "ab" + "c" would count 3; the
+    growing text says 2 then 1, and no chunk may get a negative count."""
+
+    def count(text: str) -> int:
+        return len(text.replace("abc", "X"))
+
+    assert [count(t) for t in ("ab", "abc")] == [2, 1]
+    assert cumulative_counts(["ab", "c"], count) == [1, 0]
+    texts = ["x", "ab", "c", "", "ab", "cd"]
+    counts = cumulative_counts(texts, count)
+    assert sum(counts) == count("".join(texts)) == 4 and min(counts) >= 0
 
 
 def test_bad_levels():

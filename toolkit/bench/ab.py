@@ -32,6 +32,7 @@ from toolkit.bench.loadgen import (
     run_load,
 )
 from toolkit.bench.metrics import Interval, RequestRecord, ratio_of_means_ci, request_metrics
+from toolkit.bench.tokens import TokenCounter, recipe_tokenizer
 from toolkit.bench.workloads import Workload, load_workload
 from toolkit.errors import ServerError, UsageError
 
@@ -59,6 +60,7 @@ class Side:
     recipe_path: Path | None = None
     workdir: Path | None = None
     draft_len: int | None = None  # γ of a chain-mode deployment, when its recipe is known
+    tokenizer: str | None = None  # the deployment's tokenizer, when its recipe is known
 
     def describe(self) -> str:
         return f"{self.ref} ({self.kind})"
@@ -77,12 +79,14 @@ def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: 
         return Side(label, text, "url", url=url, model=model or "ensemble")
     p = Path(text).expanduser()
     if p.is_dir():
-        from toolkit.server.state import read_state, server_status, state_path
+        from toolkit.server.state import find_deployment, read_state, server_status, state_path
 
+        p = find_deployment(p)  # the deploy workdir or the deployment directory under it
         st = read_state(p)
         if st is None:
             raise UsageError(
-                f"{label}: {p} is a directory without {state_path(p).name}: not a detached deployment",
+                f"{label}: no running deployment in {p} (no {state_path(p).name} there or in one "
+                "directory below it)",
                 hint="deploy with `sdtk deploy RECIPE --detach --workdir DIR`, or pass a URL or a recipe",
             )
         status = server_status(p)
@@ -92,6 +96,7 @@ def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: 
                 hint="start it again with `sdtk deploy --detach`; `sdtk status` shows what is up",
             )
         url = st.grpc_url if protocol == "grpc" else st.http_url
+        rec = deployed_recipe(p)
         return Side(
             label,
             text,
@@ -99,7 +104,8 @@ def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: 
             url=url,
             model=model or st.model_name,
             workdir=p,
-            draft_len=_chain_draft_len(deployed_recipe(p)),
+            draft_len=_chain_draft_len(rec),
+            tokenizer=recipe_tokenizer(rec),
         )
     from toolkit.recipe import resolve_recipe_path
 
@@ -111,21 +117,24 @@ def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: 
         )
     from toolkit.recipe import load_recipe
 
+    rec = load_recipe(path)
     return Side(
-        label, text, "recipe", recipe_path=path, model=model, draft_len=_chain_draft_len(load_recipe(path))
+        label,
+        text,
+        "recipe",
+        recipe_path=path,
+        model=model,
+        draft_len=_chain_draft_len(rec),
+        tokenizer=recipe_tokenizer(rec),
     )
 
 
 def deployed_recipe(workdir: Path) -> Any:
-    """The recipe `sdtk deploy` saved next to state.json, if this version of deploy saves one."""
-    try:
-        from toolkit.deploy import loaddeployed_recipe
-    except ImportError:
-        return None
-    try:
-        return loaddeployed_recipe(workdir)
-    except Exception:  # noqa: BLE001 - only a hint for acceptance lengths
-        return None
+    """The recipe `sdtk deploy` saved next to state.json (recipe.json), or None without one."""
+    from toolkit.deploy import load_deployed_recipe
+    from toolkit.server.state import find_deployment
+
+    return load_deployed_recipe(find_deployment(Path(workdir)))
 
 
 def _chain_draft_len(recipe: Any) -> int | None:
@@ -140,9 +149,15 @@ def _chain_draft_len(recipe: Any) -> int | None:
 
 @contextlib.contextmanager
 def side_endpoint(
-    side: Side, *, protocol: str, deploy_fn: DeployFn | None, timeout: float
+    side: Side,
+    *,
+    protocol: str,
+    deploy_fn: DeployFn | None,
+    timeout: float,
+    workdir: Path | str | None = None,
 ) -> Iterator[TritonEndpoint]:
-    """An endpoint for one side; deploys (and afterwards stops) a recipe through deploy_fn."""
+    """An endpoint for one side; deploys (and afterwards stops) a recipe through deploy_fn,
+    under `workdir` (`<workdir>/<recipe name>`) when given."""
     if side.kind != "recipe":
         yield TritonEndpoint(
             side.url or "", model=side.model or "ensemble", protocol=protocol, timeout=timeout
@@ -153,7 +168,8 @@ def side_endpoint(
             f"{side.label}: '{side.ref}' is a recipe but no deploy function was given",
             hint="deploy it first (`sdtk deploy RECIPE --detach`) and pass its workdir or URL",
         )
-    with deploy_fn(side.recipe_path) as deployed:
+    kwargs = {"workdir": Path(workdir)} if workdir is not None else {}
+    with deploy_fn(side.recipe_path, **kwargs) as deployed:
         url, model = deployed_address(deployed, protocol)
         side.url, side.model = url, side.model or model
         yield TritonEndpoint(url, model=side.model, protocol=protocol, timeout=timeout)
@@ -236,11 +252,16 @@ class ABResult:
         }
     )
 
+    @property
+    def token_counts_exact(self) -> bool:
+        return all(r.token_counts_exact for r in (self.baseline, self.speculative) if r is not None)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": "compare",
             "baseline": self.baseline_label,
             "speculative": self.speculative_label,
+            "token_counts_exact": self.token_counts_exact,
             "workload": self.workload,
             "settings": self.settings,
             "definitions": self.definitions,
@@ -376,10 +397,16 @@ def compare(
     workdir: str | Path | None = None,
     plots: bool = True,
     progress: bool = True,
+    tokenizer: str | None = None,
+    allow_inexact: bool = False,
 ) -> ABResult:
-    """Benchmark both sides on one workload and compare them. Reports go to `report_dir`
-    (default <workdir>/reports/compare-<time>). A dead server raises BenchAborted whose
-    `.partial` is the ABResult so far (its reports already written)."""
+    """Benchmark both sides on one workload and compare them. Recipe sides are deployed under
+    `workdir` (through `deploy_fn(recipe, workdir=...)`). Reports go to `report_dir` (default
+    <workdir>/reports/compare-<time>). A dead server raises BenchAborted whose `.partial` is
+    the ABResult so far (its reports already written).
+
+    Token counts per side: the server's, else that side's tokenizer (its recipe, or
+    `tokenizer` for URL sides); without either the run is refused unless `allow_inexact`."""
     from toolkit.bench.report import default_report_dir, write_compare_reports
 
     levels = check_levels(concurrency, None)
@@ -411,6 +438,7 @@ def compare(
         "timeout": timeout,
         "resamples": resamples,
         "confidence": confidence,
+        "allow_inexact": allow_inexact,
     }
     if speculative_draft_len is not None:
         sides[1].draft_len = speculative_draft_len
@@ -422,12 +450,17 @@ def compare(
     try:
         for side in sides:
             current = side
-            with side_endpoint(side, protocol=protocol, deploy_fn=deploy_fn, timeout=timeout) as ep:
+            with side_endpoint(
+                side, protocol=protocol, deploy_fn=deploy_fn, timeout=timeout, workdir=workdir
+            ) as ep:
+                tok = tokenizer or side.tokenizer
                 runs[side.label] = asyncio.run(
                     _bench(
                         ep,
                         wl,
                         draft_len=side.draft_len,
+                        tokenizer=tok,
+                        allow_inexact=allow_inexact,
                         levels=levels,
                         requests=requests,
                         duration=duration,
@@ -462,6 +495,8 @@ def _finish(ab: ABResult, runs: dict[str, BenchResult], resamples: int, seed: in
             ab.baseline, ab.speculative, resamples=resamples, seed=seed, confidence=confidence
         )
     ab.verdict, ab.break_even, ab.break_even_basis, ab.adopt_for = verdict(ab.levels)
+    if not ab.token_counts_exact:
+        ab.verdict = "INEXACT token counts: " + ab.verdict
 
 
 async def _bench(
@@ -478,6 +513,8 @@ async def _bench(
     progress: bool,
     label: str,
     draft_len: int | None = None,
+    tokenizer: str | None = None,
+    allow_inexact: bool = False,
 ) -> BenchResult:
     try:
         return await run_load(
@@ -493,6 +530,9 @@ async def _bench(
             progress=progress,
             label=label,
             draft_len=draft_len,
+            count_tokens=TokenCounter(tokenizer) if tokenizer else None,
+            tokenizer=tokenizer,
+            allow_inexact=allow_inexact,
         )
     finally:
         await ep.close()

@@ -16,6 +16,7 @@ from toolkit.bench.loadgen import (
     check_levels,
     run_load,
 )
+from toolkit.bench.tokens import TokenCounter
 from toolkit.bench.workloads import Workload, load_workload
 from toolkit.errors import UsageError
 
@@ -42,6 +43,8 @@ def bench(
     report_dir: str | Path | None = None,
     workdir: str | Path | None = None,
     progress: bool = True,
+    tokenizer: str | None = None,
+    allow_inexact: bool = False,
 ) -> BenchResult:
     """Benchmark one deployment (URL, workdir or recipe) at concurrency levels or a Poisson rate.
 
@@ -50,6 +53,10 @@ def bench(
     mid-run raises BenchAborted whose `.partial` is the BenchResult so far, reports written.
     `draft_len`: the deployment's γ, for the acceptance length when the target is a URL (a
     recipe or workdir target supplies it).
+    Token counts: the server's num_output_tokens; else the deployment's tokenizer (`tokenizer`,
+    or the recipe's); with neither the run is refused unless `allow_inexact`.
+    Reports default to <workdir>/reports, where workdir is the given one, else the target's
+    deployment directory, else ./workdir.
     """
     from toolkit.bench.report import default_report_dir, write_bench_reports
 
@@ -66,7 +73,8 @@ def bench(
     )
     if isinstance(workload, Workload) and max_tokens is not None:
         wl = wl.with_max_tokens(max_tokens)
-    out_dir = Path(report_dir) if report_dir else default_report_dir(workdir, "bench")
+    out_dir = Path(report_dir) if report_dir else default_report_dir(workdir or side.workdir, "bench")
+    tok = tokenizer or side.tokenizer
     sampling = Sampling(temperature=temperature, num_draft_tokens=num_draft_tokens)
 
     async def go(ep: TritonEndpoint) -> BenchResult:
@@ -85,12 +93,17 @@ def bench(
                 progress=progress,
                 label="bench",
                 draft_len=draft_len or side.draft_len,
+                count_tokens=TokenCounter(tok) if tok else None,
+                tokenizer=tok,
+                allow_inexact=allow_inexact,
             )
         finally:
             await ep.close()
 
     try:
-        with side_endpoint(side, protocol=protocol, deploy_fn=deploy_fn, timeout=timeout) as ep:
+        with side_endpoint(
+            side, protocol=protocol, deploy_fn=deploy_fn, timeout=timeout, workdir=workdir
+        ) as ep:
             result = asyncio.run(go(ep))
     except BenchAborted as e:
         write_bench_reports(e.partial, out_dir)

@@ -20,6 +20,10 @@ class WorkloadError(UsageError):
         super().__init__(f"{where}: {message}" if where else message, hint=hint)
 
 
+class InexactCounts(UsageError):
+    """Per-token metrics were asked for without an exact token count (server or tokenizer)."""
+
+
 class BenchAborted(ServerError):
     """A benchmark stopped early (the server died or stopped answering).
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from toolkit.bench.errors import BenchAborted
+from toolkit.bench.errors import BenchAborted, InexactCounts
 from toolkit.bench.metrics import RequestRecord, summarize
 from toolkit.bench.workloads import Prompt, Workload
 from toolkit.errors import ServerError, UsageError
@@ -30,6 +29,15 @@ DEFAULT_TIMEOUT = 120.0
 CONNECT_TIMEOUT = 3.0
 CHECK_TIMEOUT = 15.0  # the preflight (model config + readiness) must answer within this
 MAX_CONSECUTIVE_FAILURES = 8
+INEXACT_REASON = (
+    "the server sent responses without num_output_tokens and no tokenizer is known, so token "
+    "counts would be estimates"
+)
+INEXACT_HINT = "pass --tokenizer PATH_OR_ID, or --allow-inexact to report estimates marked INEXACT"
+INEXACT_WARNING = (
+    "INEXACT token counts: one token per chunk was assumed (no server counts, no tokenizer); "
+    "tok/s, TPOT and ITL are underestimated by the tokens per chunk"
+)
 
 
 # --------------------------------------------------------------------------- transport
@@ -198,10 +206,16 @@ class BenchResult:
     def level(self, concurrency: int) -> LevelResult | None:
         return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
 
+    @property
+    def token_counts_exact(self) -> bool:
+        """False when any successful request's token counts are estimates (--allow-inexact)."""
+        return all(r.token_counts_exact for lv in self.levels for r in lv.records if r.ok)
+
     def to_dict(self, records: bool = False) -> dict[str, Any]:
         return {
             "kind": "bench",
             "endpoint": self.endpoint,
+            "token_counts_exact": self.token_counts_exact,
             "workload": self.workload,
             "settings": self.settings,
             "partial": self.partial,
@@ -220,24 +234,44 @@ class BenchResult:
 # --------------------------------------------------------------------------- per-request accounting
 
 
+COUNT_SOURCES = ("server", "tokenizer", "estimate")
+
+
 def chunk_token_counts(
     chunks: Sequence[Chunk], count_tokens: Callable[[str], int] | None = None
-) -> tuple[list[int], bool]:
-    """Tokens carried by each chunk, and whether the counts are exact.
+) -> tuple[list[int], str]:
+    """Tokens carried by each chunk, and where the counts come from (COUNT_SOURCES).
 
-    Servers send `num_output_tokens`; a non-decreasing series is read as cumulative (TRT-LLM
-    and the reference backend send running totals; a repeated total is a chunk without new
-    tokens), anything else as per-chunk counts. Without it, `count_tokens(text)` (a tokenizer)
-    is used, and as a last resort one token per non-empty chunk (flagged as inexact).
+    1. "server": every chunk carries `num_output_tokens`, the tokens of that response
+       (docs/contracts.md: per response, a closing empty chunk 0); exact.
+    2. "tokenizer": `count_tokens` over the *cumulative* text (BPE merges cross chunk
+       boundaries, so chunks are not counted one by one): chunk i carries
+       count(text[:i+1]) − count(text[:i]); the total is the tokenizer count of the whole text.
+    3. "estimate": one token per non-empty chunk; inexact, and flagged as such everywhere.
     """
     vals = [c.outputs.get("num_output_tokens") for c in chunks]
-    if chunks and all(isinstance(v, int) for v in vals):
-        if all(b >= a for a, b in zip(vals, vals[1:], strict=False)):
-            return [vals[0]] + [b - a for a, b in zip(vals, vals[1:], strict=False)], True
-        return [max(0, v) for v in vals], True
+    if chunks and all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        return [max(0, int(v)) for v in vals], "server"
     if count_tokens is not None:
-        return [count_tokens(c.text) if c.text else 0 for c in chunks], True
-    return [1 if c.text else 0 for c in chunks], False
+        return cumulative_counts([c.text for c in chunks], count_tokens), "tokenizer"
+    return [1 if c.text else 0 for c in chunks], "estimate"
+
+
+def cumulative_counts(texts: Sequence[str], count_tokens: Callable[[str], int]) -> list[int]:
+    """Per-chunk tokens from the token counts of the growing text.
+
+    A prefix can tokenize to more tokens than a longer one (a merge completes later), so the
+    running counts are made non-decreasing from the end (suffix minimum): no chunk gets a
+    negative count and the total stays the count of the whole text.
+    """
+    cum: list[int] = []
+    text = ""
+    for t in texts:
+        text += t
+        cum.append(count_tokens(text) if text else 0)
+    for i in range(len(cum) - 2, -1, -1):
+        cum[i] = min(cum[i], cum[i + 1])
+    return [b - a for a, b in zip([0, *cum], cum, strict=False)]
 
 
 def classify(e: BaseException) -> str:
@@ -263,7 +297,6 @@ async def run_request(
     sampling: Sampling,
     timeout: float,
     concurrency: int | None = None,
-    count_tokens: Callable[[str], int] | None = None,
     sink: list[RequestRecord] | None = None,
 ) -> RequestRecord:
     """One streamed request, bounded by `timeout` seconds overall; never raises for request errors.
@@ -290,7 +323,7 @@ async def run_request(
         rec.end = time.monotonic()
     except asyncio.CancelledError:
         rec.error, rec.error_kind = "cancelled: the run was aborted", "cancelled"
-        _fill(rec, chunks, count_tokens)
+        _fill(rec, chunks)
         if sink is not None:
             sink.append(rec)
         raise
@@ -298,16 +331,20 @@ async def run_request(
         rec.error, rec.error_kind = f"no complete response within {timeout:g}s", "timeout"
     except Exception as e:  # noqa: BLE001 - every failure is recorded, none escapes
         rec.error, rec.error_kind = f"{type(e).__name__}: {e}", classify(e)
-    _fill(rec, chunks, count_tokens)
+    _fill(rec, chunks)
     if sink is not None:
         sink.append(rec)
     return rec
 
 
-def _fill(rec: RequestRecord, chunks: list[Chunk], count_tokens: Callable[[str], int] | None) -> None:
+def _fill(rec: RequestRecord, chunks: list[Chunk]) -> None:
+    """Times and server outputs of one request. Token counts: the server's now; else the chunk
+    texts are kept for `count_records` (tokenizing here would stall the other requests)."""
     rec.chunk_times = [c.time for c in chunks]
-    counts, exact = chunk_token_counts(chunks, count_tokens)
-    rec.chunk_tokens, rec.token_counts_exact = counts, exact
+    counts, source = chunk_token_counts(chunks)
+    rec.chunk_tokens, rec.token_count_source = counts, source
+    rec.token_counts_exact = source != "estimate"
+    rec.chunk_texts = None if source == "server" else [c.text for c in chunks]
     last: dict[str, Any] = {}
     for c in chunks:
         last.update({k: v for k, v in c.outputs.items() if v is not None})
@@ -317,6 +354,17 @@ def _fill(rec: RequestRecord, chunks: list[Chunk], count_tokens: Callable[[str],
     rec.server_arrival_ns = last.get("arrival_time_ns")
     rec.server_first_token_ns = last.get("first_token_time_ns")
     rec.server_last_token_ns = last.get("last_token_time_ns")
+
+
+def count_records(records: Sequence[RequestRecord], count_tokens: Callable[[str], int] | None) -> None:
+    """Replace estimated chunk counts by tokenizer counts of the cumulative text (after a level)."""
+    if count_tokens is None:
+        return
+    for rec in records:
+        if rec.token_count_source == "estimate" and rec.chunk_texts is not None:
+            rec.chunk_tokens = cumulative_counts(rec.chunk_texts, count_tokens)
+            rec.token_count_source, rec.token_counts_exact = "tokenizer", True
+        rec.chunk_texts = None
 
 
 # --------------------------------------------------------------------------- the run
@@ -332,14 +380,24 @@ class _Aborted(Exception):
 
 
 class _Progress:
-    """A rich progress bar on stderr (quiet when disabled or not a terminal)."""
+    """Rich progress bars on stderr, one per level (warm-up, each concurrency) with its ETA.
+
+    The CLI turns them off under --json when stderr is not a terminal; a non-terminal stderr
+    otherwise gets the bars' final state once, not a live display."""
 
     def __init__(self, enabled: bool, label: str):
         self.bar = None
         self.task = None
         if enabled:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self.bar = Progress(
                 TextColumn("[bold]{task.description}"),
@@ -347,6 +405,8 @@ class _Progress:
                 MofNCompleteColumn(),
                 TextColumn("errors {task.fields[errors]}"),
                 TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
                 console=Console(stderr=True),
                 transient=False,
             )
@@ -383,6 +443,7 @@ async def _run_level(
     progress: _Progress,
     count_tokens: Callable[[str], int] | None,
     draft_len: int | None = None,
+    allow_inexact: bool = False,
 ) -> LevelResult:
     records: list[RequestRecord] = []
     t0 = time.monotonic()
@@ -399,7 +460,6 @@ async def _run_level(
             sampling=sampling,
             timeout=timeout,
             concurrency=concurrency,
-            count_tokens=count_tokens,
             sink=records,
         )
         if rec.draft_len is None:
@@ -410,6 +470,9 @@ async def _run_level(
             state["errors"] += 1
             state["consecutive"] += 1
         progress.advance(state["errors"])
+        inexact = rec.ok and not rec.token_counts_exact and count_tokens is None
+        if inexact and not allow_inexact and not abort.done():
+            abort.set_result(INEXACT_REASON)
         if not rec.ok and not abort.done():
             if rec.error_kind in ("connection", "timeout") and not await endpoint.alive():
                 if not abort.done():
@@ -457,6 +520,7 @@ async def _run_level(
     else:
         await done_all  # re-raises a bug in this module; request failures never raise
     level = LevelResult(concurrency, rate, sorted(records, key=lambda r: r.index), time.monotonic() - t0)
+    count_records(level.records, count_tokens)
     if abort.done():
         level.partial = True
         raise _Aborted(abort.result(), level)
@@ -497,9 +561,15 @@ async def run_load(
     label: str = "bench",
     count_tokens: Callable[[str], int] | None = None,
     draft_len: int | None = None,
+    allow_inexact: bool = False,
+    tokenizer: str | None = None,
 ) -> BenchResult:
     """Run every level against one endpoint. Raises BenchAborted (with .partial) if the server dies.
 
+    Token counts: the server's `num_output_tokens` when the model has `return_num_output_tokens`,
+    else `count_tokens` (the deployment's tokenizer over the cumulative text, named `tokenizer`
+    in the report). With neither, the run is refused (InexactCounts) unless `allow_inexact`;
+    then one token per chunk is assumed and every report says INEXACT.
     `draft_len`: the deployment's γ when known (from its recipe), to turn the server's draft
     counts into an acceptance length; a per-request `sampling.num_draft_tokens` wins.
     """
@@ -527,6 +597,8 @@ async def run_load(
             "timeout": timeout,
             "sampling": sampling.to_dict(),
             "draft_len": draft_len,
+            "tokenizer": tokenizer,
+            "allow_inexact": allow_inexact,
         },
         warnings=list(workload.warnings),
     )
@@ -537,7 +609,22 @@ async def run_load(
             f"{endpoint.name} did not answer within {CHECK_TIMEOUT:g}s",
             hint="is the address right and the server up? `sdtk status`",
         ) from None
-    with _Progress(progress and sys.stderr.isatty(), label) as bar:
+    inputs = getattr(endpoint, "inputs", None)
+    if inputs is not None and "return_num_output_tokens" not in inputs and count_tokens is None:
+        if not allow_inexact:
+            raise InexactCounts(
+                f"{endpoint.name} does not return token counts (its model has no "
+                "return_num_output_tokens input) and no tokenizer is known, so per-token metrics "
+                "(tok/s, TPOT, ITL) cannot be exact",
+                hint="pass --tokenizer PATH_OR_ID (the deployment's tokenizer), or --allow-inexact "
+                "to estimate one token per chunk (every report then says INEXACT)",
+            )
+        result.warnings.append(INEXACT_WARNING)
+    elif inputs is not None and "return_num_output_tokens" not in inputs:
+        load = getattr(count_tokens, "load", None)
+        if load is not None:
+            load()  # the tokenizer will count every request: fail now, not after a level
+    with _Progress(progress, label) as bar:
         try:
             if warmup:
                 # Not recorded: first requests pay for lazy initialisation and cache warm-up.
@@ -548,6 +635,8 @@ async def run_load(
                         endpoint, -1 - i, p, seed=seed, sampling=sampling, timeout=timeout
                     )
                     bar.advance(0 if rec.ok else 1)
+                    if rec.ok and not rec.token_counts_exact and count_tokens is None and not allow_inexact:
+                        raise InexactCounts(INEXACT_REASON, hint=INEXACT_HINT)
                     if (
                         not rec.ok
                         and rec.error_kind in ("connection", "timeout")
@@ -573,6 +662,7 @@ async def run_load(
                         progress=bar,
                         count_tokens=count_tokens,
                         draft_len=draft_len,
+                        allow_inexact=allow_inexact,
                     )
                 )
         except _Aborted as e:
@@ -584,8 +674,12 @@ async def run_load(
                 f"benchmark of {endpoint.name} stopped: {e.reason}",
                 partial=result,
                 cause=e.reason,
-                hint="the partial results are kept; check the server with `sdtk status` / `sdtk logs`",
+                hint=INEXACT_HINT
+                if e.reason == INEXACT_REASON
+                else "the partial results are kept; check the server with `sdtk status` / `sdtk logs`",
             ) from None
+    if not result.token_counts_exact and INEXACT_WARNING not in result.warnings:
+        result.warnings.append(INEXACT_WARNING)
     failed = [r for lv in result.levels for r in lv.records]
     if failed and not any(r.ok for r in failed):
         # A run without one success has nothing to measure (a model error, a bad input):

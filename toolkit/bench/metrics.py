@@ -9,7 +9,11 @@ Definitions (all times in seconds, on the client's monotonic clock):
   token (k−1 gaps of 0). So a request with N tokens has exactly N−1 gaps that sum to
   (last token − first token), and multi-token chunks (speculative steps) are not counted
   as one long gap, the mistake of peer-tools §(b)15.
+- chunk interval: the gap between consecutive token-carrying chunks, whatever they carry
+  (chunk-level inter-arrival); the per-token ITL above divides it by the chunk's k.
 - TPOT = (e2e − TTFT) / (N − 1); undefined for N ≤ 1.
+- N comes from exact counts (the server's num_output_tokens, else the tokenizer over the
+  cumulative text); docs/metrics.md has every definition and its peers in other tools.
 - user tok/s = N / e2e: the per-request output rate (Spec-Bench's speedup numerator).
 - acceptance rate = accepted draft tokens / draft tokens (server's return_perf_metrics).
 - acceptance length τ = tokens committed per target step, bonus token included (τ ≥ 1).
@@ -51,6 +55,8 @@ class RequestRecord:
     server_first_token_ns: int | None = None
     server_last_token_ns: int | None = None
     token_counts_exact: bool = True  # False when chunk token counts were estimated
+    token_count_source: str | None = None  # server | tokenizer | estimate (loadgen.chunk_token_counts)
+    chunk_texts: list[str] | None = None  # kept until a tokenizer has counted them; not reported
 
     @property
     def ok(self) -> bool:
@@ -61,7 +67,9 @@ class RequestRecord:
         return sum(k for k in self.chunk_tokens if k > 0)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d.pop("chunk_texts", None)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
@@ -94,6 +102,14 @@ def itl_gaps(chunk_times: Sequence[float], chunk_tokens: Sequence[int]) -> list[
             gaps.extend([(t - prev) / k] * k)
         prev = t
     return gaps
+
+
+def chunk_intervals(chunk_times: Sequence[float], chunk_tokens: Sequence[int]) -> list[float]:
+    """Chunk-level inter-arrival times: gaps between consecutive token-carrying chunks, whatever
+    their token counts (C−1 gaps for C chunks). Equals the per-token ITL only when every chunk
+    carries one token; speculative streams make it about τ times longer."""
+    times = [t for t, _ in token_chunks(chunk_times, chunk_tokens)]
+    return [b - a for a, b in zip(times, times[1:], strict=False)]
 
 
 def ttft(start: float, chunk_times: Sequence[float], chunk_tokens: Sequence[int]) -> float | None:
@@ -141,6 +157,8 @@ class RequestMetrics:
     ttft: float | None
     tpot: float | None
     itl: list[float]
+    chunk_intervals: list[float]
+    tokens_per_chunk: float | None
     user_tok_s: float | None
     acceptance_rate: float | None
     acceptance_length: float | None
@@ -171,6 +189,8 @@ def request_metrics(rec: RequestRecord) -> RequestMetrics:
         ttft=t1,
         tpot=tpot(e2e, t1, n) if e2e is not None else None,
         itl=itl_gaps(rec.chunk_times, rec.chunk_tokens),
+        chunk_intervals=chunk_intervals(rec.chunk_times, rec.chunk_tokens),
+        tokens_per_chunk=_tokens_per_chunk(rec),
         user_tok_s=(n / e2e) if (e2e and e2e > 0 and n > 0) else None,
         acceptance_rate=rate,
         acceptance_length=tau,
@@ -178,6 +198,11 @@ def request_metrics(rec: RequestRecord) -> RequestMetrics:
         server_ttft=s_ttft,
         server_e2e=s_e2e,
     )
+
+
+def _tokens_per_chunk(rec: RequestRecord) -> float | None:
+    ks = [k for _, k in token_chunks(rec.chunk_times, rec.chunk_tokens)]
+    return sum(ks) / len(ks) if ks else None
 
 
 # --------------------------------------------------------------------------- aggregates
@@ -226,6 +251,8 @@ def summarize(records: Sequence[RequestRecord], *, duration: float | None = None
         duration = (max(ends) - min(starts)) if ends and starts else 0.0
     total_tokens = sum(m.output_tokens for m in mets)
     itl = [g for m in mets for g in m.itl]
+    chunk_gaps = [g for m in mets for g in m.chunk_intervals]
+    sources = Counter(r.token_count_source or ("server" if r.token_counts_exact else "estimate") for r in ok)
 
     acc = sum(r.accepted_draft_tokens or 0 for r in ok if r.draft_tokens)
     drafts = sum(r.draft_tokens or 0 for r in ok if r.draft_tokens)
@@ -252,9 +279,13 @@ def summarize(records: Sequence[RequestRecord], *, duration: float | None = None
         "output_tok_s": (total_tokens / duration) if duration > 0 else None,
         "req_s": (len(ok) / duration) if duration > 0 else None,
         "token_counts_exact": all(r.token_counts_exact for r in ok),
+        # server | tokenizer | estimate, or "mixed" when requests differ
+        "token_count_source": (next(iter(sources)) if len(sources) == 1 else ("mixed" if sources else None)),
         "ttft_s": describe([m.ttft for m in mets]),
         "tpot_s": describe([m.tpot for m in mets]),
         "itl_s": describe(itl),
+        "chunk_interval_s": describe(chunk_gaps),
+        "tokens_per_chunk": describe([m.tokens_per_chunk for m in mets]),
         "e2e_s": describe([m.e2e for m in mets]),
         "output_tokens_per_request": describe([m.output_tokens for m in mets]),
         "user_tok_s": describe([m.user_tok_s for m in mets]),

@@ -22,6 +22,17 @@ if TYPE_CHECKING:
     from toolkit.bench.tune import TuneResult
 
 SYNTHETIC_BANNER = "WARNING synthetic: unrealistic for acceptance (random words, not language)"
+INEXACT_BANNER = (
+    "INEXACT token counts: neither the server nor a tokenizer counted tokens; one token per chunk "
+    "was assumed, so tok/s, TPOT and ITL are off by the tokens per chunk (--allow-inexact)"
+)
+
+
+def counts_label(summary: dict[str, Any]) -> str:
+    """How a level's tokens were counted, for tables and CSV: server, tokenizer or INEXACT."""
+    if not summary.get("token_counts_exact", True):
+        return "INEXACT"
+    return str(summary.get("token_count_source") or "server")
 
 
 def default_report_dir(workdir: Path | str | None, kind: str) -> Path:
@@ -111,11 +122,14 @@ def bench_rows(result: BenchResult) -> tuple[list[str], list[list[Any]]]:
         "tpot p90 ms",
         "itl p50 ms",
         "itl p99 ms",
+        "chunk gap p50 ms",
+        "tok/chunk",
         "e2e p50 s",
         "e2e p99 s",
         "user tok/s",
         "accept rate",
         "accept len",
+        "token counts",
     ]
     rows = []
     for lv in result.levels:
@@ -134,11 +148,14 @@ def bench_rows(result: BenchResult) -> tuple[list[str], list[list[Any]]]:
                 ms(s["tpot_s"]["p90"]),
                 ms(s["itl_s"]["p50"]),
                 ms(s["itl_s"]["p99"]),
+                ms(s["chunk_interval_s"]["p50"]),
+                num(s["tokens_per_chunk"]["mean"], 2),
                 num(s["e2e_s"]["p50"], 3),
                 num(s["e2e_s"]["p99"], 3),
                 num(s["user_tok_s"]["mean"], 1),
                 num(acc["rate"], 3),
                 num(acc["length"], 2),
+                counts_label(s),
             ]
         )
     return cols, rows
@@ -150,12 +167,12 @@ def render_bench(result: BenchResult) -> str:
     ]
     if result.workload.get("synthetic"):
         out.append(SYNTHETIC_BANNER)
+    if not result.token_counts_exact:
+        out.append(INEXACT_BANNER)
     cols, rows = bench_rows(result)
     out.append(table(cols, rows))
     for lv in result.levels:
         s = lv.summary()
-        if not s["token_counts_exact"]:
-            out.append(f"  note {lv.label}: the server sent no token counts; one token per chunk was assumed")
         if s["server_check"]["violations"]:
             out.append(
                 f"  note {lv.label}: {s['server_check']['violations']} requests where the server's duration "
@@ -195,6 +212,7 @@ def compare_rows(ab: ABResult) -> tuple[list[str], list[list[Any]]]:
         "accept rate",
         "accept len",
         "pairs",
+        "token counts",
     ]
     rows = []
     for lc in ab.levels:
@@ -213,6 +231,7 @@ def compare_rows(ab: ABResult) -> tuple[list[str], list[list[Any]]]:
                 num(lc.speculative["acceptance"]["rate"], 3),
                 num(lc.speculative["acceptance"]["length"], 2),
                 lc.pairs,
+                "/".join(dict.fromkeys(counts_label(x) for x in (lc.baseline, lc.speculative))),
             ]
         )
     return cols, rows
@@ -226,6 +245,8 @@ def render_compare(ab: ABResult) -> str:
     ]
     if ab.workload.get("synthetic"):
         out.append(SYNTHETIC_BANNER)
+    if not ab.token_counts_exact:
+        out.append(INEXACT_BANNER)
     cols, rows = compare_rows(ab)
     out.append(table(cols, rows))
     out.append(f"speedup = {ab.definitions['speedup']}")
@@ -267,6 +288,8 @@ def plot_compare(ab: ABResult, out_dir: Path) -> list[Path]:
     paths = []
     conc = [lc.concurrency for lc in ab.levels]
     title_extra = " (synthetic workload)" if ab.workload.get("synthetic") else ""
+    if not ab.token_counts_exact:
+        title_extra += " (INEXACT token counts)"
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for key, ax, name in (("tpot_s", axes[0], "TPOT"), ("ttft_s", axes[1], "TTFT")):

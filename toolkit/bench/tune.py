@@ -35,6 +35,7 @@ from toolkit.bench.loadgen import (
     run_load,
 )
 from toolkit.bench.metrics import Interval
+from toolkit.bench.tokens import TokenCounter, recipe_tokenizer
 from toolkit.bench.workloads import Workload, load_workload
 from toolkit.errors import UsageError
 
@@ -268,8 +269,18 @@ def tune(
         draft_lens=[c["draft_len"] for c in configs],
         configs=configs,
     )
-    out_dir = Path(report_dir) if report_dir else default_report_dir(workdir, "tune")
-    kw = dict(levels=levels, requests=requests, warmup=warmup, seed=seed, timeout=timeout, progress=progress)
+    out_dir = Path(report_dir) if report_dir else default_report_dir(workdir or side.workdir, "tune")
+    tok = recipe_tokenizer(rec)  # counts tokens where the server does not
+    kw = dict(
+        levels=levels,
+        requests=requests,
+        warmup=warmup,
+        seed=seed,
+        timeout=timeout,
+        progress=progress,
+        tokenizer=tok,
+        count_tokens=TokenCounter(tok) if tok else None,
+    )
     try:
         if method == "per-request":
             with _endpoint_for(side, protocol, timeout, deploy_fn) as url_model:
@@ -358,6 +369,8 @@ def _measure(
     progress: bool,
     bls: bool = False,
     draft_len: int | None = None,
+    tokenizer: str | None = None,
+    count_tokens: Any = None,
 ) -> BenchResult:
     async def go() -> BenchResult:
         ep = TritonEndpoint(url, model=model, protocol=protocol, timeout=timeout)
@@ -376,6 +389,8 @@ def _measure(
                 progress=progress,
                 label=label,
                 draft_len=draft_len,
+                tokenizer=tokenizer,
+                count_tokens=count_tokens,
             )
         finally:
             await ep.close()

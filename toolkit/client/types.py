@@ -234,7 +234,7 @@ class GenerationResponse:
     request_start_ns: int  # time.monotonic_ns() just before the request was sent
     end_ns: int  # time.monotonic_ns() when the last response arrived
     chunk_times_ns: list[int] = field(default_factory=list)  # monotonic ns of each chunk received
-    output_tokens: int | None = None  # the server's count (num_output_tokens), when it sends one
+    output_tokens: int | None = None  # the server's count: sum of every response's num_output_tokens
     input_tokens: int | None = None
     acceptance_rate: float | None = None
     total_accepted_draft_tokens: int | None = None
@@ -290,20 +290,19 @@ class Collector:
             self.model = str(outputs.pop("model_name"))
         outputs.pop("model_version", None)
         self._last.update({k: v for k, v in outputs.items() if v is not None})
-        if outputs.get("num_output_tokens") is not None:
+        if isinstance(outputs.get("num_output_tokens"), int):
             self._counts.append(outputs["num_output_tokens"])
         chunk = GenerationChunk(len(self.chunks), outputs.get("text_output", ""), now, outputs, final)
         self.chunks.append(chunk)
         return chunk
 
     def _output_tokens(self) -> int | None:
+        """The server's count: every response carries the tokens it adds (docs/contracts.md),
+        so a stream's total is the sum; None unless every response carried one."""
         c = self._counts
-        if not c:
+        if not c or len(c) != len(self.chunks):
             return None
-        if len(c) == 1:
-            return c[0]
-        # Cumulative counts only grow; per-response counts (deltas) usually repeat.
-        return c[-1] if all(b > a for a, b in zip(c, c[1:], strict=False)) else sum(c)
+        return sum(c)
 
     def response(self) -> GenerationResponse:
         last = self._last

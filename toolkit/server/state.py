@@ -74,6 +74,38 @@ class ServerState:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+DEFAULT_WORKDIR = Path("workdir")
+
+
+def find_deployment(workdir: Path | str | None, *, default: Path = DEFAULT_WORKDIR) -> Path:
+    """The deployment directory for a --workdir: one resolver for every command.
+
+    Accepts the deployment directory itself (`<workdir>/<recipe name>`, holding state.json or
+    recipe.json) or the workdir given to `sdtk deploy --workdir` when exactly one deployment
+    under it has a server recorded. With nothing running there, an existing directory is
+    returned as is (status/stop then report "stopped"; bench says it is not running).
+    """
+    from toolkit.errors import UsageError
+
+    base = Path(workdir or default).expanduser().resolve()
+    if state_path(base).is_file():
+        return base
+    found = sorted(p.parent for p in base.glob(f"*/{STATE_FILE}"))
+    if len(found) == 1:
+        return found[0]
+    if found:
+        names = ", ".join(str(p) for p in found)
+        raise UsageError(
+            f"several deployments under {base}: {names}", hint="pick one with --workdir <that directory>"
+        )
+    if workdir is not None and base.is_dir():
+        return base
+    raise UsageError(
+        f"no deployment found under {base}",
+        hint="pass --workdir <workdir>/<recipe name>, or start one with `sdtk deploy RECIPE --detach`",
+    )
+
+
 def write_state(workdir: Path | str, state: ServerState) -> Path:
     path = state_path(workdir)
     path.parent.mkdir(parents=True, exist_ok=True)

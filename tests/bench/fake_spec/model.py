@@ -1,7 +1,7 @@
 """A fake speculative LLM for the bench tests: streams multi-token chunks on a known schedule.
 
 Follows the ensemble's contract (text_input, max_tokens, stream, return_perf_metrics,
-return_num_output_tokens, optional num_draft_tokens; text_output, cumulative num_output_tokens,
+return_num_output_tokens, optional num_draft_tokens; text_output, per-response num_output_tokens,
 acceptance outputs, server timestamps) and emulates the cost model the bench measures:
 
 - one step takes step_ms · (1 + kappa · (active · (γ + 1) − 1)) + γ · draft_cost · step_ms,
@@ -87,7 +87,7 @@ class TritonPythonModel:
                     )
                 ]
                 extra = {
-                    "num_output_tokens": (done, np.int32, count),
+                    "num_output_tokens": (k, np.int32, count),  # this response's tokens
                     "acceptance_rate": (accepted / drafted if drafted else 0.0, np.float32, perf),
                     "total_accepted_draft_tokens": (accepted, np.int32, perf),
                     "total_draft_tokens": (drafted, np.int32, perf),

@@ -103,7 +103,8 @@ class TritonPythonModel:
                     last = i == len(out) - 1
                     part = (3 * (i + 1) // 4, i + 1) if stats[1] else (0, 0)
                     sender.send(
-                        self._response(delta, part, i + 1, arrival, first),
+                        # num_output_tokens is per response (docs/contracts.md): one word each.
+                        self._response(delta, part, 1, arrival, first),
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0,
                     )
                 if not out:

@@ -1,0 +1,131 @@
+"""A deliberately separate, minimal yardstick for `sdtk bench`: raw HTTP generate_stream.
+
+Written from the protocol, not from toolkit: the standard library's http.client sends one
+POST to /v2/models/<model>/generate_stream and reads the server-sent events line by line;
+the target's tokenizer counts the tokens of the whole returned text. It never imports
+toolkit (in particular not toolkit.bench), so a bug there cannot hide here.
+
+The request carries the same flags as bench's (so the server does the same work); only
+`text_output` is read. Per request: TTFT = first event with text − send; e2e = end of stream − send;
+N = tokenizer count of the concatenated text_output; TPOT = (e2e − TTFT) / (N − 1);
+mean ITL over a run = Σ(last text event − first text event) / Σ(N − 1).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+SAME_AS_BENCH = (
+    "exclude_input_in_output",
+    "return_perf_metrics",
+    "return_num_output_tokens",
+    "return_num_input_tokens",
+)
+
+
+@dataclass
+class Measured:
+    prompt: str
+    text: str = ""
+    tokens: int = 0
+    events: int = 0
+    start: float = 0.0
+    first: float | None = None
+    last: float | None = None
+    end: float = 0.0
+    event_times: list[float] = field(default_factory=list)
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first is None else self.first - self.start
+
+    @property
+    def e2e(self) -> float:
+        return self.end - self.start
+
+    @property
+    def tpot(self) -> float | None:
+        if self.ttft is None or self.tokens < 2:
+            return None
+        return (self.e2e - self.ttft) / (self.tokens - 1)
+
+
+class SSEClient:
+    def __init__(self, http_url: str, model: str, tokenizer_dir: str, timeout: float = 120.0):
+        from transformers import AutoTokenizer
+
+        u = urlsplit(http_url if "://" in http_url else "http://" + http_url)
+        self.host, self.port = u.hostname, u.port or 80
+        self.model = model
+        self.timeout = timeout
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        self.inputs = self._inputs()
+
+    def _request(self, method: str, path: str, body: bytes | None = None) -> http.client.HTTPResponse:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        conn.request(method, path, body=body, headers=headers)
+        return conn.getresponse()
+
+    def _inputs(self) -> set[str]:
+        r = self._request("GET", f"/v2/models/{self.model}/config")
+        assert r.status == 200, r.read()
+        return {i["name"] for i in json.loads(r.read()).get("input", [])}
+
+    def count(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def run(self, prompt: str, max_tokens: int) -> Measured:
+        body = {"text_input": prompt, "max_tokens": max_tokens, "stream": True}
+        # The same request as sdtk bench sends, so the server does the same work (asking for perf
+        # metrics costs the reference backend ~5-10% of TPOT); every output but text is ignored.
+        for name in SAME_AS_BENCH:
+            if name in self.inputs:
+                body[name] = True
+        m = Measured(prompt)
+        payload = json.dumps(body).encode()
+        m.start = time.monotonic()
+        r = self._request("POST", f"/v2/models/{self.model}/generate_stream", payload)
+        assert r.status == 200, r.read()
+        texts = []
+        while True:
+            line = r.readline()
+            if not line:
+                break
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            now = time.monotonic()
+            event = json.loads(line[5:])
+            assert "error" not in event, event
+            m.events += 1
+            m.event_times.append(now)
+            text = event.get("text_output", "")
+            if text:
+                texts.append(text)
+                m.first = m.first if m.first is not None else now
+                m.last = now
+        m.end = time.monotonic()
+        r.close()
+        m.text = "".join(texts)
+        m.tokens = self.count(m.text)
+        return m
+
+
+def summary(runs: list[Measured]) -> dict[str, float | None]:
+    tpots = [m.tpot for m in runs if m.tpot is not None]
+    ttfts = [m.ttft for m in runs if m.ttft is not None]
+    span = sum((m.last - m.first) for m in runs if m.first is not None and m.tokens > 1)
+    gaps = sum(m.tokens - 1 for m in runs if m.first is not None and m.tokens > 1)
+    return {
+        "requests": len(runs),
+        "tokens_mean": sum(m.tokens for m in runs) / len(runs),
+        "ttft_mean_s": sum(ttfts) / len(ttfts) if ttfts else None,
+        "tpot_mean_s": sum(tpots) / len(tpots) if tpots else None,
+        "itl_mean_s": span / gaps if gaps else None,
+        "e2e_mean_s": sum(m.e2e for m in runs) / len(runs),
+    }
