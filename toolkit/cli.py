@@ -326,6 +326,11 @@ def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, in
 )
 @click.option("--render-only", is_flag=True, help="Build and render the model repository; do not launch.")
 @click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the runbook (build, render, the exact launch argv); run nothing. As `sdtk build --dry-run`.",
+)
+@click.option(
     "--detach", is_flag=True, help="Leave the server running in the background (see sdtk status/stop)."
 )
 @click.option("--host", help="Bind address. Overrides `serving.host` (default 127.0.0.1).")
@@ -352,6 +357,7 @@ def deploy(
     backend: str | None,
     workdir: Path | None,
     render_only: bool,
+    dry_run: bool,
     detach: bool,
     host: str | None,
     http_port: int | None,
@@ -388,6 +394,13 @@ def deploy(
             opts = {"container_image": image} if image else {}
             paths = render_slurm(r, out_dir=out, workdir=str((workdir or Path("workdir")).resolve()), **opts)
         emit([str(p) for p in paths], as_json, lambda: click.echo("\n".join(str(p) for p in paths)))
+        return
+
+    if dry_run:
+        from toolkit.deploy import plan_deploy
+
+        plan = plan_deploy(r, backend=backend, workdir=workdir, tritonserver=tritonserver)
+        emit(plan.to_dict(), as_json, lambda: click.echo(plan.script(), nl=False))
         return
 
     from toolkit.deploy import deploy as run_deploy
