@@ -87,7 +87,11 @@ def test_no_pool_flags_in_old_containers(tmp_path, monkeypatch):
     """launch_triton_server.py adds the pool flags only when the container is newer than 24.06."""
     recipe = make_recipe("engine", "draft_target", serving={"decoupled": False})
     r = render_repository(
-        recipe, engines_for(tmp_path, recipe, "engine"), tmp_path / "repo", backend="engine", tokenizer_dir="/t"
+        recipe,
+        engines_for(tmp_path, recipe, "engine"),
+        tmp_path / "repo",
+        backend="engine",
+        tokenizer_dir="/t",
     )
     argv = _server(recipe, r, tmp_path, monkeypatch, container="24.06").command()
     assert not [a for a in argv if "memory-pool" in a or "peer-access" in a]
@@ -356,7 +360,8 @@ def test_tensorrt_llm_input_names_follow_the_version(tmp_path, version, min_name
     assert ("num_output_tokens" in {o.name for o in llm.output}) is counts
     ens = _cfg(r.path / "ensemble/config.pbtxt")
     step = next(s for s in ens.ensemble_scheduling.step if s.model_name == "tensorrt_llm")
-    assert step.input_map[min_name] == "min_tokens" and step.input_map[seed_name] == "seed"
+    assert step.input_map[min_name] == min_name and step.input_map[seed_name] == seed_name
+    assert {min_name, seed_name} <= {i.name for i in ens.input}  # upstream's ensemble of that version
     assert ("return_num_output_tokens" in step.input_map) is counts
 
 
@@ -402,7 +407,12 @@ def test_deploy_dry_run_engine_draft_target(tmp_path, monkeypatch):
     assert out.exit_code == 0, out.output
     plan = json.loads(out.stdout)
     argv = plan["launch_argv"]
-    assert argv.count("/opt/tritonserver/bin/tritonserver") == 1 and argv[:4] == ["mpirun", "--allow-run-as-root", "-n", "1"]
+    assert argv.count("/opt/tritonserver/bin/tritonserver") == 1 and argv[:4] == [
+        "mpirun",
+        "--allow-run-as-root",
+        "-n",
+        "1",
+    ]
     assert [a for a in argv if a.startswith("--cuda-memory-pool")] == [
         f"--cuda-memory-pool-byte-size={g}:0" for g in range(4)
     ]
