@@ -604,7 +604,9 @@ def infer(
         params["num_draft_tokens"] = num_draft_tokens
     with TritonClient(target, protocol=protocol, model=model or state_model or "ensemble") as c:
         info = c.model_info()
-        params = {k: v for k, v in params.items() if k in info.inputs or k == "num_draft_tokens"}
+        from toolkit.client.llmapi import accepts
+
+        params = {k: v for k, v in params.items() if accepts(info, k) or k == "num_draft_tokens"}
         if stream:
             s = c.stream(prompt, max_tokens, **params)
             for chunk in s:

@@ -384,6 +384,10 @@ MODE_SOURCES: dict[str, str | None] = {
 # --------------------------------------------------------------------------- the rest
 
 
+# Modes the LLM-API (PyTorch) path serves (compat's llmapi column).
+LLMAPI_MODES = ("none", "draft_target", "eagle3", "ngram")
+
+
 class Parallel(_Strict):
     """GPUs per model. Draft-target on the engine backend may give the draft its own tp and devices,
     as upstream's example does (`DRAFT_DEVICE_IDS="0"`, `TARGET_DEVICE_IDS="1,2,3,4"`,
@@ -483,6 +487,11 @@ class Serving(_Strict):
     batching_strategy: Literal["inflight_fused_batching", "v1"] = "inflight_fused_batching"
     batch_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] = "guaranteed_no_evict"
     exclude_input_in_output: bool = True
+    repository: Literal["inflight_batcher_llm", "llmapi"] | None = Field(
+        None,
+        description="Triton repository layout. Default: the backend's (engine, reference: inflight_batcher_llm; "
+        "llmapi: llmapi). `llmapi` with backend reference serves the LLM-API model's contract on CPU.",
+    )
     add_special_tokens: bool = Field(
         True, description="Preprocessing: add BOS etc. like the tokenizer's default."
     )
@@ -548,6 +557,16 @@ class Recipe(_Strict):
     @model_validator(mode="after")
     def _sources_match_mode(self) -> Recipe:
         mode = self.speculative.mode
+        layout = self.serving.repository
+        if layout == "llmapi" and self.backend == "engine":
+            raise FieldError("serving.repository", "llmapi needs backend llmapi or reference, not engine")
+        if layout == "inflight_batcher_llm" and self.backend == "llmapi":
+            raise FieldError("serving.repository", "inflight_batcher_llm needs backend engine or reference")
+        if layout == "llmapi" and mode not in LLMAPI_MODES:
+            raise FieldError(
+                "serving.repository",
+                f"the LLM-API model serves speculative.mode {', '.join(LLMAPI_MODES)}, not '{mode}'",
+            )
         need = MODE_SOURCES[mode]
         if need is not None and getattr(self.models, need) is None:
             raise FieldError(f"models.{need}", f"is required by speculative.mode '{mode}'")
@@ -575,6 +594,14 @@ class Recipe(_Strict):
         if self.name:
             return self.name
         return self._source.stem if self._source else "recipe"
+
+    def repository_layout(self, backend: str) -> str:
+        """The Triton repository layout for a resolved backend (serving.repository or its default)."""
+        if backend == "llmapi":
+            return "llmapi"
+        if backend == "reference" and self.serving.repository == "llmapi":
+            return "llmapi"
+        return "inflight_batcher_llm"
 
     def local_path(self, source: ModelSource) -> Path | None:
         """The absolute directory of a `path` source (relative to the recipe file); None for hub ids."""

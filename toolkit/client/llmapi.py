@@ -49,6 +49,13 @@ def is_llmapi(info: ModelInfo) -> bool:
     return "sampling_param_max_tokens" in info.inputs and "max_tokens" not in info.inputs
 
 
+def accepts(info: ModelInfo, field: str) -> bool:
+    """Whether the model takes the GenerationRequest field `field` (under its own input name)."""
+    if is_llmapi(info):
+        return FIELDS.get(field) in info.inputs
+    return field in info.inputs
+
+
 def request_values(req: GenerationRequest, info: ModelInfo, stream: bool) -> dict[str, Any]:
     """Input name → value for one request to the llmapi model."""
     out: dict[str, Any] = {"text_input": req.prompt}

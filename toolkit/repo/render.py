@@ -42,6 +42,7 @@ MANIFEST = "sdtk-repository.json"
 RUNBOOK = "RUNBOOK.md"
 TRTLLM_DIR_ENV = "TRTLLM_DIR"
 LLMAPI_MODEL_SOURCE = "triton_backend/all_models/llmapi/tensorrt_llm/1"
+REFERENCE_LLMAPI_MODEL = "reference_llmapi/tensorrt_llm/1/model.py"
 # The Serving.model_name default: "the backend's natural entry point" (see entry_point).
 DEFAULT_MODEL_NAME = "ensemble"
 FIXED_MODELS = ("preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_draft")
@@ -236,7 +237,8 @@ def entry_point(recipe: Recipe, backend: str) -> tuple[str, str]:
     BLS (the ensemble has no `num_draft_tokens`), and llmapi, whose only model is tensorrt_llm.
     `serving.model_name` renames that entry point; its default, "ensemble", keeps the natural name.
     """
-    if backend == "llmapi":
+    llmapi_layout = recipe.repository_layout(backend) == "llmapi"
+    if llmapi_layout:
         natural, kind = "tensorrt_llm", "llmapi"
     elif recipe.mode == "draft_target":
         natural, kind = "tensorrt_llm_bls", "bls"
@@ -246,7 +248,7 @@ def entry_point(recipe: Recipe, backend: str) -> tuple[str, str]:
     if name in (DEFAULT_MODEL_NAME, natural):
         return natural, kind
     taken = set(FIXED_MODELS) | {"tensorrt_llm_bls", "ensemble"}
-    if backend == "llmapi":
+    if llmapi_layout:
         taken = set()
     if name in taken:
         raise RenderError(
@@ -592,12 +594,15 @@ def _plan_llmapi(
     trtllm_dir: Path | None,
     env,
     root: Path,
+    *,
+    reference: bool = False,
 ) -> tuple[list[_File], list[str], list[str]]:
-    """Files, warnings and missing files of an llmapi repository."""
+    """Files, warnings and missing files of an llmapi repository. `reference`: the reference
+    backend's flavour, the same config.pbtxt and model.yaml served by sdtk's reference llmapi model."""
     context = {
         "recipe_name": recipe.display_name,
         "mode": recipe.mode,
-        "backend": "llmapi",
+        "backend": "reference" if reference else "llmapi",
         "model_name": entry,
         "decoupled": recipe.serving.decoupled,
         "llm_args": _llm_args(recipe, target, options),
@@ -617,6 +622,9 @@ def _plan_llmapi(
         ),
     ]
     warnings, missing = [], []
+    if reference:
+        _python_model(root, files, entry, REFERENCE_LLMAPI_MODEL)
+        return files, warnings, missing
     candidates = llmapi_model_dirs(trtllm_dir)
     source = next((c for c in candidates if (c / "model.py").is_file()), None)
     if source is not None:
@@ -826,7 +834,8 @@ def render_repository(
             f"refusing to replace {out}: it exists and is not a repository sdtk rendered (no {MANIFEST})",
             hint="choose another output directory, or remove it yourself",
         )
-    roles = ["target"] + (["draft"] if recipe.mode == "draft_target" and backend != "llmapi" else [])
+    layout = recipe.repository_layout(backend)
+    roles = ["target"] + (["draft"] if recipe.mode == "draft_target" and layout != "llmapi" else [])
     for role in roles:
         if role not in engines:
             raise RenderError(
@@ -839,7 +848,7 @@ def render_repository(
     env = _environment(root)
 
     missing: list[str] = []
-    if backend == "llmapi":
+    if layout == "llmapi":
         if llmapi_options is None:
             llmapi_options = _read_llmapi_options(info["target"])
         trtllm = trtllm_dir if trtllm_dir is not None else os.environ.get(TRTLLM_DIR_ENV)
@@ -851,6 +860,7 @@ def render_repository(
             Path(trtllm).expanduser() if trtllm else None,
             env,
             root,
+            reference=backend == "reference",
         )
         warnings += more
         empty_dirs: list[str] = []

@@ -121,7 +121,7 @@ def _rollback(recipe: Recipe, r: RenderResult, base: str) -> list[str]:
     )
     if mode == "none":
         return ["This deployment does not speculate: nothing to roll back."]
-    if backend == "llmapi":
+    if r.entry_kind == "llmapi":
         return [
             f"Delete the `speculative_config` block from `{r.entry_model}/1/model.yaml` and restart the server: "
             "the LLM API has no engine to rebuild.",
@@ -198,8 +198,12 @@ def runbook(recipe: Recipe, r: RenderResult) -> dict[str, Any]:
     bls = r.entry_model if r.entry_kind == "bls" else "tensorrt_llm_bls"
     models = []
     for name in r.models:
-        if r.backend == "llmapi":
-            role = roles["tensorrt_llm"]
+        if r.entry_kind == "llmapi":
+            role = (
+                roles["tensorrt_llm"]
+                if r.backend == "llmapi"
+                else "Python: LLM-API contract, sdtk reference runtime"
+            )
         elif name in roles:
             role = roles[name]
         elif name == bls:
