@@ -438,6 +438,36 @@ def deploy(
         )
 
 
+@cli.command()
+@click.option("--mode", "modes", multiple=True, help="Test only this mode (repeatable); default: every one.")
+@click.option(
+    "--reference", is_flag=True, help="Use the reference backend even if TensorRT-LLM is installed."
+)
+@click.option(
+    "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Keep checkpoints and logs here."
+)
+@click.option(
+    "--bench-requests", default=2, show_default=True, type=int, help="Requests in each short bench."
+)
+@json_option
+def selftest(
+    modes: tuple[str, ...], reference: bool, workdir: Path | None, bench_requests: int, as_json: bool
+) -> None:
+    """Random-weight tiny checkpoints → build, deploy, validate, bench, stop for every supported mode.
+
+    The first thing to run on a GPU box, inside NVIDIA's tritonserver:<yy.mm>-trtllm-python-py3
+    container. Without TensorRT-LLM it runs the reference backend (CPU). Exits 1 if any mode fails.
+    """
+    from toolkit.selftest import selftest as run_selftest
+
+    result = run_selftest(
+        modes=modes or None, workdir=workdir, force_reference=reference, bench_requests=bench_requests
+    )
+    emit(result.to_dict(), as_json, lambda: click.echo(result.table(), nl=False))
+    if not result.ok:
+        sys.exit(1)
+
+
 workdir_option = click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
