@@ -326,6 +326,11 @@ def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, in
 )
 @click.option("--render-only", is_flag=True, help="Build and render the model repository; do not launch.")
 @click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the runbook (build, render, the exact launch argv); run nothing. As `sdtk build --dry-run`.",
+)
+@click.option(
     "--detach", is_flag=True, help="Leave the server running in the background (see sdtk status/stop)."
 )
 @click.option("--host", help="Bind address. Overrides `serving.host` (default 127.0.0.1).")
@@ -361,6 +366,7 @@ def deploy(
     backend: str | None,
     workdir: Path | None,
     render_only: bool,
+    dry_run: bool,
     detach: bool,
     host: str | None,
     http_port: int | None,
@@ -400,6 +406,13 @@ def deploy(
         emit([str(p) for p in paths], as_json, lambda: click.echo("\n".join(str(p) for p in paths)))
         return
 
+    if dry_run:
+        from toolkit.deploy import plan_deploy
+
+        plan = plan_deploy(r, backend=backend, workdir=workdir, tritonserver=tritonserver)
+        emit(plan.to_dict(), as_json, lambda: click.echo(plan.script(), nl=False))
+        return
+
     from toolkit.deploy import deploy as run_deploy
 
     def on_ready(result) -> None:
@@ -434,6 +447,36 @@ def deploy(
             as_json,
             lambda: click.echo(f"{result.model_repo}\n(entry model: {result.model})"),
         )
+
+
+@cli.command()
+@click.option("--mode", "modes", multiple=True, help="Test only this mode (repeatable); default: every one.")
+@click.option(
+    "--reference", is_flag=True, help="Use the reference backend even if TensorRT-LLM is installed."
+)
+@click.option(
+    "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Keep checkpoints and logs here."
+)
+@click.option(
+    "--bench-requests", default=2, show_default=True, type=int, help="Requests in each short bench."
+)
+@json_option
+def selftest(
+    modes: tuple[str, ...], reference: bool, workdir: Path | None, bench_requests: int, as_json: bool
+) -> None:
+    """Random-weight tiny checkpoints → build, deploy, validate, bench, stop for every supported mode.
+
+    The first thing to run on a GPU box, inside NVIDIA's tritonserver:<yy.mm>-trtllm-python-py3
+    container. Without TensorRT-LLM it runs the reference backend (CPU). Exits 1 if any mode fails.
+    """
+    from toolkit.selftest import selftest as run_selftest
+
+    result = run_selftest(
+        modes=modes or None, workdir=workdir, force_reference=reference, bench_requests=bench_requests
+    )
+    emit(result.to_dict(), as_json, lambda: click.echo(result.table(), nl=False))
+    if not result.ok:
+        sys.exit(1)
 
 
 workdir_option = click.option(
@@ -600,7 +643,9 @@ def infer(
         params["num_draft_tokens"] = num_draft_tokens
     with TritonClient(target, protocol=protocol, model=model or state_model or "ensemble") as c:
         info = c.model_info()
-        params = {k: v for k, v in params.items() if k in info.inputs or k == "num_draft_tokens"}
+        from toolkit.client.llmapi import accepts
+
+        params = {k: v for k, v in params.items() if accepts(info, k) or k == "num_draft_tokens"}
         extra = {k: v for k, v in counted.items() if k in info.inputs}
         if extra:
             params["extra_inputs"] = extra

@@ -124,6 +124,33 @@ def load_deployed_recipe(root: Path) -> Recipe | None:
     return parse_recipe(data["recipe"], path=Path(data["source"]) if data.get("source") else None)
 
 
+def _server(
+    recipe: Recipe, rendered: Any, root: Path, *, tritonserver: Any = None, auto_ports: bool = False
+) -> Any:
+    """The TritonServer that serves a rendered repository (nothing runs until start()).
+
+    Launch world size and GPU count come from the render (RenderResult.world_size / num_gpus):
+    one tritonserver for llmapi and for engine draft-target (orchestrator mode), a rank per GPU
+    for other engine repositories; see toolkit.repo.render.launch_world_size.
+    """
+    from toolkit.server.launch import TritonServer
+    from toolkit.server.mpi import container_version
+
+    return TritonServer.from_serving(
+        recipe.serving,
+        rendered.path,
+        workdir=root,
+        tritonserver=tritonserver,
+        auto_ports=auto_ports,
+        model_name=rendered.entry_model,
+        world_size=rendered.world_size,
+        tensorrt_llm_model_names=tuple(rendered.tensorrt_llm_models),
+        multi_model=rendered.multi_model,
+        num_gpus=rendered.num_gpus or None,
+        triton_container_version=container_version(recipe.trtllm_version) if rendered.multi_model else None,
+    )
+
+
 def deploy(
     recipe: Recipe,
     *,
@@ -144,8 +171,6 @@ def deploy(
 
     `on_ready` runs once the server is ready and validated (the CLI prints the URLs there).
     """
-    from toolkit.server.launch import TritonServer
-
     root = deployment_dir(recipe, workdir)
     built, rendered = render(recipe, backend=backend, workdir=workdir, progress=progress)
     result = DeployResult(
@@ -163,18 +188,8 @@ def deploy(
     if built.backend != "reference" and not tritonserver:
         progress("the engine and llmapi backends need tritonserver from NVIDIA's TensorRT-LLM container")
 
-    server = TritonServer.from_serving(
-        recipe.serving,
-        rendered.path,
-        workdir=root,
-        tritonserver=tritonserver,
-        auto_ports=auto_ports,
-        ready_timeout=ready_timeout,
-        model_name=rendered.entry_model,
-        world_size=rendered.world_size,
-        tensorrt_llm_model_names=tuple(rendered.tensorrt_llm_models),
-        multi_model=rendered.multi_model,
-    )
+    server = _server(recipe, rendered, root, tritonserver=tritonserver, auto_ports=auto_ports)
+    server.ready_timeout = ready_timeout
     progress(
         f"launching {server.binary.path} ({server.binary.source}); log: {root / 'logs' / 'tritonserver.log'}"
     )
@@ -251,3 +266,138 @@ def deployed(
             yield result
         finally:
             stop_server(result.workdir)
+
+
+@dataclass
+class DeployPlan:
+    """What `sdtk deploy` would run, without running it: the build script, the repository it would
+    render, and the exact tritonserver launch (argv + added environment)."""
+
+    recipe: str
+    backend: str
+    mode: str
+    model_repo: Path
+    entry_model: str
+    build_script: str
+    launch_argv: list[str]
+    launch_env: dict[str, str]
+    world_size: int
+    multi_model: bool
+    num_gpus: int
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recipe": self.recipe,
+            "backend": self.backend,
+            "mode": self.mode,
+            "model_repo": str(self.model_repo),
+            "entry_model": self.entry_model,
+            "world_size": self.world_size,
+            "multi_model": self.multi_model,
+            "num_gpus": self.num_gpus,
+            "launch_argv": self.launch_argv,
+            "launch_env": self.launch_env,
+            "notes": self.notes,
+            "build_script": self.build_script,
+        }
+
+    def script(self) -> str:
+        """The runbook: build, render, launch, as a bash script to read (or run in the container)."""
+        import shlex
+
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.launch_env.items()))
+        lines = [
+            self.build_script.rstrip("\n"),
+            "",
+            f"# --- render: the {self.backend} model repository ({self.mode}); entry model '{self.entry_model}'",
+            f"sdtk deploy {shlex.quote(self.recipe)} --backend {self.backend} --render-only",
+            f"#     -> {self.model_repo}",
+            "",
+            f"# --- launch: {self.world_size} tritonserver rank(s)"
+            + (", orchestrator mode (--multi-model)" if self.multi_model else "")
+            + (f", {self.num_gpus} GPU(s)" if self.num_gpus else ", CPU"),
+        ]
+        lines += [f"# {n}" for n in self.notes]
+        lines.append((env + " " if env else "") + shlex.join(self.launch_argv))
+        return "\n".join(lines) + "\n"
+
+
+def plan_deploy(
+    recipe: Recipe,
+    *,
+    backend: str | None = None,
+    workdir: Path | None = None,
+    tritonserver: str | None = None,
+) -> DeployPlan:
+    """`sdtk deploy --dry-run`: the build runbook (as `sdtk build --dry-run`), then the launch that
+    `deploy` would run for the repository it would render. Builds, renders and launches nothing.
+
+    The engine and llmapi launches use the NGC container's /opt/tritonserver/bin/tritonserver unless
+    --tritonserver names another; the reference backend uses the tritonserver `deploy` would pick.
+    """
+    from types import SimpleNamespace
+
+    from toolkit.build import build
+    from toolkit.repo.render import entry_point, launch_world_size
+    from toolkit.server.discover import Candidate
+    from toolkit.server.mpi import container_version, orchestrator_env
+
+    root = deployment_dir(recipe, workdir)
+    built = build(recipe, backend=backend, workdir=root.parent, dry_run=True, progress=lambda _m: None)
+    entry, _kind = entry_point(recipe, built.backend)
+    p = recipe.parallel
+    multi_model = built.backend == "engine" and recipe.mode == "draft_target"
+    world = launch_world_size(built.backend, recipe.mode, p.world_size)
+    if built.backend == "reference":
+        num_gpus = 0
+    elif multi_model:
+        ids = set(p.devices("target")) | set(p.devices("draft"))
+        num_gpus = max(ids) + 1
+    else:
+        num_gpus = p.world_size
+    names = ["tensorrt_llm"] + (["tensorrt_llm_draft"] if multi_model else [])
+    rendered = SimpleNamespace(
+        path=root / REPO_SUBDIR,
+        entry_model=entry,
+        world_size=world,
+        tensorrt_llm_models=names if built.backend != "llmapi" else [entry],
+        multi_model=multi_model,
+        num_gpus=num_gpus,
+    )
+    binary: Any = tritonserver
+    if binary is None and built.backend != "reference":
+        from toolkit.repo.runbook import NGC_TRITONSERVER
+
+        binary = Candidate("ngc", Path(NGC_TRITONSERVER), True)
+    server = _server(recipe, rendered, root, tritonserver=binary)
+    server.shm_prefix = "sdtk_"  # a fixed prefix for the plan; deploy picks a unique one
+    notes = []
+    if built.backend == "llmapi":
+        notes.append(
+            "llmapi: one tritonserver, no mpirun; the LLM API starts the tensor/pipeline-parallel workers "
+            "(tensorrtllm_backend docs/llmapi.md)"
+        )
+    if multi_model:
+        notes.append(
+            "engine draft-target: orchestrator mode, world size 1 (examples/draft_target_model/README.md); "
+            f"gpu_device_ids target={p.devices('target')} draft={p.devices('draft')}"
+        )
+        if container_version(recipe.trtllm_version) is None:
+            notes.append(
+                "no container version known: the CUDA memory-pool flags of containers > 24.06 are left out"
+            )
+    return DeployPlan(
+        recipe=str(recipe.source_path) if recipe.source_path else recipe.display_name,
+        backend=built.backend,
+        mode=recipe.mode,
+        model_repo=root / REPO_SUBDIR,
+        entry_model=entry,
+        build_script=built.script or "",
+        launch_argv=server.command(),
+        launch_env=orchestrator_env(True) if multi_model else {},
+        world_size=world,
+        multi_model=multi_model,
+        num_gpus=num_gpus,
+        notes=notes,
+    )

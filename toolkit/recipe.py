@@ -384,13 +384,68 @@ MODE_SOURCES: dict[str, str | None] = {
 # --------------------------------------------------------------------------- the rest
 
 
+# Modes the LLM-API (PyTorch) path serves (compat's llmapi column).
+LLMAPI_MODES = ("none", "draft_target", "eagle3", "ngram")
+
+
 class Parallel(_Strict):
+    """GPUs per model. Draft-target on the engine backend may give the draft its own tp and devices,
+    as upstream's example does (`DRAFT_DEVICE_IDS="0"`, `TARGET_DEVICE_IDS="1,2,3,4"`,
+    NVIDIA/TensorRT-LLM examples/draft_target_model/README.md @11925f6)."""
+
     tp: int = Field(1, ge=1, le=64, description="Tensor-parallel size.")
     pp: int = Field(1, ge=1, le=64, description="Pipeline-parallel size.")
+    draft_tp: int | None = Field(
+        None, ge=1, le=64, description="Engine draft-target: the draft's tensor-parallel size (default: tp)."
+    )
+    target_device_ids: list[int] | None = Field(
+        None, description="Engine: the target's GPUs (gpu_device_ids); tp×pp of them. Default 0..tp×pp-1."
+    )
+    draft_device_ids: list[int] | None = Field(
+        None,
+        description="Engine draft-target: the draft's GPUs; draft_tp of them. Default: the target's first.",
+    )
 
     @property
     def world_size(self) -> int:
         return self.tp * self.pp
+
+    @property
+    def draft_pp(self) -> int:
+        return 1 if self.draft_tp is not None else self.pp  # a draft of its own size is not pipelined
+
+    @property
+    def draft_world_size(self) -> int:
+        return self.draft_tp if self.draft_tp is not None else self.world_size
+
+    def devices(self, role: str) -> list[int]:
+        """The GPU ids of `role` ("target" | "draft")."""
+        target = self.target_device_ids or list(range(self.world_size))
+        if role == "target":
+            return list(target)
+        if self.draft_device_ids is not None:
+            return list(self.draft_device_ids)
+        n = self.draft_world_size
+        return list(target[:n]) if n <= len(target) else list(range(n))
+
+    @model_validator(mode="after")
+    def _device_lists(self) -> Parallel:
+        for name, ids, need in (
+            ("target_device_ids", self.target_device_ids, self.world_size),
+            ("draft_device_ids", self.draft_device_ids, self.draft_world_size),
+        ):
+            if ids is None:
+                continue
+            if any(i < 0 for i in ids):
+                raise FieldError(name, f"GPU ids must be >= 0, got {ids}")
+            if len(set(ids)) != len(ids):
+                raise FieldError(name, f"lists a GPU twice: {ids}")
+            if len(ids) != need:
+                what = (
+                    "tp×pp" if name == "target_device_ids" else "the draft's size (draft_tp, default tp×pp)"
+                )
+                raise FieldError(name, f"has {len(ids)} GPU(s) but {what} is {need}; give one id per rank")
+        return self
 
 
 class BuildLimits(_Strict):
@@ -432,6 +487,11 @@ class Serving(_Strict):
     batching_strategy: Literal["inflight_fused_batching", "v1"] = "inflight_fused_batching"
     batch_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] = "guaranteed_no_evict"
     exclude_input_in_output: bool = True
+    repository: Literal["inflight_batcher_llm", "llmapi"] | None = Field(
+        None,
+        description="Triton repository layout. Default: the backend's (engine, reference: inflight_batcher_llm; "
+        "llmapi: llmapi). `llmapi` with backend reference serves the LLM-API model's contract on CPU.",
+    )
     add_special_tokens: bool = Field(
         True, description="Preprocessing: add BOS etc. like the tokenizer's default."
     )
@@ -497,6 +557,16 @@ class Recipe(_Strict):
     @model_validator(mode="after")
     def _sources_match_mode(self) -> Recipe:
         mode = self.speculative.mode
+        layout = self.serving.repository
+        if layout == "llmapi" and self.backend == "engine":
+            raise FieldError("serving.repository", "llmapi needs backend llmapi or reference, not engine")
+        if layout == "inflight_batcher_llm" and self.backend == "llmapi":
+            raise FieldError("serving.repository", "inflight_batcher_llm needs backend engine or reference")
+        if layout == "llmapi" and mode not in LLMAPI_MODES:
+            raise FieldError(
+                "serving.repository",
+                f"the LLM-API model serves speculative.mode {', '.join(LLMAPI_MODES)}, not '{mode}'",
+            )
         need = MODE_SOURCES[mode]
         if need is not None and getattr(self.models, need) is None:
             raise FieldError(f"models.{need}", f"is required by speculative.mode '{mode}'")
@@ -524,6 +594,14 @@ class Recipe(_Strict):
         if self.name:
             return self.name
         return self._source.stem if self._source else "recipe"
+
+    def repository_layout(self, backend: str) -> str:
+        """The Triton repository layout for a resolved backend (serving.repository or its default)."""
+        if backend == "llmapi":
+            return "llmapi"
+        if backend == "reference" and self.serving.repository == "llmapi":
+            return "llmapi"
+        return "inflight_batcher_llm"
 
     def local_path(self, source: ModelSource) -> Path | None:
         """The absolute directory of a `path` source (relative to the recipe file); None for hub ids."""

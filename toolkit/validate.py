@@ -167,7 +167,8 @@ def validate_deployment(
             progress,
         )
         params: dict[str, Any] = {"exclude_input_in_output": True}
-        if "return_perf_metrics" in info.inputs:
+        # the LLM-API model names it sampling_param_return_perf_metrics (toolkit/client/llmapi.py)
+        if {"return_perf_metrics", "sampling_param_return_perf_metrics"} & set(info.inputs):
             params["return_perf_metrics"] = True
         if entry_kind == "bls" and recipe is not None and recipe.mode == "draft_target":
             params["num_draft_tokens"] = recipe.speculative.max_draft_len

@@ -74,14 +74,15 @@ def test_vicuna_medusa_engine_runbook():
 
 def test_eagle3_recipe_field_names_follow_the_declared_version():
     """TensorRT-LLM 1.1's llm_args knows only `decoding_type: Eagle` (+ eagle3_one_model) and
-    `speculative_model_dir`; 1.2 (which recipes/llama-3.1-8b-eagle3.yaml declares) names it Eagle3."""
+    `speculative_model_dir`; 1.2 names it Eagle3. recipes/llama-3.1-8b-eagle3.yaml declares 1.1.0, the
+    newest version a verified NGC container carries (25.12, Triton's compatibility matrix)."""
     path = REPO / "recipes/llama-3.1-8b-eagle3.yaml"
-    r11 = build(load_recipe(path, ["trtllm_version=1.1.0"]), dry_run=True, progress=quiet)
+    r11 = build(path, dry_run=True, progress=quiet)
     spec11 = yaml.safe_load(r11.llmapi["extra_llm_api_options"])["speculative_config"]
     assert spec11 == {"decoding_type": "Eagle", "max_draft_len": 3, "speculative_model_dir": "${EAGLE_HEAD_DIR}",
                       "eagle3_one_model": True}  # fmt: skip
     assert 'EAGLE_HEAD_DIR="$(fetch yuhuili/EAGLE3-LLaMA3.1-Instruct-8B)"' in r11.script
-    r12 = build(path, dry_run=True, progress=quiet)
+    r12 = build(load_recipe(path, ["trtllm_version=1.2.0"]), dry_run=True, progress=quiet)
     spec12 = yaml.safe_load(r12.llmapi["extra_llm_api_options"])["speculative_config"]
     assert spec12 == {"decoding_type": "Eagle3", "max_draft_len": 3,
                       "speculative_model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "eagle3_one_model": True}  # fmt: skip

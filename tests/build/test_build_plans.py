@@ -198,7 +198,7 @@ def test_llmapi_none(make_recipe, models, standins):
         "backend": "pytorch",
         "tensor_parallel_size": 1,
         "pipeline_parallel_size": 1,
-        "triton_config": {"max_batch_size": 2, "decoupled": True},
+        "triton_config": {"max_batch_size": 0, "decoupled": True},
         **_LIMITS,
         **_KV,
     }

@@ -24,7 +24,10 @@ SPEC_NAMES = {
 
 def _check_engine_dir(d: Path, recipe, role: str) -> dict:
     cfg = json.loads((d / "config.json").read_text())
-    assert set(cfg) == {"version", "pretrained_config", "build_config", "reference"}
+    llmapi = {"llmapi"} if recipe.repository_layout("reference") == "llmapi" else set()
+    assert set(cfg) == {"version", "pretrained_config", "build_config", "reference", *llmapi}
+    if llmapi:  # the LLM-API options the llmapi backend writes, for the same model.yaml template
+        assert (d / "extra_llm_api_options.yaml").is_file()
     assert cfg["version"] == f"sdtk-reference-{__version__}"
     pc, bc, ref = cfg["pretrained_config"], cfg["build_config"], cfg["reference"]
     for key in (

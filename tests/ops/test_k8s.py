@@ -343,8 +343,8 @@ def test_image_table_pins_trtllm_versions_to_ngc_containers():
 
 def test_image_choice_drives_the_backend_check():
     with pytest.raises(UsageError, match="TensorRT-LLM 1.2.0"):
-        plan_k8s(load_recipe("llama-3.1-8b-eagle3"))  # pins 1.2.0: no verified container
-    eagle3 = load_recipe("llama-3.1-8b-eagle3", ["trtllm_version=1.1.0"])
+        plan_k8s(load_recipe("llama-3.1-8b-eagle3", ["trtllm_version=1.2.0"]))  # no verified container
+    eagle3 = load_recipe("llama-3.1-8b-eagle3")  # pins 1.1.0, which 25.12 carries (issue 13, finding 5)
     assert plan_k8s(eagle3).image.endswith(":25.12-trtllm-python-py3")
     # 25.08 carries TensorRT-LLM 0.21.0, older than the LLM-API path EAGLE-3 needs
     with pytest.raises(CompatError):

@@ -82,9 +82,17 @@ def _script(ctx: BuildContext, role: str) -> str:
     return CONVERTERS.get(family(ctx, role) or "llama", CONVERTERS["llama"])
 
 
+def parallel_of(ctx: BuildContext, role: str) -> tuple[int, int]:
+    """(tp, pp) of one model: the draft may have its own tp (parallel.draft_tp)."""
+    p = ctx.recipe.parallel
+    if role == "draft":
+        return (p.draft_tp or p.tp), p.draft_pp
+    return p.tp, p.pp
+
+
 def convert_argv(ctx: BuildContext, role: str, out: Path) -> list[str]:
     ex, _ = examples_dir()
-    p = ctx.recipe.parallel
+    tp, pp = parallel_of(ctx, role)
     argv = ["python3", str(ex / _script(ctx, role)), "--model_dir", ctx.source_arg(role)]
     spec = ctx.recipe.speculative
     if role == "target" and ctx.mode == "medusa":
@@ -94,9 +102,9 @@ def convert_argv(ctx: BuildContext, role: str, out: Path) -> list[str]:
     argv += [
         "--output_dir", str(out),
         "--dtype", ctx.dtype,
-        "--tp_size", str(p.tp),
-        "--pp_size", str(p.pp),
-        "--workers", str(ctx.world_size),
+        "--tp_size", str(tp),
+        "--pp_size", str(pp),
+        "--workers", str(tp * pp),
     ]  # fmt: skip
     if role == "target" and ctx.mode == "medusa":
         heads = spec.num_medusa_heads or ctx.sources["medusa_heads"].facts.medusa_num_heads
@@ -140,7 +148,8 @@ def build_argv(ctx: BuildContext, role: str, ckpt: Path, out: Path) -> list[str]
         argv += ["--use_paged_context_fmha", "enable"]
     if mode == "draft_target" and ctx.recipe.speculative.use_draft_logits:
         argv.append("--gather_generation_logits")
-    argv += ["--workers", str(ctx.world_size)]
+    tp, pp = parallel_of(ctx, role)
+    argv += ["--workers", str(tp * pp)]
     return argv
 
 
@@ -164,7 +173,7 @@ def plan(ctx: BuildContext) -> list[Step]:
             Step(
                 name=f"convert-{role}",
                 title=f"convert the {role} checkpoint ({family(ctx, role) or 'llama'}, {ctx.dtype}, "
-                f"tp={ctx.recipe.parallel.tp} pp={ctx.recipe.parallel.pp})",
+                f"tp={parallel_of(ctx, role)[0]} pp={parallel_of(ctx, role)[1]})",
                 dest=ckpt,
                 argv=convert_argv(ctx, role, ckpt),
                 inputs=_inputs(ctx, role),

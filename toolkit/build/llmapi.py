@@ -4,7 +4,7 @@ Writes, into `engines/target/`:
 - `extra_llm_api_options.yaml` for `trtllm-serve <model> --backend pytorch --extra_llm_api_options …`
   (and `trtllm-bench`), with `speculative_config`;
 - `model.yaml` for Triton's `all_models/llmapi/tensorrt_llm/1/` (keys `model`, `backend: pytorch`,
-  `tensor_parallel_size`, `pipeline_parallel_size`, `triton_config{max_batch_size, decoupled}`, and
+  `tensor_parallel_size`, `pipeline_parallel_size`, `triton_config{max_batch_size: 0, decoupled}`, and
   the same LLM arguments; every key but triton_config goes to `LLM(**args)`,
   shared/reference/triton-trtllm-backend.md §5);
 - `config.json` in the engine-directory layout of docs/contracts.md, with an `llmapi` section.
@@ -222,10 +222,10 @@ def model_yaml(ctx: BuildContext) -> dict:
         "backend": "pytorch",
         "tensor_parallel_size": args.pop("tensor_parallel_size"),
         "pipeline_parallel_size": args.pop("pipeline_parallel_size"),
-        "triton_config": {
-            "max_batch_size": ctx.recipe.build.max_batch_size,
-            "decoupled": ctx.recipe.serving.decoupled,
-        },
+        # Upstream model.yaml: `max_batch_size: 0 # The current implementation does not support
+        # batching`; model.py rejects a batched text_input. The LLM batches in flight (max_batch_size
+        # among the LLM arguments below).
+        "triton_config": {"max_batch_size": 0, "decoupled": ctx.recipe.serving.decoupled},
     }
     return {**head, **args}
 
@@ -248,13 +248,20 @@ def _dump(header: list[str], data: dict) -> str:
     return "".join(f"# {h}\n" for h in header) + body
 
 
+# trtllm-serve's options file flag. Every version sdtk plans for takes `--extra_llm_api_options`:
+# 1.0/1.1 under that name; newer serve.py declares `@click.option("--config", "--extra_llm_api_options",
+# "extra_llm_api_options", ...)`, i.e. the old name stays an alias of `--config`
+# (NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py @00209af).
+SERVE_OPTIONS_FLAG = "--extra_llm_api_options"
+
+
 def serve_argv(ctx: BuildContext) -> list[str]:
     s = ctx.recipe.serving
     return [
         "trtllm-serve",
         model_ref(ctx),
         "--backend", "pytorch",
-        "--extra_llm_api_options", str(ctx.engines / "target" / EXTRA_OPTIONS),
+        SERVE_OPTIONS_FLAG, str(ctx.engines / "target" / EXTRA_OPTIONS),
         "--host", s.host,
         "--port", str(s.http_port),
     ]  # fmt: skip

@@ -72,17 +72,33 @@ def engine_config(ctx: BuildContext, role: str) -> dict:
 
 
 def plan(ctx: BuildContext) -> list[Step]:
-    roles = ["target"] + (["draft"] if ctx.mode == "draft_target" else [])
+    llmapi_layout = ctx.recipe.repository_layout("reference") == "llmapi"
+    # The LLM-API layout drafts inside one model (as LLM() does): no separate draft directory.
+    roles = ["target"] + (["draft"] if ctx.mode == "draft_target" and not llmapi_layout else [])
     steps = []
     for role in roles:
         cfg = engine_config(ctx, role)
+        files = {}
+        if llmapi_layout:
+            # The same LLM-API options the llmapi backend writes, for the same model.yaml template.
+            from toolkit.build import llmapi
+
+            written = llmapi.files(ctx)
+            files[llmapi.EXTRA_OPTIONS] = written[llmapi.EXTRA_OPTIONS]
+            cfg["llmapi"] = {
+                "model": llmapi.model_ref(ctx),
+                "extra_llm_api_options": str(ctx.engines / role / llmapi.EXTRA_OPTIONS),
+                "schema": llmapi.schema(ctx).to_dict(),
+            }
+        files["config.json"] = json.dumps(cfg, indent=2) + "\n"
         inputs = [p for p in (r.path for r in ctx.sources.values()) if p is not None]
         steps.append(
             Step(
                 name=f"reference-{role}",
-                title=f"write the reference {role} engine directory (config.json → HF weights)",
+                title=f"write the reference {role} engine directory (config.json → HF weights)"
+                + (", LLM-API options" if llmapi_layout else ""),
                 dest=ctx.engines / role,
-                files={"config.json": json.dumps(cfg, indent=2) + "\n"},
+                files=files,
                 inputs=inputs,
             )
         )

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from toolkit.client import common
+from toolkit.client import common, llmapi
 from toolkit.client.errors import ClientError, ResponseTimeout
 from toolkit.client.types import (
     Collector,
@@ -230,6 +230,12 @@ class AsyncTritonClient:
         return AsyncGenerationStream(self._responses(info, values, stream=True, col=col), col)
 
     def _responses(
+        self, info: ModelInfo, values: dict[str, Any], *, stream: bool, col: Collector
+    ) -> RawResponses:
+        raw = self._raw_responses(info, values, stream=stream, col=col)
+        return llmapi.adelta_text(raw) if stream and llmapi.is_llmapi(info) else raw
+
+    def _raw_responses(
         self, info: ModelInfo, values: dict[str, Any], *, stream: bool, col: Collector
     ) -> RawResponses:
         if self.protocol == "http":

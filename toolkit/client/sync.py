@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from toolkit.client import common
+from toolkit.client import common, llmapi
 from toolkit.client.errors import STATUS_HINT, ClientError, ResponseTimeout, ServerUnreachable
 from toolkit.client.types import (
     Collector,
@@ -258,6 +258,12 @@ class TritonClient:
         return GenerationStream(self._responses(info, values, stream=True, col=col), col)
 
     def _responses(
+        self, info: ModelInfo, values: dict[str, Any], *, stream: bool, col: Collector
+    ) -> RawResponses:
+        raw = self._raw_responses(info, values, stream=stream, col=col)
+        return llmapi.delta_text(raw) if stream and llmapi.is_llmapi(info) else raw
+
+    def _raw_responses(
         self, info: ModelInfo, values: dict[str, Any], *, stream: bool, col: Collector
     ) -> RawResponses:
         if self.protocol == "http":

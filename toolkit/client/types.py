@@ -125,6 +125,12 @@ class GenerationRequest:
                 '("Streaming is only supported if model is deployed using decoupled mode")',
                 hint="set serving.decoupled: true and redeploy, or generate without streaming",
             )
+        from toolkit.client import llmapi
+
+        if llmapi.is_llmapi(info):
+            out = llmapi.request_values(self, info, stream)
+            self._check_inputs(out, info)
+            return out
         out: dict[str, Any] = {"text_input": self.prompt, "max_tokens": self.max_tokens}
         for name in REQUEST_INPUTS:
             v = getattr(self, name)
@@ -136,6 +142,11 @@ class GenerationRequest:
             out["stream"] = stream
         elif "streaming" in info.inputs:
             out["streaming"] = stream
+        self._check_inputs(out, info)
+        return out
+
+    @staticmethod
+    def _check_inputs(out: dict[str, Any], info: ModelInfo) -> None:
         for name in out:
             if name not in info.inputs:
                 raise GenerationError(
@@ -147,7 +158,6 @@ class GenerationRequest:
                 f"model '{info.name}' requires input(s) {', '.join(missing)}",
                 hint="pass them with extra_inputs",
             )
-        return out
 
 
 def _input_hint(name: str, info: ModelInfo) -> str:

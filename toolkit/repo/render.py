@@ -34,6 +34,7 @@ from toolkit.errors import CompatError
 from toolkit.recipe import Recipe, lookahead_max_draft_len
 from toolkit.repo.engines import TRITON_DTYPES, EngineInfo, read_engine
 from toolkit.repo.errors import RenderError
+from toolkit.repo.versions import LLMAPI_MODEL_DIRS
 from toolkit.resources import templates_dir
 
 BACKENDS = ("engine", "llmapi", "reference")
@@ -41,6 +42,7 @@ MANIFEST = "sdtk-repository.json"
 RUNBOOK = "RUNBOOK.md"
 TRTLLM_DIR_ENV = "TRTLLM_DIR"
 LLMAPI_MODEL_SOURCE = "triton_backend/all_models/llmapi/tensorrt_llm/1"
+REFERENCE_LLMAPI_MODEL = "reference_llmapi/tensorrt_llm/1/model.py"
 # The Serving.model_name default: "the backend's natural entry point" (see entry_point).
 DEFAULT_MODEL_NAME = "ensemble"
 FIXED_MODELS = ("preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_draft")
@@ -61,8 +63,9 @@ class RenderResult:
     decoupled: bool
     files: list[str]  # relative to `path`
     tensorrt_llm_models: list[str]  # the LLM models (launch_triton_server.py --tensorrt_llm_model_name)
-    world_size: int
+    world_size: int  # tritonserver ranks to launch (1 unless engine leader mode spans GPUs)
     multi_model: bool  # draft-target on the engine path: orchestrator mode (--multi-model)
+    num_gpus: int = 1  # GPUs the deployment uses (a CUDA memory pool each in orchestrator mode)
     warnings: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # files to add before launching
 
@@ -234,7 +237,8 @@ def entry_point(recipe: Recipe, backend: str) -> tuple[str, str]:
     BLS (the ensemble has no `num_draft_tokens`), and llmapi, whose only model is tensorrt_llm.
     `serving.model_name` renames that entry point; its default, "ensemble", keeps the natural name.
     """
-    if backend == "llmapi":
+    llmapi_layout = recipe.repository_layout(backend) == "llmapi"
+    if llmapi_layout:
         natural, kind = "tensorrt_llm", "llmapi"
     elif recipe.mode == "draft_target":
         natural, kind = "tensorrt_llm_bls", "bls"
@@ -244,7 +248,7 @@ def entry_point(recipe: Recipe, backend: str) -> tuple[str, str]:
     if name in (DEFAULT_MODEL_NAME, natural):
         return natural, kind
     taken = set(FIXED_MODELS) | {"tensorrt_llm_bls", "ensemble"}
-    if backend == "llmapi":
+    if llmapi_layout:
         taken = set()
     if name in taken:
         raise RenderError(
@@ -313,6 +317,31 @@ def _spec_params(recipe: Recipe, backend: str, role: str) -> dict[str, str]:
     return out
 
 
+def _gpu_device_ids(recipe: Recipe, backend: str, role: str) -> str:
+    """gpu_device_ids of one C++ model: filled per model for draft-target (upstream fills
+    `gpu_device_ids:${TARGET_DEVICE_IDS}` / `${DRAFT_DEVICE_IDS}`, examples/draft_target_model/README.md
+    @11925f6) or when the recipe names devices; otherwise empty (the backend's default)."""
+    p = recipe.parallel
+    if backend != "engine":
+        return ""
+    if recipe.mode == "draft_target" or p.target_device_ids is not None:
+        return ",".join(str(i) for i in p.devices(role))
+    return ""
+
+
+def _contract_names(recipe: Recipe, backend: str, target: EngineInfo) -> dict[str, Any]:
+    """Version-dependent tensor names of tensorrt_llm (toolkit/repo/versions.py). The reference
+    model implements the newest contract; the C++ backend reads what its version reads."""
+    from toolkit.repo.versions import engine_version, tensor_names
+
+    version = None if backend == "reference" else (engine_version(target.config) or recipe.trtllm_version)
+    names = tensor_names(version)
+    return {
+        "input_names": {"min_tokens": names.min_tokens, "seed": names.seed},
+        "token_counts": names.token_counts,
+    }
+
+
 def _llm_context(
     recipe: Recipe, backend: str, engine: EngineInfo, name: str, tokenizer_dir: str, common: dict[str, Any]
 ) -> dict[str, Any]:
@@ -347,7 +376,7 @@ def _llm_context(
         "enable_kv_cache_reuse": _b(s.enable_kv_cache_reuse),
         "normalize_log_probs": "",
         "enable_chunked_context": _b(s.enable_chunked_context),
-        "gpu_device_ids": "",
+        "gpu_device_ids": _gpu_device_ids(recipe, backend, engine.role),
         "participant_ids": "",
         "num_nodes": "",
         "lora_cache_optimal_adapter_size": "",
@@ -476,6 +505,7 @@ def _plan_inflight(
         "max_queue_delay_microseconds": s.max_queue_delay_microseconds,
         "max_queue_size": s.max_queue_size,
         "logits_datatype": "TYPE_FP32",
+        **_contract_names(recipe, backend, target),
     }
     files: list[_File] = []
 
@@ -566,12 +596,15 @@ def _plan_llmapi(
     trtllm_dir: Path | None,
     env,
     root: Path,
+    *,
+    reference: bool = False,
 ) -> tuple[list[_File], list[str], list[str]]:
-    """Files, warnings and missing files of an llmapi repository."""
+    """Files, warnings and missing files of an llmapi repository. `reference`: the reference
+    backend's flavour, the same config.pbtxt and model.yaml served by sdtk's reference llmapi model."""
     context = {
         "recipe_name": recipe.display_name,
         "mode": recipe.mode,
-        "backend": "llmapi",
+        "backend": "reference" if reference else "llmapi",
         "model_name": entry,
         "decoupled": recipe.serving.decoupled,
         "llm_args": _llm_args(recipe, target, options),
@@ -591,21 +624,59 @@ def _plan_llmapi(
         ),
     ]
     warnings, missing = [], []
-    source = trtllm_dir / LLMAPI_MODEL_SOURCE if trtllm_dir is not None else None
-    if source is not None and (source / "model.py").is_file():
+    if reference:
+        _python_model(root, files, entry, REFERENCE_LLMAPI_MODEL)
+        return files, warnings, missing
+    candidates = llmapi_model_dirs(trtllm_dir)
+    source = next((c for c in candidates if (c / "model.py").is_file()), None)
+    if source is not None:
         for py in sorted(source.glob("*.py")):
             files.append(
                 _File(f"{entry}/1/{py.name}", py.read_text(encoding="utf-8"), entry, str(py), scan=False)
             )
     else:
         missing.append(f"{entry}/1/model.py")
-        why = f"{source} has no model.py" if source is not None else f"{TRTLLM_DIR_ENV} is not set"
+        looked = ", ".join(str(c) for c in candidates)
         warnings.append(
-            f"{entry}/1/model.py (NVIDIA's LLM-API Triton model) is not in the repository: {why}. Copy "
-            f"{LLMAPI_MODEL_SOURCE}/*.py from the TensorRT-LLM checkout matching the container's version "
-            f"(see RUNBOOK.md), or re-render with {TRTLLM_DIR_ENV} set"
+            f"{entry}/1/model.py (NVIDIA's LLM-API Triton model) is not in the repository: no model.py in {looked}. "
+            f"Render inside the NGC tritonserver:<yy.mm>-trtllm-python-py3 container (it ships "
+            f"{LLMAPI_MODEL_DIRS[0]}), or set {TRTLLM_DIR_ENV} to a TensorRT-LLM checkout (see RUNBOOK.md)"
         )
     return files, warnings, missing
+
+
+def llmapi_model_dirs(trtllm_dir: Path | None) -> list[Path]:
+    """Where NVIDIA's llmapi model.py is looked for, in order: $TRTLLM_DIR (or trtllm_dir), then the
+    NGC container paths (toolkit/repo/versions.py LLMAPI_MODEL_DIRS)."""
+    out = [trtllm_dir / LLMAPI_MODEL_SOURCE] if trtllm_dir is not None else []
+    return out + [Path(d) for d in LLMAPI_MODEL_DIRS]
+
+
+def launch_world_size(backend: str, mode: str, engine_world_size: int) -> int:
+    """tritonserver ranks to launch.
+
+    - llmapi: 1. Upstream launches one tritonserver (`launch_triton_server.py --model_repo=llmapi_repo/`,
+      tensorrtllm_backend docs/llmapi.md), and the llmapi model.py clears `OMPI_COMM_WORLD_*` at import
+      (TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/1/model.py @044a90d): the LLM API
+      spawns its own TP/PP workers.
+    - engine draft-target: 1, orchestrator mode: `launch_triton_server.py --multi-model --world_size=1`
+      (TensorRT-LLM examples/draft_target_model/README.md @11925f6).
+    - other engine repositories: one rank per GPU of the engine (leader mode).
+    """
+    if backend == "engine" and mode != "draft_target":
+        return engine_world_size
+    return 1
+
+
+def _num_gpus(recipe: Recipe, backend: str, info: dict[str, EngineInfo]) -> int:
+    if backend == "reference":
+        return 0
+    if backend == "llmapi":
+        return recipe.parallel.world_size
+    ids = set(recipe.parallel.devices("target"))
+    if "draft" in info:
+        ids |= set(recipe.parallel.devices("draft"))
+    return max(max(ids) + 1, info["target"].world_size)
 
 
 # --------------------------------------------------------------------------- validation
@@ -765,7 +836,8 @@ def render_repository(
             f"refusing to replace {out}: it exists and is not a repository sdtk rendered (no {MANIFEST})",
             hint="choose another output directory, or remove it yourself",
         )
-    roles = ["target"] + (["draft"] if recipe.mode == "draft_target" and backend != "llmapi" else [])
+    layout = recipe.repository_layout(backend)
+    roles = ["target"] + (["draft"] if recipe.mode == "draft_target" and layout != "llmapi" else [])
     for role in roles:
         if role not in engines:
             raise RenderError(
@@ -778,7 +850,7 @@ def render_repository(
     env = _environment(root)
 
     missing: list[str] = []
-    if backend == "llmapi":
+    if layout == "llmapi":
         if llmapi_options is None:
             llmapi_options = _read_llmapi_options(info["target"])
         trtllm = trtllm_dir if trtllm_dir is not None else os.environ.get(TRTLLM_DIR_ENV)
@@ -790,6 +862,7 @@ def render_repository(
             Path(trtllm).expanduser() if trtllm else None,
             env,
             root,
+            reference=backend == "reference",
         )
         warnings += more
         empty_dirs: list[str] = []
@@ -813,8 +886,9 @@ def render_repository(
         decoupled=recipe.serving.decoupled,
         files=[],
         tensorrt_llm_models=llm_models,
-        world_size=info["target"].world_size if backend != "llmapi" else recipe.parallel.world_size,
+        world_size=launch_world_size(backend, recipe.mode, info["target"].world_size),
         multi_model=backend == "engine" and recipe.mode == "draft_target",
+        num_gpus=_num_gpus(recipe, backend, info),
         warnings=warnings,
         missing=missing,
     )

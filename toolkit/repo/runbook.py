@@ -49,12 +49,15 @@ def _launch(recipe: Recipe, r: RenderResult) -> tuple[str, list[str]]:
         "built the engines (≤ 1.1.x for the engine path).",
     ]
     if r.multi_model or r.world_size > 1:
+        from toolkit.server.mpi import container_version
+
         plan = multi_gpu_plan(
             NGC_TRITONSERVER,
             r.path,
-            1 if r.multi_model else r.world_size,
+            r.world_size,
             multi_model=r.multi_model,
-            num_gpus=r.world_size,
+            num_gpus=r.num_gpus,
+            triton_container_version=container_version(recipe.trtllm_version),
             tensorrt_llm_model_names=r.tensorrt_llm_models,
             http_port=s.http_port,
             grpc_port=s.grpc_port,
@@ -64,7 +67,7 @@ def _launch(recipe: Recipe, r: RenderResult) -> tuple[str, list[str]]:
         names = ",".join(r.tensorrt_llm_models)
         upstream = (
             f"python3 $TRTLLM_DIR/triton_backend/scripts/launch_triton_server.py --model_repo={r.path} "
-            f"--world_size={1 if r.multi_model else r.world_size} --tensorrt_llm_model_name={names}"
+            f"--world_size={r.world_size} --tensorrt_llm_model_name={names}"
             + (" --multi-model" if r.multi_model else "")
         )
         notes.append(f"Upstream's launcher builds the same command: `{upstream}`.")
@@ -118,7 +121,7 @@ def _rollback(recipe: Recipe, r: RenderResult, base: str) -> list[str]:
     )
     if mode == "none":
         return ["This deployment does not speculate: nothing to roll back."]
-    if backend == "llmapi":
+    if r.entry_kind == "llmapi":
         return [
             f"Delete the `speculative_config` block from `{r.entry_model}/1/model.yaml` and restart the server: "
             "the LLM API has no engine to rebuild.",
@@ -195,8 +198,12 @@ def runbook(recipe: Recipe, r: RenderResult) -> dict[str, Any]:
     bls = r.entry_model if r.entry_kind == "bls" else "tensorrt_llm_bls"
     models = []
     for name in r.models:
-        if r.backend == "llmapi":
-            role = roles["tensorrt_llm"]
+        if r.entry_kind == "llmapi":
+            role = (
+                roles["tensorrt_llm"]
+                if r.backend == "llmapi"
+                else "Python: LLM-API contract, sdtk reference runtime"
+            )
         elif name in roles:
             role = roles[name]
         elif name == bls:

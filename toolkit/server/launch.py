@@ -200,6 +200,8 @@ class TritonServer:
         tensorrt_llm_model_names: Sequence[str] = ("tensorrt_llm",),
         multi_model: bool = False,
         spawn_processes: bool = True,
+        num_gpus: int | None = None,
+        triton_container_version: str | None = None,
         env: Mapping[str, str] | None = None,
         echo: TextIO | None = None,
         ready_timeout: float = DEFAULT_READY_TIMEOUT,
@@ -220,6 +222,8 @@ class TritonServer:
         self.tensorrt_llm_model_names = list(tensorrt_llm_model_names)
         self.multi_model = multi_model
         self.spawn_processes = spawn_processes
+        self.num_gpus = num_gpus  # orchestrator mode: one --cuda-memory-pool-byte-size per GPU
+        self.triton_container_version = triton_container_version  # default $NVIDIA_TRITON_SERVER_VERSION
         self.env_overrides = dict(env or {})
         self.echo = echo
         self.ready_timeout = ready_timeout
@@ -312,6 +316,8 @@ class TritonServer:
                 shm_prefix=self.shm_prefix,
                 multi_model=self.multi_model,
                 spawn_processes=self.spawn_processes,
+                num_gpus=self.num_gpus,
+                triton_container_version=self.triton_container_version,
                 extra_args=[
                     *([f"--log-verbose={self.log_verbose}"] if self.log_verbose else []),
                     *self.extra_args,

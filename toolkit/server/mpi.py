@@ -49,6 +49,25 @@ def _newer_than(version: str | None, floor: str) -> bool:
         return False
 
 
+def container_version(trtllm_version: str | None = None) -> str | None:
+    """The Triton container version (yy.mm) launch_triton_server.py compares with 24.06:
+    $NVIDIA_TRITON_SERVER_VERSION inside the container, else the NGC container that carries
+    `trtllm_version` (toolkit/ops/images.py), so that a dry run shows what the container runs."""
+    env = os.environ.get("NVIDIA_TRITON_SERVER_VERSION")
+    if env:
+        return env
+    from packaging.version import InvalidVersion, Version
+
+    from toolkit.ops import images
+
+    version = trtllm_version or images.DEFAULT_TRTLLM
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return None
+    return images.TRTLLM_TO_CONTAINER.get(f"{v.major}.{v.minor}.{v.micro}")
+
+
 def orchestrator_env(spawn_processes: bool = True) -> dict[str, str]:
     """The env `launch_triton_server.py --multi-model [--disable-spawn-processes]` sets."""
     return {
@@ -121,6 +140,8 @@ def mpirun_argv(
             argv.append("--model-control-mode=explicit")
             argv += [f"--load-model={n}" for n in names]
         if multi_model and spawn_processes and _newer_than(triton_container_version, "24.06"):
+            # launch_triton_server.py add_multi_model_config (tensorrtllm_backend v0.19.0): one pool
+            # per GPU of the node (it counts `nvidia-smi --list-gpus`; we count the deployment's GPUs).
             argv += ["--pinned-memory-pool-byte-size=0", "--enable-peer-access=false"]
             argv += [f"--cuda-memory-pool-byte-size={j}:0" for j in range(num_gpus or 1)]
         if backend_directory is not None:

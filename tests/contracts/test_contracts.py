@@ -1,0 +1,211 @@
+"""Rendered repositories and build plans against upstream facts, per TensorRT-LLM version.
+
+The fixtures `trtllm-<version>.json` are facts transcribed from upstream (each names its repository,
+path and tag or commit under `sources`): tensor names, types and dims and parameter keys of the
+`tensorrt_llm`, `ensemble`, `preprocessing`, `postprocessing`, `tensorrt_llm_bls` and llmapi
+`tensorrt_llm` models, `trtllm-build` flags and LLM-API option names. Engines are stand-in config.json
+files (TensorRT-LLM cannot be installed here); rendering reads nothing else from them.
+
+What sdtk renders on top of upstream, on purpose, is listed in SDTK_EXTRAS, each with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from tests.repo.conftest import engines_for, llmapi_options, make_recipe
+from toolkit.build import build
+from toolkit.repo import render_repository
+
+HERE = Path(__file__).parent
+VERSIONS = {"0.19": "0.19.0", "0.20": "0.20.0", "1.0": "1.0.0", "1.1": "1.1.0"}
+ENGINE_MODES = ["none", "draft_target", "medusa", "eagle", "lookahead"]
+LLMAPI_MODES = ["none", "draft_target", "eagle3", "ngram"]
+
+# model → {"inputs"/"outputs"/"parameters": {name: why}}: what sdtk renders beyond the upstream model.
+SDTK_EXTRAS: dict[str, dict[str, dict[str, str]]] = {
+    "tensorrt_llm": {
+        "parameters": {"enable_trt_overlap": "un-commented in the newer template (TensorRT-LLM 0c8de69)"},
+    },
+    "preprocessing": {
+        "inputs": {"IMAGES": "sdtk's preprocessing declares the newer template's multimodal input"},
+        "dims": {"IMAGE_SIZES": "[-1, 2] in the newer template; multimodal, never produced by sdtk"},
+        "parameters": {"hf_model_path": "the newer template's multimodal parameter"},
+    },
+    "tensorrt_llm_bls": {
+        # sdtk's own BLS (not upstream's code): its draft-target defaults and token counts.
+        "inputs": {
+            "return_num_input_tokens": "sdtk's BLS counts tokens itself",
+            "return_num_output_tokens": "sdtk's BLS counts tokens itself",
+            "min_tokens": "sdtk's BLS keeps the client-facing name of 0.20+ (lead-owned model.py)",
+            "seed": "sdtk's BLS keeps the client-facing name of 0.20+ (lead-owned model.py)",
+        },
+        "outputs": {
+            "num_input_tokens": "sdtk's BLS counts tokens itself",
+            "num_output_tokens": "sdtk's BLS counts tokens itself",
+        },
+        "parameters": {
+            "default_num_draft_tokens": "draft-target default when a request sends none",
+            "default_use_draft_logits": "draft-target default when a request sends none",
+            "exclude_input_in_output": "the BLS's default for that input",
+        },
+    },
+}
+# Upstream inputs sdtk's BLS spells differently (≤ 0.19 names; reported to the BLS owner).
+BLS_RENAMED = {"min_length", "random_seed"}
+
+
+def fixture(version: str) -> dict:
+    return json.loads((HERE / f"trtllm-{version}.json").read_text())
+
+
+def _dt(t: int) -> str:
+    return model_config_pb2.DataType.Name(t)
+
+
+def _cfg(path: Path) -> model_config_pb2.ModelConfig:
+    cfg = model_config_pb2.ModelConfig()
+    text_format.Parse(path.read_text(), cfg)
+    return cfg
+
+
+def check_model(cfg: model_config_pb2.ModelConfig, facts: dict, model: str) -> None:
+    """Every rendered tensor is upstream's (same type and dims) or a listed extra; every upstream
+    tensor and parameter key is rendered."""
+    extras = SDTK_EXTRAS.get(model, {})
+    for kind, rendered in (("inputs", cfg.input), ("outputs", cfg.output)):
+        want = {t["name"]: t for t in facts[kind]}
+        got = {t.name: t for t in rendered}
+        allowed = set(extras.get(kind, {}))
+        assert set(got) - set(want) <= allowed, (
+            f"{model} {kind} not upstream: {sorted(set(got) - set(want) - allowed)}"
+        )
+        missing = set(want) - set(got) - (BLS_RENAMED if model == "tensorrt_llm_bls" else set())
+        assert not missing, f"{model}: upstream {kind} not rendered: {sorted(missing)}"
+        for name in set(want) & set(got):
+            w, g = want[name], got[name]
+            if not w["data_type"].startswith("${"):
+                assert _dt(g.data_type) == w["data_type"], f"{model}.{name} data_type"
+            if name not in extras.get("dims", {}):
+                assert list(g.dims) == w["dims"], f"{model}.{name} dims"
+            if kind == "inputs":
+                assert bool(g.optional) == bool(w.get("optional")), f"{model}.{name} optional"
+    keys = set(cfg.parameters)
+    assert set(facts["parameters"]) <= keys, (
+        f"{model}: parameters missing {sorted(set(facts['parameters']) - keys)}"
+    )
+    assert keys - set(facts["parameters"]) <= set(extras.get("parameters", {})), f"{model}: parameters"
+
+
+@pytest.mark.parametrize("version", sorted(VERSIONS))
+def test_fixture_names_its_sources(version):
+    facts = fixture(version)
+    assert facts["trtllm_version"] == version
+    for where in facts["sources"].values():
+        assert "/" in where and any(w in where for w in ("tag", "commit", "@", "era"))
+    assert set(facts["models"]) == {
+        "tensorrt_llm", "ensemble", "preprocessing", "postprocessing", "tensorrt_llm_bls", "llmapi_tensorrt_llm"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ENGINE_MODES)
+@pytest.mark.parametrize("version", sorted(VERSIONS))
+def test_engine_repository_matches_its_version(version, mode, tmp_path):
+    facts = fixture(version)
+    recipe = make_recipe("engine", mode, trtllm_version=VERSIONS[version])
+    engines = engines_for(tmp_path, recipe, "engine")
+    for path in engines.values():  # trtllm-build records its version in config.json
+        cfg = json.loads((path / "config.json").read_text())
+        cfg["version"] = VERSIONS[version]
+        (path / "config.json").write_text(json.dumps(cfg))
+    r = render_repository(recipe, engines, tmp_path / "repo", backend="engine", tokenizer_dir="/tok")
+    for name in r.models:
+        upstream = "tensorrt_llm" if name == "tensorrt_llm_draft" else name
+        check_model(_cfg(r.path / name / "config.pbtxt"), facts["models"][upstream], upstream)
+
+
+@pytest.mark.parametrize("mode", LLMAPI_MODES)
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_llmapi_repository_matches_its_version(version, mode, tmp_path):
+    facts = fixture(version)
+    recipe = make_recipe("llmapi", mode, trtllm_version=VERSIONS[version])
+    r = render_repository(
+        recipe,
+        engines_for(tmp_path, recipe, "llmapi"),
+        tmp_path / "repo",
+        backend="llmapi",
+        llmapi_options=llmapi_options(recipe),
+        trtllm_dir=tmp_path / "none",
+    )
+    check_model(_cfg(r.path / "tensorrt_llm/config.pbtxt"), facts["models"]["llmapi_tensorrt_llm"], "llmapi")
+    model = yaml.safe_load((r.path / "tensorrt_llm/1/model.yaml").read_text())
+    assert set(model["triton_config"]) <= set(facts["llmapi_options"]["triton_config"])
+
+
+@pytest.mark.parametrize("mode", ENGINE_MODES)
+@pytest.mark.parametrize("version", sorted(VERSIONS))
+def test_engine_build_plan_uses_known_flags(version, mode, tmp_path):
+    facts = fixture(version)["trtllm_build"]
+    recipe = make_recipe("engine", mode, trtllm_version=VERSIONS[version])
+    result = build(recipe, workdir=tmp_path, dry_run=True, progress=lambda _m: None)
+    builds = [c for c in result.commands if c and c[0] == "trtllm-build"]
+    assert builds
+    for argv in builds:
+        flags = [a for a in argv if a.startswith("--")]
+        assert set(flags) <= set(facts["flags"]), sorted(set(flags) - set(facts["flags"]))
+        if "--speculative_decoding_mode" in argv:
+            assert argv[argv.index("--speculative_decoding_mode") + 1] in facts["speculative_decoding_mode"]
+
+
+@pytest.mark.parametrize("mode", LLMAPI_MODES)
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_llmapi_build_plan_uses_known_options(version, mode, tmp_path):
+    facts = fixture(version)["llmapi_options"]
+    recipe = make_recipe("llmapi", mode, trtllm_version=VERSIONS[version])
+    result = build(recipe, workdir=tmp_path, dry_run=True, progress=lambda _m: None)
+    for name in ("extra_llm_api_options", "model_yaml"):
+        options = yaml.safe_load(result.llmapi[name])
+        top = set(options) - {"triton_config"}
+        assert top <= set(facts["top_level"]), sorted(top - set(facts["top_level"]))
+        spec = options.get("speculative_config")
+        if spec is not None:
+            known = facts["speculative_config"][spec["decoding_type"]]
+            assert set(spec) <= set(known), sorted(set(spec) - set(known))
+
+
+REPO = HERE.parents[1]
+BUNDLED = sorted(p.name for p in (REPO / "recipes").glob("*.yaml") if not p.name.startswith("tiny-"))
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_bundled_recipe_build_plans_match_their_declared_version(name, tmp_path):
+    """The real-model recipes, planned (dry run) for the version they declare (default: the newest
+    verified container's, 1.1.0), use only flags and options that version has."""
+    from toolkit.ops.images import DEFAULT_TRTLLM
+    from toolkit.recipe import load_recipe
+
+    recipe = load_recipe(REPO / "recipes" / name)
+    version = recipe.trtllm_version or DEFAULT_TRTLLM
+    key = ".".join(version.split(".")[:2])
+    facts = fixture(key)
+    result = build(
+        load_recipe(REPO / "recipes" / name, [f"trtllm_version={version}"]),
+        workdir=tmp_path,
+        dry_run=True,
+        progress=lambda _m: None,
+    )
+    if result.backend == "engine":
+        for argv in (c for c in result.commands if c and c[0] == "trtllm-build"):
+            assert {a for a in argv if a.startswith("--")} <= set(facts["trtllm_build"]["flags"])
+    else:
+        options = yaml.safe_load(result.llmapi["extra_llm_api_options"])
+        assert set(options) <= set(facts["llmapi_options"]["top_level"])
+        spec = options.get("speculative_config")
+        if spec is not None:
+            assert set(spec) <= set(facts["llmapi_options"]["speculative_config"][spec["decoding_type"]])

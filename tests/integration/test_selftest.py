@@ -1,0 +1,53 @@
+"""`sdtk selftest --json` on CPU: without TensorRT-LLM it runs the reference backend on random-weight
+checkpoints it writes itself (build, real Triton deploy, validate against the in-process target,
+short bench, stop). CI runs two modes to stay within ~90 s."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .test_deploy import sdtk, triton_processes
+
+pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
+
+
+def test_selftest_reference_two_modes(tmp_path):
+    r = sdtk("selftest", "--mode", "eagle3", "--mode", "ngram", "--workdir", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
+    out = json.loads(r.stdout)
+    assert out["ok"] and out["trtllm_version"] is None and out["backends"] == ["reference"]
+    assert "not installed" in out["note"]
+    rows = {(x["mode"], x["backend"]): x for x in out["results"]}
+    assert set(rows) == {("eagle3", "reference"), ("ngram", "reference")}
+    for row in rows.values():
+        assert row["steps"] == {s: "passed" for s in ("build", "deploy", "validate", "bench", "stop")}
+        checks = {c["name"]: c["status"] for c in row["details"]["validation"]["checks"]}
+        assert checks["correctness"] == "passed"  # greedy speculative == target-only
+    # What a TensorRT-LLM 1.1 container would run instead.
+    would = {(x["mode"], x["backend"]) for x in out["would_run_with_trtllm"]}
+    assert {
+        ("medusa", "engine"),
+        ("draft_target", "engine"),
+        ("eagle3", "llmapi"),
+        ("ngram", "llmapi"),
+    } <= would
+    # The checkpoints carry the upstream EAGLE-3 config keys.
+    eagle = json.loads((tmp_path / "checkpoints/eagle3/config.json").read_text())
+    assert eagle["architectures"] == ["LlamaForCausalLMEagle3"] and "draft_vocab_size" in eagle
+    assert eagle["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    assert triton_processes(tmp_path) == []
+
+
+def test_selftest_plan_with_trtllm():
+    """Stand-in versions (TensorRT-LLM cannot be installed here): which (mode, backend) pairs run."""
+    from toolkit.selftest import plan_modes
+
+    assert plan_modes(None) == [(m, "reference") for m in
+                                ("none", "draft_target", "medusa", "eagle3", "ngram", "lookahead")]  # fmt: skip
+    v11 = plan_modes("1.1.0")
+    assert ("medusa", "engine") in v11 and ("eagle3", "llmapi") in v11 and ("none", "engine") in v11
+    v09 = plan_modes("0.19.0")
+    assert all(b == "engine" for _, b in v09)
+    assert all(b == "llmapi" for _, b in plan_modes("1.2.0"))

@@ -1,0 +1,118 @@
+"""sdtk's reference llmapi model (model_repo_templates/reference_llmapi) against a fake
+triton_python_backend_utils, with the real reference runtime on the tiny models: request checks,
+cancellation and upstream's response shapes. The end-to-end contract on the real Triton server is
+in tests/integration/test_reference_llmapi.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "models" / "tiny"
+MODEL = "reference_llmapi/tensorrt_llm/1/model.py"
+
+
+@pytest.fixture
+def model(load_model, monkeypatch):
+    mod = load_model(MODEL)
+    args = {
+        "model": str(TINY / "target"),
+        "backend": "pytorch",
+        "max_seq_len": 64,
+        "dtype": "float32",
+        "speculative_config": {"decoding_type": "NGram", "max_draft_len": 3, "max_matching_ngram_size": 2},
+        "triton_config": {"max_batch_size": 0, "decoupled": True},
+    }
+    monkeypatch.setattr(mod, "model_yaml", lambda: args)
+    m = mod.TritonPythonModel()
+    m.initialize({"model_config": "{}"})
+    return mod, m
+
+
+def _request(pb, inputs, cancel_after=None):
+    class Req(pb.Request):
+        calls = 0
+
+        def request_id(self):
+            return ""
+
+        def is_cancelled(self):
+            Req.calls += 1
+            return cancel_after is not None and Req.calls > cancel_after
+
+    return Req({k: np.asarray(v) for k, v in inputs.items()})
+
+
+def _run(pb, m, inputs, **kw):
+    req = _request(pb, inputs, **kw)
+    assert m.execute([req]) is None  # decoupled: everything goes through the sender
+    return req.sender.sent
+
+
+def test_greedy_text_and_perf_strings(pb, model):
+    _mod, m = model
+    sent = _run(pb, m, {"text_input": np.array([b"def fib(n):"], dtype=object),
+                        "sampling_param_max_tokens": np.array([8], np.int32),
+                        "sampling_param_exclude_input_from_output": np.array([True]),
+                        "sampling_param_return_perf_metrics": np.array([True])})  # fmt: skip
+    ((resp, flags),) = sent
+    assert flags == pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL and not resp.has_error()
+    out = resp.as_dict()
+    assert out["text_output"].dtype == object and out["acceptance_rate"].dtype == object
+    from toolkit.generate import run_generate
+    from toolkit.recipe import load_recipe
+
+    want = run_generate(load_recipe(ROOT / "recipes/tiny-ngram-llmapi.yaml"), "def fib(n):", 8,
+                        no_speculation=True, temperature=0.0, top_k=0, top_p=1.0, seed=None)  # fmt: skip
+    assert out["text_output"][0].decode() == want["text"]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        (
+            {"sampling_param_max_tokens": np.array([0], np.int32)},
+            "sampling_param_max_tokens must be at least 1",
+        ),
+        ({"sampling_param_max_tokens": np.array([60], np.int32)}, "exceeds max_seq_len 64"),
+        ({"sampling_param_best_of": np.array([2], np.int32)}, "sampling_param_best_of"),
+        (
+            {"streaming": np.array([True]), "text_input": np.array([[b"a"], [b"b"]], dtype=object)},
+            "1D tensor",
+        ),
+    ],
+)
+def test_refusals_name_the_input(pb, model, inputs, message):
+    _mod, m = model
+    sent = _run(pb, m, {"text_input": np.array([b"def fib(n):"], dtype=object), **inputs})
+    ((resp, flags),) = sent
+    assert resp.has_error() and message in resp.error().message()
+
+
+def test_cancellation_is_checked_every_step(pb, model):
+    _mod, m = model
+    sent = _run(pb, m, {"text_input": np.array([b"def fib(n):"], dtype=object),
+                        "sampling_param_max_tokens": np.array([20], np.int32),
+                        "streaming": np.array([True])}, cancel_after=2)  # fmt: skip
+    resp, flags = sent[-1]
+    assert flags == pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+    assert resp.has_error() and "Request cancelled by client" in resp.error().message()
+    assert len(sent) <= 3  # at most the streamed chunks before the check fired, then the error
+
+
+def test_streaming_needs_decoupled(pb, load_model, monkeypatch):
+    mod = load_model(MODEL)
+    args = {
+        "model": str(TINY / "target"),
+        "max_seq_len": 64,
+        "triton_config": {"max_batch_size": 0, "decoupled": False},
+    }
+    monkeypatch.setattr(mod, "model_yaml", lambda: args)
+    m = mod.TritonPythonModel()
+    m.initialize({"model_config": "{}"})
+    req = _request(pb, {"text_input": np.array([b"x"], dtype=object), "streaming": np.array([True])})
+    (resp,) = m.execute([req])
+    assert resp.has_error() and "Streaming is only supported in decoupled mode." in resp.error().message()

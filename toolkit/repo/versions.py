@@ -1,0 +1,76 @@
+"""What differs between TensorRT-LLM versions in the repositories and commands sdtk writes.
+
+One table, read by render (tensor names of the C++ `tensorrt_llm` model), the llmapi model-file
+search and the launch plan. Each fact names the upstream file it was read from; the per-version
+contract fixtures under tests/contracts/ hold the full tensor lists.
+
+| fact | ≤ 0.19 | 0.20 – 1.1 | newest (≥ 1.2 / not declared) |
+|---|---|---|---|
+| tensorrt_llm min-length input | `min_length` | `min_tokens` | `min_tokens` |
+| tensorrt_llm seed input | `random_seed` | `seed` | `seed` |
+| `return_num_{input,output}_tokens` / `num_*_tokens` | no | no (unverified for 1.0/1.1) | yes |
+
+Sources: triton-inference-server/tensorrtllm_backend tag v0.19.0 `inflight_batcher_llm/src/utils.h`
+(`minLength = "min_length"`, `randomSeed = "random_seed"`) and
+`all_models/inflight_batcher_llm/tensorrt_llm/config.pbtxt`; the rename landed on that repository's
+main in c2e65b8 (2025-05-13, after the v0.19 branch) and NVIDIA/TensorRT-LLM
+`triton_backend/inflight_batcher_llm/src/utils.h` @14c3afe reads `min_tokens`/`seed` and has no
+`num_*_tokens` output; `triton_backend/all_models/inflight_batcher_llm/tensorrt_llm/config.pbtxt`
+@0c8de69 declares them. Which release first shipped 0c8de69 is unverified, so only an undeclared
+(newest) or ≥ 1.2 version gets them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
+
+# NGC -trtllm-python-py3 containers ship the llmapi model here (first match wins after $TRTLLM_DIR):
+# triton-inference-server/tutorials Feature_Guide/Speculative_Decoding/TRT-LLM/README.md
+# (`cp -R /app/all_models/llmapi/ ...`) and NVIDIA/TensorRT-LLM docker/Dockerfile.multi @00f74ad
+# (`tritonrelease` stage installs /app/tensorrt_llm/triton_backend/all_models).
+LLMAPI_MODEL_DIRS = (
+    "/app/all_models/llmapi/tensorrt_llm/1",
+    "/app/tensorrt_llm/triton_backend/all_models/llmapi/tensorrt_llm/1",
+)
+
+
+@dataclass(frozen=True)
+class TensorNames:
+    min_tokens: str
+    seed: str
+    token_counts: bool  # return_num_*_tokens inputs, num_*_tokens outputs
+    why: str
+
+
+def _parse(version: str | None) -> Version | None:
+    if not version:
+        return None
+    try:
+        return Version(version)
+    except InvalidVersion:
+        return None
+
+
+def tensor_names(version: str | None) -> TensorNames:
+    """The `tensorrt_llm` (C++ backend) input names TensorRT-LLM `version` reads (None: newest)."""
+    v = _parse(version)
+    if v is not None and v < Version("0.20"):
+        return TensorNames(
+            "min_length",
+            "random_seed",
+            False,
+            f"TensorRT-LLM {version}: min_length/random_seed (v0.19.0 utils.h)",
+        )
+    if v is not None and v < Version("1.2"):
+        return TensorNames(
+            "min_tokens", "seed", False, f"TensorRT-LLM {version}: min_tokens/seed, no num_*_tokens (14c3afe)"
+        )
+    return TensorNames("min_tokens", "seed", True, f"TensorRT-LLM {version or 'newest'}: template 0c8de69")
+
+
+def engine_version(config: dict) -> str | None:
+    """The TensorRT-LLM version an engine directory's config.json records (trtllm-build writes it)."""
+    v = config.get("version")
+    return str(v) if isinstance(v, str) and _parse(v) is not None else None

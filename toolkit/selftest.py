@@ -1,0 +1,465 @@
+"""`sdtk selftest`: the first thing to run on a GPU box (inside NVIDIA's tritonserver:<yy.mm>-trtllm-python-py3).
+
+It writes tiny random-weight checkpoints locally (nothing is downloaded): a Llama-architecture
+target of a few layers, a smaller Llama draft, Medusa heads (FasterDecoding layout) and an EAGLE-3
+head with the upstream config keys (`LlamaForCausalLMEagle3`, `draft_vocab_size`,
+`eagle_config.eagle_aux_hidden_state_layer_ids`), plus a byte-level BPE tokenizer trained on the
+spot. Then, for every mode the installed TensorRT-LLM supports (the compat matrix: engine modes
+below 1.2, llmapi modes from 1.0), it runs: build → deploy on the real Triton → validate (greedy
+speculative output identical to target-only: the same backend's `none` deployment as the baseline)
+→ a short bench → stop, and prints a pass/fail table with the failing step's log tail.
+
+Without TensorRT-LLM it says so and runs the same flow on the reference backend (CPU), which is what
+CI tests. Random weights make acceptance low; correctness (lossless greedy) is what is checked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+STEPS = ("build", "deploy", "validate", "bench", "stop")
+# Layers the EAGLE-3 head captures: TensorRT-LLM's default {1, L//2-1, L-4} for L target layers.
+TARGET_LAYERS = 8
+CAPTURE = sorted({1, TARGET_LAYERS // 2 - 1, TARGET_LAYERS - 4})
+CORPUS = [
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
+    "Speculative decoding drafts tokens cheaply and verifies them with the target model in one pass.",
+    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps again.",
+    "import os\nfor name in os.listdir('.'):\n    print(name)\n",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n",
+] * 8
+PROMPTS = ("def fibonacci(n):", "The quick brown fox", "import os\n")
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    backend: str
+    steps: dict[str, str] = field(default_factory=dict)  # step → passed | failed | skipped
+    failed_step: str | None = None
+    error: str | None = None
+    log_tail: str = ""
+    seconds: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.failed_step is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+@dataclass
+class SelftestResult:
+    trtllm_version: str | None
+    backends: list[str]
+    note: str
+    checkpoints: dict[str, str]
+    results: list[ModeResult]
+    would_run: list[dict[str, str]]  # what a TensorRT-LLM install would run (documented in --json)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "trtllm_version": self.trtllm_version,
+            "backends": self.backends,
+            "note": self.note,
+            "checkpoints": self.checkpoints,
+            "results": [r.to_dict() for r in self.results],
+            "would_run_with_trtllm": self.would_run,
+        }
+
+    def table(self) -> str:
+        head = f"{'mode':<13} {'backend':<10} " + " ".join(f"{s:<9}" for s in STEPS) + " time"
+        lines = [head, "-" * len(head)]
+        for r in self.results:
+            cells = " ".join(f"{r.steps.get(s, '-'):<9}" for s in STEPS)
+            lines.append(f"{r.mode:<13} {r.backend:<10} {cells} {r.seconds:.0f}s")
+        for r in self.results:
+            if not r.ok:
+                lines += ["", f"{r.mode} ({r.backend}) failed at {r.failed_step}: {r.error}"]
+                if r.log_tail:
+                    lines += ["  " + x for x in r.log_tail.splitlines()[-20:]]
+        return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
+    """Tiny random-weight checkpoints and a tokenizer under `root`; returns role → directory."""
+    import torch
+    from safetensors.torch import save_file
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    torch.manual_seed(seed)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=512,
+        special_tokens=["<s>", "</s>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    vocab = len(fast)
+
+    def llama(hidden: int, layers: int, heads: int, kv: int) -> LlamaConfig:
+        return LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            intermediate_size=hidden * 3,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            head_dim=hidden // heads,
+            max_position_embeddings=512,
+            bos_token_id=0,
+            eos_token_id=1,
+            pad_token_id=2,
+            tie_word_embeddings=False,
+            torch_dtype="float16",
+        )
+
+    paths = {role: root / role for role in ("target", "draft", "medusa", "eagle3")}
+    for role, cfg in (("target", llama(64, TARGET_LAYERS, 4, 2)), ("draft", llama(32, 1, 2, 1))):
+        model = LlamaForCausalLM(cfg)
+        model.save_pretrained(paths[role])
+        fast.save_pretrained(paths[role])
+
+    # Medusa heads, FasterDecoding layout: {i}.0.linear = ResBlock, {i}.1 = Linear(hidden → vocab).
+    hidden, heads = 64, 2
+    state = {}
+    for i in range(heads):
+        state[f"{i}.0.linear.weight"] = torch.randn(hidden, hidden) * 0.02
+        state[f"{i}.0.linear.bias"] = torch.zeros(hidden)
+        state[f"{i}.1.weight"] = torch.randn(vocab, hidden) * 0.02
+    paths["medusa"].mkdir(parents=True, exist_ok=True)
+    save_file(state, str(paths["medusa"] / "medusa_lm_head.safetensors"))
+    save_file(state, str(paths["medusa"] / "model.safetensors"))
+    (paths["medusa"] / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["MedusaModel"],
+                "medusa_num_heads": heads,
+                "medusa_num_layers": 1,
+                "hidden_size": hidden,
+                "vocab_size": vocab,
+                "base_model_name_or_path": str(paths["target"]),
+            },
+            indent=2,
+        )
+    )
+
+    # EAGLE-3 head: one decoder layer over concat(embedding, fused hidden), a reduced draft vocab + d2t.
+    draft_vocab = vocab // 2
+    inter, kv_dim = hidden * 3, hidden // 2
+    e3 = {
+        "fc.weight": torch.randn(hidden, hidden * len(CAPTURE)) * 0.02,
+        "midlayer.hidden_norm.weight": torch.ones(hidden),
+        "midlayer.input_layernorm.weight": torch.ones(hidden),
+        "midlayer.post_attention_layernorm.weight": torch.ones(hidden),
+        "midlayer.self_attn.q_proj.weight": torch.randn(hidden, 2 * hidden) * 0.02,
+        "midlayer.self_attn.k_proj.weight": torch.randn(kv_dim, 2 * hidden) * 0.02,
+        "midlayer.self_attn.v_proj.weight": torch.randn(kv_dim, 2 * hidden) * 0.02,
+        "midlayer.self_attn.o_proj.weight": torch.randn(hidden, hidden) * 0.02,
+        "midlayer.mlp.gate_proj.weight": torch.randn(inter, hidden) * 0.02,
+        "midlayer.mlp.up_proj.weight": torch.randn(inter, hidden) * 0.02,
+        "midlayer.mlp.down_proj.weight": torch.randn(hidden, inter) * 0.02,
+        "norm.weight": torch.ones(hidden),
+        "lm_head.weight": torch.randn(draft_vocab, hidden) * 0.02,
+        "d2t": torch.zeros(draft_vocab, dtype=torch.long),  # draft id i → target id i
+    }
+    paths["eagle3"].mkdir(parents=True, exist_ok=True)
+    save_file(e3, str(paths["eagle3"] / "model.safetensors"))
+    (paths["eagle3"] / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLMEagle3"],
+                "model_type": "llama",
+                "bos_token_id": 0,
+                "eos_token_id": 1,
+                "pad_token_id": 2,
+                "hidden_act": "silu",
+                "hidden_size": hidden,
+                "intermediate_size": inter,
+                "max_position_embeddings": 512,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "head_dim": hidden // 4,
+                "num_hidden_layers": 1,
+                "rms_norm_eps": 1e-5,
+                "tie_word_embeddings": False,
+                "torch_dtype": "float16",
+                "vocab_size": vocab,
+                "draft_vocab_size": draft_vocab,
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": CAPTURE, "use_aux_hidden_state": True},
+            },
+            indent=2,
+        )
+    )
+    return paths
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def _spec(mode: str) -> dict[str, Any]:
+    return {
+        "none": {"mode": "none"},
+        "draft_target": {"mode": "draft_target", "max_draft_len": 4},
+        "medusa": {"mode": "medusa", "num_medusa_heads": 2, "medusa_choices": [[0], [0, 0], [1], [0, 1]]},
+        "eagle3": {"mode": "eagle3", "max_draft_len": 3, "layers_to_capture": CAPTURE},
+        "ngram": {"mode": "ngram", "max_draft_len": 4, "max_matching_ngram_size": 3},
+        "lookahead": {"mode": "lookahead", "window": 3, "ngram": 3, "verification_set": 2},
+    }[mode]
+
+
+_SOURCE = {"draft_target": "draft", "medusa": "medusa", "eagle3": "eagle3"}
+_MODEL_KEY = {"draft": "draft", "medusa": "medusa_heads", "eagle3": "eagle_head"}
+
+
+def selftest_recipe(mode: str, backend: str, paths: dict[str, Path], version: str | None) -> Any:
+    from toolkit.recipe import parse_recipe
+
+    models: dict[str, Any] = {"target": {"path": str(paths["target"])}}
+    if mode in _SOURCE:
+        role = _SOURCE[mode]
+        models[_MODEL_KEY[role]] = {"path": str(paths[role])}
+    data: dict[str, Any] = {
+        "name": f"selftest-{backend}-{mode}".replace("_", "-"),
+        "backend": backend,
+        "models": models,
+        "speculative": _spec(mode),
+        "dtype": "float32" if backend == "reference" else "float16",
+        "build": {"max_batch_size": 2, "max_input_len": 128, "max_seq_len": 256, "max_num_tokens": 512},
+        "serving": {"decoupled": not (backend == "engine" and mode == "draft_target")},
+    }
+    if backend != "reference":  # the baseline deployment runs alongside: leave GPU memory for both
+        data["serving"]["kv_cache_free_gpu_mem_fraction"] = 0.2
+    if version is not None and backend != "reference":
+        data["trtllm_version"] = version
+    return parse_recipe(data)
+
+
+def plan_modes(version: str | None) -> list[tuple[str, str]]:
+    """(mode, backend) pairs to test: what the installed TensorRT-LLM supports, or the reference."""
+    from packaging.version import Version
+
+    from toolkit import compat
+
+    if version is None:
+        return [(m, "reference") for m in ("none", "draft_target", "medusa", "eagle3", "ngram", "lookahead")]
+    out: list[tuple[str, str]] = []
+    v = Version(version)
+    if v < Version("1.2"):  # the engine path (trtllm-build) exists up to 1.1
+        out += [(m, "engine") for m in ("none", "draft_target", "medusa", "lookahead")]
+    if v >= Version("1.0"):
+        out += [(m, "llmapi") for m in ("none", "eagle3", "ngram", "draft_target")]
+    return [(m, b) for m, b in out if not compat.problems(compat.cell(m, b), version, "llama")]
+
+
+# --------------------------------------------------------------------------- run
+
+
+def _tail(e: BaseException) -> str:
+    tail = getattr(e, "log_tail", "") or ""
+    if not tail and getattr(e, "log_path", None):
+        with contextlib.suppress(OSError):
+            tail = "\n".join(Path(e.log_path).read_text(errors="replace").splitlines()[-30:])
+    return tail
+
+
+def run_mode(
+    mode: str,
+    backend: str,
+    paths: dict[str, Path],
+    workdir: Path,
+    *,
+    version: str | None,
+    baseline_url: str | None = None,
+    bench_requests: int = 2,
+    keep: bool = False,
+    progress: Callable[[str], None],
+) -> tuple[ModeResult, Any]:
+    """Build → deploy → validate → bench → stop one mode. Returns the result and, with `keep`, the
+    running deployment (the baseline others validate against)."""
+    from toolkit.build import build
+    from toolkit.deploy import deploy
+    from toolkit.server.state import stop_server
+    from toolkit.validate import validate_deployment
+
+    res = ModeResult(mode, backend)
+    t0 = time.monotonic()
+    recipe = selftest_recipe(mode, backend, paths, version)
+    deployed = None
+    step = "build"
+    try:
+        progress(f"{mode} ({backend}): build")
+        build(recipe, workdir=workdir, progress=lambda _m: None)
+        res.steps["build"] = "passed"
+        step = "deploy"
+        progress(f"{mode} ({backend}): deploy")
+        deployed = deploy(
+            recipe, workdir=workdir, detach=True, auto_ports=True, validate=False, progress=lambda _m: None
+        )
+        res.steps["deploy"] = "passed"
+        res.details["ready_seconds"] = deployed.ready_seconds
+        step = "validate"
+        progress(f"{mode} ({backend}): validate")
+        report = validate_deployment(
+            http_url=deployed.http_url,
+            grpc_url=deployed.grpc_url,
+            model=deployed.model,
+            recipe=recipe,
+            prompts=PROMPTS,
+            max_tokens=16,
+            baseline_url=baseline_url,
+            progress=None,
+        )
+        res.details["validation"] = report.to_dict()
+        failed = [c for c in report.checks if c.status == "failed"]
+        if failed:
+            raise RuntimeError("; ".join(f"{c.name}: {c.detail}" for c in failed))
+        correctness = next((c for c in report.checks if c.name == "correctness"), None)
+        if correctness is None or correctness.status != "passed":
+            raise RuntimeError(f"no correctness verdict (baseline: {report.baseline})")
+        res.steps["validate"] = "passed"
+        step = "bench"
+        progress(f"{mode} ({backend}): bench")
+        from toolkit.bench.api import bench
+
+        b = bench(
+            deployed.grpc_url,
+            model=deployed.model,
+            concurrency=(1,),
+            requests=bench_requests,
+            warmup=0,
+            max_tokens=8,
+            report_dir=deployed.workdir / "reports" / "selftest",
+            progress=False,
+        )
+        res.details["bench_report"] = str(b.report_dir)
+        res.steps["bench"] = "passed"
+    except BaseException as e:  # noqa: BLE001 - every failure is one row of the table
+        if isinstance(e, KeyboardInterrupt):
+            if deployed is not None:
+                stop_server(deployed.workdir)
+            raise
+        res.steps[step] = "failed"
+        res.failed_step = step
+        res.error = str(e) or type(e).__name__
+        res.log_tail = _tail(e)
+        if not res.log_tail and deployed is not None:
+            log = deployed.workdir / "logs" / "tritonserver.log"
+            with contextlib.suppress(OSError):
+                res.log_tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        if not res.log_tail:
+            res.log_tail = "".join(traceback.format_exception_only(type(e), e))
+    finally:
+        if deployed is not None and not (keep and res.ok):
+            from toolkit.server.state import server_status
+
+            stop_server(deployed.workdir)
+            stopped = not server_status(deployed.workdir, timeout=1.0).running
+            res.steps["stop"] = "passed" if stopped else "failed"
+            if not stopped and res.failed_step is None:
+                res.failed_step, res.error = "stop", f"the server in {deployed.workdir} still runs"
+        for s in STEPS:
+            res.steps.setdefault(s, "skipped")
+        res.seconds = round(time.monotonic() - t0, 1)
+    return res, (deployed if keep and res.ok else None)
+
+
+def selftest(
+    *,
+    modes: Sequence[str] | None = None,
+    workdir: Path | None = None,
+    force_reference: bool = False,
+    bench_requests: int = 2,
+    progress: Callable[[str], None] | None = None,
+) -> SelftestResult:
+    """Run the self-test; see the module docstring. `modes` limits the modes (CI runs two)."""
+    from toolkit.compat import installed_trtllm_version
+    from toolkit.server.state import stop_server
+
+    say = progress or (lambda m: print(f"sdtk selftest: {m}", file=sys.stderr, flush=True))
+    version = None if force_reference else installed_trtllm_version()
+    if version is None:
+        note = (
+            "TensorRT-LLM is not installed: running the same flow on the reference backend (CPU). "
+            "Inside NVIDIA's tritonserver:<yy.mm>-trtllm-python-py3 container this runs the engine and "
+            "llmapi backends instead (see would_run_with_trtllm)."
+        )
+    else:
+        note = f"TensorRT-LLM {version}: testing every mode it supports"
+    say(note)
+    plan = plan_modes(version)
+    if modes:
+        unknown = sorted(set(modes) - {m for m, _ in plan})
+        if unknown:
+            from toolkit.errors import UsageError
+
+            raise UsageError(
+                f"mode(s) {', '.join(unknown)} not testable here",
+                hint="choose from " + ", ".join(sorted({m for m, _ in plan})),
+            )
+        # engine/llmapi: the `none` deployment is the correctness baseline; the reference backend's
+        # baseline is its in-process runtime
+        plan = [(m, b) for m, b in plan if m in modes or (m == "none" and b != "reference")]
+    would_run = [{"mode": m, "backend": b} for m, b in plan_modes("1.1.0")]
+    with contextlib.ExitStack() as stack:
+        root = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sdtk-selftest-")))
+        root = Path(root).resolve()
+        say(f"writing random-weight checkpoints under {root / 'checkpoints'}")
+        paths = make_checkpoints(root / "checkpoints")
+        results: list[ModeResult] = []
+        baselines: dict[str, Any] = {}
+        try:
+            # The same backend's plain deployment is the correctness baseline of its speculative modes.
+            for mode, backend in sorted(plan, key=lambda p: p[0] != "none"):
+                base = baselines.get(backend)
+                needs_url = backend != "reference" and mode != "none"
+                res, kept = run_mode(
+                    mode,
+                    backend,
+                    paths,
+                    root / "work",
+                    version=version,
+                    baseline_url=base.http_url if (needs_url and base is not None) else None,
+                    bench_requests=bench_requests,
+                    keep=mode == "none" and backend != "reference",
+                    progress=say,
+                )
+                if kept is not None:
+                    baselines[backend] = kept
+                results.append(res)
+                say(f"{mode} ({backend}): {'passed' if res.ok else 'FAILED at ' + str(res.failed_step)}")
+        finally:
+            for d in baselines.values():
+                stop_server(d.workdir)
+        return SelftestResult(
+            trtllm_version=version,
+            backends=sorted({b for _, b in plan}),
+            note=note,
+            checkpoints={k: str(v) for k, v in paths.items()},
+            results=results,
+            would_run=would_run,
+        )
