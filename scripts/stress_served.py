@@ -37,7 +37,16 @@ sys.path.insert(0, str(ROOT))
 
 from toolkit import stress  # noqa: E402
 
-RECIPES = ("tiny-baseline", "tiny-draft-target", "tiny-eagle3", "tiny-medusa", "tiny-lookahead", "tiny-ngram")
+RECIPES = (
+    "tiny-baseline",
+    "tiny-draft-target",
+    "tiny-eagle3",
+    "tiny-medusa",
+    "tiny-lookahead",
+    "tiny-ngram",
+    "tiny-eagle3-llmapi",
+    "tiny-ngram-llmapi",
+)
 LEVELS = (1, 2, 4, 8)
 MARK = "<!-- stress_served.py -->"
 
@@ -65,7 +74,7 @@ def cancellation(result, traffic: stress.Traffic) -> dict:
     idle = statistics.median(short_latency(traffic) for _ in range(3))
     after = []
     for _ in range(3):
-        if result.entry_kind == "bls":
+        if result.entry_kind in ("bls", "llmapi"):  # the entry model itself sees the cancellation
             threads = [
                 threading.Thread(target=traffic.send, args=("abandon", "import os\n", 1000)) for _ in range(3)
             ]
@@ -110,7 +119,13 @@ def run_recipe(name: str, n: int, workdir: Path) -> dict:
     result = deploy(
         recipe, workdir=workdir, detach=True, auto_ports=True, validate=False, progress=lambda m: None
     )
-    traffic = stress.Traffic(result.http_url, result.grpc_url, result.model, decoupled=result.decoupled)
+    traffic = stress.Traffic(
+        result.http_url,
+        result.grpc_url,
+        result.model,
+        decoupled=result.decoupled,
+        llmapi=result.entry_kind == "llmapi",
+    )
     try:
         stress.run(traffic, stress.plan(30, seed=99), concurrency=4)  # warm-up
         reports = []

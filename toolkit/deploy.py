@@ -220,7 +220,11 @@ def deploy(
             if burst:
                 from toolkit.stress import survive_burst
 
-                progress(survive_burst(server, decoupled=rendered.decoupled))
+                progress(
+                    survive_burst(
+                        server, decoupled=rendered.decoupled, llmapi=rendered.entry_kind == "llmapi"
+                    )
+                )
     except BaseException:
         server.stop()
         raise

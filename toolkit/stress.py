@@ -104,15 +104,33 @@ class Traffic:
     """One client per request kind, talking to `http_url` / `grpc_url` with plain httpx and
     tritonclient.grpc (not sdtk's client: the traffic must not share the code it checks)."""
 
-    def __init__(self, http_url: str, grpc_url: str, model: str, *, decoupled: bool, timeout: float = 300.0):
+    def __init__(
+        self,
+        http_url: str,
+        grpc_url: str,
+        model: str,
+        *,
+        decoupled: bool,
+        llmapi: bool = False,
+        timeout: float = 300.0,
+    ):
         self.http_url, self.grpc_url, self.model = http_url.rstrip("/"), grpc_url, model
         self.decoupled, self.timeout = decoupled, timeout
+        # The llmapi model's inputs: sampling_param_*, `streaming`; its streamed text is cumulative.
+        self.llmapi = llmapi
+        self.max_key = "sampling_param_max_tokens" if llmapi else "max_tokens"
+        self.stream_key = "streaming" if llmapi else "stream"
 
     def _body(self, prompt: str, max_tokens: int, stream: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {"text_input": prompt, "max_tokens": max_tokens}
+        body: dict[str, Any] = {"text_input": prompt, self.max_key: max_tokens}
+        if self.llmapi:
+            body["sampling_param_exclude_input_from_output"] = True
         if stream:
-            body["stream"] = True
+            body[self.stream_key] = True
         return body
+
+    def _joined(self, texts: list[str]) -> str:
+        return (texts[-1] if texts else "") if self.llmapi else "".join(texts)
 
     def send(self, kind: str, prompt: str, max_tokens: int) -> Outcome:
         t0 = time.monotonic()
@@ -165,7 +183,7 @@ class Traffic:
         if out.status != 200:
             out.error = f"HTTP {out.status}"
             return
-        out.text, out.ok = "".join(texts), True
+        out.text, out.ok = self._joined(texts), True
 
     def _http_stream(self, out: Outcome) -> None:
         self._sse(out, None)
@@ -188,15 +206,17 @@ class Traffic:
         client = grpcclient.InferenceServerClient(self.grpc_url)
         try:
             client.start_stream(callback=lambda result, error: results.put((result, error)))
-            client.async_stream_infer(
-                self.model,
-                [
-                    tensor("text_input", np.array([[out.prompt.encode()]], dtype=object), "BYTES"),
-                    tensor("max_tokens", np.array([[out.max_tokens]], dtype=np.int32), "INT32"),
-                    tensor("stream", np.array([[True]], dtype=bool), "BOOL"),
-                ],
-                enable_empty_final_response=True,
-            )
+            shape = (1,) if self.llmapi else (1, 1)  # the llmapi model has max_batch_size 0
+            inputs = [
+                tensor("text_input", np.array([out.prompt.encode()], dtype=object).reshape(shape), "BYTES"),
+                tensor(self.max_key, np.array([out.max_tokens], dtype=np.int32).reshape(shape), "INT32"),
+                tensor(self.stream_key, np.array([True], dtype=bool).reshape(shape), "BOOL"),
+            ]
+            if self.llmapi:
+                inputs.append(
+                    tensor("sampling_param_exclude_input_from_output", np.array([True], dtype=bool), "BOOL")
+                )
+            client.async_stream_infer(self.model, inputs, enable_empty_final_response=True)
             texts = []
             while True:
                 result, error = results.get(timeout=self.timeout)
@@ -213,7 +233,7 @@ class Traffic:
                     return
                 if final is not None and final.bool_param:
                     break
-            out.text, out.ok = "".join(texts), True
+            out.text, out.ok = self._joined(texts), True
         finally:
             client.stop_stream(cancel_requests=True)
             client.close()
@@ -230,7 +250,7 @@ class Traffic:
         # A required input missing: the server must refuse it with a 4xx and keep serving.
         r = httpx.post(
             f"{self.http_url}/v2/models/{self.model}/generate",
-            json={"text_input": out.prompt},
+            json={self.max_key: out.max_tokens},
             timeout=self.timeout,
         )
         out.status = r.status_code
@@ -317,11 +337,13 @@ def mismatches(report: StressReport, want: dict[tuple[str, int], str]) -> list[O
     ]
 
 
-def survive_burst(server: Any, *, decoupled: bool, n: int = 12, concurrency: int = 4) -> str:
+def survive_burst(
+    server: Any, *, decoupled: bool, llmapi: bool = False, n: int = 12, concurrency: int = 4
+) -> str:
     """`sdtk deploy`'s last check: a short burst of concurrent, streamed, cancelled and malformed
     requests after validation. Raises ServerError if a stub died or a well-formed request failed."""
     kinds = KINDS if decoupled else ("http", "bad")
-    traffic = Traffic(server.http_url, server.grpc_url, server.model_name, decoupled=decoupled)
+    traffic = Traffic(server.http_url, server.grpc_url, server.model_name, decoupled=decoupled, llmapi=llmapi)
     report = run(traffic, plan(n, kinds=kinds), concurrency=concurrency, pgid=server.pid)
     if report.stub_deaths or report.failures:
         first = report.failures[0] if report.failures else None

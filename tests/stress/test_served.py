@@ -23,6 +23,8 @@ TINY_RECIPES = (
     "tiny-medusa",
     "tiny-lookahead",
     "tiny-ngram",
+    "tiny-eagle3-llmapi",
+    "tiny-ngram-llmapi",
 )
 
 
@@ -30,7 +32,13 @@ TINY_RECIPES = (
 def test_mixed_traffic(deployment):
     recipe, result = deployment
     requests = stress.plan(30, seed=1)
-    traffic = stress.Traffic(result.http_url, result.grpc_url, result.model, decoupled=result.decoupled)
+    traffic = stress.Traffic(
+        result.http_url,
+        result.grpc_url,
+        result.model,
+        decoupled=result.decoupled,
+        llmapi=result.entry_kind == "llmapi",
+    )
     report = stress.run(traffic, requests, concurrency=4, pgid=result.pid, warmup=2)
     assert report.failures == [], report.summary()
     assert report.stub_deaths == 0 and report.stubs_after == report.stubs_before
