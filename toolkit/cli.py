@@ -583,8 +583,13 @@ def validate(
         http_url = url
     else:
         from toolkit.deploy import load_deployed_recipe
+        from toolkit.errors import ServerError
+        from toolkit.server.state import dead_stubs, stub_message
 
         wd, st = _running_deployment(workdir)
+        dead = dead_stubs(st)
+        if dead:  # requests would fail with "Stub process ... is not healthy"; say which model
+            raise ServerError(stub_message(dead), hint="redeploy: sdtk stop, then sdtk deploy")
         http_url, grpc_url, model = st.http_url, st.grpc_url, model or st.model_name
         rec = rec or load_deployed_recipe(wd)
     report = validate_deployment(

@@ -54,6 +54,8 @@ SDTK_EXTRAS: dict[str, dict[str, dict[str, str]]] = {
             "default_num_draft_tokens": "draft-target default when a request sends none",
             "default_use_draft_logits": "draft-target default when a request sends none",
             "exclude_input_in_output": "the BLS's default for that input",
+            "max_input_len": "the engine's limit, checked on the prompt before the draft-target loop",
+            "max_seq_len": "the engine's limit, checked on prompt + max_tokens before the loop",
         },
     },
 }

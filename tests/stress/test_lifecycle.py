@@ -73,6 +73,8 @@ def test_killed_stub_makes_status_fail_and_stop_cleans_shm(tmp_path):
     report = json.loads(r.stdout)
     assert report["state"] == "unhealthy" and "tensorrt_llm" in report["dead_stubs"]
     assert "'tensorrt_llm'" in report["message"]
+    validate = sdtk("validate", "--workdir", str(dep))
+    assert validate.returncode != 0 and "'tensorrt_llm'" in validate.stderr
     assert sdtk("stop", "--workdir", str(dep)).returncode == 0
     assert not procs.group_members(st["pgid"])
     assert not list(Path("/dev/shm").glob(st["shm_prefix"] + "*"))
