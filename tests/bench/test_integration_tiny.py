@@ -11,7 +11,6 @@ Needs three things; each test is skipped with the missing one named:
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 import signal
@@ -40,28 +39,7 @@ def _deploy_fn(root: Path):
             return getattr(importlib.import_module(mod), name), None
         except (ImportError, AttributeError) as e:
             return None, f"no deploy function {ref} ({type(e).__name__})"
-    try:
-        deploy_mod = importlib.import_module("toolkit.deploy")
-    except ImportError as e:
-        return None, f"no toolkit.deploy ({e}); set SDTK_DEPLOY_FN=module:function"
-    if hasattr(deploy_mod, "deployed"):
-        return deploy_mod.deployed, None
-    if not hasattr(deploy_mod, "deploy"):
-        return None, "toolkit.deploy has neither deployed() nor deploy(); set SDTK_DEPLOY_FN=module:function"
-
-    from toolkit.recipe import load_recipe
-    from toolkit.server.state import stop_server
-
-    @contextlib.contextmanager
-    def deployed(recipe_path, overrides=()):
-        rec = load_recipe(recipe_path, list(overrides))
-        res = deploy_mod.deploy(
-            rec, workdir=root, detach=True, auto_ports=True, validate=False, progress=lambda m: None
-        )
-        try:
-            yield res.grpc_url, res.model
-        finally:
-            stop_server(res.workdir)
+    from toolkit.deploy import deployed
 
     return deployed, None
 
@@ -72,8 +50,7 @@ def deploy_fn(tmp_path_factory):
     if missing:
         pytest.skip(missing)
     for sub in ("target", "draft"):
-        if not (TINY / sub / "config.json").is_file():
-            pytest.skip(f"the tiny models are not trained yet ({TINY / sub / 'config.json'} is missing)")
+        assert (TINY / sub / "config.json").is_file(), f"{TINY / sub} is missing (models/tiny is committed)"
     fn, why = _deploy_fn(tmp_path_factory.mktemp("deployments"))
     if fn is None:
         pytest.skip(why)

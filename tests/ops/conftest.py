@@ -46,10 +46,6 @@ def recipe_tp8_pp2():
 def _embedded_available() -> str | None:
     if importlib.util.find_spec("pytriton") is None:
         return "nvidia-pytriton (the embedded tritonserver) is not installed: pip install 'sdtk[server]'"
-    try:
-        from toolkit.server.launch import TritonServer  # noqa: F401
-    except ImportError as e:
-        return f"toolkit.server.launch is not available yet ({e})"
     return None
 
 
