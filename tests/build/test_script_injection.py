@@ -114,14 +114,19 @@ def test_runbook_is_injection_safe(label, case, hostile_dirs, tmp_path):
 
     root = wd / "hostile" / "engines" / "target"
     if backend == "llmapi":
-        for name, key in (("extra_llm_api_options.yaml", "extra_llm_api_options"), ("model.yaml", "model_yaml")):
+        for name, key in (
+            ("extra_llm_api_options.yaml", "extra_llm_api_options"),
+            ("model.yaml", "model_yaml"),
+        ):
             text = (root / name).read_text(encoding="utf-8")
             assert text == r.llmapi[key]  # byte for byte what sdtk itself writes
             data = yaml.safe_load(text)
             spec = data["speculative_config"]
             head = spec.get("speculative_model") or spec.get("speculative_model_dir")
             assert head == str(hdir / ("eagle3" if "eagle3" in case else "draft"))
-        assert yaml.safe_load((root / "model.yaml").read_text(encoding="utf-8"))["model"] == str(hdir / "target")
+        assert yaml.safe_load((root / "model.yaml").read_text(encoding="utf-8"))["model"] == str(
+            hdir / "target"
+        )
         cfg = json.loads((root / "config.json").read_text(encoding="utf-8"))
         assert cfg["llmapi"]["model"] == str(hdir / "target")
     if backend == "reference":
