@@ -6,11 +6,14 @@ that a model path, a workdir or a mount point runs through.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 CORPUS: dict[str, str] = {
@@ -45,12 +48,12 @@ def make_stubs(bin_dir: Path, log_dir: Path, names: list[str]) -> Path:
     for name in names:
         p = bin_dir / name
         p.write_text(
-            f"#!{sys.executable}\n"
-            "import json, os, sys\n"
+            f"#!{sys.executable} -S\n"
+            "import json, os, sys, time\n"
             f"d = {str(log_dir)!r}\n"
-            "n = len(os.listdir(d))\n"
-            "with open(os.path.join(d, f'{n:04d}.json'), 'w') as f:\n"
-            "    json.dump({'cmd': os.path.basename(sys.argv[0]), 'argv': sys.argv[1:], 'cwd': os.getcwd()}, f)\n",
+            "name = f'{time.time_ns():020d}-{os.getpid()}.json'  # unique: calls may run in parallel\n"
+            "with open(os.path.join(d, name), 'x') as f:\n"
+            "    json.dump({'cmd': os.path.basename(sys.argv[0]), 'exe': sys.argv[0], 'argv': sys.argv[1:]}, f)\n",
             encoding="utf-8",
         )
         p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
@@ -72,12 +75,23 @@ def tree(root: Path) -> set[str]:
 
 def run_script(script: Path, *, cwd: Path, stub_bin: Path, env: dict[str, str] | None = None,
                timeout: float = 60) -> subprocess.CompletedProcess:  # fmt: skip
-    """bash SCRIPT with only the stubs and the system tools on PATH."""
+    """bash SCRIPT with only the stubs and the system tools on PATH, in its own process group,
+    which is killed afterwards (scripts may leave background loops such as a lock heartbeat)."""
     base = {"PATH": f"{stub_bin}:/usr/bin:/bin", "HOME": str(cwd), "LANG": "C.UTF-8"}
-    return subprocess.run(
-        ["bash", str(script)], cwd=cwd, env={**base, **(env or {})}, capture_output=True, text=True,
-        timeout=timeout, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            ["bash", str(script)], cwd=cwd, env={**base, **(env or {})}, stdout=out, stderr=err,
+            stdin=subprocess.DEVNULL, start_new_session=True, text=True,
+        )  # fmt: skip
+        try:
+            rc = proc.wait(timeout=timeout)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(proc.args, rc, out.read(), err.read())
 
 
 def value_after(argv: list[str], flag: str) -> str:
