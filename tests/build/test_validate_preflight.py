@@ -69,3 +69,14 @@ def test_dry_run_exits_non_zero_naming_every_missing_path(tmp_path):
     assert not (tmp_path / "wd").exists()
     r = CliRunner().invoke(cli, ["recipes", "validate", str(path), "--json"])
     assert r.exit_code == 1 and "missing local path" in json.loads(r.stdout)[0]["error"]
+
+
+def test_max_seq_len_beyond_the_models_positions_is_refused(make_recipe):
+    limits = {"max_batch_size": 2, "max_input_len": 64, "max_seq_len": 8192, "max_num_tokens": 256}
+    path = make_recipe("none", build=limits)  # the stand-in target has max_position_embeddings 4096
+    with pytest.raises(PreflightFailed) as e:
+        build(path, dry_run=True, progress=quiet)
+    assert e.value.check == "seq-len" and "max_position_embeddings 4096" in str(e.value)
+    assert "at most 4096" in e.value.hint
+    got = validate_recipe_file(str(path))
+    assert got["ok"] is False and "seq-len" in got["error"]

@@ -526,9 +526,30 @@ def check_memory(ctx: BuildContext, gpus: Gpus | None) -> CheckResult:
 # --------------------------------------------------------------------------- all of them
 
 
+def check_seq_len(ctx: BuildContext) -> CheckResult:
+    """build.max_seq_len against the target's max_position_embeddings (the model's own bound)."""
+    f = ctx.sources["target"].facts
+    want = ctx.recipe.build.max_seq_len
+    if f.max_position_embeddings is None:
+        return CheckResult(
+            "seq-len", SKIPPED, "skipped (not resolved: max_position_embeddings of the target unknown)"
+        )
+    if want > f.max_position_embeddings:
+        return CheckResult(
+            "seq-len",
+            FAILED,
+            f"build.max_seq_len {want} exceeds the target's max_position_embeddings "
+            f"{_fmt(f, 'max_position_embeddings')}: positions beyond it were never trained",
+            f"set build.max_seq_len to at most {f.max_position_embeddings} (and max_input_len below it)",
+        )
+    return CheckResult(
+        "seq-len", PASSED, f"max_seq_len {want} ≤ max_position_embeddings {f.max_position_embeddings}"
+    )
+
+
 def run_checks(ctx: BuildContext, *, gpus: Gpus | None) -> list[CheckResult]:
     """The mode- and resource-specific checks (sources and backend are checked by the caller)."""
-    out = [check_target_tokenizer(ctx)]
+    out = [check_target_tokenizer(ctx), check_seq_len(ctx)]
     mode = ctx.mode
     if mode == "draft_target":
         out += check_draft_target(ctx)
