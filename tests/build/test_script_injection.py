@@ -21,7 +21,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _hostile import CORPUS, calls, created_outside, make_stubs, run_script, tree  # noqa: E402
+from _hostile import CONTROL_FREE, CORPUS, calls, created_outside, make_stubs, run_script, tree  # noqa: E402
 
 from toolkit.build import build  # noqa: E402
 from toolkit.errors import RecipeError  # noqa: E402
@@ -58,10 +58,11 @@ def hostile_dirs(tmp_path_factory, models):
     return get
 
 
-def _recipe(hdir: Path, case: str) -> Path:
+def _recipe(hdir: Path, case: str, stem: str | None = None) -> Path:
+    """The recipe in the hostile directory; named `hostile`, or (stem given) by its file name."""
     backend, spec, roles, version = CASES[case]
     data = {
-        "name": "hostile",
+        "name": None if stem else "hostile",
         "backend": backend,
         "models": {"target": "./target", **{role: f"./{m}" for role, m in roles.items()}},
         "speculative": spec,
@@ -71,7 +72,9 @@ def _recipe(hdir: Path, case: str) -> Path:
     }
     if version:
         data["trtllm_version"] = version
-    path = hdir / f"{case}.yaml"
+    if stem:
+        del data["name"]
+    path = hdir / f"{stem or case}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
 
@@ -170,3 +173,23 @@ def test_file_name_with_a_newline_cannot_name_a_deployment(tmp_path):
     assert e.value.field == "name" and "control character" in str(e.value)
     path.write_text("name: fine\nmodels: {target: org/model}\n", encoding="utf-8")
     assert load_recipe(path).display_name == "fine"
+
+
+@pytest.mark.parametrize("label", sorted(CONTROL_FREE))
+def test_runbook_of_a_recipe_named_by_a_hostile_file_name(label, hostile_dirs, tmp_path):
+    """Without `name:`, the file name names the deployment: its workdir, comments and outputs."""
+    stem = CORPUS[label]
+    hdir = hostile_dirs(stem)
+    wd = hdir / "wd-stem"
+    r = build(_recipe(hdir, "llmapi-eagle3", stem=stem), dry_run=True, workdir=wd, progress=quiet)
+    assert r.recipe == stem and r.script is not None
+    script = tmp_path / "runbook.sh"
+    script.write_text(r.script, encoding="utf-8")
+    stubs = make_stubs(tmp_path / "bin", tmp_path / "calls", ["python3", "trtllm-build", "trtllm-serve"])
+    before = tree(hdir.parent)
+    res = run_script(script, cwd=tmp_path, stub_bin=stubs)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert created_outside(before, tree(hdir.parent), [wd]) == []
+    text = (wd / stem / "engines" / "target" / "extra_llm_api_options.yaml").read_text(encoding="utf-8")
+    assert text == r.llmapi["extra_llm_api_options"]
+    assert not [p for p in tree(tmp_path) if Path(p).name.startswith("PWNED")]
