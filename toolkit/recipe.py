@@ -10,6 +10,7 @@ Importable without torch, tritonclient or tensorrt_llm.
 from __future__ import annotations
 
 import re
+import reprlib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -27,13 +28,44 @@ from pydantic import (
 from toolkit import choices as tree
 from toolkit.errors import RecipeError, did_you_mean
 from toolkit.resources import recipes_dir
+from toolkit.shellsafe import escape_controls, has_control
 
 MODES = ("none", "draft_target", "eagle3", "eagle", "medusa", "lookahead", "ngram")
 BACKENDS = ("auto", "engine", "llmapi", "reference")
 DTYPES = ("auto", "float16", "bfloat16", "float32")
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", re.ASCII)
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+# Triton model names become directory names and config.pbtxt `name:` values.
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+
+# Loading limits: a recipe is a few dozen values; these stop hostile files (billion laughs, deep
+# nesting, huge files) in milliseconds, long before they cost memory.
+MAX_RECIPE_BYTES = 1 << 20
+MAX_DEPTH = 32
+MAX_NODES = 20_000  # values after YAML alias expansion
+# TensorRT-LLM takes lengths as int32 and sizes buffers by them; no supported model has a context
+# beyond 2^20 tokens, and the model's max_position_embeddings is checked at build time.
+MAX_LEN = 1 << 20
+_CLIP = 100
+
+_repr = reprlib.Repr()
+_repr.maxstring = _repr.maxother = _CLIP
+_repr.maxlist = _repr.maxdict = _repr.maxtuple = _repr.maxset = 8
+_repr.maxlevel = 3
+
+
+def clip(value: Any, limit: int = _CLIP) -> str:
+    """A value for an error message: bounded repr (never walks a whole structure), one line."""
+    s = value if isinstance(value, str) else _repr.repr(value)
+    s = escape_controls(s)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _no_controls(v: str | None, what: str) -> str | None:
+    if v is not None and has_control(v):
+        raise ValueError(f"{what} '{clip(v)}' contains a control character (newline, tab, escape, …)")
+    return v
 
 
 class FieldError(ValueError):
@@ -45,7 +77,8 @@ class FieldError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False, validate_default=True)
+    # strict: `true` is not a number and "4" is not an int (YAML already gives typed scalars).
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_default=True, strict=True)
 
 
 # --------------------------------------------------------------------------- models
@@ -80,11 +113,21 @@ class ModelSource(_Strict):
     @field_validator("repo")
     @classmethod
     def _hub_id(cls, v: str | None) -> str | None:
-        if v is not None and (not _HUB_ID.match(v) or ".." in v):
+        if v is not None and (not _HUB_ID.fullmatch(v) or ".." in v):
             raise ValueError(
-                f"'{v}' is not a hub id of the form 'org/name' (a local directory goes in `path`)"
+                f"'{clip(v)}' is not a hub id of the form 'org/name' (a local directory goes in `path`)"
             )
         return v
+
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, v: str | None) -> str | None:
+        return _no_controls(v, "revision")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        return _no_controls(v, "path")
 
     @model_validator(mode="after")
     def _one_of(self) -> ModelSource:
@@ -452,9 +495,11 @@ class BuildLimits(_Strict):
     """Engine build limits (`trtllm-build` flags; LLM-API arguments of the same names)."""
 
     max_batch_size: int = Field(8, ge=1, le=4096)
-    max_input_len: int = Field(1024, ge=1)
-    max_seq_len: int = Field(2048, ge=2, description="Prompt plus generated tokens.")
-    max_num_tokens: int = Field(8192, ge=1, description="Tokens per engine step (all requests together).")
+    max_input_len: int = Field(1024, ge=1, le=MAX_LEN)
+    max_seq_len: int = Field(2048, ge=2, le=MAX_LEN, description="Prompt plus generated tokens.")
+    max_num_tokens: int = Field(
+        8192, ge=1, le=MAX_LEN, description="Tokens per engine step (all requests together)."
+    )
 
     @model_validator(mode="after")
     def _limits(self) -> BuildLimits:
@@ -500,8 +545,18 @@ class Serving(_Strict):
     @field_validator("host")
     @classmethod
     def _host(cls, v: str) -> str:
-        if not re.match(r"^[A-Za-z0-9.:\-\[\]]+$", v):
-            raise ValueError(f"'{v}' is not an IP address or host name")
+        if not re.fullmatch(r"[A-Za-z0-9.:\-\[\]]+", v):
+            raise ValueError(f"'{clip(v)}' is not an IP address or host name")
+        return v
+
+    @field_validator("model_name")
+    @classmethod
+    def _model_name(cls, v: str) -> str:
+        if not _MODEL_NAME.fullmatch(v) or v in (".", ".."):
+            raise ValueError(
+                f"'{clip(v)}' is not a Triton model name: letters, digits, '_', '.', '-' "
+                "(at most 128, no control characters); it becomes a directory name"
+            )
         return v
 
     @model_validator(mode="after")
@@ -538,8 +593,8 @@ class Recipe(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str | None) -> str | None:
-        if v is not None and not _NAME.match(v):
-            raise ValueError(f"'{v}' must be lower-case letters, digits, '.', '_' or '-'")
+        if v is not None and (not _NAME.fullmatch(v) or len(v) > 128):
+            raise ValueError(f"'{clip(v)}' must be lower-case letters, digits, '.', '_' or '-' (at most 128)")
         return v
 
     @field_validator("trtllm_version")
@@ -551,7 +606,7 @@ class Recipe(_Strict):
             try:
                 Version(v)
             except InvalidVersion:
-                raise ValueError(f"'{v}' is not a version number such as 1.1.0") from None
+                raise ValueError(f"'{clip(v)}' is not a version number such as 1.1.0") from None
         return v
 
     @model_validator(mode="after")
@@ -616,7 +671,11 @@ class Recipe(_Strict):
 # --------------------------------------------------------------------------- loading
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+# libyaml when PyYAML has it: the pure-Python scanner is quadratic on deep flow nesting.
+_SafeBase: Any = yaml.CSafeLoader if getattr(yaml, "__with_libyaml__", False) else yaml.SafeLoader
+
+
+class _UniqueKeyLoader(_SafeBase):  # type: ignore[misc,valid-type]
     """PyYAML silently keeps the last of duplicate keys; a recipe must not."""
 
 
@@ -636,8 +695,115 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _where(frames: list[dict]) -> str:
+    """The dotted location of the node being read (`speculative.eagle_choices[3][0]`)."""
+    out = ""
+    for f in frames:
+        if f["seq"]:
+            out += f"[{f['index']}]"
+        elif f["key"] is not None:
+            out += ("." if out else "") + clip(f["key"], 40)
+    return clip(out or "<top>", 120)
+
+
+def _check_shape(text: str, *, path: Path | None, origin: str = "") -> None:
+    """Refuse, from the event stream alone (nothing is built), nesting deeper than MAX_DEPTH and
+    more than MAX_NODES values after alias expansion (billion laughs)."""
+
+    def fail(ev: Any, what: str, field: str) -> RecipeError:
+        m = ev.start_mark
+        return RecipeError(
+            f"invalid YAML{origin}: line {m.line + 1}, column {m.column + 1} (in {field}): {what}",
+            path=path,
+            field=field,
+            hint="a recipe is a few levels of plain keys and values (no deep nesting, no alias bombs)",
+        )
+
+    frames: list[dict] = []
+    sizes: dict[str, int] = {}
+    total = 0
+
+    def placed() -> None:  # a node finished inside the top frame
+        if frames:
+            f = frames[-1]
+            if f["seq"]:
+                f["index"] += 1
+            else:
+                f["want_key"] = not f["want_key"]
+
+    events = yaml.parse(text, Loader=_SafeBase)
+    while True:
+        try:
+            ev = next(events)
+        except StopIteration:
+            return
+        except yaml.MarkedYAMLError as e:
+            # libyaml stops at 1000 levels itself, scanning ahead of the events seen here.
+            if "nesting depth" in str(e.problem) and e.problem_mark is not None:
+                e.start_mark = e.problem_mark
+                raise fail(e, f"nested deeper than {MAX_DEPTH} levels", _where(frames)) from None
+            raise
+        if isinstance(ev, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
+            if frames and not frames[-1]["seq"] and frames[-1]["want_key"]:
+                frames[-1]["key"] = ev.value if isinstance(ev, yaml.ScalarEvent) else "?"
+            grow = sizes.get(ev.anchor or "", 1) if isinstance(ev, yaml.AliasEvent) else 1
+            total += grow
+            if total > MAX_NODES:
+                what = (
+                    f"alias *{clip(ev.anchor, 40)} expands the recipe beyond {MAX_NODES} values"
+                    if isinstance(ev, yaml.AliasEvent)
+                    else f"the recipe holds more than {MAX_NODES} values"
+                )
+                raise fail(ev, what, _where(frames))
+        if isinstance(ev, yaml.CollectionStartEvent):
+            frames.append(
+                {"seq": isinstance(ev, yaml.SequenceStartEvent), "index": 0, "key": None, "want_key": True,
+                 "anchor": ev.anchor, "start": total - 1}
+            )  # fmt: skip
+            if len(frames) > MAX_DEPTH:
+                raise fail(ev, f"nested deeper than {MAX_DEPTH} levels", _where(frames[:-1]))
+        elif isinstance(ev, yaml.CollectionEndEvent):
+            f = frames.pop()
+            if f["anchor"]:
+                sizes[f["anchor"]] = total - f["start"]
+            placed()
+        elif isinstance(ev, (yaml.ScalarEvent, yaml.AliasEvent)):
+            if isinstance(ev, yaml.ScalarEvent) and ev.anchor:
+                sizes[ev.anchor] = 1
+            placed()
+
+
+def _yaml_error(e: yaml.YAMLError, path: Path | None, origin: str = "") -> RecipeError:
+    mark = getattr(e, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    return RecipeError(f"invalid YAML{origin}: {where}{clip(problem, 200)}", path=path)
+
+
+def load_yaml_text(text: str, *, path: Path | None = None, origin: str = "") -> Any:
+    """YAML → Python with sdtk's limits: size, depth, alias expansion, duplicate keys."""
+    if len(text) > MAX_RECIPE_BYTES:
+        raise RecipeError(
+            f"{origin.strip(' ()') or 'the recipe'} is {len(text)} characters; recipes are limited to "
+            f"{MAX_RECIPE_BYTES} (1 MiB)",
+            path=path,
+        )
+    try:
+        _check_shape(text, path=path, origin=origin)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as e:
+        raise _yaml_error(e, path, origin) from None
+    except RecursionError:  # the limits above make this unreachable; keep it a clear error anyway
+        raise RecipeError(f"invalid YAML{origin}: nested too deeply", path=path) from None
+
+
 def load_yaml(path: Path) -> dict[str, Any]:
     try:
+        if path.is_file() and path.stat().st_size > MAX_RECIPE_BYTES:
+            raise RecipeError(
+                f"the recipe is {path.stat().st_size} bytes; recipes are limited to {MAX_RECIPE_BYTES} (1 MiB)",
+                path=path,
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise RecipeError(
@@ -645,13 +811,7 @@ def load_yaml(path: Path) -> dict[str, Any]:
         ) from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
         raise RecipeError(f"cannot read recipe: {e.__class__.__name__}", path=path) from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise RecipeError(f"invalid YAML: {where}{problem}", path=path) from None
+    data = load_yaml_text(text, path=path)
     if data is None:
         raise RecipeError("the recipe is empty", path=path, hint="a recipe needs at least `models.target`")
     if not isinstance(data, dict):
@@ -668,11 +828,17 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key or any(not part for part in key.split(".")):
-            raise RecipeError(f"--set '{item}' is not of the form a.b=value", field=key or item)
+            raise RecipeError(f"--set '{clip(item)}' is not of the form a.b=value", field=clip(key or item))
+        if len(raw) > MAX_RECIPE_BYTES:
+            raise RecipeError(
+                f"--set {clip(key, 60)}: the value is longer than {MAX_RECIPE_BYTES}", field=key
+            )
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            if raw.strip():
+                _check_shape(raw, path=None, origin=f" (--set {clip(key, 60)})")  # limits stay errors
+            value = yaml.load(raw, Loader=_UniqueKeyLoader) if raw.strip() else None  # noqa: S506
         except yaml.YAMLError:
-            value = raw
+            value = raw  # not YAML: the plain string
         parts = key.split(".")
         node = data
         for i, part in enumerate(parts[:-1]):
@@ -702,7 +868,8 @@ def resolve_recipe_path(ref: str | Path) -> Path:
         return bundled[str(ref)]
     guess = did_you_mean(str(ref), bundled)
     raise RecipeError(
-        f"no recipe file or bundled recipe named '{ref}'" + (f"; did you mean '{guess}'?" if guess else ""),
+        f"no recipe file or bundled recipe named '{clip(str(ref))}'"
+        + (f"; did you mean '{guess}'?" if guess else ""),
         hint="`sdtk recipes list` shows the bundled recipes",
     )
 
@@ -723,11 +890,18 @@ def parse_recipe(data: dict[str, Any], *, path: Path | None = None) -> Recipe:
         first_field, first_msg = problems[0]
         line = f"{first_field}: {first_msg}" if first_field else first_msg
         if len(problems) > 1:
-            line += (
-                f" (and {len(problems) - 1} more: " + ", ".join(f or "<top>" for f, _ in problems[1:]) + ")"
-            )
+            more = [f or "<top>" for f, _ in problems[1:6]] + (["…"] if len(problems) > 6 else [])
+            line += f" (and {len(problems) - 1} more: " + ", ".join(more) + ")"
         raise RecipeError(line, path=path, field=first_field, problems=problems) from None
     recipe._source = Path(path).resolve() if path else None
+    if recipe.name is None and recipe._source is not None and has_control(recipe._source.stem):
+        raise RecipeError(
+            f"the file name '{clip(recipe._source.stem)}' contains a control character and would name "
+            "the deployment",
+            path=None,
+            field="name",
+            hint="rename the file, or set `name:` in the recipe",
+        )
     return recipe
 
 
@@ -802,7 +976,7 @@ def _explain(err: dict[str, Any]) -> tuple[str, str]:
     ctx = err.get("ctx") or {}
     if kind == "extra_forbidden":
         parts, parent = _walk(loc[:-1])
-        key = str(loc[-1])
+        key = clip(str(loc[-1]), 60)
         allowed = sorted(parent.model_fields) if parent else []
         guess = did_you_mean(key, allowed)
         msg = "unknown field"
@@ -814,17 +988,17 @@ def _explain(err: dict[str, Any]) -> tuple[str, str]:
     parts, _ = _walk(loc)
     field = ".".join(parts)
     if kind == "union_tag_invalid":
-        tag = ctx.get("tag")
+        tag = clip(ctx.get("tag"))
         allowed = _QUOTED.findall(str(ctx.get("expected_tags", ""))) or list(MODES)
-        guess = did_you_mean(str(tag), allowed)
+        guess = did_you_mean(tag, allowed)
         msg = f"'{tag}' is not a known mode" + (f"; did you mean '{guess}'?" if guess else "")
         return f"{field}.mode", msg + " Allowed: " + ", ".join(allowed)
     if kind == "union_tag_not_found":
         return f"{field}.mode", "is required. Allowed: " + ", ".join(MODES)
     if kind in ("literal_error", "enum"):
         allowed = _QUOTED.findall(str(ctx.get("expected", "")))
-        got = err.get("input")
-        guess = did_you_mean(str(got), allowed)
+        got = clip(err.get("input"))
+        guess = did_you_mean(got, allowed)
         msg = f"'{got}' is not allowed" + (f"; did you mean '{guess}'?" if guess else "")
         return field, msg + " Allowed: " + ", ".join(allowed)
     if kind == "missing":
@@ -836,4 +1010,18 @@ def _explain(err: dict[str, Any]) -> tuple[str, str]:
         return field, str(original) if original else err.get("msg", "")
     if kind == "model_type" or kind == "model_attributes_type":
         return field, f"must be a mapping of fields, not {type(err.get('input')).__name__}"
-    return field, f"{err.get('msg', 'invalid')} (got {err.get('input')!r})"
+    if kind == "less_than_equal" and parts and parts[-1] in _BOUND_WHY:
+        return field, f"{clip(err.get('input'))} exceeds {ctx.get('le')}: {_BOUND_WHY[parts[-1]]}"
+    got = err.get("input")
+    return (
+        field,
+        f"{err.get('msg', 'invalid')} (got {repr(clip(got)) if isinstance(got, str) else clip(got)})",
+    )
+
+
+# Why an upper bound exists, for the message that enforces it.
+_BOUND_WHY = {
+    name: f"TensorRT-LLM sizes its buffers by this length; sdtk allows at most {MAX_LEN} tokens "
+    "(2^20), and the build checks it against the model's max_position_embeddings"
+    for name in ("max_input_len", "max_seq_len", "max_num_tokens")
+}

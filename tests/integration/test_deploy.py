@@ -23,7 +23,6 @@ TINY = ROOT / "models" / "tiny"
 pytestmark = [
     pytest.mark.tritonserver,
     pytest.mark.slow,
-    pytest.mark.skipif(not (TINY / "target" / "config.json").exists(), reason="models/tiny not present"),
 ]
 
 

@@ -35,13 +35,11 @@ def _has_weights(path: Path) -> bool:
 @pytest.fixture(scope="module")
 def tiny() -> Path:
     pytest.importorskip("torch", reason="the reference runtime needs torch (the `reference` extra)")
-    pytest.importorskip("toolkit.reference")
     from toolkit.server.discover import find_tritonserver_candidates
 
     if not any(c.exists for c in find_tritonserver_candidates()):
         pytest.skip("no tritonserver (install the `server` extra: nvidia-pytriton)")
-    if not _has_weights(TINY / "target"):
-        pytest.skip(f"the tiny models are not trained yet ({TINY / 'target'} has no weights)")
+    assert _has_weights(TINY / "target"), f"{TINY / 'target'} has no weights (models/tiny is committed)"
     return TINY
 
 
@@ -107,8 +105,7 @@ def _serve(tmp: Path, tiny: Path, mode: str, spec: dict[str, Any], decoupled: bo
         role, folder = {"draft_target": ("draft", "draft"), **HEADS}[mode]
         from toolkit.hub import has_weights
 
-        if not (tiny / folder).is_dir() or not has_weights(tiny / folder):
-            pytest.skip(f"{tiny / folder} is not trained yet")
+        assert has_weights(tiny / folder), f"{tiny / folder} has no weights (models/tiny is committed)"
         models[role] = str(tiny / folder)
     recipe = parse_recipe(
         {"name": f"it-{mode}", "backend": "reference", "models": models, "speculative": spec,

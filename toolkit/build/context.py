@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,7 +99,7 @@ class BuildContext:
             return str(r.path)
         var = re.sub(r"[^A-Z0-9]", "_", role.upper()) + "_DIR"
         if var not in self.script_vars:
-            args = " ".join(x for x in (r.repo or r.ref, r.revision or "") if x)
+            args = " ".join(shlex.quote(x) for x in (r.repo or r.ref, r.revision or "") if x)
             self.script_vars[var] = ScriptVar(
                 var, f'"$(fetch {args})"', f"{role}: {r.ref} ({r.reason or 'not resolved'})", needs_fetch=True
             )

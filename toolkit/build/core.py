@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -401,7 +402,7 @@ def runbook(ctx: BuildContext, steps: list[Step], results: list[CheckResult]) ->
     if ctx.backend == "llmapi":
         footer = [
             "serve it with TensorRT-LLM directly (sdtk deploy does the Triton equivalent):",
-            "  " + " ".join(llmapi.serve_argv(ctx)),
+            "  " + shlex.join(llmapi.serve_argv(ctx)),
         ]
     elif ctx.backend == "engine":
         footer = [

@@ -35,6 +35,7 @@ The docs run DraftTarget and NGram with `disable_overlap_scheduler: true`.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import asdict, dataclass
 
 import yaml
@@ -45,6 +46,7 @@ from toolkit.build.context import SPEC_MODE_NAMES, BuildContext
 from toolkit.build.preflight import FAILED, PASSED, CheckResult
 from toolkit.build.reference import build_config, pretrained_config
 from toolkit.build.steps import Step
+from toolkit.shellsafe import comment
 
 EXTRA_OPTIONS = "extra_llm_api_options.yaml"
 MODEL_YAML = "model.yaml"
@@ -245,7 +247,7 @@ _Dumper.add_representer(list, _represent_list)
 
 def _dump(header: list[str], data: dict) -> str:
     body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=4096)
-    return "".join(f"# {h}\n" for h in header) + body
+    return "".join(f"# {comment(h)}\n" for h in header) + body
 
 
 # trtllm-serve's options file flag. Every version sdtk plans for takes `--extra_llm_api_options`:
@@ -275,7 +277,7 @@ def files(ctx: BuildContext) -> dict[str, str]:
         f"({ctx.version_source})",
         f"field names: {sc.why}",
     ]
-    extra = _dump([*header, "use: " + " ".join(serve_argv(ctx))], llm_args(ctx))
+    extra = _dump([*header, "use: " + shlex.join(serve_argv(ctx))], llm_args(ctx))
     triton = _dump(
         [*header, "Triton llmapi model: all_models/llmapi/tensorrt_llm/1/model.yaml"], model_yaml(ctx)
     )

@@ -66,12 +66,16 @@ def not_resolved(name: str, *rs: Resolved, what: str = "files") -> CheckResult:
 def check_sources(ctx: BuildContext, needs: dict[str, str | None]) -> list[CheckResult]:
     """One record per source. `needs[role]`: None (nothing), "files" (config/tokenizer), "weights"."""
     out = []
+    missing: list[str] = []  # local paths: no plan can run without them, not even a dry run's
     for role, r in ctx.sources.items():
         need = needs.get(role)
         name = f"source:{role}"
         where = f"{r.path} ({r.how}" + (f", commit {r.commit}" if r.commit else "") + ")"
         if r.resolved and (need != "weights" or r.weights):
             out.append(CheckResult(name, PASSED, f"{r.ref} → {where}; facts from {r.facts.source}"))
+            continue
+        if r.repo is None and not r.resolved:
+            missing.append(f"models.{role} {r.ref} ({r.reason or 'no such directory'})")
             continue
         if need is None:
             reason = r.reason or "weights not downloaded"
@@ -95,6 +99,16 @@ def check_sources(ctx: BuildContext, needs: dict[str, str | None]) -> list[Check
             + "), unset HF_HUB_OFFLINE, or set HF_TOKEN for gated models; or use --dry-run"
         )
         out.append(CheckResult(name, FAILED, detail, hint))
+    if missing:
+        out.insert(
+            0,
+            CheckResult(
+                "source:paths",
+                FAILED,
+                "missing local path(s): " + "; ".join(missing),
+                "check the paths (relative paths are relative to the recipe file)",
+            ),
+        )
     return out
 
 
@@ -512,9 +526,30 @@ def check_memory(ctx: BuildContext, gpus: Gpus | None) -> CheckResult:
 # --------------------------------------------------------------------------- all of them
 
 
+def check_seq_len(ctx: BuildContext) -> CheckResult:
+    """build.max_seq_len against the target's max_position_embeddings (the model's own bound)."""
+    f = ctx.sources["target"].facts
+    want = ctx.recipe.build.max_seq_len
+    if f.max_position_embeddings is None:
+        return CheckResult(
+            "seq-len", SKIPPED, "skipped (not resolved: max_position_embeddings of the target unknown)"
+        )
+    if want > f.max_position_embeddings:
+        return CheckResult(
+            "seq-len",
+            FAILED,
+            f"build.max_seq_len {want} exceeds the target's max_position_embeddings "
+            f"{_fmt(f, 'max_position_embeddings')}: positions beyond it were never trained",
+            f"set build.max_seq_len to at most {f.max_position_embeddings} (and max_input_len below it)",
+        )
+    return CheckResult(
+        "seq-len", PASSED, f"max_seq_len {want} ≤ max_position_embeddings {f.max_position_embeddings}"
+    )
+
+
 def run_checks(ctx: BuildContext, *, gpus: Gpus | None) -> list[CheckResult]:
     """The mode- and resource-specific checks (sources and backend are checked by the caller)."""
-    out = [check_target_tokenizer(ctx)]
+    out = [check_target_tokenizer(ctx), check_seq_len(ctx)]
     mode = ctx.mode
     if mode == "draft_target":
         out += check_draft_target(ctx)

@@ -25,6 +25,7 @@ from pathlib import Path
 from toolkit import __version__
 from toolkit.hub import tree_fingerprint
 from toolkit.runner import redact, run
+from toolkit.shellsafe import comment, heredoc_tag
 
 STAMP = ".sdtk-stamp.json"
 INCOMPLETE = ".incomplete"
@@ -184,18 +185,26 @@ _SAFE = re.compile(r"^[A-Za-z0-9_./=:,+@%-]+$")
 _VAR = re.compile(r"\$\{[A-Z][A-Z0-9_]*\}")
 
 
-def shell_word(s: str, prefixes: dict[str, str] | None = None) -> str:
-    """Quote one argv element; known path prefixes become `${VAR}`, and `${VAR}` stays live."""
+def _live(s: str, live: set[str] | None) -> list[re.Match[str]]:
+    """The `${VAR}` references in `s` that name a variable the script defines (others stay literal)."""
+    return [m for m in _VAR.finditer(s) if live is not None and m.group(0)[2:-1] in live]
+
+
+def shell_word(s: str, prefixes: dict[str, str] | None = None, live: set[str] | None = None) -> str:
+    """Quote one argv element; known path prefixes become `${VAR}`, and `${VAR}` stays live for
+    the variables in `live` (the script's own; the prefixes' always). Anything else is literal."""
+    live = set(live or ()) | set((prefixes or {}).values())
     for value, var in (prefixes or {}).items():
         v = value.rstrip("/")
         if s == v or s.startswith(v + "/"):
             s = "${" + var + "}" + s[len(v) :]
             break
-    if _SAFE.match(s):
+    if _SAFE.fullmatch(s):
         return s
-    if _VAR.search(s):
+    refs = _live(s, live)
+    if refs:
         parts, last = [], 0
-        for m in _VAR.finditer(s):
+        for m in refs:
             parts.append(_dq(s[last : m.start()]) + m.group(0))
             last = m.end()
         parts.append(_dq(s[last:]))
@@ -207,9 +216,11 @@ def _dq(s: str) -> str:
     return re.sub(r'([\\"$`])', r"\\\1", s)
 
 
-def render_command(argv: list[str], prefixes: dict[str, str] | None = None, indent: str = "") -> str:
+def render_command(
+    argv: list[str], prefixes: dict[str, str] | None = None, indent: str = "", live: set[str] | None = None
+) -> str:
     """argv as a shell command, one `--flag value` pair per line."""
-    words = [shell_word(a, prefixes) for a in argv]
+    words = [shell_word(a, prefixes, live) for a in argv]
     lines: list[str] = []
     cur: list[str] = []
     for w, raw in zip(words, argv, strict=True):
@@ -222,18 +233,28 @@ def render_command(argv: list[str], prefixes: dict[str, str] | None = None, inde
     return indent + (" \\\n" + indent + "    ").join(lines)
 
 
-def render_files(step: Step, prefixes: dict[str, str]) -> str:
-    dest = shell_word(str(step.dest), prefixes)
-    out = [f"mkdir -p {dest}"]
+def render_files(step: Step, prefixes: dict[str, str], live: set[str] | None = None) -> str:
+    """`mkdir` and one here-document per file. The terminator never occurs as a line of the body;
+    only the script's own `${VAR}`s expand, everything else is escaped (or the heredoc is quoted)."""
+    live = set(live or ()) | set(prefixes.values())
+    dest = shell_word(str(step.dest), prefixes, live)
+    out = [f"mkdir -p -- {dest}"]
     for rel, text in (step.files or {}).items():
-        target = shell_word(str(step.dest / rel), prefixes)
-        if _VAR.search(text):
-            body = _VAR.sub(lambda m: "\0" + m.group(0)[2:-1] + "\0", text)
-            body = re.sub(r"([\\$`])", r"\\\1", body)
-            body = re.sub(r"\0([A-Z0-9_]+)\0", r"${\1}", body)
-            out.append(f"cat > {target} <<EOF\n{body.rstrip(chr(10))}\nEOF")
+        target = shell_word(str(step.dest / rel), prefixes, live)
+        refs = _live(text, live)
+        if refs:
+            parts, last = [], 0
+            for m in refs:
+                parts.append(re.sub(r"([\\$`])", r"\\\1", text[last : m.start()]) + m.group(0))
+                last = m.end()
+            parts.append(re.sub(r"([\\$`])", r"\\\1", text[last:]))
+            body = "".join(parts).rstrip("\n")
+            tag = heredoc_tag(body)
+            out.append(f"cat > {target} <<{tag}\n{body}\n{tag}")
         else:
-            out.append(f"cat > {target} <<'EOF'\n{text.rstrip(chr(10))}\nEOF")
+            body = text.rstrip("\n")
+            tag = heredoc_tag(body)
+            out.append(f"cat > {target} <<'{tag}'\n{body}\n{tag}")
     return "\n".join(out)
 
 
@@ -258,21 +279,23 @@ def render_script(
     prefixes: dict[str, str],
     footer: list[str],
 ) -> str:
-    out = ["#!/usr/bin/env bash", *[f"# {h}" if h else "#" for h in header], "set -euo pipefail", ""]
+    # Every interpolated text in a comment goes through `comment` (a newline would end it).
+    out = ["#!/usr/bin/env bash", *[f"# {comment(h)}" if h else "#" for h in header], "set -euo pipefail", ""]
     if needs_fetch:
         out += [FETCH_FUNCTION, ""]
-    for name, expr, comment in variables:
-        if comment:
-            out.append(f"# {comment}")
+    live = {name for name, _, _ in variables}
+    for name, expr, note in variables:
+        if note:
+            out.append(f"# {comment(note)}")
         out.append(f"{name}={expr}")
     if variables:
         out.append("")
     for i, step in enumerate(steps, 1):
-        out.append(f"# --- step {i}/{len(steps)}: {step.name}: {step.title}")
+        out.append(f"# --- step {i}/{len(steps)}: {step.name}: {comment(step.title)}")
         if step.argv is not None:
-            out.append(render_command(step.argv, prefixes))
+            out.append(render_command(step.argv, prefixes, live=live))
         else:
-            out.append(render_files(step, prefixes))
+            out.append(render_files(step, prefixes, live))
         out.append("")
-    out += [f"# {f}" if f else "#" for f in footer]
+    out += [f"# {comment(f)}" if f else "#" for f in footer]
     return redact("\n".join(out).rstrip("\n") + "\n")

@@ -44,6 +44,7 @@ from toolkit.errors import UsageError
 from toolkit.ops import images
 from toolkit.ops.layout import Topology, launch_argv, orchestrator_env, plan_topology
 from toolkit.ops.render import raw, render, shell_join, var
+from toolkit.shellsafe import check_line
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
@@ -184,6 +185,12 @@ def plan_k8s(
         raise UsageError(f"prepare must be build, pull or none, got '{prepare}'")
     _quantity(storage_size, "--storage-size")
     _quantity(shm_size, "--shm-size")
+    # These land on Dockerfile instruction lines and in log lines of the scripts: one line each.
+    for what, value in (("--image", image), ("--pull-from", pull_from), ("kubectl_version", kubectl_version)):
+        if value is not None:
+            check_line(value, what)
+    if image is not None and re.search(r"\s", image):
+        raise UsageError(f"--image '{image[:100]}' contains whitespace; it is not an image reference")
 
     # Image and TensorRT-LLM version: an explicit image wins; its tag tells the version when it is
     # an NGC trtllm-python-py3 tag in the verified table.

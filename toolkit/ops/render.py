@@ -8,6 +8,8 @@ from typing import Any
 
 import jinja2
 
+from toolkit.shellsafe import comment
+
 SENTINEL_PREFIX = "@SDTK_VAR_"
 
 
@@ -47,6 +49,7 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["q"] = shell_word
+    env.filters["c"] = comment  # inside `# …` lines: a newline must not end the comment
     return env
 
 

@@ -34,6 +34,7 @@ from toolkit.ops.layout import (
     rank_commands,
 )
 from toolkit.ops.render import render, shell_join, var
+from toolkit.shellsafe import check_line, heredoc_tag
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
@@ -83,6 +84,13 @@ def plan_slurm(
 ) -> SlurmPlan:
     """Everything `render_slurm` writes, without writing it."""
     workdir = str(workdir)
+    # #SBATCH lines are read by sbatch, not by bash: quoting cannot protect them, so refuse newlines.
+    check_line(workdir, "--workdir")
+    for what, value in (("--job-name", job_name), ("--partition", partition), ("--account", account),
+                        ("--container-image", container_image), ("--tritonserver", tritonserver)):  # fmt: skip
+        if value is not None:
+            check_line(value, what)
+    check_line(recipe.display_name, "the recipe name")
     if not workdir.startswith("/"):
         raise UsageError(
             f"--workdir {workdir} must be an absolute path on a filesystem all nodes share",
@@ -130,6 +138,7 @@ def plan_slurm(
     if sv.host not in ("0.0.0.0", "::"):
         notes.append(f"serving.host {sv.host} is ignored: Triton binds all interfaces of the first node")
     name = job_name or f"sdtk-{recipe_name}"
+    rank_cmds = [shell_join(r, indent="     ") for r in ranks]
     script = render(
         "slurm.sbatch.j2",
         sdtk_version=__version__,
@@ -157,7 +166,8 @@ def plan_slurm(
         env=orchestrator_env(topo),
         launcher=launcher,
         ranks=len(ranks),
-        rank_cmds=[shell_join(r, indent="     ") for r in ranks],
+        rank_cmds=rank_cmds,
+        rank_tag=heredoc_tag("\n".join(rank_cmds), "RANKS"),
         srun_cmd=srun_cmd,
         command=shell_join(argv),
     )

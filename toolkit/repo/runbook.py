@@ -66,8 +66,10 @@ def _launch(recipe: Recipe, r: RenderResult) -> tuple[str, list[str]]:
         )
         names = ",".join(r.tensorrt_llm_models)
         upstream = (
-            f"python3 $TRTLLM_DIR/triton_backend/scripts/launch_triton_server.py --model_repo={r.path} "
-            f"--world_size={r.world_size} --tensorrt_llm_model_name={names}"
+            "python3 $TRTLLM_DIR/triton_backend/scripts/launch_triton_server.py "
+            f"{shlex.quote(f'--model_repo={r.path}')} "
+            f"--world_size={r.world_size} "
+            f"{shlex.quote(f'--tensorrt_llm_model_name={names}')}"
             + (" --multi-model" if r.multi_model else "")
         )
         notes.append(f"Upstream's launcher builds the same command: `{upstream}`.")
@@ -109,7 +111,8 @@ def _request(r: RenderResult, recipe: Recipe, *, stream: bool) -> dict[str, Any]
 
 
 def _curl(base: str, model: str, endpoint: str, body: dict[str, Any]) -> str:
-    return f"curl -s -X POST {base}/v2/models/{model}/{endpoint} -d {shlex.quote(json.dumps(body))}"
+    url = shlex.quote(f"{base}/v2/models/{model}/{endpoint}")
+    return f"curl -s -X POST {url} -d {shlex.quote(json.dumps(body))}"
 
 
 def _rollback(recipe: Recipe, r: RenderResult, base: str) -> list[str]:
@@ -234,12 +237,15 @@ def runbook(recipe: Recipe, r: RenderResult) -> dict[str, Any]:
         "deploy": f"sdtk deploy {shlex.quote(recipe_ref)}",
         "render_only": f"sdtk deploy {shlex.quote(recipe_ref)} --render-only",
         "bench": f"sdtk bench {shlex.quote(recipe_ref)}",
-        "validate": f"sdtk validate --model {r.entry_model} --recipe {shlex.quote(recipe_ref)}",
-        "health": f"curl -sf {base}/v2/health/ready && echo ready",
-        "model_ready": f"curl -sf {base}/v2/models/{r.entry_model}/ready && echo {r.entry_model} ready",
+        "validate": f"sdtk validate --model {shlex.quote(r.entry_model)} --recipe {shlex.quote(recipe_ref)}",
+        "health": f"curl -sf {shlex.quote(base + '/v2/health/ready')} && echo ready",
+        "model_ready": f"curl -sf {shlex.quote(f'{base}/v2/models/{r.entry_model}/ready')} "
+        f"&& echo {shlex.quote(r.entry_model + ' ready')}",
         "generate": _curl(base, r.entry_model, "generate", _request(r, recipe, stream=False)),
         "generate_stream": stream,
-        "metrics": f"curl -s http://{_connect_host(s.host)}:{s.metrics_port}/metrics | grep nv_inference_request",
+        "metrics": f"curl -s {shlex.quote(f'http://{_connect_host(s.host)}:{s.metrics_port}/metrics')} "
+        "| grep nv_inference_request",
+        "llmapi_dest": shlex.quote(f"{r.path}/{r.entry_model}/1/"),
         "rollback": _rollback(recipe, r, base),
         "llmapi_source": "triton_backend/all_models/llmapi/tensorrt_llm/1",
     }
