@@ -677,6 +677,10 @@ class TritonServer:
             dead = dead_stubs(st) if st is not None and st.pid == self._proc.pid else {}
             if not dead:
                 continue
+            try:  # stubs also end when the server shuts down (`sdtk stop` from another shell)
+                return self._proc.wait(timeout=3.0)
+            except subprocess.TimeoutExpired:
+                pass  # a dead stub never takes the server down: this is the failure
             tail = logscan.tail(self.log_path)
             if not restart_on_failure:
                 with _signals_ignored():
