@@ -150,11 +150,24 @@ def test_llmapi_repository_matches_its_version(version, mode, tmp_path):
     assert set(model["triton_config"]) <= set(facts["llmapi_options"]["triton_config"])
 
 
+def planned_recipe(backend: str, mode: str, version: str, tmp_path: Path):
+    """make_recipe's recipe with its model paths as empty local directories: a dry run refuses
+    missing local paths, and planning needs no weights."""
+    recipe = make_recipe(backend, mode, trtllm_version=VERSIONS[version])
+    models = {}
+    for field, source in recipe.models:
+        if source is not None:
+            path = tmp_path / "models" / field
+            path.mkdir(parents=True, exist_ok=True)
+            models[field] = {"path": str(path)}
+    return make_recipe(backend, mode, trtllm_version=VERSIONS[version], models=models)
+
+
 @pytest.mark.parametrize("mode", ENGINE_MODES)
 @pytest.mark.parametrize("version", sorted(VERSIONS))
 def test_engine_build_plan_uses_known_flags(version, mode, tmp_path):
     facts = fixture(version)["trtllm_build"]
-    recipe = make_recipe("engine", mode, trtllm_version=VERSIONS[version])
+    recipe = planned_recipe("engine", mode, version, tmp_path)
     result = build(recipe, workdir=tmp_path, dry_run=True, progress=lambda _m: None)
     builds = [c for c in result.commands if c and c[0] == "trtllm-build"]
     assert builds
@@ -169,7 +182,7 @@ def test_engine_build_plan_uses_known_flags(version, mode, tmp_path):
 @pytest.mark.parametrize("version", ["1.0", "1.1"])
 def test_llmapi_build_plan_uses_known_options(version, mode, tmp_path):
     facts = fixture(version)["llmapi_options"]
-    recipe = make_recipe("llmapi", mode, trtllm_version=VERSIONS[version])
+    recipe = planned_recipe("llmapi", mode, version, tmp_path)
     result = build(recipe, workdir=tmp_path, dry_run=True, progress=lambda _m: None)
     for name in ("extra_llm_api_options", "model_yaml"):
         options = yaml.safe_load(result.llmapi[name])
