@@ -123,7 +123,6 @@ def run_recipe(name: str, n: int, workdir: Path) -> dict:
         result.http_url,
         result.grpc_url,
         result.model,
-        decoupled=result.decoupled,
         llmapi=result.entry_kind == "llmapi",
     )
     try:

@@ -110,12 +110,11 @@ class Traffic:
         grpc_url: str,
         model: str,
         *,
-        decoupled: bool,
         llmapi: bool = False,
         timeout: float = 300.0,
     ):
         self.http_url, self.grpc_url, self.model = http_url.rstrip("/"), grpc_url, model
-        self.decoupled, self.timeout = decoupled, timeout
+        self.timeout = timeout
         # The llmapi model's inputs: sampling_param_*, `streaming`; its streamed text is cumulative.
         self.llmapi = llmapi
         self.max_key = "sampling_param_max_tokens" if llmapi else "max_tokens"
@@ -314,17 +313,7 @@ def baseline_texts(recipe: Any, requests: Sequence[tuple[str, str, int]]) -> dic
     out: dict[tuple[str, int], str] = {}
     for _, prompt, max_tokens in requests:
         if (prompt, max_tokens) not in out:
-            res = run_generate(
-                recipe,
-                prompt,
-                max_tokens,
-                no_speculation=True,
-                temperature=0.0,
-                top_k=0,
-                top_p=1.0,
-                seed=None,
-            )
-            out[prompt, max_tokens] = res["text"]
+            out[prompt, max_tokens] = run_generate(recipe, prompt, max_tokens, no_speculation=True)["text"]
     return out
 
 
@@ -343,7 +332,7 @@ def survive_burst(
     """`sdtk deploy`'s last check: a short burst of concurrent, streamed, cancelled and malformed
     requests after validation. Raises ServerError if a stub died or a well-formed request failed."""
     kinds = KINDS if decoupled else ("http", "bad")
-    traffic = Traffic(server.http_url, server.grpc_url, server.model_name, decoupled=decoupled, llmapi=llmapi)
+    traffic = Traffic(server.http_url, server.grpc_url, server.model_name, llmapi=llmapi)
     report = run(traffic, plan(n, kinds=kinds), concurrency=concurrency, pgid=server.pid)
     if report.stub_deaths or report.failures:
         first = report.failures[0] if report.failures else None

@@ -118,17 +118,7 @@ def _baseline_fn(
         from toolkit.generate import run_generate
 
         def local(prompt: str) -> str:
-            out = run_generate(
-                recipe,
-                prompt,
-                max_tokens,
-                no_speculation=True,
-                temperature=0.0,
-                top_k=0,
-                top_p=1.0,
-                seed=None,
-            )
-            return out["text"]
+            return run_generate(recipe, prompt, max_tokens, no_speculation=True)["text"]
 
         return "in-process reference runtime, speculation off", local
     if entry_kind == "bls":

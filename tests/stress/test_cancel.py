@@ -58,7 +58,7 @@ def cancel_after_first(grpc_url: str, model: str, inputs: dict[str, np.ndarray])
 @pytest.mark.parametrize("deployment", ["tiny-draft-target"], indirect=True)
 def test_bls_stops_for_dropped_and_cancelled_streams(deployment):
     _, result = deployment
-    traffic = stress.Traffic(result.http_url, result.grpc_url, result.model, decoupled=True)
+    traffic = stress.Traffic(result.http_url, result.grpc_url, result.model)
     assert traffic.send("http", "def f(x):", 16).ok
     before = generated(result.metrics_url)
     for _ in range(3):
@@ -92,7 +92,7 @@ def test_reference_model_stops_for_a_cancelled_stream(deployment):
     before = generated(result.metrics_url)
     for _ in range(3):
         cancel_after_first(result.grpc_url, "tensorrt_llm", request)
-    traffic = stress.Traffic(result.http_url, result.grpc_url, result.model, decoupled=True)
+    traffic = stress.Traffic(result.http_url, result.grpc_url, result.model)
     short = traffic.send("http", "def f(x):", 16)
     assert short.ok, short.error
     spent = generated(result.metrics_url) - before

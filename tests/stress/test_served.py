@@ -36,7 +36,6 @@ def test_mixed_traffic(deployment):
         result.http_url,
         result.grpc_url,
         result.model,
-        decoupled=result.decoupled,
         llmapi=result.entry_kind == "llmapi",
     )
     report = stress.run(traffic, requests, concurrency=4, pgid=result.pid, warmup=2)
