@@ -175,23 +175,6 @@ def load_runtime(engine_dir: Path):
     return runtime, built
 
 
-CANCEL_CHECK_S = 0.02  # how often a running request asks whether its client has gone
-
-
-def every(seconds: float, probe):
-    """`probe` (is_cancelled(): an IPC round trip), asked at most once per `seconds`."""
-    last = [0.0]
-
-    def check() -> bool:
-        now = time.monotonic()
-        if now - last[0] < seconds:
-            return False
-        last[0] = now
-        return bool(probe())
-
-    return check
-
-
 def _in_thread(run):
     """Run `run(on_tokens)` in a worker thread and yield each list of tokens it reports, so that a
     decoupled response can go out while generation continues.
@@ -511,7 +494,9 @@ class TritonPythonModel:
             parse_speculative(spec) if spec is not None else None,
             exclude_input_in_output=st.param_bool(params, "exclude_input_in_output", False),
             decoupled=self.decoupled,
-            metrics=_spec_metrics(name),
+            # The draft of a draft-target deployment never speculates, and each of its requests is one
+            # BLS iteration: sdtk_spec_* would count iterations as requests, at a round trip apiece.
+            metrics=None if name == "tensorrt_llm_draft" else _spec_metrics(name),
             **dict(zip(("max_input_len", "max_seq_len"), build_limits(Path(engine_dir)), strict=True)),
         )
         if built.get("mode") == "draft_target":
@@ -523,14 +508,14 @@ class TritonPythonModel:
         if self.decoupled:
             for request in requests:
                 sender = request.get_response_sender()
-                cancelled = every(CANCEL_CHECK_S, sender.is_cancelled)
+                cancelled = st.every(st.CANCEL_CHECK_S, sender.is_cancelled)
                 st.send_all(
                     sender, self.generate(st.inputs_of(request, INPUTS + UNSUPPORTED), cancelled), self.name
                 )
             return None
         responses = []
         for request in requests:
-            cancelled = every(CANCEL_CHECK_S, request.is_cancelled)
+            cancelled = st.every(st.CANCEL_CHECK_S, request.is_cancelled)
             try:
                 outputs = self.generate(st.inputs_of(request, INPUTS + UNSUPPORTED), cancelled)
                 responses.append(st.response(list(outputs)[-1]))
