@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """In-process speedup of recipes at their shipped settings against target-only decoding.
 
-Each RECIPE (a path or bundled name, optionally followed by `:FIELD=VALUE[,FIELD=VALUE]`
+Each RECIPE (a path or bundled name, optionally followed by `:FIELD=VALUE[;FIELD=VALUE]`
 overrides, e.g. `tiny-draft-target:speculative.max_draft_len=2`) runs in the reference runtime
 on the fixed code prompts of `toolkit.reference.prompts`, interleaved with the baseline in the
 same process: one warm-up round, then --runs rounds of every contender; the speedup is the
@@ -37,7 +37,7 @@ DEFAULT = ["tiny-ngram", "tiny-lookahead", "tiny-eagle3", "tiny-draft-target", "
 
 def _parse(ref: str) -> tuple[str, list[str]]:
     name, _, sets = ref.partition(":")
-    return name, [s for s in sets.split(",") if s]
+    return name, [s for s in sets.split(";") if s]
 
 
 def _local(recipe: Any, role: str) -> Path | None:
