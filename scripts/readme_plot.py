@@ -102,8 +102,9 @@ def section(d: dict[str, Any], args: argparse.Namespace) -> str:
         f"(reference backend), bundled `code` workload, {s['requests']} requests per level, "
         f"max_tokens {args.max_tokens}; measured {datetime.date.today().isoformat()} on {platform.machine()}, "
         f"{os.cpu_count()} cores shared with other engineers' jobs (the two sides run one after the other, so "
-        "load can fall on one side; see the in-process numbers below for interleaved ratios). "
-        "Regenerate with `python scripts/readme_plot.py`.",
+        "load can fall on one side; see the in-process numbers below for paired ratios). "
+        + (f"From the compare.json of `{args.source}`. " if args.source else "")
+        + "Regenerate with `python scripts/readme_plot.py`.",
         "",
         "| concurrency | speedup (per-user tok/s) | 95% CI | TPOT speedup | throughput ratio | accept rate | τ |",
         "|---:|---:|---|---:|---:|---:|---:|",
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--report-dir", type=Path, default=REPO / "workdir" / "readme" / "reports")
     ap.add_argument("--readme", type=Path, default=REPO / "README.md")
+    ap.add_argument("--source", default="", help="what wrote --compare-json, named in the README")
     args = ap.parse_args(argv)
     if args.compare_json:
         d = json.loads(args.compare_json.read_text())
