@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from toolkit.cli import cli
+from toolkit.recipe import load_recipe
 
 from .conftest import tritonserver_missing
 
@@ -117,7 +118,8 @@ def test_bench_on_the_deploy_workdir(workdir, cwd):
         )  # fmt: skip
         s = r["levels"][0]["summary"]
         assert r["token_counts_exact"] and s["token_count_source"] == "server" and s["ok"] == 4
-        assert r["settings"]["draft_len"] == 4  # γ from the deployed recipe (deployed_recipe works)
+        # γ from the deployed recipe (deployed_recipe works)
+        assert r["settings"]["draft_len"] == load_recipe("tiny-draft-target").speculative.max_draft_len
         assert s["acceptance"]["length"] and s["acceptance"]["length"] > 1
         assert s["chunk_interval_s"]["n"] > 0 and s["tokens_per_chunk"]["mean"] >= 1
         assert Path(r["report_dir"]).parent == wd / "reports"
