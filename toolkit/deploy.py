@@ -101,15 +101,14 @@ RECIPE_FILE = "recipe.json"
 def _save_recipe(recipe: Recipe, root: Path) -> None:
     """The deployed recipe, overrides applied, so that `sdtk validate --workdir` can find it."""
     import json
-    import os
+
+    from toolkit._fs import atomic_write
 
     data = {
         "source": str(recipe.source_path) if recipe.source_path else None,
         "recipe": recipe.model_dump(mode="json"),
     }
-    tmp = root / (RECIPE_FILE + ".incomplete")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, root / RECIPE_FILE)
+    atomic_write(root / RECIPE_FILE, json.dumps(data, indent=2))
 
 
 def load_deployed_recipe(root: Path) -> Recipe | None:

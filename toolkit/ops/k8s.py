@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 
 from toolkit import __version__
+from toolkit._fs import atomic_write
 from toolkit.errors import UsageError
 from toolkit.ops import images
 from toolkit.ops.layout import Topology, launch_argv, orchestrator_env, plan_topology
@@ -814,12 +815,7 @@ def render_k8s(
             written[out / "extras" / fname] = text
     dashboard = resources.files("toolkit.ops") / "dashboards" / "sdtk-speculative.json"
     written[out / "extras" / "grafana-dashboard.json"] = dashboard.read_text(encoding="utf-8")
-    for path, text in written.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".incomplete")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    return list(written)
+    return [atomic_write(path, text) for path, text in written.items()]
 
 
 def load_manifests(path: Path | str) -> list[dict]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from toolkit import __version__
+from toolkit._fs import atomic_write
 from toolkit.errors import UsageError
 from toolkit.ops.k8s import REPO_SUBDIR
 from toolkit.ops.layout import (
@@ -178,11 +179,4 @@ def render_slurm(recipe: Recipe, *, out_dir: Path | str, **options: Any) -> list
     """Write `<out_dir>/<recipe>.sbatch` (submit with `sbatch`); returns the files written.
     `options` are plan_slurm's (workdir is required)."""
     plan = plan_slurm(recipe, **options)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{plan.recipe_name}.sbatch"
-    tmp = path.with_name(path.name + ".incomplete")
-    tmp.write_text(plan.script, encoding="utf-8")
-    tmp.chmod(0o755)
-    tmp.replace(path)
-    return [path]
+    return [atomic_write(Path(out_dir) / f"{plan.recipe_name}.sbatch", plan.script, mode=0o755)]
