@@ -76,15 +76,15 @@ def emit(data: Any, as_json: bool, human: Any = None) -> None:
 
 
 def _table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from toolkit.checks import print_rows
 
-    t = Table(title=title, show_lines=False)
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(*[str(x) for x in r])
-    Console(file=sys.stdout, width=max(100, Console().width)).print(t)
+    print_rows(title, columns, rows)
+
+
+def print_table(title: str | None, checks: Any) -> None:
+    from toolkit.checks import print_table as render
+
+    render(title, checks)
 
 
 @click.group(cls=SdtkGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -603,11 +603,7 @@ def validate(
     )
 
     def human() -> None:
-        _table(
-            f"validation of '{report.model}' at {report.http_url}",
-            ["check", "status", "detail"],
-            [[c.name, c.status, c.detail] for c in report.checks],
-        )
+        print_table(f"validation of '{report.model}' at {report.http_url}", report.checks)
 
     emit(report.to_dict(), as_json, human)
     report.raise_if_failed()
@@ -1003,11 +999,7 @@ def doctor(
             health.to_dict(),
             as_json,
             lambda: (
-                _table(
-                    f"sdtk doctor {url}",
-                    ["check", "status", "value", "detail"],
-                    [[c.name, c.status, c.value, c.detail] for c in health.checks],
-                ),
+                print_table(f"sdtk doctor {url}", health.checks),
                 click.echo(health.verdict),
             ),
         )
@@ -1021,11 +1013,7 @@ def doctor(
     emit(
         report.to_dict(),
         as_json,
-        lambda: _table(
-            "sdtk doctor",
-            ["check", "ok", "value", "detail"],
-            [[c.name, "yes" if c.ok else "no", c.value, c.detail] for c in report.checks],
-        ),
+        lambda: print_table("sdtk doctor", report.checks),
     )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from toolkit.checks import FAILED, Check
 from toolkit.errors import SdtkError
 from toolkit.recipe import Recipe
 
@@ -28,18 +29,11 @@ DEFAULT_PROMPTS = (
 class ValidationFailed(SdtkError):
     def __init__(self, report: ValidationReport):
         self.report = report
-        failed = [c for c in report.checks if c.status == "failed"]
+        failed = [c for c in report.checks if c.status is FAILED]
         super().__init__(
             "validation failed: " + "; ".join(f"{c.name}: {c.detail}" for c in failed),
             hint="`sdtk logs` shows the server log; `sdtk validate --json` the full report",
         )
-
-
-@dataclass
-class Check:
-    name: str
-    status: str  # passed | failed | skipped | warning
-    detail: str
 
 
 @dataclass
@@ -54,7 +48,7 @@ class ValidationReport:
 
     @property
     def ok(self) -> bool:
-        return all(c.status != "failed" for c in self.checks)
+        return all(c.ok for c in self.checks)
 
     def add(self, name: str, status: str, detail: str, progress: Callable[[str], None] | None = None) -> None:
         self.checks.append(Check(name, status, detail))
@@ -63,6 +57,7 @@ class ValidationReport:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["checks"] = [c.to_dict() for c in self.checks]
         d["ok"] = self.ok
         return d
 

@@ -15,25 +15,12 @@ import subprocess
 from dataclasses import dataclass
 
 from toolkit.build.context import DTYPE_BYTES, BuildContext
+from toolkit.checks import FAILED, PASSED, SKIPPED, Check
 from toolkit.errors import PreflightError
 from toolkit.hub import ModelFacts, Resolved, eagle3_vocab_map, medusa_heads
 from toolkit.recipe import lookahead_max_draft_len
 
-PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
-
-
-@dataclass
-class CheckResult:
-    name: str
-    status: str  # passed | failed | skipped
-    detail: str
-    hint: str | None = None
-
-    def to_dict(self) -> dict:
-        d = {"name": self.name, "status": self.status, "detail": self.detail}
-        if self.hint:
-            d["hint"] = self.hint
-        return d
+CheckResult = Check  # a preflight verdict: passed | failed | skipped
 
 
 class PreflightFailed(PreflightError):
