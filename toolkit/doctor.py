@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -25,24 +24,21 @@ def _dist_version(name: str) -> str | None:
 
 
 def _gpus() -> checks.Check:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return _check(
-            "gpus", False, "none", "nvidia-smi not found; the engine and llmapi backends need NVIDIA GPUs"
-        )
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name,memory.total", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            stdin=subprocess.DEVNULL,
-            check=True,
-        ).stdout.strip()
-    except (subprocess.SubprocessError, OSError) as e:
-        return _check("gpus", False, "error", f"nvidia-smi failed: {e}")
-    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
-    return _check("gpus", bool(lines), f"{len(lines)} GPU(s)", "; ".join(lines))
+    from toolkit.gpus import query_gpus
+
+    q = query_gpus(timeout=20)
+    if not q.found:
+        if q.error == "nvidia-smi not found":
+            return _check(
+                "gpus", False, "none", q.error + "; the engine and llmapi backends need NVIDIA GPUs"
+            )
+        return _check("gpus", False, "error", q.error)
+    return _check(
+        "gpus",
+        bool(q.gpus),
+        f"{len(q.gpus)} GPU(s)",
+        "; ".join(f"{g.name}, {g.memory_mib} MiB" for g in q.gpus),
+    )
 
 
 def run_doctor(tritonserver: str | None = None, workdir: Path | None = None) -> checks.CheckReport:

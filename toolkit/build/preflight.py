@@ -10,8 +10,6 @@ both sides of the first mismatch and the fix, and carries every record.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 
 from toolkit.build.context import DTYPE_BYTES, BuildContext
@@ -417,26 +415,14 @@ class Gpus:
 
 
 def visible_gpus(timeout: float = 10.0) -> Gpus:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return Gpus(False, [], "nvidia-smi not found")
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError) as e:
-        return Gpus(False, [], f"nvidia-smi failed: {e.__class__.__name__}")
-    mem = [int(float(x.strip())) for x in out.splitlines() if x.strip().replace(".", "", 1).isdigit()]
+    from toolkit.gpus import query_gpus
+
+    q = query_gpus(timeout)
+    if not q.found:
+        return Gpus(False, [], q.error)
+    mem = [g.memory_mib for g in q.visible()]
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:
-        wanted = [c.strip() for c in cvd.split(",") if c.strip()]
-        if all(c.isdigit() for c in wanted):
-            mem = [mem[int(c)] for c in wanted if int(c) < len(mem)]
         return Gpus(True, mem, f"{len(mem)} visible (CUDA_VISIBLE_DEVICES={cvd})")
     return Gpus(True, mem, f"{len(mem)} visible")
 
