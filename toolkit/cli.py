@@ -95,6 +95,11 @@ def cli() -> None:
     Recipes are YAML files (or bundled names, see `sdtk recipes list`).
     Set SDTK_DEBUG=1 for tracebacks.
     """
+    import logging
+
+    from toolkit.log import install_handler
+
+    install_handler(logging.DEBUG if os.environ.get("SDTK_DEBUG") else logging.INFO)
 
 
 # --------------------------------------------------------------------------- recipes

@@ -7,7 +7,6 @@ and, while a server runs, `state.json`.
 from __future__ import annotations
 
 import contextlib
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -16,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import SdtkError
+from toolkit.log import progress
 from toolkit.recipe import Recipe
 
 REPO_SUBDIR = "triton_repo"  # also used by toolkit/ops/k8s.py
 DEFAULT_WORKDIR = Path("workdir")
 
 
-def _stderr(msg: str) -> None:
-    print(f"sdtk deploy: {msg}", file=sys.stderr, flush=True)
+_stderr = progress("deploy")
 
 
 def deployment_dir(recipe: Recipe, workdir: Path | None) -> Path:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import tempfile
 import time
 import traceback
@@ -25,6 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from toolkit import log
 
 STEPS = ("build", "deploy", "validate", "bench", "stop")
 # Layers the EAGLE-3 head captures: TensorRT-LLM's default {1, L//2-1, L-4} for L target layers.
@@ -400,7 +401,7 @@ def selftest(
     from toolkit.compat import installed_trtllm_version
     from toolkit.server.state import stop_server
 
-    say = progress or (lambda m: print(f"sdtk selftest: {m}", file=sys.stderr, flush=True))
+    say = progress or log.progress("selftest")
     version = None if force_reference else installed_trtllm_version()
     if version is None:
         note = (

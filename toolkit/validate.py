@@ -8,13 +8,13 @@ through `return_perf_metrics`.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from toolkit.checks import FAILED, Check
 from toolkit.errors import SdtkError
+from toolkit.log import progress
 from toolkit.recipe import Recipe
 
 # Short code prompts: the tiny CPU models are trained on Python source, and a real model
@@ -66,8 +66,7 @@ class ValidationReport:
             raise ValidationFailed(self)
 
 
-def _stderr(msg: str) -> None:
-    print(f"sdtk: {msg}", file=sys.stderr, flush=True)
+_stderr = progress("validate")
 
 
 def _first_difference(a: str, b: str) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from toolkit import __version__, compat
+from toolkit import __version__, compat, log
 from toolkit._fs import atomic_write
 from toolkit.build import engine, llmapi, preflight, reference
 from toolkit.build.context import EXAMPLES_ENV, BuildContext, examples_dir
@@ -97,15 +97,8 @@ class BuildResult:
 
 
 def stderr_progress() -> Progress:
-    """Progress lines on stderr through rich (data stays on stdout)."""
-    from rich.console import Console
-
-    console = Console(stderr=True, highlight=False)
-
-    def emit(msg: str) -> None:
-        console.print(f"[dim]sdtk build:[/dim] {msg}", markup=True, soft_wrap=True)
-
-    return emit
+    """Progress lines to the `sdtk.build` logger (stderr under the CLI; data stays on stdout)."""
+    return log.progress("build")
 
 
 # --------------------------------------------------------------------------- backend

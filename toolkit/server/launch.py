@@ -19,7 +19,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from toolkit import runner
+from toolkit import log, runner
 from toolkit.errors import ServerError, ToolNotFound, did_you_mean
 from toolkit.server import logscan, procs
 from toolkit.server.discover import Candidate, choose_tritonserver
@@ -667,7 +666,7 @@ class TritonServer:
                     log_path=self.log_path,
                     hint="see the server log; --restart-on-failure restarts the server instead",
                 )
-            print(f"sdtk: {stub_message(dead)}; restarting the server\n{tail}", file=sys.stderr)
+            log.logger("server").warning(f"{stub_message(dead)}; restarting the server\n{tail}")
             restarts = self.restarts + 1
             with _signals_ignored():
                 self.stop()
