@@ -35,9 +35,10 @@ def _debug() -> bool:
 class _Reported(click.ClickException):
     """An SdtkError on its way out through click: one line, a hint, the error's exit code."""
 
-    def __init__(self, error: BaseException, exit_code: int, hint: str | None):
+    def __init__(self, error: BaseException | str, exit_code: int, hint: str | None):
         super().__init__(" ".join(str(error).split("\n")))
-        self.exit_code = exit_code
+        # click declares exit_code a ClassVar; here it is per error, as click reads it from the instance.
+        self.exit_code = exit_code  # type: ignore[misc]
         self.hint = hint
 
     def show(self, file: Any = None) -> None:
@@ -818,7 +819,7 @@ def bench(
     from toolkit.errors import UsageError
 
     levels = _ints(concurrency)
-    common = dict(
+    common: dict[str, Any] = dict(
         workload=workload,
         prompts_file=prompts_file,
         requests=requests,
@@ -837,7 +838,7 @@ def bench(
     if compare:
         from toolkit.bench.ab import compare as run_compare
 
-        result = run_compare(compare[0], compare[1], concurrency=levels, **common)
+        result: Any = run_compare(compare[0], compare[1], concurrency=levels, **common)
     else:
         ref = target or url or (str(workdir) if workdir else None)
         if ref is None:
@@ -1000,14 +1001,12 @@ def doctor(
         health = check_deployment(
             url, model, num_draft_tokens=num_draft_tokens, expect_speculation=not baseline
         )
-        emit(
-            health.to_dict(),
-            as_json,
-            lambda: (
-                print_table(f"sdtk doctor {url}", health.checks),
-                click.echo(health.verdict),
-            ),
-        )
+
+        def human() -> None:
+            print_table(f"sdtk doctor {url}", health.checks)
+            click.echo(health.verdict)
+
+        emit(health.to_dict(), as_json, human)
         if not health.ok:
             raise click.exceptions.Exit(1)
         return

@@ -317,7 +317,7 @@ def validate_recipe_file(ref: str, overrides: tuple[str, ...] | list[str] = ()) 
         res = check_recipe(recipe)
         preflight = _offline_preflight(recipe)
     except SdtkError as e:
-        field = "backend"
+        field: str | None = "backend"
         if isinstance(e, RecipeError):
             field = e.field
         elif isinstance(e, PreflightError):

@@ -80,7 +80,9 @@ def render(
 
     root = deployment_dir(recipe, workdir)
     result = build(recipe, backend=backend, workdir=root.parent, dry_run=False, progress=progress)
-    engines = {role: Path(path) for role, path in result.outputs.items() if role in ("target", "draft")}
+    engines: dict[str, Path | str] = {
+        role: Path(path) for role, path in result.outputs.items() if role in ("target", "draft")
+    }
     progress(f"rendering the {result.backend} model repository into {root / REPO_SUBDIR}")
     rendered = render_repository(recipe, engines, root / REPO_SUBDIR, backend=result.backend)
     for w in rendered.warnings:

@@ -38,7 +38,7 @@ class GpuQuery:
 
 def parse(out: str) -> list[Gpu]:
     """`nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits` output."""
-    gpus = []
+    gpus: list[Gpu] = []
     for line in out.splitlines():
         name, _, mem = line.strip().rpartition(",")
         mem = mem.strip()

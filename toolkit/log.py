@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 ROOT = "sdtk"
 
@@ -24,10 +24,16 @@ def progress(component: str) -> Callable[[str], None]:
     return logger(component).info
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+if TYPE_CHECKING:
+    _Handler = logging.StreamHandler[TextIO]
+else:  # not subscriptable at run time before Python 3.11
+    _Handler = logging.StreamHandler
+
+
+class _StderrHandler(_Handler):
     """Writes to the sys.stderr of the moment (test runners and click swap it)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> TextIO:
         return sys.stderr
 

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from toolkit.checks import FAILED, Check
+from toolkit.checks import FAILED, Check, Status
 from toolkit.errors import SdtkError
 from toolkit.log import progress
-from toolkit.recipe import Recipe
+from toolkit.recipe import DraftTarget, Recipe
 
 # Short code prompts: the tiny CPU models are trained on Python source, and a real model
 # continues them sensibly too.
@@ -50,8 +50,10 @@ class ValidationReport:
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
 
-    def add(self, name: str, status: str, detail: str, progress: Callable[[str], None] | None = None) -> None:
-        self.checks.append(Check(name, status, detail))
+    def add(
+        self, name: str, status: Status | str, detail: str, progress: Callable[[str], None] | None = None
+    ) -> None:
+        self.checks.append(Check(name, Status(status), detail))
         if progress:
             progress(f"validate {name}: {status} ({detail})")
 
@@ -154,7 +156,7 @@ def validate_deployment(
         # the LLM-API model names it sampling_param_return_perf_metrics (toolkit/client/llmapi.py)
         if {"return_perf_metrics", "sampling_param_return_perf_metrics"} & set(info.inputs):
             params["return_perf_metrics"] = True
-        if entry_kind == "bls" and recipe is not None and recipe.mode == "draft_target":
+        if entry_kind == "bls" and recipe is not None and isinstance(recipe.speculative, DraftTarget):
             params["num_draft_tokens"] = recipe.speculative.max_draft_len
 
         served: list[Any] = []

@@ -184,7 +184,7 @@ def tune(
     recipe: str | Path | None = None,
     method: str = "auto",
     draft_lens: Sequence[int] | None = None,
-    concurrency: Sequence[int] = (1, 2, 4),
+    concurrency: Sequence[int] | None = (1, 2, 4),
     workload: str | Workload | None = "code",
     prompts_file: str | Path | None = None,
     requests: int = 16,

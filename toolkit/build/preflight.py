@@ -16,7 +16,7 @@ from toolkit.build.context import DTYPE_BYTES, BuildContext
 from toolkit.checks import FAILED, PASSED, SKIPPED, Check
 from toolkit.errors import PreflightError
 from toolkit.hub import ModelFacts, Resolved, eagle3_vocab_map, medusa_heads
-from toolkit.recipe import lookahead_max_draft_len
+from toolkit.recipe import Eagle3, Lookahead, Medusa, lookahead_max_draft_len
 
 CheckResult = Check  # a preflight verdict: passed | failed | skipped
 
@@ -254,7 +254,7 @@ def check_medusa_heads(ctx: BuildContext) -> CheckResult:
         return CheckResult(
             "medusa-heads", SKIPPED, f"skipped (not resolved: no readable Medusa head weights in {head.path})"
         )
-    spec = ctx.recipe.speculative
+    spec = ctx.recipe.spec_as(Medusa)
     want = spec.num_medusa_heads or head.facts.medusa_num_heads_config
     problems = []
     if want and found["num_heads"] < want:
@@ -343,7 +343,7 @@ def eagle3_default_layers(n: int) -> list[int]:
 def check_eagle3_layers(ctx: BuildContext) -> CheckResult:
     target, head = ctx.sources["target"], ctx.sources["eagle_head"]
     n = target.facts.num_hidden_layers
-    ids = ctx.recipe.speculative.layers_to_capture
+    ids = ctx.recipe.spec_as(Eagle3).layers_to_capture
     origin = "recipe speculative.layers_to_capture"
     if ids is None and head.facts.layers_to_capture:
         ids, origin = head.facts.layers_to_capture, f"head config ({head.facts.source})"
@@ -382,7 +382,7 @@ def check_eagle3_layers(ctx: BuildContext) -> CheckResult:
 
 
 def check_lookahead(ctx: BuildContext) -> CheckResult:
-    s = ctx.recipe.speculative
+    s = ctx.recipe.spec_as(Lookahead)
     need = lookahead_max_draft_len(s.window, s.ngram, s.verification_set)
     if s.max_draft_len is not None and s.max_draft_len != need:
         return CheckResult(

@@ -163,7 +163,8 @@ class ClientCore:
                 hint=self._model_hint(available),
             )
         common.check_http_status(r, self.url, self.model)
-        return r.json()
+        cfg: dict[str, Any] = r.json()
+        return cfg
 
     @staticmethod
     def _index_names(index: Any, protocol: str) -> list[str]:

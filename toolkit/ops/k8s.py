@@ -218,6 +218,7 @@ def plan_k8s(
     if monitor_sidecar and MONITOR_PORT in ports.values():
         raise UsageError(f"the sdtk monitor sidecar port {MONITOR_PORT} collides with a serving port")
 
+    layout: str
     if topo.multi_node:
         layout = multinode
         layout_why = (
@@ -343,7 +344,7 @@ def plan_k8s(
     def pod_spec(role: str) -> dict:
         env = [*env_common, {"name": "SDTK_ROLE", "value": role}]
         serving = role == "leader"
-        init = {
+        init: dict[str, Any] = {
             "name": "prepare",
             "image": image,
             "command": ["/bin/bash", f"{SCRIPTS_MOUNT}/prepare.sh"],

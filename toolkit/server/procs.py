@@ -76,7 +76,7 @@ def same_process(pid: int, start_ticks: int | None, needle: str = "tritonserver"
 
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes whose process group is `pgid`."""
-    out = []
+    out: list[int] = []
     try:
         entries = list(PROC.iterdir())
     except OSError:

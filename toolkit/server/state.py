@@ -22,6 +22,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from toolkit._fs import atomic_write
 from toolkit.errors import ServerError
@@ -235,7 +236,7 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
     st = read_state(workdir)
     if st is None:
         return ServerStatus("stopped", workdir, f"no server recorded in {state_path(workdir)}")
-    base = dict(
+    base: dict[str, Any] = dict(
         workdir=workdir,
         pid=st.pid,
         http_url=st.http_url,
