@@ -17,6 +17,7 @@ import click
 
 from toolkit import __version__
 from toolkit.errors import SdtkError
+from toolkit.modes import BACKENDS, MODES
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 set_option = click.option(
@@ -216,7 +217,7 @@ def recipes_schema() -> None:
 @click.argument("recipe")
 @click.option(
     "--backend",
-    type=click.Choice(["auto", "engine", "llmapi", "reference"]),
+    type=click.Choice(list(BACKENDS)),
     help="Overrides `backend` in the recipe.",
 )
 @click.option(
@@ -324,9 +325,7 @@ def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, in
     show_default=True,
     help="local: launch tritonserver here; k8s/slurm: render manifests or an sbatch script into --out.",
 )
-@click.option(
-    "--backend", type=click.Choice(["auto", "engine", "llmapi", "reference"]), help="Overrides `backend`."
-)
+@click.option("--backend", type=click.Choice(list(BACKENDS)), help="Overrides `backend`.")
 @click.option(
     "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Root of deployments (./workdir)."
 )
@@ -941,10 +940,8 @@ def tune(
 
 
 @cli.command()
-@click.option(
-    "--mode", type=click.Choice(["none", "draft_target", "eagle3", "eagle", "medusa", "lookahead", "ngram"])
-)
-@click.option("--backend", type=click.Choice(["engine", "llmapi", "reference"]))
+@click.option("--mode", type=click.Choice(list(MODES)))
+@click.option("--backend", type=click.Choice([b for b in BACKENDS if b != "auto"]))
 @json_option
 def compat(mode: str | None, backend: str | None, as_json: bool) -> None:
     """Print the support matrix: mode × backend × TensorRT-LLM versions × model families."""

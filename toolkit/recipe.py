@@ -27,12 +27,13 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from toolkit import choices as tree
+from toolkit import modes
 from toolkit.errors import RecipeError, did_you_mean
 from toolkit.resources import recipes_dir
 from toolkit.shellsafe import escape_controls, has_control
 
-MODES = ("none", "draft_target", "eagle3", "eagle", "medusa", "lookahead", "ngram")
-BACKENDS = ("auto", "engine", "llmapi", "reference")
+MODES = modes.MODES
+BACKENDS = modes.BACKENDS
 DTYPES = ("auto", "float16", "bfloat16", "float32")
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", re.ASCII)
@@ -416,22 +417,14 @@ Speculative = Annotated[
 ]
 
 # Which model source each mode needs; the others must be absent.
-MODE_SOURCES: dict[str, str | None] = {
-    "none": None,
-    "ngram": None,
-    "lookahead": None,
-    "draft_target": "draft",
-    "medusa": "medusa_heads",
-    "eagle": "eagle_head",
-    "eagle3": "eagle_head",
-}
+MODE_SOURCES = modes.MODE_SOURCES
 
 
 # --------------------------------------------------------------------------- the rest
 
 
 # Modes the LLM-API (PyTorch) path serves (compat's llmapi column).
-LLMAPI_MODES = ("none", "draft_target", "eagle3", "ngram")
+LLMAPI_MODES = modes.LLMAPI_MODES
 
 
 class Parallel(_Strict):

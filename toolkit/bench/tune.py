@@ -38,8 +38,8 @@ from toolkit.bench.metrics import Interval
 from toolkit.bench.tokens import TokenCounter, recipe_tokenizer
 from toolkit.bench.workloads import Workload, load_workload
 from toolkit.errors import UsageError
+from toolkit.modes import CHAIN_MODES
 
-CHAIN_MODES = ("draft_target", "eagle3", "ngram")
 BLS_MODEL = "tensorrt_llm_bls"
 
 

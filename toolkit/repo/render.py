@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit import __version__
+from toolkit import __version__, modes
 from toolkit.build.context import SPEC_MODE_NAMES
 from toolkit.choices import to_triton_string
 from toolkit.errors import CompatError
@@ -47,7 +47,7 @@ REFERENCE_LLMAPI_MODEL = "reference_llmapi/tensorrt_llm/1/model.py"
 DEFAULT_MODEL_NAME = "ensemble"
 FIXED_MODELS = ("preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_draft")
 # llmapi speculative_config decoding_type per mode; "Eagle" is the 1.0/1.1 spelling of EAGLE-3.
-LLMAPI_DECODING_TYPES = {"draft_target": ("DraftTarget",), "eagle3": ("Eagle3", "Eagle"), "ngram": ("NGram",)}
+LLMAPI_DECODING_TYPES = modes.LLMAPI_DECODING_TYPES
 
 
 @dataclass
