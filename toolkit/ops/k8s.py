@@ -44,7 +44,7 @@ from toolkit._fs import atomic_write
 from toolkit.errors import UsageError
 from toolkit.ops import images
 from toolkit.ops.layout import Topology, launch_argv, orchestrator_env, plan_topology
-from toolkit.ops.render import raw, render, shell_join, var
+from toolkit.ops.templating import raw, render, shell_join, var
 from toolkit.shellsafe import check_line
 
 if TYPE_CHECKING:
@@ -788,13 +788,13 @@ def render_k8s(
     out_dir/NOTES.md                             the layout decision, requirements, commands
 
     `options` are plan_k8s's (gpus_per_node, multinode, prepare, pull_from, storage_size, ...).
-    With `validate`, every manifest is checked offline first (toolkit.ops.validate).
+    With `validate`, every manifest is checked offline first (toolkit.ops.manifests).
     """
     from importlib import resources
 
     plan = plan_k8s(recipe, namespace=namespace, image=image, replicas=replicas, **options)
     if validate:
-        from toolkit.ops.validate import DEFAULT_K8S_VERSION, validate_all
+        from toolkit.ops.manifests import DEFAULT_K8S_VERSION, validate_all
 
         validate_all(plan.manifests + plan.monitoring, k8s_version or DEFAULT_K8S_VERSION)
     out = Path(out_dir)

@@ -34,7 +34,7 @@ from toolkit.ops.layout import (
     plan_topology,
     rank_commands,
 )
-from toolkit.ops.render import render, shell_join, var
+from toolkit.ops.templating import render, shell_join, var
 from toolkit.shellsafe import check_line, heredoc_tag
 
 if TYPE_CHECKING:
