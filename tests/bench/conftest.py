@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from triton_support import tritonserver_missing  # noqa: F401 - re-exported to the bench tests
 
 from toolkit.bench.loadgen import BenchResult, Chunk, LevelResult
 from toolkit.bench.metrics import RequestRecord
@@ -63,14 +64,6 @@ def make_fake_repo(root: Path, models: dict[str, dict]) -> Path:
         bls = bool(params.pop("bls", False))
         (d / "config.pbtxt").write_text(fake_config(name, bls=bls, **params))
     return repo
-
-
-def tritonserver_missing() -> str | None:
-    from toolkit.server.discover import find_tritonserver_candidates
-
-    if not any(c.exists for c in find_tritonserver_candidates()):
-        return "no tritonserver (install the `server` extra: nvidia-pytriton)"
-    return None
 
 
 # --------------------------------------------------------------------------- synthetic data

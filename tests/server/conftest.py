@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from triton_support import tritonserver_missing
 
 from toolkit.server import procs
-from toolkit.server.discover import find_tritonserver_candidates
 
 MODEL_PY = Path(__file__).parent / "fake_llm" / "model.py"
 
@@ -103,14 +103,14 @@ def processes_mentioning(text: str) -> list[tuple[int, str]]:
 
 
 def embedded_available() -> bool:
-    return any(c.exists for c in find_tritonserver_candidates())
+    return tritonserver_missing() is None
 
 
 def pytest_collection_modifyitems(config, items):
     """Skip `tritonserver` tests only where no tritonserver can exist (no nvidia-pytriton)."""
     if embedded_available():
         return
-    skip = pytest.mark.skip(reason="no tritonserver (install the `server` extra: nvidia-pytriton)")
+    skip = pytest.mark.skip(reason=str(tritonserver_missing()))
     for item in items:
         if "tritonserver" in item.keywords:
             item.add_marker(skip)
