@@ -53,8 +53,7 @@ def workdir(tmp_path_factory, cwd):
     missing = tritonserver_missing()
     if missing:
         pytest.skip(missing)
-    if not (TINY / "draft" / "config.json").is_file():
-        pytest.skip(f"the tiny models are not trained ({TINY})")
+    assert (TINY / "draft" / "config.json").is_file(), f"{TINY} is committed; the tiny draft is missing"
     wd = tmp_path_factory.mktemp("deployments")
     r = sdtk(
         "deploy",
@@ -142,8 +141,7 @@ def test_tune_without_recipe(workdir, cwd):
 
 
 def test_plan_probe(cwd):
-    if not (TINY / "draft" / "config.json").is_file():
-        pytest.skip(f"the tiny models are not trained ({TINY})")
+    assert (TINY / "draft" / "config.json").is_file(), f"{TINY} is committed; the tiny draft is missing"
     r = data(sdtk("plan", str(RECIPES / "tiny-draft-target.yaml"), "--probe-prompts", "4", "--json"))
     assert r["probe"]["prompts"] == 4 and r["recommendation"]["settings"]["max_draft_len"] >= 1
     assert list(cwd.iterdir()) == []

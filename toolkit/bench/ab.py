@@ -381,7 +381,7 @@ def compare(
     *,
     workload: str | Workload | None = "code",
     prompts_file: str | Path | None = None,
-    concurrency: Sequence[int] = (1, 2, 4),
+    concurrency: Sequence[int] | None = (1, 2, 4),
     requests: int = 32,
     duration: float | None = None,
     warmup: int = 2,

@@ -9,11 +9,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from toolkit._fs import atomic_path, atomic_write
 
 if TYPE_CHECKING:
     from toolkit.bench.ab import ABResult
@@ -44,16 +45,7 @@ def default_report_dir(workdir: Path | str | None, kind: str) -> Path:
 # --------------------------------------------------------------------------- writers
 
 
-def _atomic_write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".incomplete")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+_atomic_write = atomic_write  # tune.py imports this name
 
 
 def write_json(path: Path, data: Any) -> Path:
@@ -386,9 +378,8 @@ def plot_compare(ab: ABResult, out_dir: Path) -> list[Path]:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    tmp = path.with_name(path.stem + ".incomplete.png")
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+    with atomic_path(path, tmp_name=path.stem + ".incomplete.png") as tmp:
+        fig.savefig(tmp, dpi=110)
     return path
 
 

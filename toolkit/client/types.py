@@ -128,9 +128,9 @@ class GenerationRequest:
         from toolkit.client import llmapi
 
         if llmapi.is_llmapi(info):
-            out = llmapi.request_values(self, info, stream)
-            self._check_inputs(out, info)
-            return out
+            values = llmapi.request_values(self, info, stream)
+            self._check_inputs(values, info)
+            return values
         out: dict[str, Any] = {"text_input": self.prompt, "max_tokens": self.max_tokens}
         for name in REQUEST_INPUTS:
             v = getattr(self, name)
