@@ -42,9 +42,9 @@ import yaml
 from packaging.version import Version
 
 from toolkit import __version__
+from toolkit.build.configs import build_config, pretrained_config
 from toolkit.build.context import SPEC_MODE_NAMES, BuildContext
 from toolkit.build.preflight import FAILED, PASSED, CheckResult
-from toolkit.build.reference import build_config, pretrained_config
 from toolkit.build.steps import Step
 from toolkit.shellsafe import comment
 
