@@ -685,6 +685,10 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
     seen: dict[Any, Any] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, (dict, list, set)):  # `{}: x` or `[a]: x`: YAML allows it, a recipe does not
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a key must be a plain name, not a {type(key).__name__}", key_node.start_mark
+            )
         if key in seen:
             mark = key_node.start_mark
             raise yaml.constructor.ConstructorError(
