@@ -1,0 +1,69 @@
+"""scripts/bench_recipes.py and scripts/readme_plot.py on the real tiny models (tiny budgets: these
+check what the scripts write, not the speed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_recipes_section(tmp_path, capsys):
+    mod = _script("bench_recipes")
+    out = tmp_path / "benchmarks.md"
+    out.write_text("# b\n\nbefore\n\n<!-- bench_recipes:start -->\nold\n<!-- bench_recipes:end -->\nafter\n")
+    args = ["tiny-ngram", "tiny-medusa:speculative.medusa_choices=[[0],[0,0]]", "--runs", "1", "--prompts", "2"]
+    assert mod.main([*args, "--new-tokens", "8", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("# b\n\nbefore\n") and text.endswith("<!-- bench_recipes:end -->\nafter\n")
+    assert "old" not in text and "2 code prompts × 8 new tokens" in text
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| tiny")}
+    assert set(rows) == {"tiny-ngram", "tiny-medusa:speculative.medusa_choices=[[0],[0,0]]"}
+    assert "| ngram | γ = 5 |" in rows["tiny-ngram"] and "tree 2 nodes" in rows[next(r for r in rows if "medusa" in r)]
+    with pytest.raises(SystemExit):  # recipes must share one target
+        mod.main(["tiny-ngram", "llama-3.1-8b-ngram", "--no-write"])
+
+
+def test_readme_section_from_a_compare_json(tmp_path):
+    mod = _script("readme_plot")
+    iv = {"point": 1.5, "lo": 1.2, "hi": 1.8}
+    level = {
+        "concurrency": 1,
+        "speedup": iv,
+        "tpot_speedup": iv,
+        "throughput_ratio": 1.4,
+        "speculative": {"acceptance": {"rate": 0.5, "length": 2.5}},
+    }
+    d = {
+        "baseline": "recipes/tiny-baseline.yaml (recipe)",
+        "speculative": "workdir/demo/tiny-ngram (workdir)",
+        "settings": {"requests": 12},
+        "workload": {},
+        "levels": [level, dict(level, concurrency=2)],
+        "verdict": "speculative is 1.50× faster",
+        "replayed_acceptance": {"per_position": [0.6, 0.4]},
+    }
+    cj = tmp_path / "compare.json"
+    cj.write_text(json.dumps(d))
+    readme = tmp_path / "README.md"
+    readme.write_text("top\n<!-- demo_ab:start -->\n<!-- demo_ab:end -->\nbottom\n")
+    png = tmp_path / "demo_ab.png"
+    mod.PNG = png
+    assert mod.main(["--compare-json", str(cj), "--readme", str(readme), "--source", "./scripts/demo.sh"]) == 0
+    text = readme.read_text()
+    assert text.startswith("top\n") and text.endswith("<!-- demo_ab:end -->\nbottom\n")
+    assert "`tiny-ngram` against `tiny-baseline`" in text and "From the compare.json of `./scripts/demo.sh`" in text
+    assert "| 2 | **1.50×** | [1.20, 1.80] | 1.50× | 1.40× | 0.50 | 2.50 |" in text
+    assert "0.60, 0.40" in text and "Verdict: speculative is 1.50× faster" in text
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
