@@ -40,14 +40,17 @@ def test_replay_sums_the_runtimes_own_statistics():
 
 @pytest.mark.tritonserver
 @pytest.mark.slow
-def test_replay_equals_the_servers_counters():
+@pytest.mark.parametrize("name", ["tiny-ngram", "tiny-draft-target"])
+def test_replay_equals_the_servers_counters(name):
+    """tiny-draft-target: the replay runs the BLS loop (target decodes len(draft) + 1 tokens per
+    iteration), which proposes fewer drafts than the in-process speculator would."""
     missing = tritonserver_missing()
     if missing:
         pytest.skip(missing)
     from toolkit.deploy import deployed
 
-    rec = load_recipe("tiny-ngram")
-    with deployed("tiny-ngram") as d:
+    rec = load_recipe(name)
+    with deployed(name) as d:
         url, model = deployed_address(d, "grpc")
         res = bench(
             url,

@@ -6,6 +6,11 @@ greedy decoding, the reference runtime reproduces the server's decoding exactly 
 same prompts, same token budget), so replaying the run's requests in process gives the
 per-position acceptance of what was served; the server's own totals for the same requests are
 kept next to the replay's as the yardstick (they must agree).
+
+Draft-target is served by the BLS loop, not by the runtime's own draft-target speculator: each
+iteration drafts γ tokens with the draft model, and the target verifies them and then, as in
+TensorRT-LLM's `draft_tokens_external`, decodes plainly up to γ + 1 tokens. Its replay runs that
+loop (`_bls_draft_target`), so it proposes what the served deployment proposed.
 """
 
 from __future__ import annotations
@@ -67,11 +72,17 @@ def replay_acceptance(
     accepted: list[int] = []
     acc_total = draft_total = 0
     for p in prompts:
-        r = rt.generate(encode(rt, p.text), p.max_tokens, spec=recipe.speculative)
-        _add(proposed, r.stats.per_position_proposed)
-        _add(accepted, r.stats.per_position_accepted)
-        acc_total += r.stats.accepted_tokens
-        draft_total += r.stats.draft_tokens
+        if recipe.mode == "draft_target":
+            per_proposed, per_accepted = _bls_draft_target(
+                rt, encode(rt, p.text), p.max_tokens, recipe.speculative.max_draft_len
+            )
+        else:
+            stats = rt.generate(encode(rt, p.text), p.max_tokens, spec=recipe.speculative).stats
+            per_proposed, per_accepted = stats.per_position_proposed, stats.per_position_accepted
+        _add(proposed, per_proposed)
+        _add(accepted, per_accepted)
+        acc_total += sum(per_accepted)
+        draft_total += sum(per_proposed)
     s_acc = s_draft = None
     if server_records:
         ok = [r for r in server_records if r.ok and r.index < len(prompts)]
@@ -87,6 +98,44 @@ def replay_acceptance(
         s_acc,
         s_draft,
     )
+
+
+def _bls_draft_target(rt: Any, prompt: list[int], max_new: int, gamma: int) -> tuple[list[int], list[int]]:
+    """Per-position (proposed, accepted) of one request through the BLS draft-target loop
+    (model_repo_templates/inflight_batcher_llm/tensorrt_llm_bls, `_speculate`), greedy, with the
+    target and draft models of `rt` and the tokenizer's end id (left out of every output)."""
+    from toolkit.reference import ReferenceRuntime
+    from toolkit.reference.runtime import parse_speculative
+
+    draft_rt = ReferenceRuntime(target=rt.draft, tokenizer=rt.tokenizer, spec=parse_speculative(None))
+    eos = rt.eos_token_id
+    end = eos if eos is not None else -1
+    proposed, accepted = [0] * gamma, [0] * gamma
+    tokens, generated = list(prompt), 0
+    while generated < max_new:
+        k = min(gamma, max_new - generated - 1)
+        draft: list[int] = []
+        for _ in range(k):  # the draft model: request_output_len k, stops at the end id
+            step = draft_rt.verify_draft(tokens + draft, [], end_id=end).new_tokens
+            if not step or step[0] == eos:
+                break
+            draft.append(step[0])
+        verified = rt.verify_draft(tokens, draft, end_id=end)
+        new = list(verified.new_tokens)
+        for i in range(len(draft)):
+            proposed[i] += 1
+            accepted[i] += i < min(verified.accepted, len(draft))
+        while len(new) < len(draft) + 1 and eos not in new:  # then plainly, to len(draft) + 1
+            new += rt.verify_draft(tokens + new, [], end_id=end).new_tokens
+        finished = eos in new
+        if finished:
+            new = new[: new.index(eos)]
+        new = new[: max_new - generated]
+        tokens += new
+        generated += len(new)
+        if finished or not new:
+            break
+    return proposed, accepted
 
 
 def _add(total: list[int], counts: list[int]) -> None:
