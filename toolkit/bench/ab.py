@@ -62,6 +62,9 @@ class Side:
     workdir: Path | None = None
     draft_len: int | None = None  # γ of a chain-mode deployment, when its recipe is known
     tokenizer: str | None = None  # the deployment's tokenizer, when its recipe is known
+    # Steps counted from the stream: a reference-backend ensemble streams one chunk per target
+    # step, and its mode's draft count varies per step (n-gram), so drafts / γ would undercount.
+    steps_from_chunks: bool = False
 
     def describe(self) -> str:
         return f"{self.ref} ({self.kind})"
@@ -107,6 +110,7 @@ def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: 
             workdir=p,
             draft_len=_chain_draft_len(rec),
             tokenizer=recipe_tokenizer(rec),
+            steps_from_chunks=_steps_from_chunks(rec),
         )
     from toolkit.recipe import resolve_recipe_path
 
@@ -127,6 +131,7 @@ def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: 
         model=model,
         draft_len=_chain_draft_len(rec),
         tokenizer=recipe_tokenizer(rec),
+        steps_from_chunks=_steps_from_chunks(rec),
     )
 
 
@@ -143,9 +148,25 @@ def _chain_draft_len(recipe: Any) -> int | None:
     if recipe is None:
         return None
     spec = recipe.speculative
-    if spec.mode in ("draft_target", "ngram") or (spec.mode == "eagle3" and spec.eagle_choices is None):
+    if spec.mode == "draft_target" or (spec.mode == "eagle3" and spec.eagle_choices is None):
         return spec.max_draft_len
+    if spec.mode == "ngram" and not _steps_from_chunks(recipe):
+        return spec.max_draft_len  # up to γ per step: drafts / γ is a lower bound on the steps
     return None
+
+
+def _steps_from_chunks(recipe: Any) -> bool:
+    """n-gram proposes up to γ tokens per step, often fewer; on the reference backend the
+    ensemble streams one chunk per target step, so the chunks count the steps exactly."""
+    return recipe is not None and recipe.backend == "reference" and recipe.speculative.mode == "ngram"
+
+
+def _count_steps_from_chunks(result: Any) -> None:
+    for level in getattr(result, "levels", []):
+        for rec in level.records:
+            if rec.ok and rec.steps is None and rec.draft_tokens is not None:
+                rec.steps = sum(1 for k in rec.chunk_tokens if k > 0)
+                rec.steps_source = "streamed chunks (one per step)"
 
 
 @contextlib.contextmanager
@@ -476,6 +497,8 @@ def compare(
                         label=side.label,
                     )
                 )
+                if side.steps_from_chunks:
+                    _count_steps_from_chunks(runs[side.label])
     except BenchAborted as e:
         runs[current.label] = e.partial
         _finish(ab, runs, resamples, seed, confidence)

@@ -50,6 +50,7 @@ class RequestRecord:
     accepted_draft_tokens: int | None = None
     draft_tokens: int | None = None
     steps: int | None = None  # target forwards after prefill, when the server reports them
+    steps_source: str | None = None  # where `steps` came from when not the server's own count
     draft_len: int | None = None  # γ the request ran with, when known (per-request num_draft_tokens)
     per_position_proposed: list[int] | None = None
     per_position_accepted: list[int] | None = None
@@ -134,7 +135,10 @@ def acceptance_length(rec: RequestRecord) -> tuple[float | None, str | None]:
     backend and TRT-LLM do, and some chunk carries several tokens).
     """
     if rec.steps:
-        return spec_metrics.acceptance_length(rec.accepted_draft_tokens or 0, rec.steps), "server steps"
+        return (
+            spec_metrics.acceptance_length(rec.accepted_draft_tokens or 0, rec.steps),
+            rec.steps_source or "server steps",
+        )
     steps = spec_metrics.estimated_steps(rec.draft_tokens, rec.draft_len)
     if steps and rec.accepted_draft_tokens is not None:
         return spec_metrics.acceptance_length(rec.accepted_draft_tokens, steps), "draft tokens / draft_len"
