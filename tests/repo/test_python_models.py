@@ -556,7 +556,10 @@ class FakeRuntime:
         eos = self.eos_token_id if end_id is None else end_id
         if eos in new:
             new = new[: new.index(eos) + 1]
-        return type("V", (), {"new_tokens": new, "accepted": len(new) - 1})()
+        return type("V", (), {"new_tokens": new, "accepted": len(new) - 1, "drafted": len(draft_ids)})()
+
+    def enable_batching(self, max_batch_size, capacity):
+        self.batching = (max_batch_size, capacity)
 
 
 @pytest.fixture
@@ -752,6 +755,7 @@ def test_resolve_spec(ref_module):
 def test_reference_model_execute(ref_module, pb, monkeypatch):
     monkeypatch.setattr(ref_module, "load_runtime", lambda path: (FakeRuntime(), {"mode": "none"}))
     monkeypatch.setattr(ref_module, "build_limits", lambda path: (512, 1024))
+    monkeypatch.setattr(ref_module, "build_batch_size", lambda path, default: 4)
     params = {"gpt_model_path": "/engines/target", "decoding_mode": "top_k_top_p", "exclude_input_in_output": "True",
               "max_beam_width": "1"}  # fmt: skip
     model = ref_module.TritonPythonModel()
@@ -759,6 +763,8 @@ def test_reference_model_execute(ref_module, pb, monkeypatch):
     plain, stream = pb.Request(llm_request([0, 5], 3)), pb.Request(llm_request([0, 5], 5, streaming=True))
     bad = pb.Request(llm_request([0, 5], 3, beam_width=4))
     assert model.execute([plain, stream, bad]) is None
+    assert model.wait_idle()  # generation runs in threads, batched in flight
+    assert model.generate.rt.batching == (4, 1024 + 72)  # build_config.max_batch_size; max_seq_len + slack
     final = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
     assert [f for _, f in plain.sender.sent] == [0, final] and plain.sender.sent[1][0] is None
     assert toks(plain.sender.sent[0][0].as_dict()) == greedy([0, 5], 3)

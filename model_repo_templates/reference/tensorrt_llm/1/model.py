@@ -152,6 +152,94 @@ def build_limits(engine_dir: Path) -> tuple[int | None, int | None]:
     return build.get("max_input_len") or None, build.get("max_seq_len") or None
 
 
+def build_batch_size(engine_dir: Path, default: int) -> int:
+    """build_config.max_batch_size: the most sequences one iteration batches (the recipe's
+    build.max_batch_size, as TensorRT-LLM's executor uses the engine's)."""
+    build = json.loads((engine_dir / "config.json").read_text()).get("build_config") or {}
+    return int(build.get("max_batch_size") or default)
+
+
+class Responder:
+    """The one thread that touches Triton objects after execute() has handed a request over:
+    it sends what the generation threads produce, asks `is_cancelled()` for every request in
+    flight at most once per CANCEL_CHECK_S, and records the sdtk_spec_* metrics.
+
+    Generation threads (one per request, batched by the runtime) only put numpy dicts on the
+    outbox and read an Event, so Triton's objects are never used from two threads at once, and
+    each request's objects are released on this thread."""
+
+    def __init__(self, name: str, metrics=None):
+        self.name = name
+        self.metrics = metrics
+        self.outbox: queue.Queue = queue.Queue()
+        self.flight: dict[int, tuple[object, threading.Event]] = {}
+        self._next = 0
+        self.thread = threading.Thread(target=self._loop, name="sdtk-reference-respond", daemon=True)
+        self.thread.start()
+
+    def start(self, sender, work) -> None:
+        """Run `work(cancelled)` (an iterable of output dicts) in its own thread; stream its
+        outputs through `sender`."""
+        self._next += 1
+        key, stop = self._next, threading.Event()
+        self.outbox.put(("open", key, (sender, stop)))
+
+        def run():
+            try:
+                for out in work(stop.is_set):
+                    self.outbox.put(("out", key, out))
+                self.outbox.put(("final", key, None))
+            except Exception as e:  # sent as the request's error response
+                self.outbox.put(("error", key, e))
+
+        threading.Thread(target=run, name=f"sdtk-reference-request-{key}", daemon=True).start()
+
+    def observe(self, **counts) -> None:
+        self.outbox.put(("metrics", 0, counts))
+
+    def _loop(self) -> None:
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        last_poll = 0.0
+        while True:
+            try:
+                kind, key, value = self.outbox.get(timeout=CANCEL_CHECK_S)
+            except queue.Empty:
+                kind = None
+            if kind == "close":
+                return
+            if kind == "open":
+                self.flight[key] = value
+            elif kind == "metrics":
+                if self.metrics is not None:
+                    self.metrics.observe(**value)
+            elif kind is not None and key in self.flight:
+                sender, stop = self.flight[key]
+                try:
+                    if kind == "out":
+                        sender.send(st.response(value))
+                    elif kind == "final":
+                        del self.flight[key]
+                        sender.send(flags=final)
+                    else:
+                        del self.flight[key]
+                        sender.send(st.failure(self.name, value), flags=final)
+                except Exception:  # the client has gone: stop generating
+                    stop.set()
+            now = time.monotonic()
+            if now - last_poll >= CANCEL_CHECK_S:
+                last_poll = now
+                for sender, stop in self.flight.values():
+                    if not stop.is_set() and sender.is_cancelled():
+                        stop.set()
+
+    def idle(self) -> bool:
+        return not self.flight and self.outbox.empty()
+
+    def close(self) -> None:
+        self.outbox.put(("close", 0, None))
+        self.thread.join(timeout=5)
+
+
 def load_runtime(engine_dir: Path):
     """The reference runtime for an engine directory, and its built speculative section.
 
@@ -176,20 +264,6 @@ def load_runtime(engine_dir: Path):
 
 
 CANCEL_CHECK_S = 0.02  # how often a running request asks whether its client has gone
-
-
-def every(seconds: float, probe):
-    """`probe` (is_cancelled(): an IPC round trip), asked at most once per `seconds`."""
-    last = [0.0]
-
-    def check() -> bool:
-        now = time.monotonic()
-        if now - last[0] < seconds:
-            return False
-        last[0] = now
-        return bool(probe())
-
-    return check
 
 
 def _in_thread(run):
@@ -256,8 +330,8 @@ class Generator:
         """Yield output dicts: one for a plain request, one per chunk when streaming.
 
         `cancelled()` says whether the client has gone; generation asks it between steps and
-        stops with `Cancelled`."""
-        self.cancelled = cancelled
+        stops with `Cancelled`. Calls may run concurrently (one thread per request): the runtime
+        batches their steps in flight."""
         self._check(inputs)
         batch = inputs["input_ids"].shape[0]
         stream = bool(st.scalar(inputs, "streaming", False))
@@ -272,9 +346,9 @@ class Generator:
         if stream and batch > 1:
             raise ValueError(f"streaming needs batch size 1, got {batch}")
         if batch == 1:
-            yield from self._row(inputs, 0, stream)
+            yield from self._row(inputs, 0, stream, cancelled)
             return
-        rows = [list(self._row(inputs, i, False))[-1] for i in range(batch)]
+        rows = [list(self._row(inputs, i, False, cancelled))[-1] for i in range(batch)]
         yield {n: st.stack_rows([r[n] for r in rows]) for n in rows[0]}
 
     @staticmethod
@@ -311,7 +385,7 @@ class Generator:
                 f"is over the engine's max_seq_len {self.max_seq_len} (build.max_seq_len)"
             )
 
-    def _row(self, inputs: dict[str, np.ndarray], i: int, stream: bool):
+    def _row(self, inputs: dict[str, np.ndarray], i: int, stream: bool, cancelled):
         from toolkit.reference import SamplingParams
 
         arrival = time.time_ns()
@@ -383,7 +457,9 @@ class Generator:
                 state["steps"] += 1
                 new = verified.new_tokens[: max_new - produced]
                 if proposal:
-                    state["drafted"], state["accepted"] = len(proposal), min(verified.accepted, len(proposal))
+                    # A load-aware schedule may verify fewer draft tokens than the BLS sent.
+                    drafted = min(len(proposal), verified.drafted)
+                    state["drafted"], state["accepted"] = drafted, min(verified.accepted, drafted)
                     proposal = []
                 on_tokens(new)
                 ids += new
@@ -435,7 +511,7 @@ class Generator:
         if not stream:
 
             def keep_unless_cancelled(tokens: list[int]) -> list[int]:
-                if self.cancelled():
+                if cancelled():
                     raise st.Cancelled()
                 return keep(tokens)
 
@@ -446,7 +522,7 @@ class Generator:
         # empty chunk, sent when asked for or when nothing else was.
         sent = False
         for tokens in _in_thread(run_and_observe):
-            if self.cancelled():
+            if cancelled():
                 raise st.Cancelled()
             chunk = keep(tokens)
             if chunk:
@@ -506,13 +582,25 @@ class TritonPythonModel:
         spec = resolve_spec(built, params)
         self.name = name
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        limits = build_limits(Path(engine_dir))
+        # In-flight batching: requests run in their own threads and the runtime batches their
+        # steps, up to the engine's max_batch_size sequences per iteration, first come first
+        # served. Both batch_scheduler_policy values admit alike here: the KV slots of the
+        # whole batch are allocated up front, so nothing is ever evicted.
+        self.max_batch_size = build_batch_size(Path(engine_dir), int(config.get("max_batch_size") or 8))
+        self.scheduler_policy = st.param_str(params, "batch_scheduler_policy") or "guaranteed_no_evict"
+        runtime.enable_batching(self.max_batch_size, capacity=(limits[1] or 1024) + 72)
+        if built.get("mode") == "draft_target":
+            runtime.verify_spec = parse_speculative(built)  # its draft_len_schedule bounds verify_draft
+        self.responder = Responder(name, _spec_metrics(name)) if self.decoupled else None
         self.generate = Generator(
             runtime,
             parse_speculative(spec) if spec is not None else None,
             exclude_input_in_output=st.param_bool(params, "exclude_input_in_output", False),
             decoupled=self.decoupled,
-            metrics=_spec_metrics(name),
-            **dict(zip(("max_input_len", "max_seq_len"), build_limits(Path(engine_dir)), strict=True)),
+            # Decoupled: recorded on the responder thread, like every other Triton call.
+            metrics=self.responder if self.responder is not None else _spec_metrics(name),
+            **dict(zip(("max_input_len", "max_seq_len"), limits, strict=True)),
         )
         if built.get("mode") == "draft_target":
             # The BLS loop sends the whole sequence so far as input_ids on every iteration: only
@@ -521,26 +609,61 @@ class TritonPythonModel:
 
     def execute(self, requests):
         if self.decoupled:
+            # Hand each request to its own generation thread and return at once, so that
+            # requests arriving meanwhile join the running batch at its next iteration.
             for request in requests:
-                sender = request.get_response_sender()
-                cancelled = every(CANCEL_CHECK_S, sender.is_cancelled)
-                st.send_all(
-                    sender, self.generate(st.inputs_of(request, INPUTS + UNSUPPORTED), cancelled), self.name
+                inputs = st.inputs_of(request, INPUTS + UNSUPPORTED)
+                self.responder.start(
+                    request.get_response_sender(), lambda cancelled, inputs=inputs: self.generate(inputs, cancelled)
                 )
             return None
-        responses = []
-        for request in requests:
-            cancelled = every(CANCEL_CHECK_S, request.is_cancelled)
+        # Not decoupled: Triton waits for the responses; the requests of one call run batched.
+        responses: list = [None] * len(requests)
+
+        def run(k, inputs, cancelled):
             try:
-                outputs = self.generate(st.inputs_of(request, INPUTS + UNSUPPORTED), cancelled)
-                responses.append(st.response(list(outputs)[-1]))
+                responses[k] = list(self.generate(inputs, cancelled))[-1]
             except Exception as e:
-                responses.append(st.failure(self.name, e))
-        return responses
+                responses[k] = e
+
+        threads, stops = [], []
+        for k, request in enumerate(requests):
+            stop = threading.Event()
+            inputs = st.inputs_of(request, INPUTS + UNSUPPORTED)
+            threads.append(threading.Thread(target=run, args=(k, inputs, stop.is_set), daemon=True))
+            stops.append(stop)
+        for t in threads:
+            t.start()
+        # This (the stub's) thread asks is_cancelled() while the workers generate.
+        while any(t.is_alive() for t in threads):
+            next(t for t in threads if t.is_alive()).join(CANCEL_CHECK_S)
+            for request, stop in zip(requests, stops, strict=True):
+                if not stop.is_set() and request.is_cancelled():
+                    stop.set()
+        return [
+            st.failure(self.name, r) if isinstance(r, Exception) else st.response(r) for r in responses
+        ]
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Whether every handed-over request has sent its final response (for tests)."""
+        deadline = time.monotonic() + timeout
+        while self.responder is not None and not self.responder.idle():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
     def finalize(self):
+        if self.responder is not None:
+            self.responder.close()
+            metrics, self.responder.metrics = self.responder.metrics, None
+        else:
+            metrics = self.generate.metrics
+        batcher = getattr(self.generate.rt, "batcher", None)
+        if batcher is not None:
+            batcher.close()
         # Drop the custom-metric objects while the stub can still talk to the server: left to
         # interpreter exit, their destructors run after the stub is torn down.
-        if self.generate.metrics is not None:
-            self.generate.metrics.close()
+        if metrics is not None:
+            metrics.close()
         self.generate.metrics = None
