@@ -145,10 +145,18 @@ _CELLS += [
         None,
         None,
         None,
-        "sdtk's PyTorch implementation; CPU or any torch device",
+        "sdtk's PyTorch implementation; CPU or any torch device; in-flight batched: " + batching,
         "",
     )
-    for m in ("none", "draft_target", "eagle3", "medusa", "lookahead", "ngram")
+    for m, batching in (
+        # What the served model's one forward per iteration covers (toolkit/reference/batching.py).
+        ("none", "decode steps of all sequences"),
+        ("draft_target", "target verification (BLS draft_input_ids) and the draft model's steps"),
+        ("eagle3", "chain and static-tree verification (per-row tree masks); the head drafts per sequence"),
+        ("medusa", "tree verification (per-row tree masks); the heads run per sequence"),
+        ("lookahead", "verification and Jacobi branch (per-row masks); the n-gram pool per sequence"),
+        ("ngram", "chain verification"),
+    )
 ]
 _CELLS.append(
     _no(
