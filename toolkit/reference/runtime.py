@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,6 +112,7 @@ class ReferenceRuntime:
         self._verified: list[int] = []
         self._verify_gen: tuple[int | None, torch.Generator] | None = None
         self.batcher: Any = None  # toolkit.reference.batching.Batcher once enable_batching() ran
+        self._held = threading.local()  # the batch membership a thread holds (hold())
         # The built speculative section whose draft_len_schedule / max_concurrency bound
         # verify_draft (a draft-target target loads without its draft, so self.spec is plain).
         self.verify_spec: Any = None
@@ -126,6 +129,21 @@ class ReferenceRuntime:
             draft=self.draft,
             reuse_slots=max_batch_size if reuse_slots is None else reuse_slots,
         )
+
+    @contextmanager
+    def hold(self, prefix: Sequence[int]) -> Iterator[None]:
+        """Keep this thread's sequence in the batch (and its KV slot) across several verify_draft
+        calls, e.g. one request's plain steps: leaving and re-joining per token would fragment
+        the batch and, with more requests than slots, hand the slot to another sequence."""
+        if self.batcher is None or getattr(self._held, "seq", None) is not None:
+            yield
+            return
+        with self.batcher.join(prefix=list(prefix)) as seq:
+            self._held.seq = seq
+            try:
+                yield
+            finally:
+                self._held.seq = None
 
     def draft_len_now(self, cfg: Any) -> int | None:
         """The draft length the batch allows now (None: no limit), with TensorRT-LLM's meaning:
@@ -372,6 +390,9 @@ class ReferenceRuntime:
             drafts = drafts[:cap]  # load-aware: verify no more than the batch size allows
         if self.batcher is None:
             return self._verify(ids, drafts, sampling, end_id, self.target, self)
+        held = getattr(self._held, "seq", None)
+        if held is not None:
+            return self._verify(ids, drafts, sampling, end_id, held.target, held.target)
         with self.batcher.join(prefix=ids) as seq:
             return self._verify(ids, drafts, sampling, end_id, seq.target, seq.target)
 

@@ -452,20 +452,22 @@ class Generator:
             # steps are verify_draft calls without a draft: they extend the cache kept from the
             # previous request instead of prefilling the whole sequence again, as generate() would.
             ids, produced, proposal = list(prompt), 0, draft or []
-            while produced < max_new:
-                verified = self.rt.verify_draft(ids, proposal, sampling=sampling, end_id=end_id)
-                state["steps"] += 1
-                new = verified.new_tokens[: max_new - produced]
-                if proposal:
-                    # A load-aware schedule may verify fewer draft tokens than the BLS sent.
-                    drafted = min(len(proposal), verified.drafted)
-                    state["drafted"], state["accepted"] = drafted, min(verified.accepted, drafted)
-                    proposal = []
-                on_tokens(new)
-                ids += new
-                produced += len(new)
-                if not new or end_id in new:
-                    break
+            # One batch membership (and KV slot) for the whole request, not one per step.
+            with self.rt.hold(ids):
+                while produced < max_new:
+                    verified = self.rt.verify_draft(ids, proposal, sampling=sampling, end_id=end_id)
+                    state["steps"] += 1
+                    new = verified.new_tokens[: max_new - produced]
+                    if proposal:
+                        # A load-aware schedule may verify fewer draft tokens than the BLS sent.
+                        drafted = min(len(proposal), verified.drafted)
+                        state["drafted"], state["accepted"] = drafted, min(verified.accepted, drafted)
+                        proposal = []
+                    on_tokens(new)
+                    ids += new
+                    produced += len(new)
+                    if not new or end_id in new:
+                        break
 
         def run_and_observe(on_tokens) -> None:
             try:
