@@ -120,10 +120,29 @@ def throughput(recipe: str, levels: list[int], rounds: int, max_tokens: int, set
     }
 
 
-def ab(baseline: str, speculative: str, levels: list[int], requests: int, sets: list[str]) -> dict:
+def recipe_copy(name: str, folder: Path, max_batch_size: int | None) -> Path:
+    """recipes/<name>.yaml, with absolute model paths and, if given, build.max_batch_size."""
+    import yaml
+
+    src = ROOT / "recipes" / f"{name}.yaml"
+    if max_batch_size is None:
+        return src
+    data = yaml.safe_load(src.read_text())
+    for role, path in list(data["models"].items()):
+        if isinstance(path, str) and path.startswith("."):
+            data["models"][role] = str((src.parent / path).resolve())
+    data["build"]["max_batch_size"] = max_batch_size
+    out = folder / f"{name}.yaml"
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+def ab(baseline: str, speculative: str, levels: list[int], requests: int, max_batch_size: int | None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
+        base = recipe_copy(baseline, Path(tmp), max_batch_size)
+        spec = recipe_copy(speculative, Path(tmp), max_batch_size)
         argv = [
-            "bench", "--compare", f"recipes/{baseline}.yaml", f"recipes/{speculative}.yaml",
+            "bench", "--compare", str(base), str(spec),
             "--concurrency", ",".join(map(str, levels)), "--requests", str(requests), "--workdir", tmp, "--json",
         ]  # fmt: skip
         p = subprocess.run(
@@ -136,7 +155,8 @@ def ab(baseline: str, speculative: str, levels: list[int], requests: int, sets: 
         if p.returncode != 0:
             raise SystemExit(f"sdtk bench --compare failed: {p.stderr.strip()[-2000:]}")
         out = json.loads(p.stdout)
-        out["command"] = "sdtk " + " ".join(a if a != tmp else "<tmp>" for a in argv)
+        out["mbs"] = max_batch_size
+        out["command"] = "sdtk " + " ".join(argv).replace(str(ROOT) + "/", "").replace(tmp, "<tmp>")
         return out
 
 
@@ -175,9 +195,15 @@ def write_section(tp: dict, abr: dict | None, cmd: str, rounds: int, max_tokens:
             f"### A/B: {abr['baseline']} vs {abr['speculative']}",
             "",
             f"`{abr['command']}` (baseline side first, then the speculative side; each level "
-            f"{abr['settings']['requests']} requests of the `code` workload).",
+            f"{abr['settings']['requests']} requests of the `code` workload"
+            + (
+                f"; <tmp> recipes = recipes/*.yaml with build.max_batch_size {mbs}"
+                if (mbs := abr.get("mbs"))
+                else ""
+            )
+            + ").",
             "",
-            "| concurrency | speedup (mean TPOT-free e2e, CI) | output tok/s ratio | baseline tok/s | speculative tok/s |",
+            "| concurrency | speedup (95% CI) | output tok/s ratio | baseline output tok/s | speculative output tok/s |",
             "|---|---|---|---|---|",
         ]
         runs = abr["runs"]
@@ -189,7 +215,8 @@ def write_section(tp: dict, abr: dict | None, cmd: str, rounds: int, max_tokens:
             lines.append(
                 f"| {c} | {sp.get('point', float('nan')):.2f}× [{sp.get('lo', float('nan')):.2f}, "
                 f"{sp.get('hi', float('nan')):.2f}] | {lv.get('throughput_ratio') or float('nan'):.2f}× | "
-                f"{(b.get('output_throughput') or float('nan')):.1f} | {(s.get('output_throughput') or float('nan')):.1f} |"
+                f"{b.get('summary', {}).get('output_tok_s') or float('nan'):.1f} | "
+                f"{s.get('summary', {}).get('output_tok_s') or float('nan'):.1f} |"
             )
         lines += [
             "",
@@ -217,16 +244,23 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--ab", default="tiny-baseline,tiny-eagle3")
     ap.add_argument("--ab-requests", type=int, default=32)
+    ap.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=None,
+        help="build.max_batch_size for every deployment (default: the recipe's)",
+    )
     ap.add_argument("--no-ab", action="store_true")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     before = load()
-    tp = throughput(args.recipe, levels, args.rounds, args.max_tokens, args.set)
+    sets = list(args.set) + ([f"build.max_batch_size={args.max_batch_size}"] if args.max_batch_size else [])
+    tp = throughput(args.recipe, levels, args.rounds, args.max_tokens, sets)
     print(json.dumps({k: v for k, v in tp.items() if k != "all"}), file=sys.stderr)
     abr = None
     if not args.no_ab:
         base, spec = args.ab.split(",")
-        abr = ab(base, spec, levels, args.ab_requests, [])
+        abr = ab(base, spec, levels, args.ab_requests, args.max_batch_size)
     write_section(tp, abr, "python " + " ".join(sys.argv), args.rounds, args.max_tokens, before, load())
 
 
