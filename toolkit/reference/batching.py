@@ -33,8 +33,9 @@ PREFILL_Q = 16  # steps longer than this (prompts) are batched apart from decode
 
 
 class SlotPool:
-    """KV buffers [slots + 1, capacity, kv_heads, head_dim] per layer; the last slot takes the
-    padding's writes. Only the batcher thread touches the buffers."""
+    """KV buffers [slots + 1, kv_heads, capacity, head_dim] per layer (a batch's rows gather into
+    the layout attention reads); the last slot takes the padding's writes. Only the batcher
+    thread touches the buffers."""
 
     def __init__(self, lm: CachedLM, slots: int, capacity: int):
         cfg = lm.config
@@ -50,7 +51,7 @@ class SlotPool:
         self.scratch = slots
 
     def _zeros(self, capacity: int) -> torch.Tensor:
-        return torch.zeros(self.slots + 1, capacity, self.kv_heads, self.head_dim)
+        return torch.zeros(self.slots + 1, self.kv_heads, capacity, self.head_dim)
 
     def ensure(self, capacity: int) -> None:
         if capacity <= self.capacity:
@@ -58,7 +59,7 @@ class SlotPool:
         grow = max(capacity, 2 * self.capacity) - self.capacity
         for store in (self.keys, self.values):
             for i, t in enumerate(store):
-                store[i] = torch.cat([t, self._zeros(grow)], dim=1)
+                store[i] = torch.cat([t, self._zeros(grow)], dim=2)
         self.capacity += grow
 
     def compact(self, slot: int, start: int, rows: Sequence[int]) -> None:
@@ -66,7 +67,7 @@ class SlotPool:
         src = torch.tensor(list(rows), dtype=torch.long) + start
         for store in (self.keys, self.values):
             for t in store:
-                t[slot, start : start + len(rows)] = t[slot, src]
+                t[slot, :, start : start + len(rows)] = t[slot, :, src]
 
 
 class SlotLM:
@@ -369,8 +370,9 @@ class _BatchKV:
         out = []
         for store, new in ((self.pool.keys, key), (self.pool.values, value)):
             buf = store[layer_idx]
-            buf[self.wslot, self.wpos] = new.transpose(1, 2).reshape(b * q, heads, d)
-            out.append(buf[self.slots, : self.width].transpose(1, 2))
+            # buf[wslot, :, wpos] is [b*q, heads, d]: row r of the batch's new entries.
+            buf[self.wslot, :, self.wpos] = new.transpose(1, 2).reshape(b * q, heads, d)
+            out.append(buf[self.slots, :, : self.width])
         return out[0], out[1]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
