@@ -296,27 +296,31 @@ def batched_forward(pool: SlotPool, steps: list[Step]) -> list[Forward]:
     lens = [s.lm.length for s in steps]
     width = max(lens) + q
     pool.ensure(width)
-    ids = torch.zeros(b, q, dtype=torch.long)
-    positions = torch.zeros(b, q, dtype=torch.long)
-    visible = torch.zeros(b, 1, q, width, dtype=torch.bool)
-    wslot: list[int] = []
-    wpos: list[int] = []
-    for r, (s, past) in enumerate(zip(steps, lens, strict=True)):
-        n = len(s.ids)
-        ids[r, :n] = torch.tensor(s.ids, dtype=torch.long)
-        if s.parents is None:
-            anc = torch.ones(n, n, dtype=torch.bool).tril()
-            depth = list(range(n))
-        else:
+    n_new = torch.tensor([len(s.ids) for s in steps])
+    past = torch.tensor(lens)
+    query = torch.arange(q)
+    real = query[None, :] < n_new[:, None]  # [b, q]: not padding
+    ids = torch.tensor([s.ids + [0] * (q - len(s.ids)) for s in steps], dtype=torch.long)
+    # Chains (the common case) vectorised: query i sees columns < past + i + 1.
+    positions = past[:, None] + query[None, :]
+    cols = torch.arange(width)
+    visible = cols[None, None, :] <= positions[:, :, None]
+    for r, s in enumerate(steps):
+        if s.parents is not None:  # a tree: the row's own ancestors instead of a causal block
+            n, at = len(s.ids), lens[r]
             anc, depth = tree_mask(s.parents)
-        positions[r, :n] = torch.tensor(depth, dtype=torch.long) + past
-        visible[r, 0, :n, :past] = True
-        visible[r, 0, :n, past : past + n] = anc
-        visible[r, 0, n:, 0] = True  # padding queries see something (no all-masked softmax row)
-        wslot += [s.lm.slot] * n + [pool.scratch] * (q - n)
-        wpos += list(range(past, past + n)) + list(range(q - n))
+            positions[r, :n] = torch.tensor(depth, dtype=torch.long) + at
+            visible[r, :n, at : at + n] = anc
+    visible &= real[:, :, None]
+    visible[:, :, 0] |= ~real  # padding queries see something (no all-masked softmax row)
+    positions = positions.masked_fill(~real, 0)
+    visible = visible[:, None]
+    # New entries go to [past, past + n) of each row's slot; padding to the scratch slot.
+    slots = torch.tensor([s.lm.slot for s in steps])
+    wslot = torch.where(real, slots[:, None], pool.scratch).reshape(-1)
+    wpos = torch.where(real, past[:, None] + query[None, :], query[None, :]).reshape(-1)
     mask = torch.zeros(b, 1, q, width).masked_fill(~visible, torch.finfo(torch.float32).min)
-    cache = _BatchKV(pool, torch.tensor(wslot), torch.tensor(wpos), [s.lm.slot for s in steps], width)
+    cache = _BatchKV(pool, wslot, wpos, slots, width)
     decoder = lm.decoder
     lm._captured.clear()
     lm._recording = any(s.aux for s in steps)
@@ -358,11 +362,13 @@ class _BatchKV:
     """The Cache-like object the decoder layers call: `update` writes the new keys and values to
     their slots and returns each row's [0, width) of its slot."""
 
-    def __init__(self, pool: SlotPool, wslot: torch.Tensor, wpos: torch.Tensor, slots: list[int], width: int):
+    def __init__(
+        self, pool: SlotPool, wslot: torch.Tensor, wpos: torch.Tensor, slots: torch.Tensor, width: int
+    ):
         self.pool = pool
         self.wslot = wslot
         self.wpos = wpos
-        self.slots = torch.tensor(slots)
+        self.slots = slots
         self.width = width
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
