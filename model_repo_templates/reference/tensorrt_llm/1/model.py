@@ -25,6 +25,14 @@ TensorRT-LLM, continues plainly until `request_output_len` tokens or the end id;
 not needed (and are ignored). Features the reference runtime lacks (beam search, log probs,
 logits, LoRA, prompt tables, bad words, embedding bias, penalties) are refused per request.
 
+In-flight batching: execute() hands each request to its own thread and returns; the runtime
+(toolkit/reference/batching.py) batches the steps of all running requests into one forward per
+iteration, up to the engine's max_batch_size sequences, and requests that arrive meanwhile join
+at the next iteration. One `Responder` thread does every Triton call after execute() (sending,
+is_cancelled() at most every CANCEL_CHECK_S per request, the sdtk_spec_* metrics); the
+generation threads only exchange numpy dicts and Events with it. Not decoupled, the requests of
+one execute() call run batched and the stub thread asks is_cancelled() while it waits.
+
 sdtk's own code; needs sdtk (toolkit.reference) in the Python that runs Triton's Python backend.
 """
 
@@ -270,9 +278,9 @@ def _in_thread(run):
     """Run `run(on_tokens)` in a worker thread and yield each list of tokens it reports, so that a
     decoupled response can go out while generation continues.
 
-    Only this (the stub's) thread touches Triton objects. When the consumer stops early (the
-    client cancelled, a send failed), the worker is told to stop at its next step and is joined:
-    the runtime never runs two generations at once."""
+    Neither thread touches Triton objects (the Responder does). When the consumer stops early
+    (the client cancelled, a send failed), the worker is told to stop at its next step and is
+    joined: the request's sequence has left the batch before the request ends."""
     chunks: queue.Queue = queue.Queue()
     stop = threading.Event()
 
