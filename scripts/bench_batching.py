@@ -156,6 +156,7 @@ def ab(baseline: str, speculative: str, levels: list[int], requests: int, max_ba
             raise SystemExit(f"sdtk bench --compare failed: {p.stderr.strip()[-2000:]}")
         out = json.loads(p.stdout)
         out["mbs"] = max_batch_size
+        out["names"] = (baseline, speculative)
         out["command"] = "sdtk " + " ".join(argv).replace(str(ROOT) + "/", "").replace(tmp, "<tmp>")
         return out
 
@@ -192,7 +193,7 @@ def write_section(tp: dict, abr: dict | None, cmd: str, rounds: int, max_tokens:
     if abr is not None:
         lines += [
             "",
-            f"### A/B: {abr['baseline']} vs {abr['speculative']}",
+            f"### A/B: {abr['names'][0]} vs {abr['names'][1]}",
             "",
             f"`{abr['command']}` (baseline side first, then the speculative side; each level "
             f"{abr['settings']['requests']} requests of the `code` workload"
@@ -219,6 +220,9 @@ def write_section(tp: dict, abr: dict | None, cmd: str, rounds: int, max_tokens:
                 f"{s.get('summary', {}).get('output_tok_s') or float('nan'):.1f} |"
             )
         lines += [
+            "",
+            f"speedup = {abr['definitions']['speedup']}; output tok/s ratio = "
+            f"{abr['definitions']['throughput_ratio']}.",
             "",
             f"Verdict: {abr['verdict']}; break-even: {abr['break_even']} ({abr['break_even_basis']}).",
         ]
@@ -261,6 +265,9 @@ def main() -> None:
     if not args.no_ab:
         base, spec = args.ab.split(",")
         abr = ab(base, spec, levels, args.ab_requests, args.max_batch_size)
+    raw = Path(tempfile.gettempdir()) / "bench_batching.json"  # everything measured, for a second look
+    raw.write_text(json.dumps({"throughput": tp, "ab": abr}, default=str))
+    print(f"raw results: {raw}", file=sys.stderr)
     write_section(tp, abr, "python " + " ".join(sys.argv), args.rounds, args.max_tokens, before, load())
 
 
