@@ -226,15 +226,18 @@ class Traffic:
                 text = result.as_numpy("text_output")
                 if text is not None and text.size:
                     texts.append(text.reshape(-1)[0].decode())
-                if cancel_after is not None and len(texts) >= cancel_after:
-                    client.stop_stream(cancel_requests=True)
-                    out.ok = True
-                    return
                 if final is not None and final.bool_param:
                     break
+                if cancel_after is not None and len(texts) >= cancel_after:
+                    client.stop_stream(cancel_requests=True)  # mid-stream: the model must stop
+                    out.ok = True
+                    return
             out.text, out.ok = self._joined(texts), True
         finally:
-            client.stop_stream(cancel_requests=True)
+            # Cancel only a stream still running, as sdtk's own client does. Cancelling one whose
+            # final response has arrived races the server's own clean-up, a race that can crash
+            # Triton <= 24.12 (server PR #7840, fixed in 25.01; #8078 in 25.04), not our models.
+            client.stop_stream(cancel_requests=not out.ok)
             client.close()
 
     def _grpc_stream(self, out: Outcome) -> None:

@@ -8,6 +8,7 @@ repository's Python models run inside NVIDIA's container, which need not have sd
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -138,6 +139,26 @@ def stop_at(tokens: list[int], stops: list[list[int]], start: int = 0) -> int | 
 
 
 # --------------------------------------------------------------------------- responses
+
+
+CANCEL_CHECK_S = 0.02  # how often a running request asks whether its client has gone
+
+
+def every(seconds: float, probe):
+    """`probe` (is_cancelled(): an IPC round trip), asked at most once per `seconds`, the first
+    time `seconds` after the request started: a request shorter than that (each sub-request of
+    the BLS draft-target loop) never pays for the round trip, and a loop of short steps pays for
+    one every `seconds`, not one per step."""
+    last = [time.monotonic()]
+
+    def check() -> bool:
+        now = time.monotonic()
+        if now - last[0] < seconds:
+            return False
+        last[0] = now
+        return bool(probe())
+
+    return check
 
 
 class Cancelled(Exception):

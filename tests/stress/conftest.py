@@ -30,6 +30,21 @@ def live(name: str, workdir: Path) -> Iterator:
         stop_server(result.workdir)
 
 
+def diagnosis(result) -> str:
+    """For a failed assertion: is tritonserver still alive, and the end of its log (Triton prints
+    `Signal (11) received` and a backtrace when it crashes)."""
+    from toolkit.server import procs
+
+    alive = procs.alive(result.pid) if result.pid else None
+    log = Path(result.workdir) / "logs" / "tritonserver.log"
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError as e:
+        lines = [f"(no log: {e})"]
+    signals = [line for line in lines if "Signal (" in line]
+    return f"tritonserver alive: {alive}; signals: {signals}\n--- log tail ---\n" + "\n".join(lines[-40:])
+
+
 @pytest.fixture
 def deployment(request, tmp_path):
     with live(request.param, tmp_path) as d:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.stress.conftest import diagnosis
 from toolkit import stress
 
 pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
@@ -39,7 +40,7 @@ def test_mixed_traffic(deployment):
         llmapi=result.entry_kind == "llmapi",
     )
     report = stress.run(traffic, requests, concurrency=4, pgid=result.pid, warmup=2)
-    assert report.failures == [], report.summary()
+    assert report.failures == [], f"{report.summary()}\n{diagnosis(result)}"
     assert report.stub_deaths == 0 and report.stubs_after == report.stubs_before
     assert "tensorrt_llm" in report.stubs_before
     complete = [o for o in report.outcomes if o.kind in stress.COMPLETE_KINDS]

@@ -453,6 +453,24 @@ def poll_cancelled(probe) -> bool:
     return cancelled
 
 
+RETIRED_MAX = 64  # iterators held at most before a probe is forced to release them
+
+
+def cancel_check(probe):
+    """The BLS loop's `cancelled()` for one request: `probe` (is_cancelled()) through
+    poll_cancelled. It frees what earlier requests retired at once (a request of the plain path
+    never asks), then probes at most every CANCEL_CHECK_S (a round trip per iteration would
+    cost more than a short iteration's work) or when RETIRED_MAX iterators wait."""
+    if _RETIRED:
+        poll_cancelled(probe)
+    timed = st.every(st.CANCEL_CHECK_S, lambda: poll_cancelled(probe))
+
+    def check() -> bool:
+        return poll_cancelled(probe) if len(_RETIRED) >= RETIRED_MAX else timed()
+
+    return check
+
+
 def triton_call(model: str, inputs: dict[str, np.ndarray], outputs: list[str], decoupled: bool):
     """Run `model` through BLS and yield each response's output tensors (CPU numpy arrays)."""
     kwargs = {}
@@ -516,7 +534,8 @@ class TritonPythonModel:
                 sender = request.get_response_sender()
                 try:
                     outputs = self.bls(
-                        self._inputs(request), cancelled=lambda s=sender: poll_cancelled(s.is_cancelled)
+                        self._inputs(request),
+                        cancelled=cancel_check(sender.is_cancelled),
                     )
                 except Exception as e:
                     sender.send(
@@ -529,7 +548,8 @@ class TritonPythonModel:
         for request in requests:
             try:
                 outputs = self.bls(
-                    self._inputs(request), cancelled=lambda r=request: poll_cancelled(r.is_cancelled)
+                    self._inputs(request),
+                    cancelled=cancel_check(request.is_cancelled),
                 )
                 responses.append(st.response(list(outputs)[-1]))
             except Exception as e:

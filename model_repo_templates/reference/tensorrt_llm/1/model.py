@@ -180,7 +180,7 @@ class Responder:
         self.name = name
         self.metrics = metrics
         self.outbox: queue.Queue = queue.Queue()
-        self.flight: dict[int, tuple[object, threading.Event]] = {}
+        self.flight: dict[int, tuple] = {}  # key -> (sender, stop Event, cancel probe)
         self._next = 0
         self.thread = threading.Thread(target=self._loop, name="sdtk-reference-respond", daemon=True)
         self.thread.start()
@@ -190,7 +190,8 @@ class Responder:
         outputs through `sender`."""
         self._next += 1
         key, stop = self._next, threading.Event()
-        self.outbox.put(("open", key, (sender, stop)))
+        # is_cancelled() at most every CANCEL_CHECK_S, never in a request's first CANCEL_CHECK_S.
+        self.outbox.put(("open", key, (sender, stop, st.every(st.CANCEL_CHECK_S, sender.is_cancelled))))
 
         def run():
             try:
@@ -207,10 +208,9 @@ class Responder:
 
     def _loop(self) -> None:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        last_poll = 0.0
         while True:
             try:
-                kind, key, value = self.outbox.get(timeout=CANCEL_CHECK_S)
+                kind, key, value = self.outbox.get(timeout=st.CANCEL_CHECK_S)
             except queue.Empty:
                 kind = None
             if kind == "close":
@@ -221,7 +221,7 @@ class Responder:
                 if self.metrics is not None:
                     self.metrics.observe(**value)
             elif kind is not None and key in self.flight:
-                sender, stop = self.flight[key]
+                sender, stop, _ = self.flight[key]
                 try:
                     if kind == "out":
                         sender.send(st.response(value))
@@ -233,12 +233,9 @@ class Responder:
                         sender.send(st.failure(self.name, value), flags=final)
                 except Exception:  # the client has gone: stop generating
                     stop.set()
-            now = time.monotonic()
-            if now - last_poll >= CANCEL_CHECK_S:
-                last_poll = now
-                for sender, stop in self.flight.values():
-                    if not stop.is_set() and sender.is_cancelled():
-                        stop.set()
+            for _, stop, probe in self.flight.values():
+                if not stop.is_set() and probe():
+                    stop.set()
 
     def idle(self) -> bool:
         return not self.flight and self.outbox.empty()
@@ -269,9 +266,6 @@ def load_runtime(engine_dir: Path):
     else:
         runtime = ReferenceRuntime.from_engine_dir(engine_dir)
     return runtime, built
-
-
-CANCEL_CHECK_S = 0.02  # how often a running request asks whether its client has gone
 
 
 def _in_thread(run):
@@ -602,14 +596,17 @@ class TritonPythonModel:
         runtime.enable_batching(self.max_batch_size, capacity=(limits[1] or 1024) + 72)
         if built.get("mode") == "draft_target":
             runtime.verify_spec = parse_speculative(built)  # its draft_len_schedule bounds verify_draft
-        self.responder = Responder(name, _spec_metrics(name)) if self.decoupled else None
+        # The draft of a draft-target deployment never speculates, and each of its requests is one
+        # BLS iteration: sdtk_spec_* would count iterations as requests, at a round trip apiece.
+        metrics = None if name == "tensorrt_llm_draft" else _spec_metrics(name)
+        self.responder = Responder(name, metrics) if self.decoupled else None
         self.generate = Generator(
             runtime,
             parse_speculative(spec) if spec is not None else None,
             exclude_input_in_output=st.param_bool(params, "exclude_input_in_output", False),
             decoupled=self.decoupled,
             # Decoupled: recorded on the responder thread, like every other Triton call.
-            metrics=self.responder if self.responder is not None else _spec_metrics(name),
+            metrics=self.responder if self.responder is not None else metrics,
             **dict(zip(("max_input_len", "max_seq_len"), limits, strict=True)),
         )
         if built.get("mode") == "draft_target":
@@ -624,7 +621,8 @@ class TritonPythonModel:
             for request in requests:
                 inputs = st.inputs_of(request, INPUTS + UNSUPPORTED)
                 self.responder.start(
-                    request.get_response_sender(), lambda cancelled, inputs=inputs: self.generate(inputs, cancelled)
+                    request.get_response_sender(),
+                    lambda cancelled, inputs=inputs: self.generate(inputs, cancelled),
                 )
             return None
         # Not decoupled: Triton waits for the responses; the requests of one call run batched.
@@ -636,23 +634,22 @@ class TritonPythonModel:
             except Exception as e:
                 responses[k] = e
 
-        threads, stops = [], []
+        threads, stops, probes = [], [], []
         for k, request in enumerate(requests):
             stop = threading.Event()
             inputs = st.inputs_of(request, INPUTS + UNSUPPORTED)
             threads.append(threading.Thread(target=run, args=(k, inputs, stop.is_set), daemon=True))
             stops.append(stop)
+            probes.append(st.every(st.CANCEL_CHECK_S, request.is_cancelled))
         for t in threads:
             t.start()
         # This (the stub's) thread asks is_cancelled() while the workers generate.
         while any(t.is_alive() for t in threads):
-            next(t for t in threads if t.is_alive()).join(CANCEL_CHECK_S)
-            for request, stop in zip(requests, stops, strict=True):
-                if not stop.is_set() and request.is_cancelled():
+            next(t for t in threads if t.is_alive()).join(st.CANCEL_CHECK_S)
+            for probe, stop in zip(probes, stops, strict=True):
+                if not stop.is_set() and probe():
                     stop.set()
-        return [
-            st.failure(self.name, r) if isinstance(r, Exception) else st.response(r) for r in responses
-        ]
+        return [st.failure(self.name, r) if isinstance(r, Exception) else st.response(r) for r in responses]
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Whether every handed-over request has sent its final response (for tests)."""
