@@ -219,6 +219,14 @@ def write_section(tp: dict, abr: dict | None, cmd: str, rounds: int, max_tokens:
                 f"{b.get('summary', {}).get('output_tok_s') or float('nan'):.1f} | "
                 f"{s.get('summary', {}).get('output_tok_s') or float('nan'):.1f} |"
             )
+        base_tps = {x["concurrency"]: x["summary"]["output_tok_s"] for x in runs["baseline"]["levels"]}
+        if 1 in base_tps and 8 in base_tps and base_tps[1]:
+            lines += [
+                "",
+                f"Baseline throughput in this A/B (sdtk bench's gRPC load generator, server-counted tokens): "
+                f"c=8 ÷ c=1 = **{base_tps[8] / base_tps[1]:.2f}×** (one run per level; an independent second "
+                "measurement of the goal above).",
+            ]
         lines += [
             "",
             f"speedup = {abr['definitions']['speedup']}; output tok/s ratio = "
@@ -255,8 +263,19 @@ def main() -> None:
         help="build.max_batch_size for every deployment (default: the recipe's)",
     )
     ap.add_argument("--no-ab", action="store_true")
+    ap.add_argument("--render", type=Path, help="only rewrite the section from a raw results file of a run")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    if args.render:
+        raw = json.loads(args.render.read_text())
+        tp, abr = raw["throughput"], raw["ab"]
+        tp["tps"] = {int(k): v for k, v in tp["tps"].items()}
+        tp["all"] = {int(k): v for k, v in tp["all"].items()}
+        tp["ratio"] = {int(k): v for k, v in tp["ratio"].items()}
+        write_section(
+            tp, abr, raw["command"], raw["rounds"], raw["max_tokens"], raw["load"][0], raw["load"][1]
+        )
+        return
     before = load()
     sets = list(args.set) + ([f"build.max_batch_size={args.max_batch_size}"] if args.max_batch_size else [])
     tp = throughput(args.recipe, levels, args.rounds, args.max_tokens, sets)
@@ -266,9 +285,23 @@ def main() -> None:
         base, spec = args.ab.split(",")
         abr = ab(base, spec, levels, args.ab_requests, args.max_batch_size)
     raw = Path(tempfile.gettempdir()) / "bench_batching.json"  # everything measured, for a second look
-    raw.write_text(json.dumps({"throughput": tp, "ab": abr}, default=str))
+    cmd = "python " + " ".join(sys.argv)
+    after = load()
+    raw.write_text(
+        json.dumps(
+            {
+                "throughput": tp,
+                "ab": abr,
+                "command": cmd,
+                "rounds": args.rounds,
+                "max_tokens": args.max_tokens,
+                "load": [before, after],
+            },
+            default=str,
+        )
+    )
     print(f"raw results: {raw}", file=sys.stderr)
-    write_section(tp, abr, "python " + " ".join(sys.argv), args.rounds, args.max_tokens, before, load())
+    write_section(tp, abr, cmd, args.rounds, args.max_tokens, before, after)
 
 
 if __name__ == "__main__":
