@@ -128,7 +128,7 @@ class Step:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-class Sequence_:
+class Member:
     """One admitted sequence: its slots (target, draft) for the time it is active."""
 
     def __init__(self, batcher: Batcher, target: SlotLM, draft: SlotLM | None):
@@ -136,7 +136,7 @@ class Sequence_:
         self.target = target
         self.draft = draft
 
-    def __enter__(self) -> Sequence_:
+    def __enter__(self) -> Member:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -164,7 +164,7 @@ class Batcher:
         self.idle: deque[int] = deque(range(slots))  # least recently used first
         self.target_views = {s: SlotLM(self, self.target_pool, s) for s in range(slots)}
         self._cond = threading.Condition()
-        self._active: list[Sequence_] = []
+        self._active: list[Member] = []
         self._waiting: deque[object] = deque()  # FIFO admission tickets
         self._steps: list[Step] = []
         self._closed = False
@@ -180,7 +180,7 @@ class Batcher:
         """Sequences in the batch now (what draft_len_schedule and max_concurrency look at)."""
         return len(self._active)
 
-    def join(self, prefix: Sequence[int] | None = None) -> Sequence_:
+    def join(self, prefix: Sequence[int] | None = None) -> Member:
         """Wait for room in the batch (first come, first served) and take a slot: with `prefix`,
         the idle slot holding the longest common prefix of it (its cache is reused)."""
         ticket = object()
@@ -205,7 +205,7 @@ class Batcher:
             draft = None
             if self.draft_pool is not None:
                 draft = SlotLM(self, self.draft_pool, slot)
-            seq = Sequence_(self, target, draft)
+            seq = Member(self, target, draft)
             self._active.append(seq)
             self._cond.notify_all()
             return seq
@@ -224,7 +224,7 @@ class Batcher:
                 best, best_len = s, n
         return best
 
-    def leave(self, seq: Sequence_) -> None:
+    def leave(self, seq: Member) -> None:
         with self._cond:
             if seq in self._active:
                 self._active.remove(seq)

@@ -90,7 +90,8 @@ def parse_speculative(data: dict[str, Any] | None) -> Any:
 
 
 class ReferenceRuntime:
-    """Lossless speculative decoding in PyTorch (float32, batch 1) for every mode but EAGLE-1/2."""
+    """Lossless speculative decoding in PyTorch (float32) for every mode but EAGLE-1/2: one sequence
+    at a time, or, after enable_batching(), concurrent calls batched in flight."""
 
     def __init__(
         self,
