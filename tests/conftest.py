@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+# Shared test modules (triton_support, _hostile) import by name from any test directory.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from triton_support import live_deployment_factory  # noqa: E402, F401 - the shared fixture
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,7 @@ import click
 
 from toolkit import __version__
 from toolkit.errors import SdtkError
+from toolkit.modes import BACKENDS, MODES
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 set_option = click.option(
@@ -35,9 +36,10 @@ def _debug() -> bool:
 class _Reported(click.ClickException):
     """An SdtkError on its way out through click: one line, a hint, the error's exit code."""
 
-    def __init__(self, error: BaseException, exit_code: int, hint: str | None):
+    def __init__(self, error: BaseException | str, exit_code: int, hint: str | None):
         super().__init__(" ".join(str(error).split("\n")))
-        self.exit_code = exit_code
+        # click declares exit_code a ClassVar; here it is per error, as click reads it from the instance.
+        self.exit_code = exit_code  # type: ignore[misc]
         self.hint = hint
 
     def show(self, file: Any = None) -> None:
@@ -76,15 +78,15 @@ def emit(data: Any, as_json: bool, human: Any = None) -> None:
 
 
 def _table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from toolkit.checks import print_rows
 
-    t = Table(title=title, show_lines=False)
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(*[str(x) for x in r])
-    Console(file=sys.stdout, width=max(100, Console().width)).print(t)
+    print_rows(title, columns, rows)
+
+
+def print_table(title: str | None, checks: Any) -> None:
+    from toolkit.checks import print_table as render
+
+    render(title, checks)
 
 
 @click.group(cls=SdtkGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -95,6 +97,11 @@ def cli() -> None:
     Recipes are YAML files (or bundled names, see `sdtk recipes list`).
     Set SDTK_DEBUG=1 for tracebacks.
     """
+    import logging
+
+    from toolkit.log import install_handler
+
+    install_handler(logging.DEBUG if os.environ.get("SDTK_DEBUG") else logging.INFO)
 
 
 # --------------------------------------------------------------------------- recipes
@@ -210,7 +217,7 @@ def recipes_schema() -> None:
 @click.argument("recipe")
 @click.option(
     "--backend",
-    type=click.Choice(["auto", "engine", "llmapi", "reference"]),
+    type=click.Choice(list(BACKENDS)),
     help="Overrides `backend` in the recipe.",
 )
 @click.option(
@@ -318,9 +325,7 @@ def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, in
     show_default=True,
     help="local: launch tritonserver here; k8s/slurm: render manifests or an sbatch script into --out.",
 )
-@click.option(
-    "--backend", type=click.Choice(["auto", "engine", "llmapi", "reference"]), help="Overrides `backend`."
-)
+@click.option("--backend", type=click.Choice(list(BACKENDS)), help="Overrides `backend`.")
 @click.option(
     "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Root of deployments (./workdir)."
 )
@@ -603,11 +608,7 @@ def validate(
     )
 
     def human() -> None:
-        _table(
-            f"validation of '{report.model}' at {report.http_url}",
-            ["check", "status", "detail"],
-            [[c.name, c.status, c.detail] for c in report.checks],
-        )
+        print_table(f"validation of '{report.model}' at {report.http_url}", report.checks)
 
     emit(report.to_dict(), as_json, human)
     report.raise_if_failed()
@@ -817,7 +818,7 @@ def bench(
     from toolkit.errors import UsageError
 
     levels = _ints(concurrency)
-    common = dict(
+    common: dict[str, Any] = dict(
         workload=workload,
         prompts_file=prompts_file,
         requests=requests,
@@ -836,7 +837,7 @@ def bench(
     if compare:
         from toolkit.bench.ab import compare as run_compare
 
-        result = run_compare(compare[0], compare[1], concurrency=levels, **common)
+        result: Any = run_compare(compare[0], compare[1], concurrency=levels, **common)
     else:
         ref = target or url or (str(workdir) if workdir else None)
         if ref is None:
@@ -939,10 +940,8 @@ def tune(
 
 
 @cli.command()
-@click.option(
-    "--mode", type=click.Choice(["none", "draft_target", "eagle3", "eagle", "medusa", "lookahead", "ngram"])
-)
-@click.option("--backend", type=click.Choice(["engine", "llmapi", "reference"]))
+@click.option("--mode", type=click.Choice(list(MODES)))
+@click.option("--backend", type=click.Choice([b for b in BACKENDS if b != "auto"]))
 @json_option
 def compat(mode: str | None, backend: str | None, as_json: bool) -> None:
     """Print the support matrix: mode × backend × TensorRT-LLM versions × model families."""
@@ -999,18 +998,12 @@ def doctor(
         health = check_deployment(
             url, model, num_draft_tokens=num_draft_tokens, expect_speculation=not baseline
         )
-        emit(
-            health.to_dict(),
-            as_json,
-            lambda: (
-                _table(
-                    f"sdtk doctor {url}",
-                    ["check", "status", "value", "detail"],
-                    [[c.name, c.status, c.value, c.detail] for c in health.checks],
-                ),
-                click.echo(health.verdict),
-            ),
-        )
+
+        def human() -> None:
+            print_table(f"sdtk doctor {url}", health.checks)
+            click.echo(health.verdict)
+
+        emit(health.to_dict(), as_json, human)
         if not health.ok:
             raise click.exceptions.Exit(1)
         return
@@ -1021,11 +1014,7 @@ def doctor(
     emit(
         report.to_dict(),
         as_json,
-        lambda: _table(
-            "sdtk doctor",
-            ["check", "ok", "value", "detail"],
-            [[c.name, "yes" if c.ok else "no", c.value, c.detail] for c in report.checks],
-        ),
+        lambda: print_table("sdtk doctor", report.checks),
     )
 
 

@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING
 from packaging.version import Version
 
 from toolkit.errors import CompatError
+from toolkit.modes import ENGINE_MAX, LLMAPI_MIN, REGISTRY, ModeInfo
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
 
-ENGINE_MAX = "1.2"  # exclusive: verified through 1.1.x; 1.2 may have removed trtllm-build
-LLMAPI_MIN = "1.0"
 GPU_BACKENDS = ("engine", "llmapi")
 
 
@@ -51,121 +50,28 @@ class Cell:
         return d
 
 
-def _engine(mode, name, families, reason, fix="", min_version=None):
-    return Cell(mode, "engine", True, name, min_version, ENGINE_MAX, families, reason, fix)
+def _cell(m: ModeInfo, backend: str) -> Cell:
+    """A mode × backend cell, from the mode's registry entry (toolkit.modes)."""
+    sup = m.support(backend)
+    if not sup.supported:
+        return Cell(m.name, backend, False, None, None, None, None, sup.reason, sup.fix)
+    if backend == "engine":
+        name = m.engine_name if m.name != "none" else None
+        return Cell(m.name, backend, True, name, None, ENGINE_MAX, sup.families, sup.reason, sup.fix)
+    if backend == "llmapi":
+        name = m.llmapi_types[0] if m.llmapi_types else None
+        return Cell(m.name, backend, True, name, LLMAPI_MIN, None, sup.families, sup.reason, sup.fix)
+    return Cell(m.name, backend, True, None, None, None, None, sup.reason, sup.fix)
 
 
-def _llmapi(mode, name, families, reason, fix=""):
-    return Cell(mode, "llmapi", True, name, LLMAPI_MIN, None, families, reason, fix)
-
-
-def _no(mode, backend, reason, fix):
-    return Cell(mode, backend, False, None, None, None, None, reason, fix)
-
-
-_ENGINE_ONLY_FIX = "use backend: engine with TensorRT-LLM 1.1.x (NGC tritonserver:<yy.mm>-trtllm-python-py3), or backend: reference on CPU"
-
+# Per backend, the supported modes first.
 _CELLS: list[Cell] = [
-    # engine path (TRT-LLM <= 1.1)
-    _engine("none", None, None, "plain engine build"),
-    _engine(
-        "draft_target",
-        "draft_tokens_external",
-        None,
-        "two engines: the target with draft_tokens_external, served through the tensorrt_llm_bls loop",
-    ),
-    _engine(
-        "medusa",
-        "medusa",
-        ("llama", "qwen2", "mixtral"),
-        "examples/medusa/convert_checkpoint.py --model_type {llama,mixtral,qwen2}; greedy only",
-        "Medusa heads convert only for Llama (Vicuna), Qwen2 and Mixtral bases",
-    ),
-    _engine(
-        "eagle",
-        "eagle",
-        ("llama",),
-        "EagleForCausalLM subclasses LLaMAForCausalLM (TRT-LLM issue #10396); no pipeline parallelism",
-        "EAGLE-1/2 engines need a Llama-architecture base (e.g. Vicuna); for other families use eagle3 on llmapi",
-    ),
-    _engine(
-        "lookahead",
-        "lookahead_decoding",
-        None,
-        "--speculative_decoding_mode lookahead_decoding with max_draft_len from (W,N,G)",
-    ),
-    _no(
-        "eagle3",
-        "engine",
-        "EAGLE-3 exists only in the PyTorch backend (_torch/speculative/eagle3.py)",
-        "use backend: llmapi (TensorRT-LLM >= 1.0) or backend: reference",
-    ),
-    _no(
-        "ngram",
-        "engine",
-        "NGram decoding is a PyTorch-backend feature (supports_backend: pytorch only)",
-        "use backend: llmapi (TensorRT-LLM >= 1.0), or lookahead on the engine path",
-    ),
-    # llmapi path (TRT-LLM >= 1.0, PyTorch backend)
-    _llmapi("none", None, None, "LLM API without speculative_config"),
-    _llmapi("draft_target", "DraftTarget", None, "speculative_config decoding_type DraftTarget (two-model)"),
-    _llmapi(
-        "eagle3",
-        "Eagle3",
-        None,
-        "speculative_config decoding_type Eagle3; verified pairs include Llama-3.1-8B, Llama-4 Maverick, gpt-oss, Qwen3",
-    ),
-    _llmapi("ngram", "NGram", None, "speculative_config decoding_type NGram"),
-    _no(
-        "medusa",
-        "llmapi",
-        "the PyTorch backend has no Medusa (MedusaDecodingConfig supports the TensorRT backend only)",
-        _ENGINE_ONLY_FIX,
-    ),
-    _no(
-        "lookahead",
-        "llmapi",
-        "the PyTorch backend has no Lookahead decoding (engine path only)",
-        _ENGINE_ONLY_FIX,
-    ),
-    _no(
-        "eagle",
-        "llmapi",
-        "the PyTorch backend supports only EAGLE-3; EAGLE-1/2 checkpoints are incompatible",
-        "train or pick an EAGLE-3 head and use mode: eagle3, or " + _ENGINE_ONLY_FIX,
-    ),
+    _cell(m, backend)
+    for backend in ("engine", "llmapi", "reference")
+    for supported in (True, False)
+    for m in REGISTRY
+    if m.support(backend).supported is supported
 ]
-# reference: sdtk's own PyTorch implementation, on CPU, without TensorRT-LLM.
-_CELLS += [
-    Cell(
-        m,
-        "reference",
-        True,
-        None,
-        None,
-        None,
-        None,
-        "sdtk's PyTorch implementation; CPU or any torch device; in-flight batched: " + batching,
-        "",
-    )
-    for m, batching in (
-        # What the served model's one forward per iteration covers (toolkit/reference/batching.py).
-        ("none", "decode steps of all sequences"),
-        ("draft_target", "target verification (BLS draft_input_ids) and the draft model's steps"),
-        ("eagle3", "chain and static-tree verification (per-row tree masks); the head drafts per sequence"),
-        ("medusa", "tree verification (per-row tree masks); the heads run per sequence"),
-        ("lookahead", "verification and Jacobi branch (per-row masks); the n-gram pool per sequence"),
-        ("ngram", "chain verification"),
-    )
-]
-_CELLS.append(
-    _no(
-        "eagle",
-        "reference",
-        "the reference runtime implements EAGLE-3 heads; EAGLE-1/2 feature-regression heads are not implemented",
-        "use mode: eagle3 with an EAGLE-3 head on reference, or backend: engine for EAGLE-1/2",
-    )
-)
 _INDEX = {(c.mode, c.backend): c for c in _CELLS}
 
 
@@ -345,7 +251,7 @@ def validate_recipe_file(ref: str, overrides: tuple[str, ...] | list[str] = ()) 
         res = check_recipe(recipe)
         preflight = _offline_preflight(recipe)
     except SdtkError as e:
-        field = "backend"
+        field: str | None = "backend"
         if isinstance(e, RecipeError):
             field = e.field
         elif isinstance(e, PreflightError):

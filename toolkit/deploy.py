@@ -7,7 +7,6 @@ and, while a server runs, `state.json`.
 from __future__ import annotations
 
 import contextlib
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -16,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import SdtkError
+from toolkit.log import progress
 from toolkit.recipe import Recipe
 
 REPO_SUBDIR = "triton_repo"  # also used by toolkit/ops/k8s.py
 DEFAULT_WORKDIR = Path("workdir")
 
 
-def _stderr(msg: str) -> None:
-    print(f"sdtk deploy: {msg}", file=sys.stderr, flush=True)
+_stderr = progress("deploy")
 
 
 def deployment_dir(recipe: Recipe, workdir: Path | None) -> Path:
@@ -81,7 +80,9 @@ def render(
 
     root = deployment_dir(recipe, workdir)
     result = build(recipe, backend=backend, workdir=root.parent, dry_run=False, progress=progress)
-    engines = {role: Path(path) for role, path in result.outputs.items() if role in ("target", "draft")}
+    engines: dict[str, Path | str] = {
+        role: Path(path) for role, path in result.outputs.items() if role in ("target", "draft")
+    }
     progress(f"rendering the {result.backend} model repository into {root / REPO_SUBDIR}")
     rendered = render_repository(recipe, engines, root / REPO_SUBDIR, backend=result.backend)
     for w in rendered.warnings:
@@ -101,15 +102,14 @@ RECIPE_FILE = "recipe.json"
 def _save_recipe(recipe: Recipe, root: Path) -> None:
     """The deployed recipe, overrides applied, so that `sdtk validate --workdir` can find it."""
     import json
-    import os
+
+    from toolkit._fs import atomic_write
 
     data = {
         "source": str(recipe.source_path) if recipe.source_path else None,
         "recipe": recipe.model_dump(mode="json"),
     }
-    tmp = root / (RECIPE_FILE + ".incomplete")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, root / RECIPE_FILE)
+    atomic_write(root / RECIPE_FILE, json.dumps(data, indent=2))
 
 
 def load_deployed_recipe(root: Path) -> Recipe | None:

@@ -5,32 +5,15 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-import subprocess
 import sys
-from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from toolkit import compat
+from toolkit import checks, compat
 
 
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    value: str
-    detail: str = ""
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "ok": self.ok, "value": self.value, "detail": self.detail}
-
-
-@dataclass
-class Report:
-    checks: list[Check] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {"checks": [c.to_dict() for c in self.checks]}
+def _check(name: str, ok: bool, value: str, detail: str = "") -> checks.Check:
+    return checks.Check(name, checks.passed_if(ok), detail, None, value)
 
 
 def _dist_version(name: str) -> str | None:
@@ -40,39 +23,36 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
-def _gpus() -> Check:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return Check(
-            "gpus", False, "none", "nvidia-smi not found; the engine and llmapi backends need NVIDIA GPUs"
-        )
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name,memory.total", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            stdin=subprocess.DEVNULL,
-            check=True,
-        ).stdout.strip()
-    except (subprocess.SubprocessError, OSError) as e:
-        return Check("gpus", False, "error", f"nvidia-smi failed: {e}")
-    lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
-    return Check("gpus", bool(lines), f"{len(lines)} GPU(s)", "; ".join(lines))
+def _gpus() -> checks.Check:
+    from toolkit.gpus import query_gpus
+
+    q = query_gpus(timeout=20)
+    if not q.found:
+        if q.error == "nvidia-smi not found":
+            return _check(
+                "gpus", False, "none", q.error + "; the engine and llmapi backends need NVIDIA GPUs"
+            )
+        return _check("gpus", False, "error", q.error)
+    return _check(
+        "gpus",
+        bool(q.gpus),
+        f"{len(q.gpus)} GPU(s)",
+        "; ".join(f"{g.name}, {g.memory_mib} MiB" for g in q.gpus),
+    )
 
 
-def run_doctor(tritonserver: str | None = None, workdir: Path | None = None) -> Report:
+def run_doctor(tritonserver: str | None = None, workdir: Path | None = None) -> checks.CheckReport:
     from toolkit.server.discover import find_tritonserver_candidates
 
-    r = Report()
-    r.checks.append(Check("python", sys.version_info >= (3, 10), platform.python_version(), sys.executable))
+    r = checks.CheckReport()
+    r.checks.append(_check("python", sys.version_info >= (3, 10), platform.python_version(), sys.executable))
     torch_v = _dist_version("torch")
     r.checks.append(
-        Check("torch", torch_v is not None, torch_v or "not installed", "needed by the reference backend")
+        _check("torch", torch_v is not None, torch_v or "not installed", "needed by the reference backend")
     )
     trt = compat.installed_trtllm_version()
     r.checks.append(
-        Check(
+        _check(
             "tensorrt_llm",
             trt is not None,
             trt or "not installed",
@@ -89,7 +69,7 @@ def run_doctor(tritonserver: str | None = None, workdir: Path | None = None) -> 
     cands = find_tritonserver_candidates(tritonserver)
     chosen = next((c for c in cands if c.exists), None)
     r.checks.append(
-        Check(
+        _check(
             "tritonserver",
             chosen is not None,
             str(chosen.path) if chosen else "not found",
@@ -104,8 +84,8 @@ def run_doctor(tritonserver: str | None = None, workdir: Path | None = None) -> 
         where = where.parent
     usage = shutil.disk_usage(where)
     free_gb = usage.free / 2**30
-    r.checks.append(Check("disk", free_gb > 5, f"{free_gb:.1f} GiB free", str(where)))
+    r.checks.append(_check("disk", free_gb > 5, f"{free_gb:.1f} GiB free", str(where)))
     hf = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false")
-    r.checks.append(Check("hf_cache", True, hf, "HF_HUB_OFFLINE=1" if offline else "online"))
+    r.checks.append(_check("hf_cache", True, hf, "HF_HUB_OFFLINE=1" if offline else "online"))
     return r

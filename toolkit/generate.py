@@ -59,8 +59,9 @@ def _runtime(recipe: Recipe) -> Any:
     def optional(source: ModelSource | None, what: str) -> Path | None:
         return resolve_model(recipe, source, what) if source is not None else None
 
+    target = resolve_model(recipe, models.target, "target")
     paths = dict(
-        target=resolve_model(recipe, models.target, "target"),
+        target=target,
         draft=optional(models.draft, "draft"),
         medusa=optional(models.medusa_heads if spec.mode == "medusa" else None, "Medusa heads"),
         eagle3=optional(models.eagle_head if spec.mode == "eagle3" else None, "EAGLE-3 head"),
@@ -77,7 +78,15 @@ def _runtime(recipe: Recipe) -> Any:
         set_torch_threads()
         _RUNTIMES.clear()  # keep one model family in memory
         # The reference runtime always computes in float32, whatever the engine precision.
-        _RUNTIMES[key] = ReferenceRuntime.load(**paths, spec=spec, dtype="float32")
+        _RUNTIMES[key] = ReferenceRuntime.load(
+            target,
+            draft=paths["draft"],
+            medusa=paths["medusa"],
+            eagle3=paths["eagle3"],
+            tokenizer=paths["tokenizer"],
+            spec=spec,
+            dtype="float32",
+        )
     return _RUNTIMES[key]
 
 

@@ -348,7 +348,8 @@ def facts_from_config(cfg: dict, *, cite: str) -> ModelFacts:
     heads = cfg.get("num_attention_heads")
     hidden = cfg.get("hidden_size")
     head_dim = cfg.get("head_dim") or (hidden // heads if hidden and heads else None)
-    eagle_cfg = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    raw_eagle = cfg.get("eagle_config")
+    eagle_cfg = raw_eagle if isinstance(raw_eagle, dict) else {}
     layers = (
         cfg.get("eagle_aux_hidden_state_layer_ids")
         or eagle_cfg.get("eagle_aux_hidden_state_layer_ids")

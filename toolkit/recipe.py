@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import reprlib
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -24,14 +24,16 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from toolkit import choices as tree
+from toolkit import modes
 from toolkit.errors import RecipeError, did_you_mean
 from toolkit.resources import recipes_dir
 from toolkit.shellsafe import escape_controls, has_control
 
-MODES = ("none", "draft_target", "eagle3", "eagle", "medusa", "lookahead", "ngram")
-BACKENDS = ("auto", "engine", "llmapi", "reference")
+MODES = modes.MODES
+BACKENDS = modes.BACKENDS
 DTYPES = ("auto", "float16", "bfloat16", "float32")
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", re.ASCII)
@@ -452,28 +454,22 @@ class Eagle3(_LoadAware):
         return self.max_total_draft_tokens or self.max_draft_len
 
 
+SpecT = TypeVar("SpecT", NoSpeculation, DraftTarget, Eagle3, Eagle, Medusa, Lookahead, NGram)
+
 Speculative = Annotated[
     Union[NoSpeculation, DraftTarget, Eagle3, Eagle, Medusa, Lookahead, NGram],  # noqa: UP007
     Field(discriminator="mode"),
 ]
 
 # Which model source each mode needs; the others must be absent.
-MODE_SOURCES: dict[str, str | None] = {
-    "none": None,
-    "ngram": None,
-    "lookahead": None,
-    "draft_target": "draft",
-    "medusa": "medusa_heads",
-    "eagle": "eagle_head",
-    "eagle3": "eagle_head",
-}
+MODE_SOURCES = modes.MODE_SOURCES
 
 
 # --------------------------------------------------------------------------- the rest
 
 
 # Modes the LLM-API (PyTorch) path serves (compat's llmapi column).
-LLMAPI_MODES = ("none", "draft_target", "eagle3", "ngram")
+LLMAPI_MODES = modes.LLMAPI_MODES
 
 
 class Parallel(_Strict):
@@ -685,6 +681,12 @@ class Recipe(_Strict):
     def mode(self) -> str:
         return self.speculative.mode
 
+    def spec_as(self, kind: type[SpecT]) -> SpecT:
+        """`speculative` as the mode's own class, for code that only runs for that mode."""
+        if not isinstance(self.speculative, kind):
+            raise TypeError(f"speculative.mode is {self.mode}, not {kind.__name__}")
+        return self.speculative
+
     @property
     def source_path(self) -> Path | None:
         return self._source
@@ -720,7 +722,7 @@ class Recipe(_Strict):
 _SafeBase: Any = yaml.CSafeLoader if getattr(yaml, "__with_libyaml__", False) else yaml.SafeLoader
 
 
-class _UniqueKeyLoader(_SafeBase):  # type: ignore[misc,valid-type]
+class _UniqueKeyLoader(_SafeBase):
     """PyYAML silently keeps the last of duplicate keys; a recipe must not."""
 
 
@@ -756,7 +758,9 @@ def _check_shape(text: str, *, path: Path | None, origin: str = "") -> None:
     more than MAX_NODES values after alias expansion (billion laughs)."""
 
     def fail(ev: Any, what: str, field: str) -> RecipeError:
-        m = ev.start_mark
+        return fail_at(ev.start_mark, what, field)
+
+    def fail_at(m: Any, what: str, field: str) -> RecipeError:
         return RecipeError(
             f"invalid YAML{origin}: line {m.line + 1}, column {m.column + 1} (in {field}): {what}",
             path=path,
@@ -785,8 +789,9 @@ def _check_shape(text: str, *, path: Path | None, origin: str = "") -> None:
         except yaml.MarkedYAMLError as e:
             # libyaml stops at 1000 levels itself, scanning ahead of the events seen here.
             if "nesting depth" in str(e.problem) and e.problem_mark is not None:
-                e.start_mark = e.problem_mark
-                raise fail(e, f"nested deeper than {MAX_DEPTH} levels", _where(frames)) from None
+                raise fail_at(
+                    e.problem_mark, f"nested deeper than {MAX_DEPTH} levels", _where(frames)
+                ) from None
             raise
         if isinstance(ev, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
             if frames and not frames[-1]["seq"] and frames[-1]["want_key"]:
@@ -1015,7 +1020,7 @@ def _walk(loc: tuple) -> tuple[list[str], type[BaseModel] | None]:
 _QUOTED = re.compile(r"'([^']*)'")
 
 
-def _explain(err: dict[str, Any]) -> tuple[str, str]:
+def _explain(err: ErrorDetails) -> tuple[str, str]:
     loc = tuple(err.get("loc", ()))
     kind = err.get("type", "")
     ctx = err.get("ctx") or {}
@@ -1057,10 +1062,10 @@ def _explain(err: dict[str, Any]) -> tuple[str, str]:
         return field, f"must be a mapping of fields, not {type(err.get('input')).__name__}"
     if kind == "less_than_equal" and parts and parts[-1] in _BOUND_WHY:
         return field, f"{clip(err.get('input'))} exceeds {ctx.get('le')}: {_BOUND_WHY[parts[-1]]}"
-    got = err.get("input")
+    value = err.get("input")
     return (
         field,
-        f"{err.get('msg', 'invalid')} (got {repr(clip(got)) if isinstance(got, str) else clip(got)})",
+        f"{err.get('msg', 'invalid')} (got {repr(clip(value)) if isinstance(value, str) else clip(value)})",
     )
 
 

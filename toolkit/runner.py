@@ -43,20 +43,89 @@ def redact(text: str) -> str:
     return text
 
 
-def kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM the child's process group, wait `grace` seconds, then SIGKILL it."""
+def kill_pgroup(pgid: int) -> None:
+    """SIGKILL process group `pgid` (gone or not ours: nothing to do)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def kill_group(proc: subprocess.Popen, grace: float = 10.0, *, leader_only: bool = False) -> None:
+    """SIGTERM the child's process group, wait `grace` seconds, then SIGKILL the group.
+
+    `leader_only` sends the SIGTERM to the leader alone, so that it can stop its own children
+    in order (tritonserver unloads its models and ends its Python backend stubs)."""
     if proc.poll() is not None:
         return
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
+        if leader_only:
+            proc.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
         return
     try:
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_pgroup(proc.pid)
         proc.wait()
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    hint: str | None = None,
+) -> subprocess.Popen:
+    """Start a long-running process (a server) and return at once.
+
+    As `run`: argv only, stdin closed, a new session (its own process group, for `kill_group`),
+    stdout and stderr into `log_path` after a first line with the redacted command. The caller
+    waits for it and stops it (`kill_group`)."""
+    argv = [str(a) for a in argv]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write("$ " + redact(" ".join(argv)) + "\n")
+        log.flush()
+        try:
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except FileNotFoundError:
+            raise ToolNotFound(argv[0], hint=hint) from None
+
+
+def capture(argv: Sequence[str], *, step: str, timeout: float, hint: str | None = None) -> str:
+    """Run a short query (`nvidia-smi --query-gpu=...`) and return its stdout.
+
+    argv only, stdin closed, bounded by `timeout`; a missing tool raises ToolNotFound, a non-zero
+    exit or a timeout StepFailed with the output's tail."""
+    argv = [str(a) for a in argv]
+    try:
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        raise ToolNotFound(argv[0], hint=hint) from None
+    except subprocess.TimeoutExpired:
+        raise StepFailed(step, -9, None, "", hint=f"timed out after {timeout:g}s") from None
+    if done.returncode != 0:
+        raise StepFailed(step, done.returncode, None, redact(done.stderr or done.stdout)[-2000:], hint=hint)
+    return done.stdout
 
 
 def run(

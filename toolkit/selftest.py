@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import tempfile
 import time
 import traceback
@@ -25,6 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from toolkit import log
 
 STEPS = ("build", "deploy", "validate", "bench", "stop")
 # Layers the EAGLE-3 head captures: TensorRT-LLM's default {1, L//2-1, L-4} for L target layers.
@@ -135,7 +136,7 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
             eos_token_id=1,
             pad_token_id=2,
             tie_word_embeddings=False,
-            torch_dtype="float16",
+            dtype="float16",
         )
 
     paths = {role: root / role for role in ("target", "draft", "medusa", "eagle3")}
@@ -222,14 +223,15 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
 
 
 def _spec(mode: str) -> dict[str, Any]:
-    return {
+    specs: dict[str, dict[str, Any]] = {
         "none": {"mode": "none"},
         "draft_target": {"mode": "draft_target", "max_draft_len": 4},
         "medusa": {"mode": "medusa", "num_medusa_heads": 2, "medusa_choices": [[0], [0, 0], [1], [0, 1]]},
         "eagle3": {"mode": "eagle3", "max_draft_len": 3, "layers_to_capture": CAPTURE},
         "ngram": {"mode": "ngram", "max_draft_len": 4, "max_matching_ngram_size": 3},
         "lookahead": {"mode": "lookahead", "window": 3, "ngram": 3, "verification_set": 2},
-    }[mode]
+    }
+    return specs[mode]
 
 
 _SOURCE = {"draft_target": "draft", "medusa": "medusa", "eagle3": "eagle3"}
@@ -281,9 +283,10 @@ def plan_modes(version: str | None) -> list[tuple[str, str]]:
 
 def _tail(e: BaseException) -> str:
     tail = getattr(e, "log_tail", "") or ""
-    if not tail and getattr(e, "log_path", None):
+    log_path = getattr(e, "log_path", None)
+    if not tail and log_path:
         with contextlib.suppress(OSError):
-            tail = "\n".join(Path(e.log_path).read_text(errors="replace").splitlines()[-30:])
+            tail = "\n".join(Path(log_path).read_text(errors="replace").splitlines()[-30:])
     return tail
 
 
@@ -322,6 +325,8 @@ def run_mode(
         )
         res.steps["deploy"] = "passed"
         res.details["ready_seconds"] = deployed.ready_seconds
+        # A detached deploy returns only once the server is READY at these addresses.
+        assert deployed.http_url is not None and deployed.grpc_url is not None
         step = "validate"
         progress(f"{mode} ({backend}): validate")
         report = validate_deployment(
@@ -400,7 +405,7 @@ def selftest(
     from toolkit.compat import installed_trtllm_version
     from toolkit.server.state import stop_server
 
-    say = progress or (lambda m: print(f"sdtk selftest: {m}", file=sys.stderr, flush=True))
+    say = progress or log.progress("selftest")
     version = None if force_reference else installed_trtllm_version()
     if version is None:
         note = (

@@ -8,13 +8,14 @@ through `return_perf_metrics`.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from toolkit.checks import FAILED, Check, Status
 from toolkit.errors import SdtkError
-from toolkit.recipe import Recipe
+from toolkit.log import progress
+from toolkit.recipe import DraftTarget, Recipe
 
 # Short code prompts: the tiny CPU models are trained on Python source, and a real model
 # continues them sensibly too.
@@ -28,18 +29,11 @@ DEFAULT_PROMPTS = (
 class ValidationFailed(SdtkError):
     def __init__(self, report: ValidationReport):
         self.report = report
-        failed = [c for c in report.checks if c.status == "failed"]
+        failed = [c for c in report.checks if c.status is FAILED]
         super().__init__(
             "validation failed: " + "; ".join(f"{c.name}: {c.detail}" for c in failed),
             hint="`sdtk logs` shows the server log; `sdtk validate --json` the full report",
         )
-
-
-@dataclass
-class Check:
-    name: str
-    status: str  # passed | failed | skipped | warning
-    detail: str
 
 
 @dataclass
@@ -54,15 +48,18 @@ class ValidationReport:
 
     @property
     def ok(self) -> bool:
-        return all(c.status != "failed" for c in self.checks)
+        return all(c.ok for c in self.checks)
 
-    def add(self, name: str, status: str, detail: str, progress: Callable[[str], None] | None = None) -> None:
-        self.checks.append(Check(name, status, detail))
+    def add(
+        self, name: str, status: Status | str, detail: str, progress: Callable[[str], None] | None = None
+    ) -> None:
+        self.checks.append(Check(name, Status(status), detail))
         if progress:
             progress(f"validate {name}: {status} ({detail})")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["checks"] = [c.to_dict() for c in self.checks]
         d["ok"] = self.ok
         return d
 
@@ -71,8 +68,7 @@ class ValidationReport:
             raise ValidationFailed(self)
 
 
-def _stderr(msg: str) -> None:
-    print(f"sdtk: {msg}", file=sys.stderr, flush=True)
+_stderr = progress("validate")
 
 
 def _first_difference(a: str, b: str) -> str:
@@ -160,7 +156,7 @@ def validate_deployment(
         # the LLM-API model names it sampling_param_return_perf_metrics (toolkit/client/llmapi.py)
         if {"return_perf_metrics", "sampling_param_return_perf_metrics"} & set(info.inputs):
             params["return_perf_metrics"] = True
-        if entry_kind == "bls" and recipe is not None and recipe.mode == "draft_target":
+        if entry_kind == "bls" and recipe is not None and isinstance(recipe.speculative, DraftTarget):
             params["num_draft_tokens"] = recipe.speculative.max_draft_len
 
         served: list[Any] = []

@@ -9,6 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from triton_support import (
+    config_pbtxt,
+    tritonserver_missing,  # noqa: F401 - re-exported to the bench tests
+)
 
 from toolkit.bench.loadgen import BenchResult, Chunk, LevelResult
 from toolkit.bench.metrics import RequestRecord
@@ -39,18 +43,14 @@ _OUTPUTS = [
 
 def fake_config(name: str, *, bls: bool = False, **params: object) -> str:
     inputs = list(_INPUTS) + ([("num_draft_tokens", "TYPE_INT32", True)] if bls else [])
-    lines = [f'name: "{name}"', 'backend: "python"', "max_batch_size: 8"]
-    lines.append("model_transaction_policy { decoupled: true }")
-    for n, t, opt in inputs:
-        lines.append(
-            f'input [{{ name: "{n}" data_type: {t} dims: [ 1 ]{" optional: true" if opt else ""} }}]'
-        )
-    for n, t, d in _OUTPUTS:
-        lines.append(f'output [{{ name: "{n}" data_type: {t} dims: [ {d} ] }}]')
-    lines.append("instance_group [{ count: 1 kind: KIND_CPU }]")
-    for k, v in params.items():
-        lines.append(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}')
-    return "\n".join(lines) + "\n"
+    return config_pbtxt(
+        name,
+        inputs=[(n, t, "1", opt) for n, t, opt in inputs],
+        outputs=_OUTPUTS,
+        decoupled=True,
+        max_batch_size=8,
+        parameters={k: str(v) for k, v in params.items()},
+    )
 
 
 def make_fake_repo(root: Path, models: dict[str, dict]) -> Path:
@@ -63,14 +63,6 @@ def make_fake_repo(root: Path, models: dict[str, dict]) -> Path:
         bls = bool(params.pop("bls", False))
         (d / "config.pbtxt").write_text(fake_config(name, bls=bls, **params))
     return repo
-
-
-def tritonserver_missing() -> str | None:
-    from toolkit.server.discover import find_tritonserver_candidates
-
-    if not any(c.exists for c in find_tritonserver_candidates()):
-        return "no tritonserver (install the `server` extra: nvidia-pytriton)"
-    return None
 
 
 # --------------------------------------------------------------------------- synthetic data

@@ -41,6 +41,7 @@ TOP_KEYS = {
     "error",
     "report_dir",
     "report_files",
+    "replayed_acceptance",
     "runs",
     "token_counts_exact",
 }
@@ -144,6 +145,17 @@ def test_reports_written(tmp_path):
     assert len(recs) == 2 * 4 * 20 and {json.loads(r)["side"] for r in recs} == {"baseline", "speculative"}
     assert not list(tmp_path.glob("*.incomplete*"))
     assert "verdict: speculative is" in ab.render()
+    # The human output carries what the demo shows: acceptance per draft position and the plot paths.
+    ab.report_files = files
+    text = ab.render()
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("acceptance per draft position"))
+    assert lines[head + 1].split() == ["concurrency", "pos", "1", "pos", "2", "pos", "3"]
+    assert [line.split() for line in lines[head + 3 : head + 7]] == [
+        [str(lc.concurrency), "0.80", "0.60", "0.40"] for lc in ab.levels
+    ]
+    plots = sorted(line.removeprefix("plot: ") for line in lines if line.startswith("plot: "))
+    assert plots == sorted(str(p) for p in files if p.suffix == ".png") and len(plots) == 3
 
 
 def test_resolve_side_errors(tmp_path):

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from toolkit.cli import cli
+from toolkit.recipe import load_recipe
 
 from .conftest import tritonserver_missing
 
@@ -52,8 +53,7 @@ def workdir(tmp_path_factory, cwd):
     missing = tritonserver_missing()
     if missing:
         pytest.skip(missing)
-    if not (TINY / "draft" / "config.json").is_file():
-        pytest.skip(f"the tiny models are not trained ({TINY})")
+    assert (TINY / "draft" / "config.json").is_file(), f"{TINY} is committed; the tiny draft is missing"
     wd = tmp_path_factory.mktemp("deployments")
     r = sdtk(
         "deploy",
@@ -117,7 +117,8 @@ def test_bench_on_the_deploy_workdir(workdir, cwd):
         )  # fmt: skip
         s = r["levels"][0]["summary"]
         assert r["token_counts_exact"] and s["token_count_source"] == "server" and s["ok"] == 4
-        assert r["settings"]["draft_len"] == 4  # γ from the deployed recipe (deployed_recipe works)
+        # γ from the deployed recipe (deployed_recipe works)
+        assert r["settings"]["draft_len"] == load_recipe("tiny-draft-target").speculative.max_draft_len
         assert s["acceptance"]["length"] and s["acceptance"]["length"] > 1
         assert s["chunk_interval_s"]["n"] > 0 and s["tokens_per_chunk"]["mean"] >= 1
         assert Path(r["report_dir"]).parent == wd / "reports"
@@ -140,8 +141,7 @@ def test_tune_without_recipe(workdir, cwd):
 
 
 def test_plan_probe(cwd):
-    if not (TINY / "draft" / "config.json").is_file():
-        pytest.skip(f"the tiny models are not trained ({TINY})")
+    assert (TINY / "draft" / "config.json").is_file(), f"{TINY} is committed; the tiny draft is missing"
     r = data(sdtk("plan", str(RECIPES / "tiny-draft-target.yaml"), "--probe-prompts", "4", "--json"))
     assert r["probe"]["prompts"] == 4 and r["recommendation"]["settings"]["max_draft_len"] >= 1
     assert list(cwd.iterdir()) == []

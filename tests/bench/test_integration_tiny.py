@@ -20,6 +20,7 @@ from toolkit.bench.ab import compare
 from toolkit.bench.api import bench
 from toolkit.bench.errors import BenchAborted
 from toolkit.deploy import deployed
+from toolkit.recipe import load_recipe
 
 from .conftest import tritonserver_missing
 
@@ -76,6 +77,16 @@ def test_ab_tiny_baseline_vs_draft_target(deploy_fn, tmp_path):
         # γ comes from the recipe, so the server's draft counts give the acceptance length.
         assert lc.speculative["acceptance"]["length"] > 1
     assert ab.verdict
+    # Acceptance per draft position, from the in-process replay of the same 8 requests (a chain of the
+    # recipe's γ: P(positions 1..k accepted) falls with k). The server's counters for the same requests are kept
+    # next to it; the BLS's totals do not equal the replay's (a known discrepancy of the BLS loop's
+    # counters, see docs/benchmarks.md), the ensemble modes' do (tests/bench/test_replay.py).
+    rp = ab.replayed
+    gamma = load_recipe("tiny-draft-target").speculative.max_draft_len
+    assert rp is not None and rp.requests == 8 and len(rp.per_position) == gamma
+    assert rp.server_draft_tokens == sum(r.draft_tokens for r in ab.speculative.levels[0].records)
+    assert rp.draft_tokens > 0 and 0 < rp.accepted_draft_tokens <= rp.draft_tokens
+    assert 1 >= rp.per_position[0] >= rp.per_position[-1] >= 0
     names = {p.name for p in ab.report_files}
     assert {
         "compare.json",
@@ -83,8 +94,11 @@ def test_ab_tiny_baseline_vs_draft_target(deploy_fn, tmp_path):
         "requests.jsonl",
         "latency_vs_concurrency.png",
         "speedup_vs_concurrency.png",
+        "acceptance_per_position.png",
     } <= names
-    print(ab.render())
+    text = ab.render()
+    assert "acceptance per draft position, in-process replay" in text
+    print(text)
 
 
 def test_killed_deployment_gives_partial_report(deploy_fn, tmp_path):

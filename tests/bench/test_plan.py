@@ -232,8 +232,12 @@ def test_helpers():
 
     from toolkit.recipe import load_recipe
 
-    med = load_recipe("tiny-medusa")
+    # Medusa candidates: valid sub-trees (parents first) made of prefixes of the recipe's tree, up to all of it.
+    tree = [[0], [1], [2], [0, 0], [0, 1], [1, 0], [2, 0], [0, 2], [0, 0, 0], [0, 0, 1], [0, 1, 0], [1, 0, 0]]
+    med = load_recipe("tiny-medusa", [f"speculative.medusa_choices={tree}"])
     cands = probe_candidates(med, 8)
-    assert [len(c[1]["medusa_choices"]) for c in cands][-1] == 20
-    assert all(len(c[1]["medusa_choices"]) <= 20 for c in cands)
+    assert [len(c[1]["medusa_choices"]) for c in cands] == [3, 6, 9, 12]
+    assert cands[-1][1]["medusa_choices"] == tree and cands[0][1]["medusa_choices"] == tree[:3]
+    shipped = load_recipe("tiny-medusa").speculative.medusa_choices
+    assert probe_candidates(load_recipe("tiny-medusa"), 8)[-1][1]["medusa_choices"] == shipped
     assert recommend([], "draft_target", [1], "x") is None

@@ -33,11 +33,15 @@ time.sleep(float(os.environ.get("STANDIN_SLEEP_" + {key!r}, "0")))
 (out / "config.json").write_text(json.dumps({{"standin": {tool!r}, "argv": args}}))
 """
 
+# Answers `--query-gpu=<fields> --format=csv,noheader[,nounits]` as nvidia-smi does.
 _SMI = """#!{python}
-import os
+import os, sys
+fields = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--query-gpu=")).split(",")
+units = "nounits" not in " ".join(sys.argv)
 for mib in os.environ.get("STANDIN_GPUS", "81559").split(","):
     if mib:
-        print(mib)
+        value = {{"name": "NVIDIA Stand-in GPU", "memory.total": mib + (" MiB" if units else "")}}
+        print(", ".join(value[f] for f in fields))
 """
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
+from triton_support import tritonserver_missing
 
 from toolkit.recipe import parse_recipe
 
@@ -43,10 +43,7 @@ def recipe_tp8_pp2():
     )
 
 
-def _embedded_available() -> str | None:
-    if importlib.util.find_spec("pytriton") is None:
-        return "nvidia-pytriton (the embedded tritonserver) is not installed: pip install 'sdtk[server]'"
-    return None
+_embedded_available = tritonserver_missing
 
 
 def spec_repo(root: Path, models: dict[str, int]) -> Path:

@@ -105,7 +105,7 @@ def test_nothing_accepted_points_at_a_tokenizer_mismatch(fake):
     report = run(url)
     assert not report.ok
     spec = report.check("speculation")
-    assert spec.status == "fail" and spec.value == "nothing accepted" and "tokenizer" in spec.hint
+    assert spec.status == "failed" and spec.value == "nothing accepted" and "tokenizer" in spec.hint
 
 
 def test_no_drafts_is_inactive(fake):
@@ -128,7 +128,7 @@ def test_models_not_ready_and_missing(fake):
     report = run(url)
     assert not report.ok
     assert "Expected integer, got: $" in report.check("models").detail
-    assert report.check("speculation").status == "skip"
+    assert report.check("speculation").status == "skipped"
     st["index"] = [{"name": "ensembel", "state": "READY"}]
     assert "did you mean 'ensembel'" in run(url).check("models").hint
 
@@ -138,7 +138,7 @@ def test_metrics_endpoint_unreachable_is_a_failed_check(fake):
     port = free_ports(1)[0]
     report = check_deployment(url, "ensemble", metrics_url=f"http://127.0.0.1:{port}/metrics")
     m = report.check("metrics")
-    assert m.status == "fail" and "--metrics-url" in m.hint
+    assert m.status == "failed" and "--metrics-url" in m.hint
 
 
 def test_unreachable_url_is_a_clear_error():

@@ -13,7 +13,7 @@ from toolkit.errors import CompatError, UsageError
 from toolkit.ops import images
 from toolkit.ops.k8s import HPA_PENDING, HPA_WAITING, k8s_name, load_manifests, plan_k8s, render_k8s
 from toolkit.ops.layout import rank_commands
-from toolkit.ops.validate import ManifestError, validate_all, validate_manifest
+from toolkit.ops.manifests import ManifestError, validate_all, validate_manifest
 from toolkit.recipe import bundled_recipes, load_recipe, parse_recipe
 
 kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed (the ops extra)")

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from toolkit.client.errors import ResponseTimeout, ServerUnreachable  # noqa: E402
 from toolkit.ops import monitor  # noqa: E402
-from toolkit.ops.monitor import Monitor, SpecMetrics  # noqa: E402
+from toolkit.ops.monitor import Monitor, SpecMetrics, backend_sink  # noqa: E402
 
 
 def scrape(url: str) -> dict[tuple[str, tuple], float]:
@@ -226,8 +226,8 @@ def test_triton_sink_without_histograms_keeps_the_counters():
 
 def test_backend_sink_prefers_triton_and_falls_back_to_its_own_port():
     _FakeFamily.created = []
-    assert isinstance(sm.backend_sink("m", pb_utils=_FakePbUtils), sm.TritonSpecMetrics)
-    sink = sm.backend_sink("m", http_port=0, addr="127.0.0.1")
+    assert isinstance(backend_sink("m", pb_utils=_FakePbUtils), sm.TritonSpecMetrics)
+    sink = backend_sink("m", http_port=0, addr="127.0.0.1")
     try:
         sink.observe(accepted=3, drafted=4)
         s = scrape(sink.server.url)
@@ -235,4 +235,50 @@ def test_backend_sink_prefers_triton_and_falls_back_to_its_own_port():
     finally:
         sink.close()
     with pytest.raises(ValueError, match="http_port"):
-        sm.backend_sink("m")
+        backend_sink("m")
+
+
+@pytest.mark.parametrize(
+    ("accepted", "drafted", "draft_len", "output_tokens", "steps"),
+    [
+        (24, 40, 4, 35, None),  # whole steps from drafts
+        (4, 6, 4, 7, None),  # a short last step (BLS drafts min(k, remaining - 1)): 1.5 steps
+        (5, 14, 3, 12, None),  # 4.67 steps: round() made it 5
+        (6, 8, None, 9, 3),  # the server's own step count
+        (0, 9, 3, 4, None),  # nothing accepted: τ is 1
+    ],
+)
+def test_bench_and_monitor_agree_on_acceptance_length(accepted, drafted, draft_len, output_tokens, steps):
+    """One formula (spec_metrics.acceptance_length): the bench report and the monitor's histogram
+    give the same τ for the same request, also when drafts are not a multiple of draft_len."""
+    from toolkit.bench.metrics import RequestRecord, acceptance_length
+
+    rec = RequestRecord(
+        index=0,
+        start=0.0,
+        chunk_times=[0.1, 0.2],
+        chunk_tokens=[1, output_tokens - 1],
+        end=0.2,
+        accepted_draft_tokens=accepted,
+        draft_tokens=drafted,
+        draft_len=draft_len,
+        steps=steps,
+    )
+    tau, _ = acceptance_length(rec)
+    obs = sm.Observation.of(
+        accepted=accepted, drafted=drafted, output_tokens=output_tokens, steps=steps, draft_len=draft_len
+    )
+    expect_steps = steps if steps is not None else drafted / draft_len
+    assert obs.steps == pytest.approx(expect_steps)
+    assert tau == pytest.approx(obs.length) == pytest.approx(1 + accepted / expect_steps)
+
+
+def test_spec_metrics_imports_no_monitor():
+    """No runtime import cycle: spec_metrics is standard library only (a Triton model may copy it)."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(sm))
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not any(m.startswith("toolkit") for m in imported), imported

@@ -11,6 +11,8 @@ import pytest
 from .conftest import MODES, NEW_TOKENS
 from .test_lossless import divergence_problem
 
+pytestmark = pytest.mark.slow  # each test generates for every held-out prompt (seconds to a minute)
+
 
 @pytest.fixture(scope="module")
 def batched(tiny: Any) -> Any:

@@ -28,6 +28,7 @@ def divergence_problem(hf_target: Any, ids: list[int], got: list[int], ref: list
     return f"token {j}: got {got[j]}, transformers {ref[j]}; top-2 logit gap {gap:.3g} is no tie"
 
 
+@pytest.mark.slow  # over 5 s (pytest --durations on the 2-core box)
 @pytest.mark.parametrize("mode", MODES)
 def test_greedy_output_equals_transformers_generate(
     mode: str,

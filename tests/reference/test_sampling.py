@@ -47,6 +47,7 @@ def test_bad_sampling_params_are_rejected() -> None:
             SamplingParams(**kwargs)
 
 
+@pytest.mark.slow  # over 5 s (pytest --durations on the 2-core box)
 def test_draft_target_first_token_distribution_matches_target(
     runtime: Any, specs: dict[str, Any], hf_target: Any, prompt_ids: list[list[int]]
 ) -> None:

@@ -23,6 +23,7 @@ def draft_greedy(runtime: Any, ids: list[int], k: int) -> list[int]:
     return out
 
 
+@pytest.mark.slow  # over 5 s (pytest --durations on the 2-core box)
 def test_bls_loop_reproduces_greedy_and_reuses_the_cache(
     runtime: Any,
     prompt_ids: list[list[int]],

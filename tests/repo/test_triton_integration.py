@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from triton_support import tritonserver_missing
 
 pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
 
@@ -35,10 +36,8 @@ def _has_weights(path: Path) -> bool:
 @pytest.fixture(scope="module")
 def tiny() -> Path:
     pytest.importorskip("torch", reason="the reference runtime needs torch (the `reference` extra)")
-    from toolkit.server.discover import find_tritonserver_candidates
-
-    if not any(c.exists for c in find_tritonserver_candidates()):
-        pytest.skip("no tritonserver (install the `server` extra: nvidia-pytriton)")
+    if tritonserver_missing():
+        pytest.skip(tritonserver_missing())
     assert _has_weights(TINY / "target"), f"{TINY / 'target'} has no weights (models/tiny is committed)"
     return TINY
 

@@ -11,9 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from triton_support import config_pbtxt as shared_config_pbtxt
+from triton_support import tritonserver_missing
 
 from toolkit.server import procs
-from toolkit.server.discover import find_tritonserver_candidates
 
 MODEL_PY = Path(__file__).parent / "fake_llm" / "model.py"
 
@@ -51,18 +52,14 @@ def config_pbtxt(
     fail_initialize: bool = False,
 ) -> str:
     inputs = list(_INPUTS) + ([("num_draft_tokens", "TYPE_INT32", True)] if bls else [])
-    lines = [f'name: "{name}"', 'backend: "python"', f"max_batch_size: {max_batch_size}"]
-    lines.append(f"model_transaction_policy {{ decoupled: {'true' if decoupled else 'false'} }}")
-    for n, t, opt in inputs:
-        optional = " optional: true" if opt else ""
-        lines.append(f'input [{{ name: "{n}" data_type: {t} dims: [ 1 ]{optional} }}]')
-    for n, t, d in _OUTPUTS:
-        lines.append(f'output [{{ name: "{n}" data_type: {t} dims: [ {d} ] }}]')
-    lines.append("instance_group [{ count: 1 kind: KIND_CPU }]")
-    params = {"token_delay_ms": str(token_delay_ms), "fail_initialize": "1" if fail_initialize else "0"}
-    for k, v in params.items():
-        lines.append(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}')
-    return "\n".join(lines) + "\n"
+    return shared_config_pbtxt(
+        name,
+        inputs=[(n, t, "1", opt) for n, t, opt in inputs],
+        outputs=_OUTPUTS,
+        decoupled=decoupled,
+        max_batch_size=max_batch_size,
+        parameters={"token_delay_ms": str(token_delay_ms), "fail_initialize": "1" if fail_initialize else "0"},
+    )
 
 
 def add_model(repo: Path, name: str, **kwargs) -> Path:
@@ -103,14 +100,14 @@ def processes_mentioning(text: str) -> list[tuple[int, str]]:
 
 
 def embedded_available() -> bool:
-    return any(c.exists for c in find_tritonserver_candidates())
+    return tritonserver_missing() is None
 
 
 def pytest_collection_modifyitems(config, items):
     """Skip `tritonserver` tests only where no tritonserver can exist (no nvidia-pytriton)."""
     if embedded_available():
         return
-    skip = pytest.mark.skip(reason="no tritonserver (install the `server` extra: nvidia-pytriton)")
+    skip = pytest.mark.skip(reason=str(tritonserver_missing()))
     for item in items:
         if "tritonserver" in item.keywords:
             item.add_marker(skip)

@@ -180,6 +180,64 @@ def test_async_client(server, protocol):
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_async_unknown_model_did_you_mean(server, protocol):
+    # Was a drift: only the sync client listed the served models and guessed the intended one.
+    url = server.http_url if protocol == "http" else server.grpc_url
+
+    async def main():
+        async with AsyncTritonClient(url, protocol=protocol, model="ensembel", timeout=20) as c:
+            await c.generate(PROMPT)
+
+    with pytest.raises(ClientError) as ei:
+        asyncio.run(main())
+    assert "ensembel" in str(ei.value)
+    assert ei.value.hint.startswith("did you mean 'ensemble'? served models: ")
+    assert "ensemble_sync" in ei.value.hint and "tensorrt_llm_bls" in ei.value.hint
+
+
+def test_async_http_infer_api(server):
+    # Was a drift: http_api="infer" existed only in the sync client.
+    async def main():
+        async with AsyncTritonClient(server.http_url, model="ensemble_sync", http_api="infer") as c:
+            r = await c.generate(PROMPT, max_tokens=3)
+            assert r.text == expected(3) and r.output_tokens == 3 and r.protocol == "http"
+        async with AsyncTritonClient(server.http_url, model="ensemble", http_api="infer") as c:
+            with pytest.raises(GenerationError, match="decoupled"):
+                await c.generate(PROMPT)
+
+    asyncio.run(main())
+    with pytest.raises(GenerationError, match="http_api must be"):
+        AsyncTritonClient(server.http_url, http_api="generat")
+
+
+def test_async_docstring_example_runs(server):
+    # Was a drift: the module's example used `async with c.stream(...)`, a TypeError.
+    import textwrap
+
+    from toolkit.client import aio
+
+    doc = aio.__doc__
+    example = doc[: doc.index("\n\n", doc.index("async with"))]
+    example = textwrap.dedent(example[example.index("    async with") :])
+    body = textwrap.indent(example, "    ")
+    scope: dict = {"AsyncTritonClient": AsyncTritonClient}
+    exec(f"async def example(url):\n{body}\n    return r, chunk, total\n", scope)
+    r, chunk, total = asyncio.run(scope["example"](server.grpc_url))
+    assert r.text == total.text == " Hello" * 32 and total.num_chunks == 32
+    assert chunk.text == " Hello"
+
+
+def test_sync_and_async_share_one_core():
+    from toolkit.client.core import ClientCore
+
+    assert issubclass(TritonClient, ClientCore) and issubclass(AsyncTritonClient, ClientCore)
+    public = {n for n in vars(TritonClient) if not n.startswith("_")}
+    assert public == {n for n in vars(AsyncTritonClient) if not n.startswith("_")}
+    # The async client defines only I/O: no request preparation or error making of its own.
+    assert not {"_prepare", "_route", "_tensors", "_config_from_http"} & set(vars(AsyncTritonClient))
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_connection_refused_has_hint(protocol):
     port = free_ports(1)[0]
     url = f"127.0.0.1:{port}"

@@ -64,6 +64,7 @@ def test_model_failing_to_load(make_repo, tmp_path):
     assert processes_mentioning(str(tmp_path)) == []
 
 
+@pytest.mark.slow  # over 5 s (pytest --durations on the 2-core box)
 def test_unknown_model_name_fails_fast(make_repo, tmp_path):
     repo = make_repo({"ensemble": OK})
     server = TritonServer(repo, workdir=tmp_path / "wd", auto_ports=True, model_name="ensembel")
@@ -149,6 +150,7 @@ def test_server_killed_mid_stream(make_repo, tmp_path, protocol, use_async):
     assert procs.group_members(server.pid) == []
 
 
+@pytest.mark.slow  # over 5 s (pytest --durations on the 2-core box)
 def test_two_servers_side_by_side(make_repo, tmp_path):
     repo = make_repo({"ensemble": OK})
     with (
@@ -163,6 +165,7 @@ def test_two_servers_side_by_side(make_repo, tmp_path):
     assert processes_mentioning(str(tmp_path)) == []
 
 
+@pytest.mark.slow  # over 5 s (pytest --durations on the 2-core box)
 def test_auto_ports_pick_again_after_a_race(make_repo, tmp_path, monkeypatch):
     import toolkit.server.launch as launch
 

@@ -65,6 +65,7 @@ def run_detached(repo: Path, wd: Path) -> int:
     return int(out.stdout.strip())
 
 
+@pytest.mark.slow  # over 5 s (pytest --durations on the 2-core box)
 def test_detach_status_logs_stop_cycles(make_repo, tmp_path):
     repo = make_repo({"ensemble": dict(decoupled=True, max_batch_size=8)})
     wd = tmp_path / "wd"
@@ -148,6 +149,7 @@ def test_reused_pid_is_never_signalled(tmp_path):
     assert not res.was_running and read_state(wd) is None
 
 
+@pytest.mark.slow  # over 5 s (pytest --durations on the 2-core box)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_foreground_stops_cleanly_on_signal(make_repo, tmp_path, sig):
     repo = make_repo({"ensemble": dict(decoupled=True, max_batch_size=8)})
@@ -183,6 +185,7 @@ def test_foreground_stops_cleanly_on_signal(make_repo, tmp_path, sig):
     assert not state_path(wd).exists()
 
 
+@pytest.mark.slow  # over 5 s (pytest --durations on the 2-core box)
 def test_foreground_server_stopped_from_another_shell(make_repo, tmp_path):
     repo = make_repo({"ensemble": dict(decoupled=True, max_batch_size=8)})
     wd = tmp_path / "wd"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,6 +242,7 @@ class ABResult:
     error: str | None = None
     report_dir: Path | None = None
     report_files: list[Path] = field(default_factory=list)
+    replayed: Any = None  # replay.ReplayedAcceptance: per-position acceptance of the speculative side
     definitions: dict[str, str] = field(
         default_factory=lambda: {
             "speedup": SPEEDUP_DEFINITION,
@@ -274,6 +276,7 @@ class ABResult:
             "error": self.error,
             "report_dir": str(self.report_dir) if self.report_dir else None,
             "report_files": [str(p) for p in self.report_files],
+            "replayed_acceptance": self.replayed.to_dict() if self.replayed else None,
             "runs": {
                 "baseline": self.baseline.to_dict() if self.baseline else None,
                 "speculative": self.speculative.to_dict() if self.speculative else None,
@@ -378,7 +381,7 @@ def compare(
     *,
     workload: str | Workload | None = "code",
     prompts_file: str | Path | None = None,
-    concurrency: Sequence[int] = (1, 2, 4),
+    concurrency: Sequence[int] | None = (1, 2, 4),
     requests: int = 32,
     duration: float | None = None,
     warmup: int = 2,
@@ -399,6 +402,7 @@ def compare(
     progress: bool = True,
     tokenizer: str | None = None,
     allow_inexact: bool = False,
+    replay: bool = True,
 ) -> ABResult:
     """Benchmark both sides on one workload and compare them. Recipe sides are deployed under
     `workdir` (through `deploy_fn(recipe, workdir=...)`). Reports go to `report_dir` (default
@@ -483,9 +487,34 @@ def compare(
             f"comparison stopped: {ab.error}", partial=ab, report_dir=out_dir, cause=e.cause, hint=e.hint
         ) from None
     _finish(ab, runs, resamples, seed, confidence)
+    if replay:
+        ab.replayed = _replay(sides[1], wl, requests, seed, temperature, ab.speculative, progress)
     ab.report_dir = out_dir
     ab.report_files = write_compare_reports(ab, out_dir, plots=plots)
     return ab
+
+
+def _replay(
+    side: Side, wl: Workload, requests: int, seed: int, temperature: float | None, run: Any, progress: bool
+) -> Any:
+    """Per-position acceptance of a greedy reference-backend speculative side (see bench.replay)."""
+    from toolkit.bench import replay
+
+    if side.kind == "recipe":
+        from toolkit.recipe import load_recipe
+
+        rec = load_recipe(side.recipe_path)
+    else:
+        rec = deployed_recipe(side.workdir) if side.kind == "workdir" else None
+    if not replay.replayable(rec, temperature):
+        return None
+    if progress:
+        print(
+            "speculative: replaying the requests in process for acceptance per draft position",
+            file=sys.stderr,
+        )
+    first = run.levels[0].records if run is not None and run.levels else None
+    return replay.replay_acceptance(rec, wl.sample(requests, seed), first)
 
 
 def _finish(ab: ABResult, runs: dict[str, BenchResult], resamples: int, seed: int, confidence: float) -> None:

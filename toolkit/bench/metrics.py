@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from toolkit.ops import spec_metrics
+
 PERCENTILES = (50, 90, 99)
 
 
@@ -132,11 +134,10 @@ def acceptance_length(rec: RequestRecord) -> tuple[float | None, str | None]:
     backend and TRT-LLM do, and some chunk carries several tokens).
     """
     if rec.steps:
-        accepted = rec.accepted_draft_tokens or 0
-        return (accepted + rec.steps) / rec.steps, "server steps"
-    if rec.draft_len and rec.draft_tokens and rec.accepted_draft_tokens is not None:
-        steps = rec.draft_tokens / rec.draft_len
-        return 1.0 + rec.accepted_draft_tokens / steps, "draft tokens / draft_len"
+        return spec_metrics.acceptance_length(rec.accepted_draft_tokens or 0, rec.steps), "server steps"
+    steps = spec_metrics.estimated_steps(rec.draft_tokens, rec.draft_len)
+    if steps and rec.accepted_draft_tokens is not None:
+        return spec_metrics.acceptance_length(rec.accepted_draft_tokens, steps), "draft tokens / draft_len"
     if rec.draft_tokens:
         # Draft statistics without γ: chunks need not be steps (a BLS loop streams whole
         # iterations), so they cannot stand in; τ is unknown.
@@ -294,7 +295,11 @@ def summarize(records: Sequence[RequestRecord], *, duration: float | None = None
             "rate_per_request": describe([m.acceptance_rate for m in mets]),
             "accepted_draft_tokens": acc,
             "draft_tokens": drafts,
-            "length": ((acc + steps) / steps if steps else (sum(taus) / len(taus) if taus else None)),
+            "length": (
+                spec_metrics.acceptance_length(acc, steps)
+                if steps
+                else (sum(taus) / len(taus) if taus else None)
+            ),
             "length_per_request": describe(taus),
             "length_source": tau_src.most_common(1)[0][0] if tau_src else None,
             "per_position": per_position_acceptance(pos_p, pos_a) if pos_p else None,

@@ -29,8 +29,8 @@ from toolkit.bench import sizing as sz
 from toolkit.bench.metrics import Interval, bootstrap_ci
 from toolkit.bench.workloads import Workload, load_workload
 from toolkit.errors import UsageError
+from toolkit.modes import CHAIN_MODES
 
-CHAIN_MODES = ("draft_target", "eagle3", "ngram")
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 ASSUMED_ALPHAS = (0.6, 0.7, 0.8, 0.9)
 PROBE_PARAM_LIMIT = 3e9  # bigger local checkpoints are too slow to probe on a CPU by default

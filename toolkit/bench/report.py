@@ -9,11 +9,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from toolkit._fs import atomic_path, atomic_write
 
 if TYPE_CHECKING:
     from toolkit.bench.ab import ABResult
@@ -44,16 +45,7 @@ def default_report_dir(workdir: Path | str | None, kind: str) -> Path:
 # --------------------------------------------------------------------------- writers
 
 
-def _atomic_write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".incomplete")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+_atomic_write = atomic_write  # tune.py imports this name
 
 
 def write_json(path: Path, data: Any) -> Path:
@@ -250,11 +242,41 @@ def render_compare(ab: ABResult) -> str:
     cols, rows = compare_rows(ab)
     out.append(table(cols, rows))
     out.append(f"speedup = {ab.definitions['speedup']}")
+    per_pos = [(lc.concurrency, lc.speculative.get("acceptance", {}).get("per_position")) for lc in ab.levels]
+    if any(p for _, p in per_pos):
+        out.append("acceptance per draft position (P(positions 1..k all accepted)):")
+        width = max(len(p) for _, p in per_pos if p)
+        out.append(
+            table(
+                ["concurrency", *(f"pos {k + 1}" for k in range(width))],
+                [[c, *(num(x) for x in p), *([""] * (width - len(p)))] for c, p in per_pos if p],
+            )
+        )
+    rp = ab.replayed
+    if rp is not None and rp.per_position:
+        agree = {True: "equal to", False: "DIFFERENT from", None: "no server counts to compare with"}[
+            rp.matches_server
+        ]
+        server = (
+            f" the server's {rp.server_accepted_draft_tokens}/{rp.server_draft_tokens}"
+            if rp.matches_server is not None
+            else ""
+        )
+        out.append(
+            f"acceptance per draft position, {rp.source}, {rp.requests} requests "
+            f"(accepted/proposed {rp.accepted_draft_tokens}/{rp.draft_tokens}, {agree}{server}):"
+        )
+        out.append(
+            table([f"pos {k + 1}" for k in range(len(rp.per_position))], [[num(x) for x in rp.per_position]])
+        )
     out.append(f"verdict: {ab.verdict}")
     if ab.partial:
         out.append(f"PARTIAL: {ab.error}")
     if ab.report_dir:
         out.append(f"reports: {ab.report_dir}")
+    for path in ab.report_files:
+        if Path(path).suffix == ".png":
+            out.append(f"plot: {path}")
     return "\n".join(out)
 
 
@@ -335,13 +357,15 @@ def plot_compare(ab: ABResult, out_dir: Path) -> list[Path]:
     paths.append(_save(fig, out_dir / "speedup_vs_concurrency.png"))
     plt.close(fig)
 
-    per_pos = [(lc.concurrency, lc.speculative["acceptance"].get("per_position")) for lc in ab.levels]
+    per_pos = [(f"c={lc.concurrency}", lc.speculative["acceptance"].get("per_position")) for lc in ab.levels]
     per_pos = [(c, p) for c, p in per_pos if p]
+    if not per_pos and ab.replayed is not None and ab.replayed.per_position:
+        per_pos = [("in-process replay", ab.replayed.per_position)]
     if per_pos:
         fig, ax = plt.subplots(figsize=(6, 4))
         width = 0.8 / len(per_pos)
         for k, (c, p) in enumerate(per_pos):
-            ax.bar([i + 1 + k * width for i in range(len(p))], p, width=width, label=f"c={c}")
+            ax.bar([i + 1 + k * width for i in range(len(p))], p, width=width, label=c)
         ax.set_xlabel("draft position")
         ax.set_ylabel("P(accepted through this position)")
         ax.set_ylim(0, 1)
@@ -354,9 +378,8 @@ def plot_compare(ab: ABResult, out_dir: Path) -> list[Path]:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    tmp = path.with_name(path.stem + ".incomplete.png")
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
+    with atomic_path(path, tmp_name=path.stem + ".incomplete.png") as tmp:
+        fig.savefig(tmp, dpi=110)
     return path
 
 

@@ -38,8 +38,8 @@ from toolkit.bench.metrics import Interval
 from toolkit.bench.tokens import TokenCounter, recipe_tokenizer
 from toolkit.bench.workloads import Workload, load_workload
 from toolkit.errors import UsageError
+from toolkit.modes import CHAIN_MODES
 
-CHAIN_MODES = ("draft_target", "eagle3", "ngram")
 BLS_MODEL = "tensorrt_llm_bls"
 
 
@@ -184,7 +184,7 @@ def tune(
     recipe: str | Path | None = None,
     method: str = "auto",
     draft_lens: Sequence[int] | None = None,
-    concurrency: Sequence[int] = (1, 2, 4),
+    concurrency: Sequence[int] | None = (1, 2, 4),
     workload: str | Workload | None = "code",
     prompts_file: str | Path | None = None,
     requests: int = 16,

@@ -8,6 +8,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolkit import modes
 from toolkit.hub import Resolved
 from toolkit.recipe import Recipe
 
@@ -21,15 +22,7 @@ DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 # trtllm-build's --speculative_decoding_mode names; sdtk's own for modes trtllm-build lacks
 # (docs/contracts.md).
-SPEC_MODE_NAMES: dict[str, str | None] = {
-    "none": None,
-    "draft_target": "draft_tokens_external",
-    "medusa": "medusa",
-    "lookahead": "lookahead_decoding",
-    "eagle": "eagle",
-    "eagle3": "eagle3",
-    "ngram": "ngram",
-}
+SPEC_MODE_NAMES = modes.SPEC_MODE_NAMES
 
 
 def examples_dir() -> tuple[Path, str]:

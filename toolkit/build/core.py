@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from toolkit import __version__, compat
+from toolkit import __version__, compat, log
+from toolkit._fs import atomic_write
 from toolkit.build import engine, llmapi, preflight, reference
 from toolkit.build.context import EXAMPLES_ENV, BuildContext, examples_dir
 from toolkit.build.preflight import PASSED, SKIPPED, CheckResult
-from toolkit.build.steps import Step, StepRecord, execute, render_script, write_atomic
+from toolkit.build.steps import Step, StepRecord, execute, render_script
 from toolkit.errors import CompatError, PreflightError
 from toolkit.hub import Resolved, hub_settings, resolve
 from toolkit.recipe import MODE_SOURCES, Recipe, load_recipe
@@ -96,15 +97,8 @@ class BuildResult:
 
 
 def stderr_progress() -> Progress:
-    """Progress lines on stderr through rich (data stays on stdout)."""
-    from rich.console import Console
-
-    console = Console(stderr=True, highlight=False)
-
-    def emit(msg: str) -> None:
-        console.print(f"[dim]sdtk build:[/dim] {msg}", markup=True, soft_wrap=True)
-
-    return emit
+    """Progress lines to the `sdtk.build` logger (stderr under the CLI; data stays on stdout)."""
+    return log.progress("build")
 
 
 # --------------------------------------------------------------------------- backend
@@ -344,7 +338,7 @@ def build(
     summary.pop("script", None)
     build_json = root / "build.json"
     summary["build_json"] = str(build_json)
-    write_atomic(build_json, redact(json.dumps(summary, indent=2, default=str)) + "\n")
+    atomic_write(build_json, redact(json.dumps(summary, indent=2, default=str)) + "\n")
     result.build_json = str(build_json)
     ran = sum(r.status == "ran" for r in records)
     say(f"done: {ran} step(s) ran, {len(records) - ran} up to date; summary in {build_json}")

@@ -23,6 +23,7 @@ from pathlib import Path
 from toolkit.build.context import SPEC_MODE_NAMES, BuildContext, examples_dir
 from toolkit.build.preflight import FAILED, PASSED, SKIPPED, CheckResult
 from toolkit.build.steps import Step
+from toolkit.recipe import DraftTarget, Eagle, Medusa
 
 # HF model_type → converter under <examples>; Mixtral converts with the Llama script
 # (examples/models/core/mixtral/README.md uses ../llama/convert_checkpoint.py).
@@ -95,9 +96,9 @@ def convert_argv(ctx: BuildContext, role: str, out: Path) -> list[str]:
     tp, pp = parallel_of(ctx, role)
     argv = ["python3", str(ex / _script(ctx, role)), "--model_dir", ctx.source_arg(role)]
     spec = ctx.recipe.speculative
-    if role == "target" and ctx.mode == "medusa":
+    if role == "target" and isinstance(spec, Medusa):
         argv += ["--medusa_model_dir", ctx.source_arg("medusa_heads")]
-    elif role == "target" and ctx.mode == "eagle":
+    elif role == "target" and isinstance(spec, Eagle):
         argv += ["--eagle_model_dir", ctx.source_arg("eagle_head")]
     argv += [
         "--output_dir", str(out),
@@ -106,7 +107,7 @@ def convert_argv(ctx: BuildContext, role: str, out: Path) -> list[str]:
         "--pp_size", str(pp),
         "--workers", str(tp * pp),
     ]  # fmt: skip
-    if role == "target" and ctx.mode == "medusa":
+    if role == "target" and isinstance(spec, Medusa):
         heads = spec.num_medusa_heads or ctx.sources["medusa_heads"].facts.medusa_num_heads
         if heads:
             argv += ["--num_medusa_heads", str(heads)]
@@ -114,7 +115,7 @@ def convert_argv(ctx: BuildContext, role: str, out: Path) -> list[str]:
         fam = family(ctx, "target")
         if fam in ("qwen2", "mixtral"):
             argv += ["--model_type", fam]
-    elif role == "target" and ctx.mode == "eagle":
+    elif role == "target" and isinstance(spec, Eagle):
         argv += [
             "--max_draft_len", str(spec.max_draft_len),
             "--num_eagle_layers", str(spec.num_eagle_layers),
@@ -146,7 +147,8 @@ def build_argv(ctx: BuildContext, role: str, ckpt: Path, out: Path) -> list[str]
         ]
     if mode in ("eagle", "draft_target"):
         argv += ["--use_paged_context_fmha", "enable"]
-    if mode == "draft_target" and ctx.recipe.speculative.use_draft_logits:
+    spec = ctx.recipe.speculative
+    if isinstance(spec, DraftTarget) and spec.use_draft_logits:
         argv.append("--gather_generation_logits")
     tp, pp = parallel_of(ctx, role)
     argv += ["--workers", str(tp * pp)]

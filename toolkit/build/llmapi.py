@@ -50,9 +50,9 @@ import yaml
 from packaging.version import Version
 
 from toolkit import __version__
+from toolkit.build.configs import build_config, pretrained_config
 from toolkit.build.context import SPEC_MODE_NAMES, BuildContext
 from toolkit.build.preflight import FAILED, PASSED, CheckResult
-from toolkit.build.reference import build_config, pretrained_config
 from toolkit.build.steps import Step
 from toolkit.shellsafe import comment
 
@@ -174,10 +174,12 @@ def speculative_config(ctx: BuildContext) -> dict | None:
     cfg = _mode_config(ctx)
     s = ctx.recipe.speculative
     if cfg is not None:
-        if getattr(s, "max_concurrency", None) is not None:
-            cfg["max_concurrency"] = s.max_concurrency
-        if getattr(s, "draft_len_schedule", None) is not None:
-            cfg["draft_len_schedule"] = dict(s.draft_len_schedule)
+        limit: int | None = getattr(s, "max_concurrency", None)
+        schedule: dict[int, int] | None = getattr(s, "draft_len_schedule", None)
+        if limit is not None:
+            cfg["max_concurrency"] = limit
+        if schedule is not None:
+            cfg["draft_len_schedule"] = dict(schedule)
     return cfg
 
 

@@ -10,30 +10,15 @@ both sides of the first mismatch and the fix, and carries every record.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 
 from toolkit.build.context import DTYPE_BYTES, BuildContext
+from toolkit.checks import FAILED, PASSED, SKIPPED, Check
 from toolkit.errors import PreflightError
 from toolkit.hub import ModelFacts, Resolved, eagle3_vocab_map, medusa_heads
-from toolkit.recipe import lookahead_max_draft_len
+from toolkit.recipe import Eagle3, Lookahead, Medusa, lookahead_max_draft_len
 
-PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
-
-
-@dataclass
-class CheckResult:
-    name: str
-    status: str  # passed | failed | skipped
-    detail: str
-    hint: str | None = None
-
-    def to_dict(self) -> dict:
-        d = {"name": self.name, "status": self.status, "detail": self.detail}
-        if self.hint:
-            d["hint"] = self.hint
-        return d
+CheckResult = Check  # a preflight verdict: passed | failed | skipped
 
 
 class PreflightFailed(PreflightError):
@@ -269,7 +254,7 @@ def check_medusa_heads(ctx: BuildContext) -> CheckResult:
         return CheckResult(
             "medusa-heads", SKIPPED, f"skipped (not resolved: no readable Medusa head weights in {head.path})"
         )
-    spec = ctx.recipe.speculative
+    spec = ctx.recipe.spec_as(Medusa)
     want = spec.num_medusa_heads or head.facts.medusa_num_heads_config
     problems = []
     if want and found["num_heads"] < want:
@@ -358,7 +343,7 @@ def eagle3_default_layers(n: int) -> list[int]:
 def check_eagle3_layers(ctx: BuildContext) -> CheckResult:
     target, head = ctx.sources["target"], ctx.sources["eagle_head"]
     n = target.facts.num_hidden_layers
-    ids = ctx.recipe.speculative.layers_to_capture
+    ids = ctx.recipe.spec_as(Eagle3).layers_to_capture
     origin = "recipe speculative.layers_to_capture"
     if ids is None and head.facts.layers_to_capture:
         ids, origin = head.facts.layers_to_capture, f"head config ({head.facts.source})"
@@ -397,7 +382,7 @@ def check_eagle3_layers(ctx: BuildContext) -> CheckResult:
 
 
 def check_lookahead(ctx: BuildContext) -> CheckResult:
-    s = ctx.recipe.speculative
+    s = ctx.recipe.spec_as(Lookahead)
     need = lookahead_max_draft_len(s.window, s.ngram, s.verification_set)
     if s.max_draft_len is not None and s.max_draft_len != need:
         return CheckResult(
@@ -430,26 +415,14 @@ class Gpus:
 
 
 def visible_gpus(timeout: float = 10.0) -> Gpus:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return Gpus(False, [], "nvidia-smi not found")
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError) as e:
-        return Gpus(False, [], f"nvidia-smi failed: {e.__class__.__name__}")
-    mem = [int(float(x.strip())) for x in out.splitlines() if x.strip().replace(".", "", 1).isdigit()]
+    from toolkit.gpus import query_gpus
+
+    q = query_gpus(timeout)
+    if not q.found:
+        return Gpus(False, [], q.error)
+    mem = [g.memory_mib for g in q.visible()]
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:
-        wanted = [c.strip() for c in cvd.split(",") if c.strip()]
-        if all(c.isdigit() for c in wanted):
-            mem = [mem[int(c)] for c in wanted if int(c) < len(mem)]
         return Gpus(True, mem, f"{len(mem)} visible (CUDA_VISIBLE_DEVICES={cvd})")
     return Gpus(True, mem, f"{len(mem)} visible")
 

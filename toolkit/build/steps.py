@@ -9,7 +9,6 @@ of the steps it depends on, sdtk and TensorRT-LLM versions) into it, and is publ
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -22,13 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit import __version__
+from toolkit import __version__, _fs
 from toolkit.hub import tree_fingerprint
 from toolkit.runner import redact, run
 from toolkit.shellsafe import comment, heredoc_tag
 
 STAMP = ".sdtk-stamp.json"
-INCOMPLETE = ".incomplete"
+INCOMPLETE = _fs.INCOMPLETE
 
 
 @dataclass
@@ -110,17 +109,6 @@ def _publish(tmp: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, dest)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + INCOMPLETE)
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
 
 
 # --------------------------------------------------------------------------- execution

@@ -2,14 +2,16 @@
 
     async with AsyncTritonClient(url, protocol="grpc") as c:
         r = await c.generate("Hello", max_tokens=32)
-        async with c.stream("Hello", max_tokens=32) as s:
+        async with await c.stream("Hello", max_tokens=32) as s:
             async for chunk in s:
                 ...
         total = s.response   # after the iteration ended
 
-HTTP uses httpx.AsyncClient (generate / generate_stream); gRPC uses tritonclient.grpc.aio
-(`infer` for non-decoupled models, `stream_infer` for decoupled ones). Every wait for a
-(next) response is bounded by `timeout`.
+HTTP uses httpx.AsyncClient (generate / generate_stream), or tritonclient.http.aio for the
+KServe infer API (`http_api="infer"`, non-decoupled models only); gRPC uses
+tritonclient.grpc.aio (`infer` for non-decoupled models, `stream_infer` for decoupled ones).
+Every wait for a (next) response is bounded by `timeout`. Everything but the I/O lives in
+`toolkit.client.core.ClientCore`, shared with the blocking client.
 """
 
 from __future__ import annotations
@@ -17,21 +19,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from toolkit.client import common, llmapi
-from toolkit.client.errors import ClientError, ResponseTimeout
+from toolkit.client.core import ClientCore
+from toolkit.client.errors import ClientError
 from toolkit.client.types import (
     Collector,
     GenerationChunk,
     GenerationRequest,
     GenerationResponse,
     ModelInfo,
-    as_array,
-    json_value,
 )
 
 RawResponses = AsyncIterator[tuple[dict[str, Any], bool]]
@@ -84,57 +84,18 @@ class AsyncGenerationStream:
         await self.aclose()
 
 
-class AsyncTritonClient:
+class AsyncTritonClient(ClientCore):
     """asyncio client for one model on one Triton server; safe for concurrent tasks."""
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        protocol: str = "http",
-        model: str = "ensemble",
-        timeout: float = common.DEFAULT_TIMEOUT,
-        connect_timeout: float = common.CONNECT_TIMEOUT,
-    ):
-        self.protocol = common.check_protocol(protocol)
-        self._model = model
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        self.url = common.http_base(url) if protocol == "http" else common.grpc_target(url)
-        self._info: ModelInfo | None = None
+    def _setup_io(self) -> None:
         self._http: httpx.AsyncClient | None = None
         self._grpc: Any = None
-
-    @classmethod
-    def from_workdir(cls, workdir: Path | str, *, protocol: str = "http", **kwargs: Any) -> AsyncTritonClient:
-        from toolkit.server.state import read_state, state_path
-
-        st = read_state(workdir)
-        if st is None:
-            raise ClientError(
-                f"no server recorded in {state_path(workdir)}",
-                hint="start one with `sdtk deploy --detach`, or pass --url",
-            )
-        kwargs.setdefault("model", st.model_name)
-        return cls(st.http_url if protocol == "http" else st.grpc_url, protocol=protocol, **kwargs)
-
-    @property
-    def model(self) -> str:
-        return self._model
-
-    @model.setter
-    def model(self, name: str) -> None:
-        """Switch to another model of the same server (its config is fetched again)."""
-        if name != self._model:
-            self._model = name
-            self._info = None
+        self._infer_client: Any = None
 
     @property
     def http(self) -> httpx.AsyncClient:
         if self._http is None:
-            self._http = httpx.AsyncClient(
-                base_url=self.url, timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout)
-            )
+            self._http = httpx.AsyncClient(base_url=self.url, timeout=self._http_timeout())
         return self._http
 
     @property
@@ -145,9 +106,6 @@ class AsyncTritonClient:
             self._grpc = grpcaio.InferenceServerClient(self.url)
         return self._grpc
 
-    def _grpc_error(self, e: BaseException, got_response: bool = False) -> ClientError:
-        return common.grpc_error(e, self.url, self.model, self.timeout, got_response)
-
     async def _grpc_await(self, coro: Any, got_response: bool = False) -> Any:
         import grpc
         from tritonclient.utils import InferenceServerException
@@ -155,39 +113,44 @@ class AsyncTritonClient:
         try:
             return await asyncio.wait_for(coro, self.timeout)
         except asyncio.TimeoutError:
-            raise ResponseTimeout(
-                f"no response from {self.url} within {self.timeout:g}s",
-                url=self.url,
-                model=self.model,
-                protocol="grpc",
-                hint="the server may be stuck or overloaded: `sdtk logs`; or raise the client timeout",
-            ) from None
+            raise self._timeout_error() from None
         except (InferenceServerException, grpc.RpcError) as e:
             raise self._grpc_error(e, got_response) from None
 
+    async def list_models(self) -> list[str] | None:
+        """Names in the server's model repository, or None if it cannot be asked."""
+        try:
+            if self.protocol == "http":
+                r = await self.http.post("/v2/repository/index", json={})
+                return self._index_names(r.json(), "http") if r.status_code == 200 else None
+            idx = await asyncio.wait_for(
+                self.grpc.get_model_repository_index(as_json=True), self.connect_timeout
+            )
+            return self._index_names(idx, "grpc")
+        except Exception:  # noqa: BLE001 - only used to improve an error message
+            return None
+
     async def model_info(self, refresh: bool = False) -> ModelInfo:
+        """The model's config (batching, decoupled, inputs), fetched once."""
         if self._info is not None and not refresh:
             return self._info
         if self.protocol == "http":
             with common.http_errors(self.url, self.model, self.timeout):
                 r = await self.http.get(f"/v2/models/{self.model}/config")
-            if r.status_code in (400, 404):
-                raise ClientError(
-                    f"model '{self.model}' is not served at {self.url}: {common.http_error_message(r)}",
-                    url=self.url,
-                    model=self.model,
-                    protocol="http",
-                    status=r.status_code,
-                    hint=common.unknown_model_hint(self.model, None),
-                )
-            common.check_http_status(r, self.url, self.model)
-            cfg = r.json()
+            available = await self.list_models() if r.status_code in (400, 404) else None
+            cfg = self._config_from_http(r, available)
         else:
-            cfg = await self._grpc_await(self.grpc.get_model_config(self.model, as_json=True))
+            try:
+                cfg = await self._grpc_await(self.grpc.get_model_config(self.model, as_json=True))
+            except ClientError as e:
+                if self._is_model_error(e):
+                    e.hint = self._model_hint(await self.list_models())
+                raise
         self._info = ModelInfo.from_config(cfg)
         return self._info
 
     async def is_ready(self) -> bool:
+        """Server ready and the model ready; False (not an error) when unreachable."""
         try:
             if self.protocol == "http":
                 r = await self.http.get(f"/v2/models/{self.model}/ready", timeout=self.connect_timeout)
@@ -201,32 +164,20 @@ class AsyncTritonClient:
     async def generate(
         self, prompt: str | GenerationRequest, max_tokens: int = 64, **params: Any
     ) -> GenerationResponse:
-        req = (
-            prompt
-            if isinstance(prompt, GenerationRequest)
-            else GenerationRequest(prompt, max_tokens, **params)
-        )
+        """One complete (non-streaming) generation."""
         info = await self.model_info()
-        values = req.values(info, stream=False)
-        col = Collector(self.model, self.protocol, streamed=False)
+        values, col = self._prepare(self._request(prompt, max_tokens, params), info, stream=False)
         async for outputs, final in self._responses(info, values, stream=False, col=col):
             col.add(outputs, final)
-        if not col.chunks:
-            raise ClientError(f"{self.model}: the server sent no response", url=self.url, model=self.model)
+        self._check_responded(col)
         return col.response()
 
     async def stream(
         self, prompt: str | GenerationRequest, max_tokens: int = 64, **params: Any
     ) -> AsyncGenerationStream:
         """`async with await client.stream(...)` or `async for c in await client.stream(...)`."""
-        req = (
-            prompt
-            if isinstance(prompt, GenerationRequest)
-            else GenerationRequest(prompt, max_tokens, **params)
-        )
         info = await self.model_info()
-        values = req.values(info, stream=True)
-        col = Collector(self.model, self.protocol, streamed=True)
+        values, col = self._prepare(self._request(prompt, max_tokens, params), info, stream=True)
         return AsyncGenerationStream(self._responses(info, values, stream=True, col=col), col)
 
     def _responses(
@@ -235,26 +186,18 @@ class AsyncTritonClient:
         raw = self._raw_responses(info, values, stream=stream, col=col)
         return llmapi.adelta_text(raw) if stream and llmapi.is_llmapi(info) else raw
 
-    def _raw_responses(
-        self, info: ModelInfo, values: dict[str, Any], *, stream: bool, col: Collector
-    ) -> RawResponses:
-        if self.protocol == "http":
-            body = {k: json_value(v, info.inputs[k]) for k, v in values.items()}
-            return self._http_stream(body) if stream else self._http_generate(body)
-        if info.decoupled:
-            return self._grpc_stream(info, values, col)
-        return self._grpc_infer(info, values)
+    # ------------------------------------------------------------------ HTTP
 
-    async def _http_generate(self, body: dict[str, Any]) -> RawResponses:
+    async def _http_generate(self, info: ModelInfo, values: dict[str, Any], col: Collector) -> RawResponses:
         with common.http_errors(self.url, self.model, self.timeout):
-            r = await self.http.post(f"/v2/models/{self.model}/generate", json=body)
+            r = await self.http.post(f"/v2/models/{self.model}/generate", json=self._json(info, values))
         common.check_http_status(r, self.url, self.model)
         yield r.json(), True
 
-    async def _http_stream(self, body: dict[str, Any]) -> RawResponses:
+    async def _http_stream(self, info: ModelInfo, values: dict[str, Any], col: Collector) -> RawResponses:
         path = f"/v2/models/{self.model}/generate_stream"
         with common.http_errors(self.url, self.model, self.timeout):
-            async with self.http.stream("POST", path, json=body) as r:
+            async with self.http.stream("POST", path, json=self._json(info, values)) as r:
                 if r.status_code >= 400:
                     await r.aread()
                     common.check_http_status(r, self.url, self.model)
@@ -264,17 +207,28 @@ class AsyncTritonClient:
                         yield data, False
         yield {}, True
 
-    def _grpc_inputs(self, info: ModelInfo, values: dict[str, Any]) -> list[Any]:
-        import tritonclient.grpc as grpcclient
+    async def _http_infer(self, info: ModelInfo, values: dict[str, Any], col: Collector) -> RawResponses:
+        import aiohttp
+        import tritonclient.http.aio as httpaio
+        from tritonclient.utils import InferenceServerException
 
-        inputs = []
-        for name, v in values.items():
-            t = grpcclient.InferInput(name, info.shape, info.inputs[name])
-            t.set_data_from_numpy(as_array(v, info.inputs[name], info.shape))
-            inputs.append(t)
-        return inputs
+        if self._infer_client is None:
+            self._infer_client = httpaio.InferenceServerClient(
+                self._http_infer_host(), conn_timeout=self.connect_timeout
+            )
+        try:
+            result = await asyncio.wait_for(
+                self._infer_client.infer(self.model, self._http_infer_inputs(info, values)), self.timeout
+            )
+        except asyncio.TimeoutError:
+            raise self._timeout_error() from None
+        except (InferenceServerException, OSError, aiohttp.ClientError) as e:
+            raise self._http_infer_error(e) from None
+        yield common.http_infer_outputs(result), True
 
-    async def _grpc_infer(self, info: ModelInfo, values: dict[str, Any]) -> RawResponses:
+    # ------------------------------------------------------------------ gRPC
+
+    async def _grpc_infer(self, info: ModelInfo, values: dict[str, Any], col: Collector) -> RawResponses:
         result = await self._grpc_await(self.grpc.infer(self.model, self._grpc_inputs(info, values)))
         outputs, _ = common.grpc_outputs(result)
         yield outputs, True
@@ -298,9 +252,7 @@ class AsyncTritonClient:
                     return
                 if error is not None:
                     raise self._grpc_error(error, bool(col.chunks))
-                outputs, final = common.grpc_outputs(result)
-                if final and set(outputs) <= {"model_name"}:
-                    outputs = {}
+                outputs, final = self._stream_result(result)
                 yield outputs, final
                 if final:
                     # Let the call end normally: cancelling a finished decoupled request can
@@ -313,6 +265,8 @@ class AsyncTritonClient:
             if not finished:
                 call.cancel()
 
+    # ------------------------------------------------------------------ lifetime
+
     async def close(self) -> None:
         if self._http is not None:
             await self._http.aclose()
@@ -320,6 +274,9 @@ class AsyncTritonClient:
         if self._grpc is not None:
             await self._grpc.close()
             self._grpc = None
+        if self._infer_client is not None:
+            await self._infer_client.close()
+            self._infer_client = None
 
     async def __aenter__(self) -> AsyncTritonClient:
         return self

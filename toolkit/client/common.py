@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpx
+import numpy as np
 
 from toolkit.client.errors import (
     STATUS_HINT,
@@ -176,3 +177,16 @@ def http_infer_outputs(result: Any) -> dict[str, Any]:
     if resp.get("model_name"):
         out["model_name"] = resp["model_name"]
     return out
+
+
+def scalar(value: Any) -> Any:
+    """First element of a response value (JSON scalar/list or numpy array); bytes → str."""
+    if isinstance(value, np.ndarray):
+        value = value.reshape(-1)[0] if value.size else None
+    while isinstance(value, list | tuple):
+        value = value[0] if value else None
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -74,7 +74,7 @@ def request_values(req: GenerationRequest, info: ModelInfo, stream: bool) -> dic
 
 
 def _delta(raw: dict[str, Any], seen: list[str]) -> dict[str, Any]:
-    from toolkit.client.types import scalar
+    from toolkit.client.common import scalar
 
     if "text_output" not in raw:
         return raw

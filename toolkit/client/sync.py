@@ -22,23 +22,20 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from toolkit.client import common, llmapi
-from toolkit.client.errors import STATUS_HINT, ClientError, ResponseTimeout, ServerUnreachable
+from toolkit.client.core import ClientCore
+from toolkit.client.errors import ClientError
 from toolkit.client.types import (
     Collector,
     GenerationChunk,
     GenerationRequest,
     GenerationResponse,
     ModelInfo,
-    as_array,
-    json_value,
 )
-from toolkit.errors import GenerationError
 
 RawResponses = Iterator[tuple[dict[str, Any], bool]]
 
@@ -89,67 +86,21 @@ class GenerationStream:
         self.close()
 
 
-class TritonClient:
+class TritonClient(ClientCore):
     """Synchronous client for one model on one Triton server. Thread-safe for concurrent calls."""
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        protocol: str = "http",
-        model: str = "ensemble",
-        timeout: float = common.DEFAULT_TIMEOUT,
-        connect_timeout: float = common.CONNECT_TIMEOUT,
-        http_api: str = "generate",
-    ):
-        self.protocol = common.check_protocol(protocol)
-        self._model = model
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        if http_api not in ("generate", "infer"):
-            raise GenerationError(f"http_api must be 'generate' or 'infer', got '{http_api}'")
-        self.http_api = http_api
-        self.url = common.http_base(url) if protocol == "http" else common.grpc_target(url)
-        self._info: ModelInfo | None = None
+    def _setup_io(self) -> None:
         self._lock = threading.Lock()
         self._http: httpx.Client | None = None
         self._grpc: Any = None
-        self._http_infer: Any = None
-
-    @classmethod
-    def from_workdir(cls, workdir: Path | str, *, protocol: str = "http", **kwargs: Any) -> TritonClient:
-        """For the server recorded in `<workdir>/state.json` (a detached `sdtk deploy`)."""
-        from toolkit.server.state import read_state, state_path
-
-        st = read_state(workdir)
-        if st is None:
-            raise ClientError(
-                f"no server recorded in {state_path(workdir)}",
-                hint="start one with `sdtk deploy --detach`, or pass --url",
-            )
-        url = st.http_url if protocol == "http" else st.grpc_url
-        kwargs.setdefault("model", st.model_name)
-        return cls(url, protocol=protocol, **kwargs)
+        self._infer_client: Any = None
 
     # ------------------------------------------------------------------ plumbing
 
     @property
-    def model(self) -> str:
-        return self._model
-
-    @model.setter
-    def model(self, name: str) -> None:
-        """Switch to another model of the same server (its config is fetched again)."""
-        if name != self._model:
-            self._model = name
-            self._info = None
-
-    @property
     def http(self) -> httpx.Client:
         if self._http is None:
-            self._http = httpx.Client(
-                base_url=self.url, timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout)
-            )
+            self._http = httpx.Client(base_url=self.url, timeout=self._http_timeout())
         return self._http
 
     def _grpc_client(self) -> Any:
@@ -170,16 +121,16 @@ class TritonClient:
         try:
             return fn(*args, **kwargs)
         except InferenceServerException as e:
-            raise common.grpc_error(e, self.url, self.model, self.timeout, got_response) from None
+            raise self._grpc_error(e, got_response) from None
 
     def list_models(self) -> list[str] | None:
         """Names in the server's model repository, or None if it cannot be asked."""
         try:
             if self.protocol == "http":
                 r = self.http.post("/v2/repository/index", json={})
-                return sorted({m["name"] for m in r.json()}) if r.status_code == 200 else None
+                return self._index_names(r.json(), "http") if r.status_code == 200 else None
             idx = self.grpc.get_model_repository_index(as_json=True, client_timeout=self.connect_timeout)
-            return sorted({m["name"] for m in idx.get("models", [])})
+            return self._index_names(idx, "grpc")
         except Exception:  # noqa: BLE001 - only used to improve an error message
             return None
 
@@ -190,25 +141,16 @@ class TritonClient:
         if self.protocol == "http":
             with common.http_errors(self.url, self.model, self.timeout):
                 r = self.http.get(f"/v2/models/{self.model}/config")
-            if r.status_code in (400, 404):
-                raise ClientError(
-                    f"model '{self.model}' is not served at {self.url}: {common.http_error_message(r)}",
-                    url=self.url,
-                    model=self.model,
-                    protocol="http",
-                    status=r.status_code,
-                    hint=common.unknown_model_hint(self.model, self.list_models()),
-                )
-            common.check_http_status(r, self.url, self.model)
-            cfg = r.json()
+            available = self.list_models() if r.status_code in (400, 404) else None
+            cfg = self._config_from_http(r, available)
         else:
             try:
                 cfg = self._grpc_call(
                     self.grpc.get_model_config, self.model, as_json=True, client_timeout=self.timeout
                 )
             except ClientError as e:
-                if type(e) is ClientError:
-                    e.hint = common.unknown_model_hint(self.model, self.list_models())
+                if self._is_model_error(e):
+                    e.hint = self._model_hint(self.list_models())
                 raise
         self._info = ModelInfo.from_config(cfg)
         return self._info
@@ -229,32 +171,19 @@ class TritonClient:
         self, prompt: str | GenerationRequest, max_tokens: int = 64, **params: Any
     ) -> GenerationResponse:
         """One complete (non-streaming) generation."""
-        req = (
-            prompt
-            if isinstance(prompt, GenerationRequest)
-            else GenerationRequest(prompt, max_tokens, **params)
-        )
         info = self.model_info()
-        values = req.values(info, stream=False)
-        col = Collector(self.model, self.protocol, streamed=False)
+        values, col = self._prepare(self._request(prompt, max_tokens, params), info, stream=False)
         for outputs, final in self._responses(info, values, stream=False, col=col):
             col.add(outputs, final)
-        if not col.chunks:
-            raise ClientError(f"{self.model}: the server sent no response", url=self.url, model=self.model)
+        self._check_responded(col)
         return col.response()
 
     def stream(
         self, prompt: str | GenerationRequest, max_tokens: int = 64, **params: Any
     ) -> GenerationStream:
         """A streaming generation: iterate for chunks, then `.response` for the total."""
-        req = (
-            prompt
-            if isinstance(prompt, GenerationRequest)
-            else GenerationRequest(prompt, max_tokens, **params)
-        )
         info = self.model_info()
-        values = req.values(info, stream=True)
-        col = Collector(self.model, self.protocol, streamed=True)
+        values, col = self._prepare(self._request(prompt, max_tokens, params), info, stream=True)
         return GenerationStream(self._responses(info, values, stream=True, col=col), col)
 
     def _responses(
@@ -263,35 +192,20 @@ class TritonClient:
         raw = self._raw_responses(info, values, stream=stream, col=col)
         return llmapi.delta_text(raw) if stream and llmapi.is_llmapi(info) else raw
 
-    def _raw_responses(
-        self, info: ModelInfo, values: dict[str, Any], *, stream: bool, col: Collector
-    ) -> RawResponses:
-        if self.protocol == "http":
-            if self.http_api == "infer":
-                return self._http_infer_responses(info, values)
-            return self._http_stream(values) if stream else self._http_generate(values)
-        if info.decoupled:
-            return self._grpc_stream(info, values, col)
-        return self._grpc_infer(info, values)
-
     # ------------------------------------------------------------------ HTTP
 
-    def _json(self, values: dict[str, Any]) -> dict[str, Any]:
-        info = self.model_info()
-        return {k: json_value(v, info.inputs[k]) for k, v in values.items()}
-
-    def _http_generate(self, values: dict[str, Any]) -> RawResponses:
+    def _http_generate(self, info: ModelInfo, values: dict[str, Any], col: Collector) -> RawResponses:
         path = f"/v2/models/{self.model}/generate"
         with common.http_errors(self.url, self.model, self.timeout):
-            r = self.http.post(path, json=self._json(values))
+            r = self.http.post(path, json=self._json(info, values))
         common.check_http_status(r, self.url, self.model)
         yield r.json(), True
 
-    def _http_stream(self, values: dict[str, Any]) -> RawResponses:
+    def _http_stream(self, info: ModelInfo, values: dict[str, Any], col: Collector) -> RawResponses:
         path = f"/v2/models/{self.model}/generate_stream"
         with (
             common.http_errors(self.url, self.model, self.timeout),
-            self.http.stream("POST", path, json=self._json(values)) as r,
+            self.http.stream("POST", path, json=self._json(info, values)) as r,
         ):
             if r.status_code >= 400:
                 r.read()
@@ -302,54 +216,23 @@ class TritonClient:
                     yield data, False
         yield {}, True
 
-    def _http_infer_responses(self, info: ModelInfo, values: dict[str, Any]) -> RawResponses:
+    def _http_infer(self, info: ModelInfo, values: dict[str, Any], col: Collector) -> RawResponses:
         import tritonclient.http as httpclient
         from tritonclient.utils import InferenceServerException
 
-        if info.decoupled:
-            raise GenerationError(
-                f"model '{self.model}' is decoupled; the HTTP infer API cannot serve it",
-                hint="use the generate endpoint (http_api='generate') or gRPC",
+        if self._infer_client is None:
+            self._infer_client = httpclient.InferenceServerClient(
+                self._http_infer_host(), connection_timeout=self.connect_timeout, network_timeout=self.timeout
             )
-        if self._http_infer is None:
-            host = self.url.split("://", 1)[1]
-            self._http_infer = httpclient.InferenceServerClient(
-                host, connection_timeout=self.connect_timeout, network_timeout=self.timeout
-            )
-        inputs = []
-        for name, v in values.items():
-            t = httpclient.InferInput(name, info.shape, info.inputs[name])
-            t.set_data_from_numpy(as_array(v, info.inputs[name], info.shape))
-            inputs.append(t)
         try:
-            result = self._http_infer.infer(self.model, inputs)
-        except InferenceServerException as e:
-            raise ClientError(
-                f"{self.model}: {e.message()}", url=self.url, model=self.model, protocol="http"
-            ) from None
-        except OSError as e:
-            raise ServerUnreachable(
-                f"cannot connect to {self.url}: {e.strerror or e}",
-                url=self.url,
-                model=self.model,
-                protocol="http",
-                hint=STATUS_HINT,
-            ) from None
+            result = self._infer_client.infer(self.model, self._http_infer_inputs(info, values))
+        except (InferenceServerException, OSError) as e:
+            raise self._http_infer_error(e) from None
         yield common.http_infer_outputs(result), True
 
     # ------------------------------------------------------------------ gRPC
 
-    def _grpc_inputs(self, info: ModelInfo, values: dict[str, Any]) -> list[Any]:
-        import tritonclient.grpc as grpcclient
-
-        inputs = []
-        for name, v in values.items():
-            t = grpcclient.InferInput(name, info.shape, info.inputs[name])
-            t.set_data_from_numpy(as_array(v, info.inputs[name], info.shape))
-            inputs.append(t)
-        return inputs
-
-    def _grpc_infer(self, info: ModelInfo, values: dict[str, Any]) -> RawResponses:
+    def _grpc_infer(self, info: ModelInfo, values: dict[str, Any], col: Collector) -> RawResponses:
         result = self._grpc_call(
             self.grpc.infer, self.model, self._grpc_inputs(info, values), client_timeout=self.timeout
         )
@@ -361,7 +244,7 @@ class TritonClient:
         client, so each request gets a client: concurrent streams from threads work)."""
         from tritonclient.utils import InferenceServerException
 
-        inbox: queue.Queue = queue.Queue()
+        inbox: queue.Queue[tuple[Any, Any]] = queue.Queue()
         client = self._grpc_client()
         finished = False
         try:
@@ -371,23 +254,15 @@ class TritonClient:
                     self.model, self._grpc_inputs(info, values), enable_empty_final_response=True
                 )
             except InferenceServerException as e:
-                raise common.grpc_error(e, self.url, self.model, self.timeout, False) from None
+                raise self._grpc_error(e) from None
             while True:
                 try:
                     result, error = inbox.get(timeout=self.timeout)
                 except queue.Empty:
-                    raise ResponseTimeout(
-                        f"no response from {self.url} within {self.timeout:g}s",
-                        url=self.url,
-                        model=self.model,
-                        protocol="grpc",
-                        hint="the server may be stuck or overloaded: `sdtk logs`; or raise the client timeout",
-                    ) from None
+                    raise self._timeout_error() from None
                 if error is not None:
-                    raise common.grpc_error(error, self.url, self.model, self.timeout, bool(col.chunks))
-                outputs, final = common.grpc_outputs(result)
-                if final and set(outputs) <= {"model_name"}:
-                    outputs = {}
+                    raise self._grpc_error(error, bool(col.chunks))
+                outputs, final = self._stream_result(result)
                 yield outputs, final
                 if final:
                     finished = True
@@ -410,9 +285,9 @@ class TritonClient:
         if self._grpc is not None:
             self._grpc.close()
             self._grpc = None
-        if self._http_infer is not None:
-            self._http_infer.close()
-            self._http_infer = None
+        if self._infer_client is not None:
+            self._infer_client.close()
+            self._infer_client = None
 
     def __enter__(self) -> TritonClient:
         return self

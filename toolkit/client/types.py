@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.client.common import scalar
 from toolkit.errors import GenerationError, did_you_mean
 
 # config.pbtxt data_type → the datatype name of the inference protocol.
@@ -128,9 +129,9 @@ class GenerationRequest:
         from toolkit.client import llmapi
 
         if llmapi.is_llmapi(info):
-            out = llmapi.request_values(self, info, stream)
-            self._check_inputs(out, info)
-            return out
+            values = llmapi.request_values(self, info, stream)
+            self._check_inputs(values, info)
+            return values
         out: dict[str, Any] = {"text_input": self.prompt, "max_tokens": self.max_tokens}
         for name in REQUEST_INPUTS:
             v = getattr(self, name)
@@ -182,19 +183,6 @@ def json_value(value: Any, wire: str) -> Any:
         return int(value)
     if wire.startswith("FP"):
         return float(value)
-    return value
-
-
-def scalar(value: Any) -> Any:
-    """First element of a response value (JSON scalar/list or numpy array); bytes → str."""
-    if isinstance(value, np.ndarray):
-        value = value.reshape(-1)[0] if value.size else None
-    while isinstance(value, list | tuple):
-        value = value[0] if value else None
-    if isinstance(value, bytes):
-        return value.decode(errors="replace")
-    if isinstance(value, np.generic):
-        return value.item()
     return value
 
 

@@ -1,6 +1,6 @@
 """`sdtk doctor --url URL`: is a deployed Triton serving, and is speculation actually on?
 
-Checks, in order (each a `HealthCheck` with status ok / warn / fail / skip):
+Checks, in order (each a toolkit.checks.Check: passed / warning / failed / skipped):
 
 1. live      GET /v2/health/live. Nothing answering is an error (ServerUnreachable), not a report:
              no other check can run.
@@ -23,34 +23,17 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from toolkit.checks import FAILED, PASSED, SKIPPED, WARNING, Check, Status
 from toolkit.errors import ServerError, UsageError
 
-OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+OK, WARN, FAIL, SKIP = PASSED, WARNING, FAILED, SKIPPED
 DEFAULT_METRICS_PORT = 8002
 PROBE_PROMPT = "Summarize the plot of Romeo and Juliet in two sentences."
 
 
-@dataclass
-class HealthCheck:
-    name: str
-    status: str  # ok | warn | fail | skip
-    value: str
-    detail: str = ""
-    hint: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status in (OK, WARN, SKIP)
-
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "status": self.status,
-            "ok": self.ok,
-            "value": self.value,
-            "detail": self.detail,
-            "hint": self.hint,
-        }
+def _check(name: str, status: Status, value: str, detail: str = "", hint: str | None = None) -> Check:
+    """A deployment check (status passed | warning | failed | skipped) with its short reading."""
+    return Check(name, status, detail, hint, value)
 
 
 @dataclass
@@ -58,7 +41,7 @@ class HealthReport:
     url: str
     model: str
     metrics_url: str
-    checks: list[HealthCheck] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
     speculation: dict[str, Any] | None = None
     verdict: str = ""
 
@@ -66,7 +49,7 @@ class HealthReport:
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
 
-    def check(self, name: str) -> HealthCheck | None:
+    def check(self, name: str) -> Check | None:
         return next((c for c in self.checks if c.name == name), None)
 
     def to_dict(self) -> dict:
@@ -165,15 +148,15 @@ def check_deployment(
                 f"{base}/v2/health/live returned 404: not a Triton HTTP endpoint",
                 hint="point --url at Triton's HTTP port (not gRPC or metrics)",
             )
-        add(HealthCheck("live", OK if r.status_code == 200 else FAIL, f"HTTP {r.status_code}"))
+        add(_check("live", OK if r.status_code == 200 else FAIL, f"HTTP {r.status_code}"))
 
         # 2. ready
         r = _safe(http, "GET", "/v2/health/ready")
         if r is None:
-            add(HealthCheck("ready", FAIL, "no answer", "GET /v2/health/ready failed"))
+            add(_check("ready", FAIL, "no answer", "GET /v2/health/ready failed"))
         else:
             add(
-                HealthCheck(
+                _check(
                     "ready",
                     OK if r.status_code == 200 else FAIL,
                     f"HTTP {r.status_code}",
@@ -189,7 +172,7 @@ def check_deployment(
         r = _safe(http, "GET", f"/v2/models/{model}/ready")
         model_ready = r is not None and r.status_code == 200
         add(
-            HealthCheck(
+            _check(
                 "model",
                 OK if model_ready else FAIL,
                 "ready" if model_ready else (f"HTTP {r.status_code}" if r is not None else "no answer"),
@@ -205,9 +188,9 @@ def check_deployment(
 
     # 6. speculation
     if not probe:
-        add(HealthCheck("speculation", SKIP, "not probed", "probe disabled"))
+        add(_check("speculation", SKIP, "not probed", "probe disabled"))
     elif not model_ready:
-        add(HealthCheck("speculation", SKIP, "not probed", f"model '{model}' is not ready"))
+        add(_check("speculation", SKIP, "not probed", f"model '{model}' is not ready"))
     else:
         check, spec = _check_speculation(
             base,
@@ -233,15 +216,15 @@ def _safe(http: Any, method: str, path: str, **kw: Any) -> Any:
         return None
 
 
-def _check_index(http: Any, model: str) -> HealthCheck:
+def _check_index(http: Any, model: str) -> Check:
     r = _safe(http, "POST", "/v2/repository/index", json={})
     if r is None or r.status_code != 200:
         code = "no answer" if r is None else f"HTTP {r.status_code}"
-        return HealthCheck("models", WARN, code, "the repository index is not available")
+        return _check("models", WARN, code, "the repository index is not available")
     try:
         entries = r.json()
     except ValueError:
-        return HealthCheck("models", WARN, "unreadable", "the repository index is not JSON")
+        return _check("models", WARN, "unreadable", "the repository index is not JSON")
     states = {}
     for e in entries:
         name = e.get("name")
@@ -253,7 +236,7 @@ def _check_index(http: Any, model: str) -> HealthCheck:
         from toolkit.errors import did_you_mean
 
         guess = did_you_mean(model, states)
-        return HealthCheck(
+        return _check(
             "models",
             FAIL,
             f"{len(states)} model(s), '{model}' not among them",
@@ -262,19 +245,19 @@ def _check_index(http: Any, model: str) -> HealthCheck:
         )
     if not_ready:
         why = "; ".join(f"{n}: {s[0]} {s[1]}".strip() for n, s in sorted(not_ready.items()))
-        return HealthCheck(
+        return _check(
             "models", FAIL, f"{len(not_ready)} of {len(states)} not ready", why, "see the server log"
         )
-    return HealthCheck("models", OK, f"{len(states)} ready", listing)
+    return _check("models", OK, f"{len(states)} ready", listing)
 
 
-def _check_metrics(murl: str, timeout: float) -> HealthCheck:
+def _check_metrics(murl: str, timeout: float) -> Check:
     import httpx
 
     try:
         r = httpx.get(murl, timeout=timeout)
     except httpx.HTTPError as e:
-        return HealthCheck(
+        return _check(
             "metrics",
             FAIL,
             "unreachable",
@@ -282,10 +265,10 @@ def _check_metrics(murl: str, timeout: float) -> HealthCheck:
             "pass --metrics-url (Triton's --metrics-port, 8002 by default); is --allow-metrics off?",
         )
     if r.status_code != 200:
-        return HealthCheck("metrics", FAIL, f"HTTP {r.status_code}", murl)
+        return _check("metrics", FAIL, f"HTTP {r.status_code}", murl)
     text = r.text
     if "nv_inference_request_success" not in text and "nv_" not in text:
-        return HealthCheck("metrics", WARN, "no Triton metrics", f"{murl} answers but has no nv_* series")
+        return _check("metrics", WARN, "no Triton metrics", f"{murl} answers but has no nv_* series")
     extra = []
     if "nv_trt_llm_" in text:
         extra.append("TensorRT-LLM nv_trt_llm_*")
@@ -293,7 +276,7 @@ def _check_metrics(murl: str, timeout: float) -> HealthCheck:
         extra.append("sdtk_spec_*")
     if "nv_gpu_utilization" in text:
         extra.append("GPU")
-    return HealthCheck("metrics", OK, "reachable", murl + (" (+ " + ", ".join(extra) + ")" if extra else ""))
+    return _check("metrics", OK, "reachable", murl + (" (+ " + ", ".join(extra) + ")" if extra else ""))
 
 
 def _check_speculation(
@@ -307,7 +290,7 @@ def _check_speculation(
     num_draft_tokens: int | None,
     draft_len: int | None,
     expect: bool,
-) -> tuple[HealthCheck, dict[str, Any] | None]:
+) -> tuple[Check, dict[str, Any] | None]:
     from toolkit.ops import spec_metrics as sm
     from toolkit.ops.monitor import probe_request_params
 
@@ -321,7 +304,7 @@ def _check_speculation(
         params = probe_request_params(info.inputs, num_draft_tokens)
         if "return_perf_metrics" not in params:
             return (
-                HealthCheck(
+                _check(
                     "speculation",
                     WARN if not expect else FAIL,
                     "unknown",
@@ -333,7 +316,7 @@ def _check_speculation(
         resp = client.generate(prompt, max_tokens, **params)
     except Exception as e:  # noqa: BLE001 - the probe's failure is the finding
         return (
-            HealthCheck(
+            _check(
                 "speculation",
                 FAIL,
                 "probe failed",
@@ -364,7 +347,7 @@ def _check_speculation(
     bad = FAIL if expect else WARN
     if obs.drafted is None and obs.accepted is None:
         return (
-            HealthCheck(
+            _check(
                 "speculation",
                 bad,
                 "inactive",
@@ -375,7 +358,7 @@ def _check_speculation(
         )
     if not obs.drafted:
         return (
-            HealthCheck(
+            _check(
                 "speculation",
                 bad,
                 "inactive",
@@ -386,7 +369,7 @@ def _check_speculation(
         )
     if not obs.accepted:
         return (
-            HealthCheck(
+            _check(
                 "speculation",
                 FAIL,
                 "nothing accepted",
@@ -398,7 +381,7 @@ def _check_speculation(
         )
     length = f", {obs.length:.2f} tokens/step" if obs.length else ""
     return (
-        HealthCheck(
+        _check(
             "speculation",
             OK,
             "active",

@@ -40,10 +40,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 
 from toolkit import __version__
+from toolkit._fs import atomic_write
 from toolkit.errors import UsageError
 from toolkit.ops import images
 from toolkit.ops.layout import Topology, launch_argv, orchestrator_env, plan_topology
-from toolkit.ops.render import raw, render, shell_join, var
+from toolkit.ops.templating import raw, render, shell_join, var
 from toolkit.shellsafe import check_line
 
 if TYPE_CHECKING:
@@ -217,6 +218,7 @@ def plan_k8s(
     if monitor_sidecar and MONITOR_PORT in ports.values():
         raise UsageError(f"the sdtk monitor sidecar port {MONITOR_PORT} collides with a serving port")
 
+    layout: str
     if topo.multi_node:
         layout = multinode
         layout_why = (
@@ -342,7 +344,7 @@ def plan_k8s(
     def pod_spec(role: str) -> dict:
         env = [*env_common, {"name": "SDTK_ROLE", "value": role}]
         serving = role == "leader"
-        init = {
+        init: dict[str, Any] = {
             "name": "prepare",
             "image": image,
             "command": ["/bin/bash", f"{SCRIPTS_MOUNT}/prepare.sh"],
@@ -786,13 +788,13 @@ def render_k8s(
     out_dir/NOTES.md                             the layout decision, requirements, commands
 
     `options` are plan_k8s's (gpus_per_node, multinode, prepare, pull_from, storage_size, ...).
-    With `validate`, every manifest is checked offline first (toolkit.ops.validate).
+    With `validate`, every manifest is checked offline first (toolkit.ops.manifests).
     """
     from importlib import resources
 
     plan = plan_k8s(recipe, namespace=namespace, image=image, replicas=replicas, **options)
     if validate:
-        from toolkit.ops.validate import DEFAULT_K8S_VERSION, validate_all
+        from toolkit.ops.manifests import DEFAULT_K8S_VERSION, validate_all
 
         validate_all(plan.manifests + plan.monitoring, k8s_version or DEFAULT_K8S_VERSION)
     out = Path(out_dir)
@@ -814,12 +816,7 @@ def render_k8s(
             written[out / "extras" / fname] = text
     dashboard = resources.files("toolkit.ops") / "dashboards" / "sdtk-speculative.json"
     written[out / "extras" / "grafana-dashboard.json"] = dashboard.read_text(encoding="utf-8")
-    for path, text in written.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".incomplete")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    return list(written)
+    return [atomic_write(path, text) for path, text in written.items()]
 
 
 def load_manifests(path: Path | str) -> list[dict]:

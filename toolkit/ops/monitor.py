@@ -379,3 +379,37 @@ def run_monitor(
     finally:
         monitor.close()
         server.close()
+
+
+def backend_sink(
+    model: str, *, pb_utils: Any = None, http_port: int | None = None, addr: str = "0.0.0.0"
+) -> Any:
+    """The sink a Triton Python model records acceptance into; `.observe(accepted=, drafted=, ...)`.
+
+    Preferred: Triton's custom-metrics API (pass the `triton_python_backend_utils` module), so the
+    families appear on Triton's own metrics port. Otherwise, with `http_port`, a prometheus-client
+    server of its own (needs sdtk and prometheus-client importable in the model's Python).
+    """
+    if pb_utils is not None and hasattr(pb_utils, "MetricFamily"):
+        return sm.TritonSpecMetrics(pb_utils, model=model)
+    if http_port is None:
+        raise ValueError(
+            "backend_sink needs pb_utils with MetricFamily, or an http_port for its own exporter"
+        )
+    return _HttpSink(SpecMetrics(), model, http_port, addr)
+
+
+class _HttpSink:
+    """A model-bound SpecMetrics served on its own port (the fallback of `backend_sink`)."""
+
+    def __init__(self, metrics: Any, model: str, port: int, addr: str):
+        self.metrics = metrics
+        self.model = model
+        self.server = metrics.serve(port, addr)
+
+    def observe(self, *args: Any, **kwargs: Any) -> sm.Observation:
+        """SpecMetrics.observe for this sink's model (same arguments as TritonSpecMetrics.observe)."""
+        return self.metrics.observe(self.model, *args, **kwargs)
+
+    def close(self) -> None:
+        self.server.close()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from toolkit import __version__
+from toolkit._fs import atomic_write
 from toolkit.errors import UsageError
 from toolkit.ops.k8s import REPO_SUBDIR
 from toolkit.ops.layout import (
@@ -33,7 +34,7 @@ from toolkit.ops.layout import (
     plan_topology,
     rank_commands,
 )
-from toolkit.ops.render import render, shell_join, var
+from toolkit.ops.templating import render, shell_join, var
 from toolkit.shellsafe import check_line, heredoc_tag
 
 if TYPE_CHECKING:
@@ -98,13 +99,13 @@ def plan_slurm(
         )
     if not _TIME.match(time_limit):
         raise UsageError(f"--time '{time_limit}' is not a Slurm time such as 04:00:00 or 1-00:00:00")
-    launcher = launcher or ("srun" if container_image else "mpirun")
-    if launcher not in ("srun", "mpirun"):
-        raise UsageError(f"launcher must be srun or mpirun, got '{launcher}'")
-    if container_image and launcher == "mpirun":
+    how: str = launcher or ("srun" if container_image else "mpirun")
+    if how not in ("srun", "mpirun"):
+        raise UsageError(f"launcher must be srun or mpirun, got '{how}'")
+    if container_image and how == "mpirun":
         raise UsageError(
             "--container-image runs tasks through srun (pyxis); mpirun cannot start ranks inside it",
-            hint="drop --launcher mpirun, or drop --container-image to run on bare metal",
+            hint="drop --how mpirun, or drop --container-image to run on bare metal",
         )
     from toolkit.ops import images
 
@@ -123,10 +124,10 @@ def plan_slurm(
         tritonserver=exe,
     )
     ranks = rank_commands(argv)
-    if launcher == "mpirun" and argv[0] != "mpirun":
-        launcher = "direct"  # one rank: a plain tritonserver, as the local launcher runs it
+    if how == "mpirun" and argv[0] != "mpirun":
+        how = "direct"  # one rank: a plain tritonserver, as the local how runs it
     notes = list(topo.notes)
-    if topo.multi_model and launcher == "srun":
+    if topo.multi_model and how == "srun":
         # Orchestrator mode: one process that spawns the ranks itself (MPI_Comm_spawn).
         notes.append("orchestrator mode spawns its own ranks: one Slurm task, on one node")
     srun = ["srun", "--mpi=pmix", f"--nodes={topo.nodes}", f"--ntasks-per-node={topo.ranks_per_node}"]
@@ -145,7 +146,7 @@ def plan_slurm(
         recipe_name=recipe_name,
         layout_line=f"{topo.nodes} node(s) × {topo.ranks_per_node} rank(s), {topo.gpus_in_node} GPU(s) per node, "
         f"backend {topo.backend}",
-        launcher_line=launcher + (f" in {container_image} (pyxis)" if container_image else ""),
+        launcher_line=how + (f" in {container_image} (pyxis)" if container_image else ""),
         job_name=name,
         nodes=topo.nodes,
         ranks_per_node=topo.ranks_per_node,
@@ -164,25 +165,18 @@ def plan_slurm(
         model_name=sv.model_name,
         ready_timeout_s=ready_timeout_s,
         env=orchestrator_env(topo),
-        launcher=launcher,
+        launcher=how,
         ranks=len(ranks),
         rank_cmds=rank_cmds,
         rank_tag=heredoc_tag("\n".join(rank_cmds), "RANKS"),
         srun_cmd=srun_cmd,
         command=shell_join(argv),
     )
-    return SlurmPlan(recipe_name, topo, launcher, argv, ranks, script, notes)
+    return SlurmPlan(recipe_name, topo, how, argv, ranks, script, notes)
 
 
 def render_slurm(recipe: Recipe, *, out_dir: Path | str, **options: Any) -> list[Path]:
     """Write `<out_dir>/<recipe>.sbatch` (submit with `sbatch`); returns the files written.
     `options` are plan_slurm's (workdir is required)."""
     plan = plan_slurm(recipe, **options)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{plan.recipe_name}.sbatch"
-    tmp = path.with_name(path.name + ".incomplete")
-    tmp.write_text(plan.script, encoding="utf-8")
-    tmp.chmod(0o755)
-    tmp.replace(path)
-    return [path]
+    return [atomic_write(Path(out_dir) / f"{plan.recipe_name}.sbatch", plan.script, mode=0o755)]

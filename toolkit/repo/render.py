@@ -27,11 +27,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit import __version__
+from toolkit import __version__, modes
 from toolkit.build.context import SPEC_MODE_NAMES
 from toolkit.choices import to_triton_string
 from toolkit.errors import CompatError
-from toolkit.recipe import Recipe, lookahead_max_draft_len
+from toolkit.recipe import DraftTarget, Eagle, Eagle3, Lookahead, Medusa, Recipe, lookahead_max_draft_len
 from toolkit.repo.engines import TRITON_DTYPES, EngineInfo, read_engine
 from toolkit.repo.errors import RenderError
 from toolkit.repo.versions import LLMAPI_MODEL_DIRS
@@ -47,7 +47,7 @@ REFERENCE_LLMAPI_MODEL = "reference_llmapi/tensorrt_llm/1/model.py"
 DEFAULT_MODEL_NAME = "ensemble"
 FIXED_MODELS = ("preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_draft")
 # llmapi speculative_config decoding_type per mode; "Eagle" is the 1.0/1.1 spelling of EAGLE-3.
-LLMAPI_DECODING_TYPES = {"draft_target": ("DraftTarget",), "eagle3": ("Eagle3", "Eagle"), "ngram": ("NGram",)}
+LLMAPI_DECODING_TYPES = modes.LLMAPI_DECODING_TYPES
 
 
 @dataclass
@@ -175,7 +175,7 @@ def _check_engines(recipe: Recipe, backend: str, engines: dict[str, EngineInfo])
             file=engines["draft"].config_path,
             hint="rebuild the draft engine without a speculative mode",
         )
-    if backend == "engine" and recipe.mode == "lookahead":
+    if backend == "engine" and isinstance(spec, Lookahead):
         need = lookahead_max_draft_len(spec.window, spec.ngram, spec.verification_set)
         if target.max_draft_len != need:
             raise RenderError(
@@ -185,30 +185,35 @@ def _check_engines(recipe: Recipe, backend: str, engines: dict[str, EngineInfo])
                 file=target.config_path,
                 hint="rebuild the engine for these lookahead sizes",
             )
-    if backend == "engine" and recipe.mode == "draft_target" and target.max_draft_len < spec.max_draft_len:
+    if (
+        backend == "engine"
+        and isinstance(spec, DraftTarget)
+        and target.max_draft_len is not None
+        and target.max_draft_len < spec.max_draft_len
+    ):
         raise RenderError(
             f"the target engine accepts at most {target.max_draft_len} draft tokens (build_config.max_draft_len), "
             f"fewer than speculative.max_draft_len {spec.max_draft_len} (tensorrtllm_backend#473)",
             file=target.config_path,
             hint="rebuild the target with --max_draft_len ≥ speculative.max_draft_len, or lower it",
         )
-    if backend == "engine" and recipe.mode == "eagle" and spec.use_dynamic_tree:
+    if backend == "engine" and isinstance(spec, Eagle) and spec.use_dynamic_tree:
         raise RenderError(
             "the Triton tensorrt_llm model takes only a static EAGLE tree (eagle_choices); "
             "speculative.use_dynamic_tree cannot be served",
             hint="set speculative.use_dynamic_tree: false (optionally with eagle_choices)",
         )
-    if backend == "engine" and recipe.mode == "eagle" and spec.posterior_threshold is not None:
+    if backend == "engine" and isinstance(spec, Eagle) and spec.posterior_threshold is not None:
         warnings.append(
             "speculative.posterior_threshold is not a Triton tensorrt_llm parameter; the deployment uses "
             "greedy acceptance"
         )
-    if backend == "reference" and recipe.mode == "eagle3" and spec.use_dynamic_tree:
+    if backend == "reference" and isinstance(spec, Eagle3) and spec.use_dynamic_tree:
         raise RenderError(
             "the reference runtime does not implement EAGLE-3 dynamic trees",
             hint="use a static tree (speculative.eagle_choices) or the default chain",
         )
-    if backend == "reference" and recipe.mode == "draft_target" and spec.use_draft_logits:
+    if backend == "reference" and isinstance(spec, DraftTarget) and spec.use_draft_logits:
         warnings.append(
             "speculative.use_draft_logits is ignored on the reference backend: its verification needs no "
             "draft logits"
@@ -301,13 +306,13 @@ def _spec_params(recipe: Recipe, backend: str, role: str) -> dict[str, str]:
         # The target verifies the BLS's draft_input_ids; the C++ backend takes the decoding mode
         # from the draft_tokens_external engine, and the reference model decodes plainly.
         out["decoding_mode"] = ""
-    elif recipe.mode == "medusa":
+    elif isinstance(spec, Medusa):
         out["decoding_mode"] = "medusa"
         out["medusa_choices"] = to_triton_string(spec.choices)
-    elif recipe.mode in ("eagle", "eagle3"):
+    elif isinstance(spec, (Eagle, Eagle3)):
         out["decoding_mode"] = "eagle" if backend == "engine" else "eagle3"
         out["eagle_choices"] = to_triton_string(spec.eagle_choices) if spec.eagle_choices else ""
-    elif recipe.mode == "lookahead":
+    elif isinstance(spec, Lookahead):
         out["decoding_mode"] = "lookahead"
         out["lookahead_window_size"] = str(spec.window)
         out["lookahead_ngram_size"] = str(spec.ngram)
@@ -569,8 +574,10 @@ def _plan_inflight(
             "tensorrt_llm_model_name": "tensorrt_llm",
             "tensorrt_llm_draft_model_name": "tensorrt_llm_draft" if draft_target else "",
             "multimodal_encoders_name": "",
-            "default_num_draft_tokens": str(spec.max_draft_len if draft_target else 0),
-            "default_use_draft_logits": _b(draft_target and backend == "engine" and spec.use_draft_logits),
+            "default_num_draft_tokens": str(spec.max_draft_len if isinstance(spec, DraftTarget) else 0),
+            "default_use_draft_logits": _b(
+                isinstance(spec, DraftTarget) and backend == "engine" and spec.use_draft_logits
+            ),
             "exclude_input_in_output": _b(s.exclude_input_in_output),
             "max_input_len": str(recipe.build.max_input_len),
             "max_seq_len": str(recipe.build.max_seq_len),
@@ -623,7 +630,8 @@ def _plan_llmapi(
             "llmapi/tensorrt_llm/1/model.yaml.j2",
         ),
     ]
-    warnings, missing = [], []
+    warnings: list[str] = []
+    missing: list[str] = []
     if reference:
         _python_model(root, files, entry, REFERENCE_LLMAPI_MODEL)
         return files, warnings, missing

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit._fs import atomic_path
 from toolkit.errors import ServerError
 from toolkit.server.discover import pytriton_root
 
@@ -71,9 +72,9 @@ def _copy_if_changed(src: Path, dst: Path) -> None:
             return
     except FileNotFoundError:
         pass
-    tmp = dst.with_name(dst.name + ".incomplete")
-    shutil.copy2(src, tmp)
-    os.replace(tmp, dst)  # a running server keeps its mapping of the old inode
+    # A rename: a running server keeps its mapping of the old inode.
+    with atomic_path(dst) as tmp:
+        shutil.copy2(src, tmp)
 
 
 def prepare_embedded(

@@ -19,7 +19,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -30,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from toolkit import log, runner
 from toolkit.errors import ServerError, ToolNotFound, did_you_mean
-from toolkit.runner import redact
 from toolkit.server import logscan, procs
 from toolkit.server.discover import Candidate, choose_tritonserver
 from toolkit.server.embedded import is_embedded, prepare_embedded
@@ -378,31 +377,15 @@ class TritonServer:
             env.update(orchestrator_env(self.spawn_processes))
         env.update(self.env_overrides)
         self.argv = self.command(backend_dir)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.log_path.exists():
             # Never truncate: a server we know nothing of may still write there.
             os.replace(self.log_path, self.log_path.with_name(self.log_path.name + ".prev"))
-        with open(self.log_path, "w", encoding="utf-8") as log:
-            log.write("$ " + redact(" ".join(self.argv)) + "\n")
-            log.flush()
-            try:
-                self._proc = subprocess.Popen(
-                    self.argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=self.workdir,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            except FileNotFoundError:
-                hint = (
-                    "multi-GPU launches need mpirun (OpenMPI), as in NVIDIA's TensorRT-LLM container"
-                    if self.argv[0] == "mpirun"
-                    else "pass --tritonserver with a valid path"
-                )
-                raise ToolNotFound(self.argv[0], hint=hint) from None
+        hint = (
+            "multi-GPU launches need mpirun (OpenMPI), as in NVIDIA's TensorRT-LLM container"
+            if self.argv[0] == "mpirun"
+            else "pass --tritonserver with a valid path"
+        )
+        self._proc = runner.spawn(self.argv, log_path=self.log_path, env=env, cwd=self.workdir, hint=hint)
         self.started_at = time.time()
         if self._record:
             # At once, before READY: a deploy killed while waiting leaves a server that
@@ -486,7 +469,7 @@ class TritonServer:
             metrics_url=self.metrics_url,
             model_name=self.model_name,
             model_repo=str(self.model_repo),
-            argv=[redact(a) for a in self.argv],
+            argv=[runner.redact(a) for a in self.argv],
             log_path=str(self.log_path),
             workdir=str(self.workdir),
             host=self.host,
@@ -642,15 +625,7 @@ class TritonServer:
         proc = self._proc
         if proc is None:
             return None
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        runner.kill_group(proc, grace, leader_only=True)
         procs.kill_group_now(proc.pid)  # Python backend stubs that outlived their server
         remove_shm(self.shm_prefix)
         if self._follower is not None:
@@ -691,7 +666,7 @@ class TritonServer:
                     log_path=self.log_path,
                     hint="see the server log; --restart-on-failure restarts the server instead",
                 )
-            print(f"sdtk: {stub_message(dead)}; restarting the server\n{tail}", file=sys.stderr)
+            log.logger("server").warning(f"{stub_message(dead)}; restarting the server\n{tail}")
             restarts = self.restarts + 1
             with _signals_ignored():
                 self.stop()

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit.runner import kill_pgroup
+
 PROC = Path("/proc")
 
 
@@ -74,7 +76,7 @@ def same_process(pid: int, start_ticks: int | None, needle: str = "tritonserver"
 
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes whose process group is `pgid`."""
-    out = []
+    out: list[int] = []
     try:
         entries = list(PROC.iterdir())
     except OSError:
@@ -125,8 +127,7 @@ def kill_group_now(pgid: int, timeout: float = 5.0) -> None:
     """SIGKILL every member of process group `pgid` and wait until none is left."""
     if not group_members(pgid):
         return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+    kill_pgroup(pgid)
     deadline = time.monotonic() + timeout
     while group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -22,7 +22,9 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
+from toolkit._fs import atomic_write
 from toolkit.errors import ServerError
 from toolkit.server import logscan, procs
 
@@ -108,11 +110,7 @@ def find_deployment(workdir: Path | str | None, *, default: Path = DEFAULT_WORKD
 
 def write_state(workdir: Path | str, state: ServerState) -> Path:
     path = state_path(workdir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".incomplete")
-    tmp.write_text(state.to_json())
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, state.to_json())
 
 
 def read_state(workdir: Path | str) -> ServerState | None:
@@ -238,7 +236,7 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
     st = read_state(workdir)
     if st is None:
         return ServerStatus("stopped", workdir, f"no server recorded in {state_path(workdir)}")
-    base = dict(
+    base: dict[str, Any] = dict(
         workdir=workdir,
         pid=st.pid,
         http_url=st.http_url,

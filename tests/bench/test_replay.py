@@ -1,0 +1,66 @@
+"""Acceptance per draft position for `bench --compare`'s speculative side, replayed in process
+(toolkit/bench/replay.py): against the runtime's own statistics, and against a real server's
+counters for the same requests."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolkit.bench.ab import deployed_address
+from toolkit.bench.api import bench
+from toolkit.bench.metrics import per_position_acceptance
+from toolkit.bench.plan import encode, load_runtime
+from toolkit.bench.replay import replay_acceptance, replayable
+from toolkit.bench.workloads import load_workload
+from toolkit.recipe import load_recipe
+
+from .conftest import tritonserver_missing
+
+
+def test_replay_sums_the_runtimes_own_statistics():
+    rec = load_recipe("tiny-eagle3")
+    prompts = load_workload("code", max_tokens=24, seed=0).sample(3, 0)
+    rp = replay_acceptance(rec, prompts)
+    rt = load_runtime(rec)
+    proposed, accepted, drafted = [0, 0, 0], [0, 0, 0], 0
+    for p in prompts:
+        st = rt.generate(encode(rt, p.text), 24, spec=rec.speculative).stats
+        drafted += st.draft_tokens
+        for i, n in enumerate(st.per_position_proposed):
+            proposed[i] += n
+        for i, n in enumerate(st.per_position_accepted):
+            accepted[i] += n
+    assert rp.requests == 3 and rp.draft_tokens == drafted == sum(proposed) and drafted > 0
+    assert rp.per_position == per_position_acceptance(proposed, accepted) and len(rp.per_position) == 3
+    assert rp.matches_server is None  # no server records given
+    assert replayable(rec, None) and replayable(rec, 0.0)
+    assert not replayable(rec, 0.8) and not replayable(load_recipe("tiny-baseline"), None)
+    assert not replayable(load_recipe("llama-3.1-8b-eagle3"), None)  # engine/llmapi backends: no replay
+
+
+@pytest.mark.tritonserver
+@pytest.mark.slow
+def test_replay_equals_the_servers_counters():
+    missing = tritonserver_missing()
+    if missing:
+        pytest.skip(missing)
+    from toolkit.deploy import deployed
+
+    rec = load_recipe("tiny-ngram")
+    with deployed("tiny-ngram") as d:
+        url, model = deployed_address(d, "grpc")
+        res = bench(
+            url,
+            model=model,
+            workload="code",
+            max_tokens=32,
+            concurrency=[1],
+            requests=4,
+            warmup=0,
+            progress=False,
+            tokenizer=str(rec.local_path(rec.models.target)),
+        )
+    prompts = load_workload("code", max_tokens=32, seed=0).sample(4, 0)
+    rp = replay_acceptance(rec, prompts, res.levels[0].records)
+    assert rp.server_draft_tokens == sum(r.draft_tokens for r in res.levels[0].records) > 0
+    assert rp.matches_server, (rp.accepted_draft_tokens, rp.draft_tokens, rp.server_accepted_draft_tokens)

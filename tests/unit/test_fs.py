@@ -1,0 +1,40 @@
+"""toolkit._fs: the one atomic writer."""
+
+from __future__ import annotations
+
+import stat
+
+import pytest
+
+from toolkit._fs import atomic_path, atomic_write
+
+
+def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "sub" / "out.txt"
+    assert atomic_write(target, "one") == target
+    atomic_write(target, b"\x00two")
+    assert target.read_bytes() == b"\x00two"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["out.txt"]
+
+
+def test_atomic_write_sets_mode(tmp_path):
+    p = atomic_write(tmp_path / "run.sbatch", "#!/bin/bash\n", mode=0o755)
+    assert stat.S_IMODE(p.stat().st_mode) == 0o755
+
+
+def test_failed_write_keeps_the_old_file(tmp_path):
+    target = tmp_path / "report.json"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        assert tmp.name == "report.json.incomplete"
+        raise RuntimeError("killed")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
+def test_tmp_name_keeps_the_ending(tmp_path):
+    with atomic_path(tmp_path / "plot.png", tmp_name="plot.incomplete.png") as tmp:
+        assert tmp.suffix == ".png"
+        tmp.write_bytes(b"png")
+    assert (tmp_path / "plot.png").read_bytes() == b"png"

@@ -1,0 +1,49 @@
+"""Atomic outputs: write `<name>.incomplete`, then rename over `<name>`.
+
+A killed run never leaves a half-written file under the final name; a reader sees the old
+file or the new one. The one implementation for every file sdtk writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+INCOMPLETE = ".incomplete"
+
+
+def incomplete_path(path: Path, tmp_name: str | None = None) -> Path:
+    """Where `path` is written before the rename (same directory, so the rename is atomic)."""
+    return path.with_name(tmp_name or path.name + INCOMPLETE)
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path | str, *, tmp_name: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path next to `path`; on success rename it over `path`, else remove it.
+
+    `tmp_name` names the temporary file where its ending matters (matplotlib picks the format
+    from it)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = incomplete_path(path, tmp_name)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def atomic_write(path: Path | str, data: str | bytes, *, mode: int | None = None) -> Path:
+    """Write `data` (text as UTF-8) to `path` atomically; `mode` sets its permissions."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data, encoding="utf-8")
+        if mode is not None:
+            tmp.chmod(mode)
+    return path
