@@ -195,6 +195,26 @@ def check_recipe(
         family=family,
     )
     # Backend-specific rules that the matrix cells alone do not express.
+    spec = recipe.speculative
+    if getattr(spec, "adaptive_draft_len", False) and res.backend != "reference":
+        raise CompatError(
+            "speculative.adaptive_draft_len is sdtk's reference-runtime option; TensorRT-LLM has no per-request "
+            "adaptive draft length",
+            mode=recipe.mode,
+            backend=res.backend,
+            hint="use draft_len_schedule / max_concurrency (llmapi), or backend: reference",
+        )
+    if res.backend == "engine" and (
+        getattr(spec, "draft_len_schedule", None) is not None
+        or getattr(spec, "max_concurrency", None) is not None
+    ):
+        raise CompatError(
+            "speculative.draft_len_schedule / max_concurrency are LLM-API (PyTorch backend) options; the engine "
+            "path's C++ executor has no load-aware speculation",
+            mode=recipe.mode,
+            backend="engine",
+            hint="use backend: llmapi (TensorRT-LLM >= 1.2) or reference, or drop those fields",
+        )
     if res.backend == "engine":
         if recipe.mode == "eagle" and recipe.parallel.pp != 1:
             raise CompatError(

@@ -62,6 +62,12 @@ def _no(reason: str, fix: str) -> Support:
     return Support(False, reason, fix)
 
 
+def _batched(what: str) -> Support:
+    """The reference backend, with what its served model's one forward per iteration covers
+    (in-flight batching, toolkit/reference/batching.py)."""
+    return Support(True, f"{_REFERENCE}; in-flight batched: {what}")
+
+
 REGISTRY: tuple[ModeInfo, ...] = (
     ModeInfo(
         "none",
@@ -72,6 +78,7 @@ REGISTRY: tuple[ModeInfo, ...] = (
         draft_len_rule="0: no speculation",
         engine=Support(True, "plain engine build"),
         llmapi=Support(True, "LLM API without speculative_config"),
+        reference=_batched("decode steps of all sequences"),
     ),
     ModeInfo(
         "draft_target",
@@ -85,6 +92,7 @@ REGISTRY: tuple[ModeInfo, ...] = (
             "two engines: the target with draft_tokens_external, served through the tensorrt_llm_bls loop",
         ),
         llmapi=Support(True, "speculative_config decoding_type DraftTarget (two-model)"),
+        reference=_batched("target verification (BLS draft_input_ids) and the draft model's steps"),
     ),
     ModeInfo(
         "eagle3",
@@ -102,6 +110,9 @@ REGISTRY: tuple[ModeInfo, ...] = (
             True,
             "speculative_config decoding_type Eagle3; verified pairs include Llama-3.1-8B, Llama-4 Maverick, "
             "gpt-oss, Qwen3",
+        ),
+        reference=_batched(
+            "chain and static-tree verification (per-row tree masks); the head drafts per sequence"
         ),
     ),
     ModeInfo(
@@ -145,6 +156,7 @@ REGISTRY: tuple[ModeInfo, ...] = (
             "the PyTorch backend has no Medusa (MedusaDecodingConfig supports the TensorRT backend only)",
             _ENGINE_ONLY_FIX,
         ),
+        reference=_batched("tree verification (per-row tree masks); the heads run per sequence"),
     ),
     ModeInfo(
         "lookahead",
@@ -157,6 +169,7 @@ REGISTRY: tuple[ModeInfo, ...] = (
             True, "--speculative_decoding_mode lookahead_decoding with max_draft_len from (W,N,G)"
         ),
         llmapi=_no("the PyTorch backend has no Lookahead decoding (engine path only)", _ENGINE_ONLY_FIX),
+        reference=_batched("verification and Jacobi branch (per-row masks); the n-gram pool per sequence"),
     ),
     ModeInfo(
         "ngram",
@@ -170,6 +183,7 @@ REGISTRY: tuple[ModeInfo, ...] = (
             "use backend: llmapi (TensorRT-LLM >= 1.0), or lookahead on the engine path",
         ),
         llmapi=Support(True, "speculative_config decoding_type NGram"),
+        reference=_batched("chain verification"),
     ),
 )
 

@@ -164,6 +164,49 @@ class Models(_Strict):
 # --------------------------------------------------------------------------- speculative modes
 
 
+class _LoadAware(_Strict):
+    """TensorRT-LLM LLM-API `DecodingBaseConfig` runtime knobs (tensorrt_llm/llmapi/llm_args.py;
+    tensorrt_llm/_torch/speculative/drafter.py), honoured by the reference runtime too, and
+    sdtk's per-request adaptive draft length."""
+
+    max_concurrency: int | None = Field(
+        None, ge=1, description="Speculation off while more requests than this are in the batch."
+    )
+    draft_len_schedule: dict[int, int] | None = Field(
+        None,
+        description="Batch size -> draft length (0 = off); the largest threshold <= the batch size "
+        "applies. Must contain 1, mapped to max_draft_len; no value above max_draft_len.",
+    )
+    adaptive_draft_len: bool = Field(
+        False,
+        description="Reference backend: per request, shrink the draft length when the running "
+        "acceptance falls and grow it back when drafts are fully accepted (sdtk, not upstream).",
+    )
+
+    @model_validator(mode="after")
+    def _schedule(self) -> _LoadAware:
+        v = self.draft_len_schedule
+        top = getattr(self, "max_draft_len", None)
+        if v is None:
+            return self
+        for batch, length in v.items():
+            if batch < 1:
+                raise FieldError("draft_len_schedule", f"batch size threshold must be >= 1, got {batch}")
+            if length < 0:
+                raise FieldError("draft_len_schedule", f"draft length must be >= 0, got {length}")
+            if top is not None and length > top:
+                raise FieldError(
+                    "draft_len_schedule",
+                    f"draft length {length} (batch size {batch}) exceeds max_draft_len={top}",
+                )
+        if 1 not in v:
+            raise FieldError("draft_len_schedule", f"must contain batch size 1 (add 1: {top})")
+        if top is not None and v[1] != top:
+            raise FieldError("draft_len_schedule", f"entry 1 must equal max_draft_len={top}, got {v[1]}")
+        self.draft_len_schedule = dict(sorted(v.items()))
+        return self
+
+
 class NoSpeculation(_Strict):
     """Plain autoregressive decoding: the baseline."""
 
@@ -174,7 +217,7 @@ class NoSpeculation(_Strict):
         return 0
 
 
-class DraftTarget(_Strict):
+class DraftTarget(_LoadAware):
     """A separate small draft model proposes tokens that the target verifies (Leviathan/Chen)."""
 
     mode: Literal["draft_target"]
@@ -189,7 +232,7 @@ class DraftTarget(_Strict):
         return self.max_draft_len
 
 
-class NGram(_Strict):
+class NGram(_LoadAware):
     """Prompt lookup: propose the continuation of an earlier match of the last tokens."""
 
     mode: Literal["ngram"]
@@ -342,7 +385,7 @@ class Eagle(_Strict):
         return self.max_draft_len
 
 
-class Eagle3(_Strict):
+class Eagle3(_LoadAware):
     """EAGLE-3 (llmapi path): fused low/mid/high features, chain by default, optional tree."""
 
     mode: Literal["eagle3"]
@@ -395,6 +438,8 @@ class Eagle3(_Strict):
                 )
         elif self.dynamic_tree_max_top_k is not None:
             raise FieldError("dynamic_tree_max_top_k", "applies only with use_dynamic_tree: true")
+        if self.adaptive_draft_len and (self.eagle_choices is not None or self.use_dynamic_tree):
+            raise FieldError("adaptive_draft_len", "applies to a chain (no eagle_choices, no dynamic tree)")
         if self.layers_to_capture is not None:
             if len(self.layers_to_capture) != 3 or len(set(self.layers_to_capture)) != 3:
                 raise FieldError("layers_to_capture", "needs three distinct layer ids (low, mid, high)")

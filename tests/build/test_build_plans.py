@@ -288,3 +288,43 @@ def test_llmapi_tree_fields_need_1_1(make_recipe, tmp_path, monkeypatch):
     with pytest.raises(PreflightFailed) as e:
         build(make_recipe("eagle3", backend="llmapi", speculative=spec), progress=quiet)
     assert e.value.check == "llmapi-fields" and "1.1" in str(e.value)
+
+
+def test_llmapi_load_aware_fields_1_2(make_recipe, tmp_path, monkeypatch):
+    """Stand-in TRT-LLM 1.2.0: max_concurrency and draft_len_schedule go into speculative_config as
+    DecodingBaseConfig fields (upstream tensorrt_llm/llmapi/llm_args.py; schedule keys are batch
+    sizes, entry 1 = max_draft_len, NVIDIA/TensorRT-LLM PR #8194), sorted as upstream sorts them."""
+    from toolkit.build import PreflightFailed
+
+    activate(make_standins(tmp_path / "s12", "1.2.0"), monkeypatch)
+    spec = {
+        "mode": "ngram",
+        "max_draft_len": 4,
+        "draft_len_schedule": {8: 0, 1: 4, 4: 2},
+        "max_concurrency": 16,
+    }
+    _, extra, model = _llmapi(make_recipe, "ngram", speculative=spec)
+    sc = extra["speculative_config"]
+    assert sc["draft_len_schedule"] == {1: 4, 4: 2, 8: 0} and list(sc["draft_len_schedule"]) == [1, 4, 8]
+    assert sc["max_concurrency"] == 16 and model["speculative_config"] == sc
+    activate(make_standins(tmp_path / "s11", "1.1.0"), monkeypatch)
+    with pytest.raises(PreflightFailed) as e:
+        build(make_recipe("ngram", backend="llmapi", speculative=spec), progress=quiet)
+    assert e.value.check == "llmapi-fields" and "1.2" in str(e.value)
+
+
+def test_load_aware_fields_refused_where_upstream_has_none(make_recipe):
+    from toolkit.compat import check_recipe
+    from toolkit.errors import CompatError
+    from toolkit.recipe import load_recipe
+
+    sched = {"mode": "draft_target", "max_draft_len": 4, "draft_len_schedule": {1: 4, 4: 0}}
+    with pytest.raises(CompatError, match="C\\+\\+ executor"):
+        check_recipe(
+            load_recipe(str(make_recipe("draft_target", backend="engine", speculative=sched))), "1.1.0"
+        )
+    adaptive = {"mode": "ngram", "max_draft_len": 4, "adaptive_draft_len": True}
+    with pytest.raises(CompatError, match="adaptive_draft_len"):
+        check_recipe(load_recipe(str(make_recipe("ngram", backend="llmapi", speculative=adaptive))), "1.2.0")
+    ref = load_recipe(str(make_recipe("ngram", backend="reference", speculative=adaptive)))
+    assert check_recipe(ref).backend == "reference"

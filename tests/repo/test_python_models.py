@@ -7,6 +7,7 @@ the sequence). test_triton_integration.py runs the same code in a real Triton.
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -465,7 +466,9 @@ def test_bls_checks_the_prompt_against_the_engine_limits_before_its_loop(bls_mod
     with pytest.raises(ValueError, match=f"text_input is {n} tokens, over the engine's max_input_len 4"):
         list(bls(request("abcd", max_tokens=4, num_draft_tokens=2)))
     m = len(prompt_of("abc"))
-    with pytest.raises(ValueError, match=rf"\+ max_tokens \(19\) = {m + 19} is over the engine's max_seq_len 20"):
+    with pytest.raises(
+        ValueError, match=rf"\+ max_tokens \(19\) = {m + 19} is over the engine's max_seq_len 20"
+    ):
         list(bls(request("abc", max_tokens=19, num_draft_tokens=2)))
     # Within the limits the loop runs on past max_input_len: each iteration resends the sequence.
     (out,) = list(bls(request("abc", max_tokens=20 - m, num_draft_tokens=2)))
@@ -556,7 +559,15 @@ class FakeRuntime:
         eos = self.eos_token_id if end_id is None else end_id
         if eos in new:
             new = new[: new.index(eos) + 1]
-        return type("V", (), {"new_tokens": new, "accepted": len(new) - 1})()
+        return type("V", (), {"new_tokens": new, "accepted": len(new) - 1, "drafted": len(draft_ids)})()
+
+    def enable_batching(self, max_batch_size, capacity):
+        self.batching = (max_batch_size, capacity)
+
+    @contextlib.contextmanager
+    def hold(self, prefix):
+        self.calls.append(("hold", list(prefix)))
+        yield
 
 
 @pytest.fixture
@@ -624,7 +635,8 @@ def test_reference_draft_input_ids_follow_trtllm(ref_module):
     (out,) = list(gen(llm_request(prompt, len(draft) + 1, draft_input_ids=[draft], return_perf_metrics=True)))
     assert toks(out) == want[:5]  # accepted 2 + bonus, then plain steps up to request_output_len
     assert int(out["total_draft_tokens"][0, 0]) == 4 and int(out["total_accepted_draft_tokens"][0, 0]) == 2
-    assert [c[0] for c in rt.calls] == ["verify", "verify", "verify"]  # plain steps extend the cache
+    # Plain steps extend the cache, all in one batch membership.
+    assert [c[0] for c in rt.calls] == ["hold", "verify", "verify", "verify"]
 
 
 def test_reference_per_request_lookahead(ref_module):
@@ -700,9 +712,13 @@ def test_reference_refusals(ref_module, extra, message):
     ("prompt_len", "max_new", "message"),
     [
         (2, 0, r"request_output_len \(max_tokens\) must be between 1 and 2147483647, got 0"),
-        (2, -2**31, "wraps around"),
+        (2, -(2**31), "wraps around"),
         (9, 1, "input_lengths .* is 9, over the engine's max_input_len 8"),
-        (8, 9, "input_lengths 8 \\+ request_output_len \\(max_tokens\\) 9 = 17 is over the engine's max_seq_len 16"),
+        (
+            8,
+            9,
+            "input_lengths 8 \\+ request_output_len \\(max_tokens\\) 9 = 17 is over the engine's max_seq_len 16",
+        ),
     ],
 )
 def test_reference_refuses_lengths_beyond_the_engine(ref_module, prompt_len, max_new, message):
@@ -752,6 +768,7 @@ def test_resolve_spec(ref_module):
 def test_reference_model_execute(ref_module, pb, monkeypatch):
     monkeypatch.setattr(ref_module, "load_runtime", lambda path: (FakeRuntime(), {"mode": "none"}))
     monkeypatch.setattr(ref_module, "build_limits", lambda path: (512, 1024))
+    monkeypatch.setattr(ref_module, "build_batch_size", lambda path, default: 4)
     params = {"gpt_model_path": "/engines/target", "decoding_mode": "top_k_top_p", "exclude_input_in_output": "True",
               "max_beam_width": "1"}  # fmt: skip
     model = ref_module.TritonPythonModel()
@@ -759,6 +776,8 @@ def test_reference_model_execute(ref_module, pb, monkeypatch):
     plain, stream = pb.Request(llm_request([0, 5], 3)), pb.Request(llm_request([0, 5], 5, streaming=True))
     bad = pb.Request(llm_request([0, 5], 3, beam_width=4))
     assert model.execute([plain, stream, bad]) is None
+    assert model.wait_idle()  # generation runs in threads, batched in flight
+    assert model.generate.rt.batching == (4, 1024 + 72)  # build_config.max_batch_size; max_seq_len + slack
     final = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
     assert [f for _, f in plain.sender.sent] == [0, final] and plain.sender.sent[1][0] is None
     assert toks(plain.sender.sent[0][0].as_dict()) == greedy([0, 5], 3)

@@ -3,8 +3,9 @@
 The yardstick is the server's own counter of generated tokens (`sdtk_spec_output_tokens_total`
 of the reference `tensorrt_llm` model, which also counts a cancelled request's partial output),
 not a clock: long requests (1000 tokens) are abandoned after their first chunk, then a short one
-is sent. The model instance serves one request at a time, so had the long ones run on, all of
-their tokens would have been generated before the short one is answered.
+is sent. The reference model batches requests in flight, so the short one is answered while
+the others run: the test then waits until all four requests are counted (each is counted when
+it ends, cancelled or not), and had the long ones run on, all of their tokens would be counted.
 
 Scope (Triton 2.51): gRPC stream cancellation and HTTP streams that the client drops reach the
 model that serves the request. An ensemble propagates a cancellation only between its steps
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import queue
 import re
+import time
 
 import httpx
 import numpy as np
@@ -30,11 +32,19 @@ pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
 LONG = 1000
 
 
-def generated(metrics_url: str, model: str = "tensorrt_llm") -> float:
+def generated(metrics_url: str, model: str = "tensorrt_llm", family: str = "output_tokens") -> float:
     text = httpx.get(metrics_url, timeout=10).text
-    line = re.escape(f'sdtk_spec_output_tokens_total{{model="{model}"}} ')
+    line = re.escape(f'sdtk_spec_{family}_total{{model="{model}"}} ')
     m = re.search("^" + line + r"(\S+)$", text, re.M)
     return float(m.group(1)) if m else 0.0
+
+
+def counted(metrics_url: str, at_least: float, timeout: float = 300.0) -> None:
+    """Wait until the model has counted `at_least` requests (a request is counted when it ends)."""
+    deadline = time.monotonic() + timeout
+    while generated(metrics_url, family="requests") < at_least:
+        assert time.monotonic() < deadline, "the cancelled requests never ended"
+        time.sleep(0.2)
 
 
 def cancel_after_first(grpc_url: str, model: str, inputs: dict[str, np.ndarray]) -> None:
@@ -90,10 +100,12 @@ def test_reference_model_stops_for_a_cancelled_stream(deployment):
         "end_id": np.array([[-1]], dtype=np.int32),  # no end token: every request would run to LONG
     }
     before = generated(result.metrics_url)
+    requests = generated(result.metrics_url, family="requests")
     for _ in range(3):
         cancel_after_first(result.grpc_url, "tensorrt_llm", request)
     traffic = stress.Traffic(result.http_url, result.grpc_url, result.model)
     short = traffic.send("http", "def f(x):", 16)
     assert short.ok, short.error
+    counted(result.metrics_url, requests + 4)  # the 3 cancelled streams and the short request
     spent = generated(result.metrics_url) - before
     assert 16 <= spent < LONG, f"{spent} tokens generated for 3 cancelled {LONG}-token requests"

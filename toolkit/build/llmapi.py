@@ -30,6 +30,14 @@ NGram (`max_matching_ngram_size`, `is_keep_all`, `is_use_oldest`, `is_public_poo
 `max_matching_ngram_size` 0 in 1.0, 2 later, so sdtk always writes it) and DraftTarget keep their
 names; `DraftTarget` is the documented YAML spelling in every version.
 The docs run DraftTarget and NGram with `disable_overlap_scheduler: true`.
+
+Load-aware speculation: `max_concurrency` and `draft_len_schedule` are `DecodingBaseConfig` fields of
+the later llm_args.py (shared/reference/trtllm-speculative.md §2.1 "New base fields"), written into
+`speculative_config` as the recipe gives them (the schedule's keys are batch sizes). The schedule
+came with NVIDIA/TensorRT-LLM PR #8194 (Oct 2025: NGram and two-model drafters), PR #10860 (Jan
+2026: one-model EAGLE-3) and PR #12262 (Mar 2026: the other algorithms), all after the 1.1 branch,
+so sdtk writes them only for the 1.2+ field names and refuses them for 1.0/1.1. Validation mirrors
+upstream's `validate_draft_len_schedule_and_sort` (toolkit.recipe._LoadAware).
 """
 
 from __future__ import annotations
@@ -121,7 +129,7 @@ def needs_local(ctx: BuildContext, role: str) -> bool:
     return not schema(ctx).hub_ids or r.revision is not None
 
 
-def speculative_config(ctx: BuildContext) -> dict | None:
+def _mode_config(ctx: BuildContext) -> dict | None:
     s = ctx.recipe.speculative
     sc = schema(ctx)
     if s.mode == "none":
@@ -161,6 +169,20 @@ def speculative_config(ctx: BuildContext) -> dict | None:
     raise AssertionError(f"mode {s.mode} has no llmapi form (compat should have refused it)")
 
 
+def speculative_config(ctx: BuildContext) -> dict | None:
+    """The mode's speculative_config plus the recipe's max_concurrency / draft_len_schedule."""
+    cfg = _mode_config(ctx)
+    s = ctx.recipe.speculative
+    if cfg is not None:
+        limit: int | None = getattr(s, "max_concurrency", None)
+        schedule: dict[int, int] | None = getattr(s, "draft_len_schedule", None)
+        if limit is not None:
+            cfg["max_concurrency"] = limit
+        if schedule is not None:
+            cfg["draft_len_schedule"] = dict(schedule)
+    return cfg
+
+
 def check_fields(ctx: BuildContext) -> CheckResult:
     s = ctx.recipe.speculative
     sc = schema(ctx)
@@ -172,6 +194,15 @@ def check_fields(ctx: BuildContext) -> CheckResult:
             ("max_total_draft_tokens", s.max_total_draft_tokens is not None),
             ("layers_to_capture", s.layers_to_capture is not None),
         ) if on]  # fmt: skip
+    load = [f for f in ("max_concurrency", "draft_len_schedule") if getattr(s, f, None) is not None]
+    if load and sc.era != "1.2+":
+        return CheckResult(
+            "llmapi-fields",
+            FAILED,
+            f"speculative.{', speculative.'.join(load)} need(s) TensorRT-LLM ≥ 1.2 (DecodingBaseConfig of "
+            f"{ctx.version} has no such field)",
+            "drop those fields, or plan for trtllm_version 1.2 or newer",
+        )
     if used and not sc.tree_fields:
         return CheckResult(
             "llmapi-fields",

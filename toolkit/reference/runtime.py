@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,27 @@ class GenerationResult:
 class VerifyResult:
     new_tokens: list[int]  # the accepted draft prefix plus one target token
     accepted: int
+    drafted: int = 0  # draft tokens verified (a load-aware schedule may verify fewer than given)
+
+
+class Adaptive:
+    """Per-request draft length for chain modes: shrink γ by one when the running acceptance
+    (an exponential average of accepted/proposed per step) falls below `low`, grow it by one
+    after a step that accepted every draft token; between 1 and max_draft_len."""
+
+    def __init__(self, cfg: Any, low: float = 0.5, weight: float = 0.5):
+        self.max = int(cfg.max_draft_len)
+        self.draft_len = self.max
+        self.low = low
+        self.weight = weight
+        self.rate = 1.0
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        self.rate = (1 - self.weight) * self.rate + self.weight * (accepted / proposed)
+        if accepted == proposed:
+            self.draft_len = min(self.max, self.draft_len + 1)
+        elif self.rate < self.low:
+            self.draft_len = max(1, self.draft_len - 1)
 
 
 class PlainSpeculator:
@@ -67,7 +90,8 @@ def parse_speculative(data: dict[str, Any] | None) -> Any:
 
 
 class ReferenceRuntime:
-    """Lossless speculative decoding in PyTorch (float32, batch 1) for every mode but EAGLE-1/2."""
+    """Lossless speculative decoding in PyTorch (float32) for every mode but EAGLE-1/2: one sequence
+    at a time, or, after enable_batching(), concurrent calls batched in flight."""
 
     def __init__(
         self,
@@ -88,6 +112,54 @@ class ReferenceRuntime:
         # Which tokens the target cache holds for verify_draft's prefix reuse; generate() invalidates it.
         self._verified: list[int] = []
         self._verify_gen: tuple[int | None, torch.Generator] | None = None
+        self.batcher: Any = None  # toolkit.reference.batching.Batcher once enable_batching() ran
+        self._held = threading.local()  # the batch membership a thread holds (hold())
+        # The built speculative section whose draft_len_schedule / max_concurrency bound
+        # verify_draft (a draft-target target loads without its draft, so self.spec is plain).
+        self.verify_spec: Any = None
+
+    def enable_batching(self, max_batch_size: int, capacity: int, reuse_slots: int | None = None) -> None:
+        """Serve concurrent calls (from threads) with in-flight batching: each call joins the
+        batch at the next iteration, and all active sequences share one forward per iteration."""
+        from toolkit.reference.batching import Batcher
+
+        self.batcher = Batcher(
+            self.target,
+            max_batch_size=max_batch_size,
+            capacity=capacity,
+            draft=self.draft,
+            reuse_slots=max_batch_size if reuse_slots is None else reuse_slots,
+        )
+
+    @contextmanager
+    def hold(self, prefix: Sequence[int]) -> Iterator[None]:
+        """Keep this thread's sequence in the batch (and its KV slot) across several verify_draft
+        calls, e.g. one request's plain steps: leaving and re-joining per token would fragment
+        the batch and, with more requests than slots, hand the slot to another sequence."""
+        if self.batcher is None or getattr(self._held, "seq", None) is not None:
+            yield
+            return
+        with self.batcher.join(prefix=list(prefix)) as seq:
+            self._held.seq = seq
+            try:
+                yield
+            finally:
+                self._held.seq = None
+
+    def draft_len_now(self, cfg: Any) -> int | None:
+        """The draft length the batch allows now (None: no limit), with TensorRT-LLM's meaning:
+        speculation is off when more than `max_concurrency` requests are in the batch
+        (Drafter.should_use_spec_decode), and `draft_len_schedule` gives the draft length of the
+        largest batch-size threshold ≤ the batch size (Drafter.get_draft_len_for_batch_size)."""
+        n = self.batcher.active if self.batcher is not None else 1
+        limit = getattr(cfg, "max_concurrency", None)
+        if limit is not None and n > limit:
+            return 0
+        schedule = getattr(cfg, "draft_len_schedule", None)
+        if schedule:
+            fits = [k for k in schedule if k <= n]
+            return schedule[max(fits)] if fits else 0
+        return None
 
     # ------------------------------------------------------------------ loading
 
@@ -216,11 +288,31 @@ class ReferenceRuntime:
     ) -> GenerationResult:
         prompt = self._check(prompt_ids, max_new_tokens)
         mode_cfg = (spec if spec is not None else self.spec) if speculative else parse_speculative(None)
-        speculator = self._speculator(mode_cfg, sampling)
+        if self.batcher is None:
+            self._verified = []
+            self.target.reset()
+            return self._generate(
+                prompt, max_new_tokens, sampling, mode_cfg, end_id, on_tokens, self.target, None
+            )
+        with self.batcher.join() as seq:
+            return self._generate(
+                prompt, max_new_tokens, sampling, mode_cfg, end_id, on_tokens, seq.target, seq.draft
+            )
+
+    def _generate(
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        sampling: SamplingParams,
+        mode_cfg: Any,
+        end_id: int | None,
+        on_tokens: Callable[[list[int]], None] | None,
+        target: Any,
+        draft: Any,
+    ) -> GenerationResult:
+        speculator = self._speculator(mode_cfg, sampling, draft)
         eos = self._end_id(end_id)
-        target = self.target
-        self._verified = []
-        target.reset()
+        adaptive = Adaptive(mode_cfg) if getattr(mode_cfg, "adaptive_draft_len", False) else None
         ctx = Context(
             tokens=list(prompt),
             target=target,
@@ -241,7 +333,11 @@ class ReferenceRuntime:
         finish = "length"
         while len(out) < max_new_tokens:
             remaining = max_new_tokens - len(out)
-            prop = speculator.propose(ctx, remaining - 1)
+            budget = remaining - 1
+            for cap in (self.draft_len_now(mode_cfg), adaptive.draft_len if adaptive else None):
+                if cap is not None:
+                    budget = min(budget, cap)
+            prop = speculator.propose(ctx, budget)
             start = target.length
             fwd = target.forward(
                 [ctx.tokens[-1], *prop.tokens],
@@ -260,6 +356,11 @@ class ReferenceRuntime:
                 take = take[: take.index(eos) + 1]
                 finish = "eos"
             stats.record(prop.per_depth(), len(take))
+            if adaptive is not None and prop.tokens:
+                adaptive.observe(len(prop.tokens), len(verdict.path))
+                stats.draft_len_histogram[adaptive.draft_len] = (
+                    stats.draft_len_histogram.get(adaptive.draft_len, 0) + 1
+                )
             out.extend(take)
             if on_tokens is not None:
                 on_tokens(take)
@@ -285,36 +386,58 @@ class ReferenceRuntime:
         ids = self._check(input_ids, 1, extra=len(draft_ids))
         drafts = [int(t) for t in draft_ids]
         self._check_ids(drafts, "draft_ids")
-        target = self.target
+        cap = self.draft_len_now(self.verify_spec or self.spec)
+        if cap is not None:
+            drafts = drafts[:cap]  # load-aware: verify no more than the batch size allows
+        if self.batcher is None:
+            return self._verify(ids, drafts, sampling, end_id, self.target, self)
+        held = getattr(self._held, "seq", None)
+        if held is not None:
+            return self._verify(ids, drafts, sampling, end_id, held.target, held.target)
+        with self.batcher.join(prefix=ids) as seq:
+            return self._verify(ids, drafts, sampling, end_id, seq.target, seq.target)
+
+    def _verify(
+        self,
+        ids: list[int],
+        drafts: list[int],
+        sampling: SamplingParams,
+        end_id: int | None,
+        target: Any,
+        held: Any,
+    ) -> VerifyResult:
+        """verify_draft on `target`, whose cache holds `held._verified` (that state's tokens)."""
         common = 0
-        limit = min(len(self._verified), len(ids) - 1)
-        while common < limit and self._verified[common] == ids[common]:
+        limit = min(len(held._verified), len(ids) - 1)
+        while common < limit and held._verified[common] == ids[common]:
             common += 1
-        same_request = bool(self._verified) and common == len(self._verified)
+        same_request = bool(held._verified) and common == len(held._verified)
         target.crop(common)
         fwd = target.forward(ids[common:] + drafts, logits_from=len(ids) - 1 - common)
         assert fwd.logits is not None
-        gen = self._verify_generator(sampling, same_request)
+        gen = self._verify_generator(sampling, same_request, held)
         verdict = verify(Proposal.chain(drafts), fwd.logits, sampling, gen)
         n = len(verdict.path)
         target.crop(len(ids) + n)
-        self._verified = ids + drafts[:n]
+        held._verified = ids + drafts[:n]
         new = drafts[:n] + [verdict.token]
         eos = self._end_id(end_id)
         if eos is not None and eos in new:
             new = new[: new.index(eos) + 1]
-        return VerifyResult(new_tokens=new, accepted=len(new) - 1)
+        return VerifyResult(new_tokens=new, accepted=len(new) - 1, drafted=len(drafts))
 
     # ------------------------------------------------------------------ helpers
 
-    def _verify_generator(self, sampling: SamplingParams, same_request: bool) -> torch.Generator | None:
+    def _verify_generator(
+        self, sampling: SamplingParams, same_request: bool, held: Any
+    ) -> torch.Generator | None:
         if sampling.greedy:
             return None
         # One stream per request: continuing it keeps the draws independent across calls, and a
         # fresh one per new sequence makes a seeded request reproducible.
-        if not same_request or self._verify_gen is None or self._verify_gen[0] != sampling.seed:
-            self._verify_gen = (sampling.seed, generator(sampling.seed))
-        return self._verify_gen[1]
+        if not same_request or held._verify_gen is None or held._verify_gen[0] != sampling.seed:
+            held._verify_gen = (sampling.seed, generator(sampling.seed))
+        return held._verify_gen[1]
 
     def _end_id(self, end_id: int | None) -> int | None:
         if end_id is None:
@@ -348,7 +471,7 @@ class ReferenceRuntime:
             )
         return prompt
 
-    def _speculator(self, cfg: Any, sampling: SamplingParams) -> Speculator:
+    def _speculator(self, cfg: Any, sampling: SamplingParams, draft: Any = None) -> Speculator:
         mode = cfg.mode
         if mode == "none":
             return PlainSpeculator()
@@ -364,7 +487,7 @@ class ReferenceRuntime:
                 raise GenerationError(
                     "draft_target needs a draft model", hint="load the runtime with draft=<dir>"
                 )
-            return DraftTargetSpeculator(self.draft, cfg.max_draft_len)
+            return DraftTargetSpeculator(draft if draft is not None else self.draft, cfg.max_draft_len)
         if mode == "ngram":
             return NGramSpeculator(cfg.max_draft_len, cfg.max_matching_ngram_size, cfg.is_use_oldest)
         if mode == "lookahead":

@@ -22,6 +22,8 @@ class SpecStats:
     accepted_tokens: int = 0
     per_position_proposed: list[int] = field(default_factory=list)
     per_position_accepted: list[int] = field(default_factory=list)
+    # Adaptive draft length (speculative.adaptive_draft_len): steps run at each draft length.
+    draft_len_histogram: dict[int, int] = field(default_factory=dict)
 
     @property
     def acceptance_rate(self) -> float:
@@ -51,6 +53,7 @@ class SpecStats:
             "acceptance_length": self.acceptance_length,
             "per_position_proposed": list(self.per_position_proposed),
             "per_position_accepted": list(self.per_position_accepted),
+            "draft_len_histogram": dict(sorted(self.draft_len_histogram.items())),
         }
 
 

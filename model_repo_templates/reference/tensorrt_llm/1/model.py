@@ -25,6 +25,14 @@ TensorRT-LLM, continues plainly until `request_output_len` tokens or the end id;
 not needed (and are ignored). Features the reference runtime lacks (beam search, log probs,
 logits, LoRA, prompt tables, bad words, embedding bias, penalties) are refused per request.
 
+In-flight batching: execute() hands each request to its own thread and returns; the runtime
+(toolkit/reference/batching.py) batches the steps of all running requests into one forward per
+iteration, up to the engine's max_batch_size sequences, and requests that arrive meanwhile join
+at the next iteration. One `Responder` thread does every Triton call after execute() (sending,
+is_cancelled() at most every CANCEL_CHECK_S per request, the sdtk_spec_* metrics); the
+generation threads only exchange numpy dicts and Events with it. Not decoupled, the requests of
+one execute() call run batched and the stub thread asks is_cancelled() while it waits.
+
 sdtk's own code; needs sdtk (toolkit.reference) in the Python that runs Triton's Python backend.
 """
 
@@ -152,6 +160,91 @@ def build_limits(engine_dir: Path) -> tuple[int | None, int | None]:
     return build.get("max_input_len") or None, build.get("max_seq_len") or None
 
 
+def build_batch_size(engine_dir: Path, default: int) -> int:
+    """build_config.max_batch_size: the most sequences one iteration batches (the recipe's
+    build.max_batch_size, as TensorRT-LLM's executor uses the engine's)."""
+    build = json.loads((engine_dir / "config.json").read_text()).get("build_config") or {}
+    return int(build.get("max_batch_size") or default)
+
+
+class Responder:
+    """The one thread that touches Triton objects after execute() has handed a request over:
+    it sends what the generation threads produce, asks `is_cancelled()` for every request in
+    flight at most once per CANCEL_CHECK_S, and records the sdtk_spec_* metrics.
+
+    Generation threads (one per request, batched by the runtime) only put numpy dicts on the
+    outbox and read an Event, so Triton's objects are never used from two threads at once, and
+    each request's objects are released on this thread."""
+
+    def __init__(self, name: str, metrics=None):
+        self.name = name
+        self.metrics = metrics
+        self.outbox: queue.Queue = queue.Queue()
+        self.flight: dict[int, tuple] = {}  # key -> (sender, stop Event, cancel probe)
+        self._next = 0
+        self.thread = threading.Thread(target=self._loop, name="sdtk-reference-respond", daemon=True)
+        self.thread.start()
+
+    def start(self, sender, work) -> None:
+        """Run `work(cancelled)` (an iterable of output dicts) in its own thread; stream its
+        outputs through `sender`."""
+        self._next += 1
+        key, stop = self._next, threading.Event()
+        # is_cancelled() at most every CANCEL_CHECK_S, never in a request's first CANCEL_CHECK_S.
+        self.outbox.put(("open", key, (sender, stop, st.every(st.CANCEL_CHECK_S, sender.is_cancelled))))
+
+        def run():
+            try:
+                for out in work(stop.is_set):
+                    self.outbox.put(("out", key, out))
+                self.outbox.put(("final", key, None))
+            except Exception as e:  # sent as the request's error response
+                self.outbox.put(("error", key, e))
+
+        threading.Thread(target=run, name=f"sdtk-reference-request-{key}", daemon=True).start()
+
+    def observe(self, **counts) -> None:
+        self.outbox.put(("metrics", 0, counts))
+
+    def _loop(self) -> None:
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        while True:
+            try:
+                kind, key, value = self.outbox.get(timeout=st.CANCEL_CHECK_S)
+            except queue.Empty:
+                kind = None
+            if kind == "close":
+                return
+            if kind == "open":
+                self.flight[key] = value
+            elif kind == "metrics":
+                if self.metrics is not None:
+                    self.metrics.observe(**value)
+            elif kind is not None and key in self.flight:
+                sender, stop, _ = self.flight[key]
+                try:
+                    if kind == "out":
+                        sender.send(st.response(value))
+                    elif kind == "final":
+                        del self.flight[key]
+                        sender.send(flags=final)
+                    else:
+                        del self.flight[key]
+                        sender.send(st.failure(self.name, value), flags=final)
+                except Exception:  # the client has gone: stop generating
+                    stop.set()
+            for _, stop, probe in self.flight.values():
+                if not stop.is_set() and probe():
+                    stop.set()
+
+    def idle(self) -> bool:
+        return not self.flight and self.outbox.empty()
+
+    def close(self) -> None:
+        self.outbox.put(("close", 0, None))
+        self.thread.join(timeout=5)
+
+
 def load_runtime(engine_dir: Path):
     """The reference runtime for an engine directory, and its built speculative section.
 
@@ -179,9 +272,9 @@ def _in_thread(run):
     """Run `run(on_tokens)` in a worker thread and yield each list of tokens it reports, so that a
     decoupled response can go out while generation continues.
 
-    Only this (the stub's) thread touches Triton objects. When the consumer stops early (the
-    client cancelled, a send failed), the worker is told to stop at its next step and is joined:
-    the runtime never runs two generations at once."""
+    Neither thread touches Triton objects (the Responder does). When the consumer stops early
+    (the client cancelled, a send failed), the worker is told to stop at its next step and is
+    joined: the request's sequence has left the batch before the request ends."""
     chunks: queue.Queue = queue.Queue()
     stop = threading.Event()
 
@@ -239,8 +332,8 @@ class Generator:
         """Yield output dicts: one for a plain request, one per chunk when streaming.
 
         `cancelled()` says whether the client has gone; generation asks it between steps and
-        stops with `Cancelled`."""
-        self.cancelled = cancelled
+        stops with `Cancelled`. Calls may run concurrently (one thread per request): the runtime
+        batches their steps in flight."""
         self._check(inputs)
         batch = inputs["input_ids"].shape[0]
         stream = bool(st.scalar(inputs, "streaming", False))
@@ -255,9 +348,9 @@ class Generator:
         if stream and batch > 1:
             raise ValueError(f"streaming needs batch size 1, got {batch}")
         if batch == 1:
-            yield from self._row(inputs, 0, stream)
+            yield from self._row(inputs, 0, stream, cancelled)
             return
-        rows = [list(self._row(inputs, i, False))[-1] for i in range(batch)]
+        rows = [list(self._row(inputs, i, False, cancelled))[-1] for i in range(batch)]
         yield {n: st.stack_rows([r[n] for r in rows]) for n in rows[0]}
 
     @staticmethod
@@ -294,7 +387,7 @@ class Generator:
                 f"is over the engine's max_seq_len {self.max_seq_len} (build.max_seq_len)"
             )
 
-    def _row(self, inputs: dict[str, np.ndarray], i: int, stream: bool):
+    def _row(self, inputs: dict[str, np.ndarray], i: int, stream: bool, cancelled):
         from toolkit.reference import SamplingParams
 
         arrival = time.time_ns()
@@ -361,18 +454,22 @@ class Generator:
             # steps are verify_draft calls without a draft: they extend the cache kept from the
             # previous request instead of prefilling the whole sequence again, as generate() would.
             ids, produced, proposal = list(prompt), 0, draft or []
-            while produced < max_new:
-                verified = self.rt.verify_draft(ids, proposal, sampling=sampling, end_id=end_id)
-                state["steps"] += 1
-                new = verified.new_tokens[: max_new - produced]
-                if proposal:
-                    state["drafted"], state["accepted"] = len(proposal), min(verified.accepted, len(proposal))
-                    proposal = []
-                on_tokens(new)
-                ids += new
-                produced += len(new)
-                if not new or end_id in new:
-                    break
+            # One batch membership (and KV slot) for the whole request, not one per step.
+            with self.rt.hold(ids):
+                while produced < max_new:
+                    verified = self.rt.verify_draft(ids, proposal, sampling=sampling, end_id=end_id)
+                    state["steps"] += 1
+                    new = verified.new_tokens[: max_new - produced]
+                    if proposal:
+                        # A load-aware schedule may verify fewer draft tokens than the BLS sent.
+                        drafted = min(len(proposal), verified.drafted)
+                        state["drafted"], state["accepted"] = drafted, min(verified.accepted, drafted)
+                        proposal = []
+                    on_tokens(new)
+                    ids += new
+                    produced += len(new)
+                    if not new or end_id in new:
+                        break
 
         def run_and_observe(on_tokens) -> None:
             try:
@@ -418,7 +515,7 @@ class Generator:
         if not stream:
 
             def keep_unless_cancelled(tokens: list[int]) -> list[int]:
-                if self.cancelled():
+                if cancelled():
                     raise st.Cancelled()
                 return keep(tokens)
 
@@ -429,7 +526,7 @@ class Generator:
         # empty chunk, sent when asked for or when nothing else was.
         sent = False
         for tokens in _in_thread(run_and_observe):
-            if self.cancelled():
+            if cancelled():
                 raise st.Cancelled()
             chunk = keep(tokens)
             if chunk:
@@ -489,15 +586,28 @@ class TritonPythonModel:
         spec = resolve_spec(built, params)
         self.name = name
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        limits = build_limits(Path(engine_dir))
+        # In-flight batching: requests run in their own threads and the runtime batches their
+        # steps, up to the engine's max_batch_size sequences per iteration, first come first
+        # served. Both batch_scheduler_policy values admit alike here: the KV slots of the
+        # whole batch are allocated up front, so nothing is ever evicted.
+        self.max_batch_size = build_batch_size(Path(engine_dir), int(config.get("max_batch_size") or 8))
+        self.scheduler_policy = st.param_str(params, "batch_scheduler_policy") or "guaranteed_no_evict"
+        runtime.enable_batching(self.max_batch_size, capacity=(limits[1] or 1024) + 72)
+        if built.get("mode") == "draft_target":
+            runtime.verify_spec = parse_speculative(built)  # its draft_len_schedule bounds verify_draft
+        # The draft of a draft-target deployment never speculates, and each of its requests is one
+        # BLS iteration: sdtk_spec_* would count iterations as requests, at a round trip apiece.
+        metrics = None if name == "tensorrt_llm_draft" else _spec_metrics(name)
+        self.responder = Responder(name, metrics) if self.decoupled else None
         self.generate = Generator(
             runtime,
             parse_speculative(spec) if spec is not None else None,
             exclude_input_in_output=st.param_bool(params, "exclude_input_in_output", False),
             decoupled=self.decoupled,
-            # The draft of a draft-target deployment never speculates, and each of its requests is one
-            # BLS iteration: sdtk_spec_* would count iterations as requests, at a round trip apiece.
-            metrics=None if name == "tensorrt_llm_draft" else _spec_metrics(name),
-            **dict(zip(("max_input_len", "max_seq_len"), build_limits(Path(engine_dir)), strict=True)),
+            # Decoupled: recorded on the responder thread, like every other Triton call.
+            metrics=self.responder if self.responder is not None else metrics,
+            **dict(zip(("max_input_len", "max_seq_len"), limits, strict=True)),
         )
         if built.get("mode") == "draft_target":
             # The BLS loop sends the whole sequence so far as input_ids on every iteration: only
@@ -506,26 +616,61 @@ class TritonPythonModel:
 
     def execute(self, requests):
         if self.decoupled:
+            # Hand each request to its own generation thread and return at once, so that
+            # requests arriving meanwhile join the running batch at its next iteration.
             for request in requests:
-                sender = request.get_response_sender()
-                cancelled = st.every(st.CANCEL_CHECK_S, sender.is_cancelled)
-                st.send_all(
-                    sender, self.generate(st.inputs_of(request, INPUTS + UNSUPPORTED), cancelled), self.name
+                inputs = st.inputs_of(request, INPUTS + UNSUPPORTED)
+                self.responder.start(
+                    request.get_response_sender(),
+                    lambda cancelled, inputs=inputs: self.generate(inputs, cancelled),
                 )
             return None
-        responses = []
-        for request in requests:
-            cancelled = st.every(st.CANCEL_CHECK_S, request.is_cancelled)
+        # Not decoupled: Triton waits for the responses; the requests of one call run batched.
+        responses: list = [None] * len(requests)
+
+        def run(k, inputs, cancelled):
             try:
-                outputs = self.generate(st.inputs_of(request, INPUTS + UNSUPPORTED), cancelled)
-                responses.append(st.response(list(outputs)[-1]))
+                responses[k] = list(self.generate(inputs, cancelled))[-1]
             except Exception as e:
-                responses.append(st.failure(self.name, e))
-        return responses
+                responses[k] = e
+
+        threads, stops, probes = [], [], []
+        for k, request in enumerate(requests):
+            stop = threading.Event()
+            inputs = st.inputs_of(request, INPUTS + UNSUPPORTED)
+            threads.append(threading.Thread(target=run, args=(k, inputs, stop.is_set), daemon=True))
+            stops.append(stop)
+            probes.append(st.every(st.CANCEL_CHECK_S, request.is_cancelled))
+        for t in threads:
+            t.start()
+        # This (the stub's) thread asks is_cancelled() while the workers generate.
+        while any(t.is_alive() for t in threads):
+            next(t for t in threads if t.is_alive()).join(st.CANCEL_CHECK_S)
+            for probe, stop in zip(probes, stops, strict=True):
+                if not stop.is_set() and probe():
+                    stop.set()
+        return [st.failure(self.name, r) if isinstance(r, Exception) else st.response(r) for r in responses]
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Whether every handed-over request has sent its final response (for tests)."""
+        deadline = time.monotonic() + timeout
+        while self.responder is not None and not self.responder.idle():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
     def finalize(self):
+        if self.responder is not None:
+            self.responder.close()
+            metrics, self.responder.metrics = self.responder.metrics, None
+        else:
+            metrics = self.generate.metrics
+        batcher = getattr(self.generate.rt, "batcher", None)
+        if batcher is not None:
+            batcher.close()
         # Drop the custom-metric objects while the stub can still talk to the server: left to
         # interpreter exit, their destructors run after the stub is torn down.
-        if self.generate.metrics is not None:
-            self.generate.metrics.close()
+        if metrics is not None:
+            metrics.close()
         self.generate.metrics = None

@@ -1,0 +1,87 @@
+"""In-flight batching through a real Triton: the held-out losslessness prompts at concurrency 1, 4
+and 8 give, request by request, the text of the target's own Hugging Face greedy `generate`,
+whatever the batch they share (target-only ensemble, BLS draft-target, EAGLE-3 chain, n-gram)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from .test_triton_integration import _post, _serve, tiny  # noqa: F401 - tiny is a fixture
+
+pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
+
+NEW_TOKENS = 24
+CONCURRENCY = (1, 4, 8)
+
+
+@pytest.fixture(scope="module")
+def hf_expected(tiny) -> dict[str, str]:  # noqa: F811
+    """transformers' own greedy generate per prompt, decoded as the ensemble decodes."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from toolkit.reference.prompts import PROMPTS
+
+    tok = AutoTokenizer.from_pretrained(tiny / "target")
+    model = AutoModelForCausalLM.from_pretrained(tiny / "target", dtype=torch.float32).eval()
+    out = {}
+    with torch.inference_mode():
+        for prompt in PROMPTS:
+            ids = tok(prompt)["input_ids"]
+            seq = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=NEW_TOKENS)
+            out[prompt] = tok.decode(seq[0, len(ids) :].tolist(), skip_special_tokens=True)
+    return out
+
+
+def _all_at(
+    concurrency: int, url: str, prompts: list[str], extra: dict[str, Any] | None = None
+) -> dict[str, str]:
+    def one(prompt: str) -> str:
+        body = {"text_input": prompt, "max_tokens": NEW_TOKENS, **(extra or {})}
+        return _post(url, body)["text_output"]
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        return dict(zip(prompts, pool.map(one, prompts), strict=True))
+
+
+def _check(got: dict[str, str], want: dict[str, str], what: str) -> None:
+    wrong = [p for p in want if got[p] != want[p]]
+    assert not wrong, (
+        f"{what}: {len(wrong)} of {len(want)} differ, e.g. {wrong[0]!r}: {got[wrong[0]]!r} vs {want[wrong[0]]!r}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "spec"),
+    [
+        ("draft_target", {"mode": "draft_target", "max_draft_len": 4}),
+        ("eagle3", {"mode": "eagle3", "max_draft_len": 3}),
+        ("ngram", {"mode": "ngram", "max_draft_len": 4, "max_matching_ngram_size": 3}),
+    ],
+)
+def test_batched_serving_is_lossless(tiny, tmp_path, hf_expected, mode, spec):  # noqa: F811
+    result, server = _serve(tmp_path, tiny, mode, spec, decoupled=True)
+    prompts = list(hf_expected)
+    assert len(prompts) >= 20
+    with server:
+        base = server.http_url
+        for c in CONCURRENCY:
+            if mode == "draft_target":
+                # The ensemble is the target alone (the baseline); the BLS runs the draft-target loop.
+                _check(
+                    _all_at(c, f"{base}/v2/models/ensemble/generate", prompts),
+                    hf_expected,
+                    f"target-only c={c}",
+                )
+                _check(
+                    _all_at(c, f"{base}/v2/models/tensorrt_llm_bls/generate", prompts),
+                    hf_expected,
+                    f"BLS c={c}",
+                )
+            else:
+                _check(
+                    _all_at(c, f"{base}/v2/models/ensemble/generate", prompts), hf_expected, f"{mode} c={c}"
+                )
