@@ -856,6 +856,12 @@ def bench(
 @click.option("--no-probe", is_flag=True, help="Skip the acceptance probe (sizing and roofline only).")
 @click.option("--probe-prompts", default=24, show_default=True, type=int)
 @click.option("--gamma-max", default=8, show_default=True, type=int, help="Longest draft length to consider.")
+@click.option(
+    "--concurrency",
+    default="1,2,4,8,16,32,64",
+    show_default=True,
+    help="Concurrency levels to predict the speedup at (the batch dimension).",
+)
 @set_option
 @json_option
 def plan(
@@ -867,6 +873,7 @@ def plan(
     no_probe: bool,
     probe_prompts: int,
     gamma_max: int,
+    concurrency: str,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -883,9 +890,9 @@ def plan(
         probe=False if no_probe else None,
         probe_prompts=probe_prompts,
         gamma_max=gamma_max,
-        overrides=overrides,
+        concurrency=_ints(concurrency) or (1,),
         progress=_progress(as_json),
-    )
+    )  # the overrides are in the loaded recipe
     emit(result.to_dict(), as_json, lambda: click.echo(result.render()))
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from toolkit.bench.plan import (
     PlanResult,
+    StepTiming,
     fit_kappa,
     interpolate,
     isotonic,
@@ -105,7 +106,7 @@ def test_probe_draft_target_identical_draft(random_models, tmp_path):
         r, workload="code", probe_prompts=3, probe_tokens=12, gamma_max=3, concurrency=(1, 2), progress=False
     )
     assert isinstance(p, PlanResult) and p.probe is not None
-    assert p.basis.startswith("measured") and p.batching == "sequential"
+    assert p.basis.startswith("measured") and p.batching == "inflight"
     # γ=3 gives acceptance at every position; γ=2 and γ=1 add measured step times.
     assert [c.label for c in p.probe.configs] == ["γ=3", "γ=2", "γ=1"]
     cfg = p.probe.configs[0]
@@ -118,8 +119,14 @@ def test_probe_draft_target_identical_draft(random_models, tmp_path):
     assert [pr.draft_len for pr in p.predictions] == [1, 2, 3]
     assert [pr.expected_tokens for pr in p.predictions] == [2.0, 3.0, 4.0]
     assert [pr.expected_tokens_iid for pr in p.predictions] == pytest.approx([2.0, 3.0, 4.0])
-    for pr in p.predictions:
-        assert pr.speedup[1] == pr.speedup[2]  # sequential backend: no batch term
+    t = p.probe.timing
+    assert sorted(t.batch_points) == [1, 2, 3, 4]  # plain, and γ+1 tokens per row for γ = 1..3
+    assert all(
+        [b for b, _ in pts] == [1, 2, 4, 8, 16] and all(x > 0 for _, x in pts)
+        for pts in t.batch_points.values()
+    )
+    for pr in p.predictions:  # in-flight batching: the batch term from the timed batched forwards
+        assert pr.speedup[2] == pytest.approx(pr.speedup[1] * t.batch_scale(pr.draft_len + 1, 2))
     assert p.recommendation is not None and p.recommendation.schedule is not None
     d = p.to_dict()
     json.dumps(d)
@@ -241,3 +248,19 @@ def test_helpers():
     shipped = load_recipe("tiny-medusa").speculative.medusa_choices
     assert probe_candidates(load_recipe("tiny-medusa"), 8)[-1][1]["medusa_choices"] == shipped
     assert recommend([], "draft_target", [1], "x") is None
+
+
+def test_batch_scale_from_batched_forward_times():
+    """At b rows a plain step takes t(b, 1) and a verify step t(b, γ+1): the speedup at 1 is
+    scaled by their growths' ratio; beyond max_batch_size the batch stops growing (queueing)."""
+    t = StepTiming(t_base=1.0, forward_points=[(1, 1.0)])
+    assert t.batch_scale(5, 8) == 1.0  # nothing measured: no batch term
+    t.batch_points = {
+        1: [(1, 1.0), (2, 1.1), (4, 1.2), (8, 2.0)],  # plain: memory-bound until 4 rows
+        5: [(1, 1.5), (2, 2.0), (4, 3.0), (8, 6.0)],  # 5 tokens per row: compute-bound sooner
+    }
+    assert t.batch_scale(5, 1) == 1.0
+    assert t.batch_scale(5, 8) == pytest.approx((2.0 / 1.0) / (6.0 / 1.5))
+    assert t.batch_scale(4, 8) == t.batch_scale(5, 8)  # the nearest measured width
+    t.max_batch = 4
+    assert t.batch_scale(5, 16) == t.batch_scale(5, 4) == pytest.approx((1.2 / 1.0) / (3.0 / 1.5))

@@ -49,6 +49,26 @@ class StepTiming:
     draft_forward: float | None = None  # bare draft forward, 1 token (draft_target)
     c_forward: float | None = None  # draft_forward / target forward(1): Leviathan's c
     kappa: float = 0.0  # slope of forward time in tokens, relative to forward(1)
+    # Batched target forward time: tokens per row -> [(batch size, seconds)], the batch dimension
+    # of the reference backend's in-flight batching (empty: not measured).
+    batch_points: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    max_batch: int | None = None  # the engine's build.max_batch_size: concurrency beyond it queues
+
+    def batch_scale(self, width: int, batch: int) -> float:
+        """How much longer a step verifying `width` tokens per row takes at `batch` rows than at
+        one, relative to a plain step's growth: the factor a speedup at concurrency 1 is
+        multiplied by at that concurrency (1.0 when unmeasured)."""
+        if not self.batch_points or batch <= 1:
+            return 1.0
+        b = min(batch, self.max_batch) if self.max_batch else batch
+
+        def growth(w: int) -> float:
+            widths = sorted(self.batch_points)
+            near = min(widths, key=lambda x: (abs(x - w), x))
+            pts = isotonic(self.batch_points[near])
+            return interpolate(pts, b) / interpolate(pts, 1)
+
+        return growth(1) / growth(width)
 
     def delta(self, n: int) -> float:
         """Extra seconds to verify n tokens instead of 1 (from the monotone fit of the points)."""
@@ -347,6 +367,38 @@ def time_forwards(
     return {name: [(n, _robust(times[(name, n)])) for n in sizes[name]] for name in lms}
 
 
+BATCH_SIZES = (1, 2, 4, 8, 16)
+
+
+def time_batched_forwards(
+    lm: Any, context: list[int], widths: Sequence[int], batches: Sequence[int] = BATCH_SIZES, repeats: int = 7
+) -> dict[int, list[tuple[int, float]]]:
+    """Seconds of one batched target forward over `width` new tokens per row after `context`,
+    for each batch size: the in-flight batched step's cost (HF model, a batch of equal rows;
+    the runtime pads rows of different lengths to the longest, which this does not model)."""
+    import torch
+
+    model = lm.model
+    times: dict[tuple[int, int], list[float]] = {(w, b): [] for w in widths for b in batches}
+    caches = {}
+    with torch.inference_mode():
+        for b in batches:
+            out = model(torch.tensor([context] * b, dtype=torch.long), use_cache=True)
+            caches[b] = out.past_key_values
+        tok = context[-1]
+        for r in range(repeats + 1):
+            for b in batches:
+                for w in widths:
+                    ids = torch.full((b, w), tok, dtype=torch.long)
+                    t = time.perf_counter()
+                    model(ids, past_key_values=caches[b], use_cache=True)
+                    dt = time.perf_counter() - t
+                    caches[b].crop(len(context))
+                    if r:  # the first round warms the allocator for every shape
+                        times[(w, b)].append(dt)
+    return {w: [(b, _robust(times[(w, b)])) for b in batches] for w in widths}
+
+
 def isotonic(points: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
     """Non-decreasing least-squares fit of (n, t) points (pool adjacent violators).
 
@@ -591,8 +643,11 @@ def predict_measured(
     times (each includes the proposer, the verify forward over γ+1 tokens and the bookkeeping).
     Speedup = τ(γ) · t_base / t_step(γ). Other shapes were each probed directly. Leviathan's
     closed form E/(γc + 1 + κγ) with the bare-forward c and κ is kept as a cross-check
-    (`speedup_iid` when α is known). The reference runtime serves one sequence at a time, so
-    the speedup does not change with concurrency (requests queue).
+    (`speedup_iid` when α is known). The batch dimension: the reference runtime batches in
+    flight, so at concurrency b a step runs b rows; the speedup at 1 is scaled by how much a
+    plain step grows from 1 to b rows against how much a step verifying γ+1 tokens per row
+    grows (`StepTiming.batch_scale`, from timed batched forwards; b capped at max_batch_size).
+    The draft's and proposers' own costs are taken to scale like the plain step.
     """
     t = probe.timing
     out: list[Prediction] = []
@@ -622,7 +677,7 @@ def predict_measured(
                     draft_len=g,
                     expected_tokens=e,
                     expected_tokens_iid=e_iid,
-                    speedup={b: s for b in concurrency},
+                    speedup={b: s * t.batch_scale(g + 1, b) for b in concurrency},
                     speedup_iid=lev,
                     source=f"τ replayed from the {primary.label} probe; step time interpolated from probes at "
                     + ", ".join(f"γ={x}" for x, _ in sorted(step_pts)),
@@ -640,7 +695,9 @@ def predict_measured(
                 draft_len=_draft_len(mode, cfg.settings, spec),
                 expected_tokens=e,
                 expected_tokens_iid=None,
-                speedup={b: s for b in concurrency},
+                speedup={
+                    b: s * t.batch_scale(_draft_len(mode, cfg.settings, spec) + 1, b) for b in concurrency
+                },
                 source="measured τ and step time",
             )
         )
@@ -818,7 +875,7 @@ def plan(
         backend=backend,
         basis="",
         concurrency=list(concurrency),
-        batching="sequential" if backend == "reference" else "inflight",
+        batching="inflight",
     )
     if mode == "none":
         result.notes.append("the recipe has no speculation (mode none); only sizing applies")
@@ -867,10 +924,12 @@ def plan(
             alpha=alpha.point if alpha else None,
         )
         result.basis = "measured (reference runtime on this CPU)"
-        if result.batching == "sequential":
+        t = result.probe.timing
+        if t.batch_points:
             result.notes.append(
-                "the reference backend runs one sequence at a time per model instance: concurrent "
-                "requests queue, so the predicted speedup is the same at every concurrency"
+                "batch dimension: speedup at concurrency b = speedup at 1 × (plain step growth from 1 to b "
+                f"rows) ÷ (verify step growth), from batched target forwards at {', '.join(str(b) for b, _ in t.batch_points[1])} rows"
+                + (f"; beyond max_batch_size {t.max_batch} requests queue" if t.max_batch else "")
             )
 
     gpu_obj = None
@@ -1066,6 +1125,10 @@ def _run_probe(
     if "draft" in fw:
         timing.draft_forward = fw["draft"][0][1]
         timing.c_forward = timing.draft_forward / dict(points)[1]
+    _say(progress, "timing batched forwards (in-flight batching)")
+    widths = sorted({1, *(min(_draft_len(mode, st, spec), 32) + 1 for _, st in cands)})
+    timing.batch_points = time_batched_forwards(rt.target, ctx, widths)
+    timing.max_batch = getattr(getattr(rec, "build", None), "max_batch_size", None)
     configs = []
     for (label, settings), st, durs, stoks in zip(cands, totals, steps, step_tokens, strict=True):
         configs.append(
