@@ -24,13 +24,18 @@ def speedup_model(g: int, c: int) -> float:
     return (1 + 0.5 * g) / (1 + 0.05 * g * g * c) if g else 1.0
 
 
-def run_at(g: int) -> BenchResult:
+SCHEDULE = {1: 3, 2: 2, 4: 1, 16: 0}  # the per-level winners of speedup_model over γ = 1..4
+
+
+def run_at(g: int | dict[int, int]) -> BenchResult:
+    """Synthetic run at draft length g, or at g[c] per level (a draft_len_schedule)."""
     res = BenchResult(endpoint="fake", workload={"name": "code", "prompts": 36}, settings={})
     for c in LEVELS:
-        gap = 1 / (100.0 * speedup_model(g, c))
+        gl = g[c] if isinstance(g, dict) else g
+        gap = 1 / (100.0 * speedup_model(gl, c))
         recs = [
             record(
-                i, ttft=gap, gaps=[gap * (1 + 0.01 * (i % 3))] * 11, accepted=g, drafted=2 * g, concurrency=c
+                i, ttft=gap, gaps=[gap * (1 + 0.01 * (i % 3))] * 11, accepted=gl, drafted=2 * gl, concurrency=c
             )
             for i in range(12)
         ]
@@ -44,6 +49,8 @@ def fake_measure(monkeypatch):
 
     def measure(url, model, protocol, wl, sampling, *, label, **kw):
         calls.append((label, sampling.num_draft_tokens, url))
+        if label == "draft_len_schedule":
+            return run_at(SCHEDULE)
         g = 0 if "baseline" in label else int(label.split("=")[1].split()[0]) if label.startswith("γ=") else 0
         return run_at(g)
 
@@ -97,7 +104,21 @@ def test_tune_redeploy_schedule_and_overlay(fake_measure, tmp_path):
         progress=False,
     )
     assert deployed[0] == ["speculative={mode: none}", "models.draft="]
-    assert deployed[1:] == [[f"speculative.max_draft_len={g}"] for g in (1, 2, 3, 4)]
+    assert deployed[1:5] == [[f"speculative.max_draft_len={g}"] for g in (1, 2, 3, 4)]
+    # Then the tuned schedule itself, deployed as a valid recipe and checked at every level.
+    assert deployed[5] == [
+        "speculative.max_draft_len=3",
+        "speculative.draft_len_schedule={1: 3, 2: 2, 4: 1, 16: 0}",
+    ]
+    assert load_recipe("tiny-draft-target", deployed[5]).speculative.draft_len_schedule == SCHEDULE
+    assert sorted(t.schedule_check) == list(LEVELS) and t.schedule_holds
+    for c, v in t.schedule_check.items():
+        assert v["best_fixed"] == max(t.cell(g, c).speedup.point for g in (1, 2, 3, 4))
+        if SCHEDULE[c]:  # the schedule runs the best fixed γ there
+            assert v["ratio"] == pytest.approx(1.0, abs=0.05)
+        else:  # speculation off where every γ loses: the schedule beats them all
+            assert v["ratio"] > 1.05 and v["best_fixed"] < 1
+    assert "schedule check" in t.render() and "holds" in t.render()
     assert t.method == "redeploy" and len(t.cells) == 4 * len(LEVELS)
     c = t.cell(3, 1)
     assert c.speedup.point == pytest.approx(speedup_model(3, 1), rel=0.03)
@@ -148,3 +169,13 @@ def test_tune_bad_inputs(tmp_path):
         tune("127.0.0.1:8001", recipe="tiny-draft-target", concurrency=(0,), progress=False)
     with pytest.raises(UsageError, match="method must be"):
         tune("127.0.0.1:8001", recipe="tiny-draft-target", method="guess", progress=False)
+
+
+def test_valid_schedule_follows_trtllm_rules():
+    """llm_args.py: an entry for batch size 1 equal to max_draft_len, none above it."""
+    from toolkit.bench.tune import valid_schedule
+
+    assert valid_schedule({1: 3, 2: 4, 4: 1, 8: 0}) == {1: 3, 2: 3, 4: 1, 8: 0}
+    assert valid_schedule({2: 2, 4: 0}) == {1: 2, 2: 2, 4: 0}  # lowest level measured was 2
+    assert valid_schedule({1: 0, 2: 0}) is None  # speculation does not pay: no schedule
+    assert valid_schedule({}) is None

@@ -524,6 +524,17 @@ def render_tune(t: TuneResult) -> str:
     out.append(
         f"best per concurrency: {t.schedule}  (0 = speculation off); max_concurrency {t.max_concurrency}"
     )
+    if t.schedule_check:
+        out.append(
+            "schedule check (the tuned draft_len_schedule deployed; goal ≥ 0.95 of the best fixed "
+            f"setting at every level): {'holds' if t.schedule_holds else 'DOES NOT hold'}"
+        )
+        for c, v in sorted(t.schedule_check.items()):
+            ratio = v["ratio"]
+            out.append(
+                f"  c={c}: schedule {v['scheduled']:.2f}× vs best fixed {v['best_fixed_label']} "
+                f"{v['best_fixed']:.2f}×" + (f" → {ratio:.2f}" if ratio is not None else "")
+            )
     if t.prediction_error is not None:
         out.append(f"plan vs measured: median |predicted − measured| = {t.prediction_error:.3f}")
     if t.overlay_path:

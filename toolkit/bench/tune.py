@@ -88,6 +88,11 @@ class TuneResult:
     overlay: dict[str, Any] = field(default_factory=dict)
     llmapi_fragment: dict[str, Any] = field(default_factory=dict)
     overlay_path: Path | None = None
+    # The tuned draft_len_schedule deployed and measured: concurrency -> {scheduled, best_fixed,
+    # best_fixed_label, ratio}; `schedule_holds`: ratio >= SCHEDULE_GOAL at every level.
+    schedule_check: dict[int, dict[str, Any]] = field(default_factory=dict)
+    schedule_holds: bool | None = None
+    schedule_run: BenchResult | None = None
     report_dir: Path | None = None
     report_files: list[Path] = field(default_factory=list)
     partial: bool = False
@@ -118,6 +123,8 @@ class TuneResult:
             "overlay": self.overlay,
             "llmapi_fragment": self.llmapi_fragment,
             "overlay_path": str(self.overlay_path) if self.overlay_path else None,
+            "schedule_check": {str(c): v for c, v in self.schedule_check.items()},
+            "schedule_holds": self.schedule_holds,
             "report_dir": str(self.report_dir) if self.report_dir else None,
             "report_files": [str(p) for p in self.report_files],
             "partial": self.partial,
@@ -202,12 +209,15 @@ def tune(
     report_dir: str | Path | None = None,
     workdir: str | Path | None = None,
     progress: bool = True,
+    check: bool = True,
 ) -> TuneResult:
     """Measure speedup per configuration × concurrency and write the best settings.
 
     `target`: URL, workdir or recipe of the speculative deployment. `recipe`: the recipe it was
     deployed from (needed with a URL/workdir target for the sweep, the overlay and predictions).
     method: per-request (draft_target via the BLS), redeploy (needs deploy_fn), or auto.
+    `check`: with redeploy on the reference backend, also deploy the tuned draft_len_schedule
+    and measure it against the best fixed draft length at every concurrency (`schedule_check`).
     """
     from toolkit.bench.plan import load_recipe_any
     from toolkit.bench.report import default_report_dir
@@ -331,6 +341,30 @@ def tune(
     if plan_result is None and predict and mode in CHAIN_MODES:
         plan_result = _try_plan(rec, wl, levels, configs, seed, progress)
     _finish(result, resamples, seed, plan_result)
+    sched = valid_schedule(result.schedule)
+    if (
+        check
+        and method == "redeploy"
+        and chain_sweep
+        and rec.backend == "reference"
+        and sched
+        and len(levels) > 1
+    ):
+        # Redeploy with the schedule (the reference runtime follows it per batch size, as
+        # TensorRT-LLM's drafter does) and measure it against every fixed draft length.
+        flow = "{" + ", ".join(f"{c}: {g}" for c, g in sched.items()) + "}"
+        ov = [f"speculative.max_draft_len={sched[1]}", f"speculative.draft_len_schedule={flow}"]
+        try:
+            with deploy_fn(path, ov) as deployed:
+                url, mdl = deployed_address(deployed, protocol)
+                run = _measure(
+                    url, model or mdl, protocol, wl, Sampling(temperature=temperature),
+                    label="draft_len_schedule", draft_len=sched[1], **kw,
+                )  # fmt: skip
+        except BenchAborted as e:
+            result.partial, result.error = True, f"schedule check: {e.cause or e.message}"
+        else:
+            check_schedule(result, run, resamples, seed)
     result.report_dir = out_dir
     result.report_files = write_tune_reports(result, out_dir)
     return result
@@ -486,14 +520,55 @@ def _finish(result: TuneResult, resamples: int, seed: int, plan_result: Any) -> 
         on = [c for c, g in result.schedule.items() if g > 0]
         result.max_concurrency = max(on) if on else 0
         result.overlay = _overlay(cfg["overrides"])
-        if chain:
+        sched = valid_schedule(result.schedule)
+        if chain and sched is not None:
             result.llmapi_fragment = {
                 "speculative_config": {
-                    "max_draft_len": max(result.schedule.values()) or top0.draft_len,
-                    "draft_len_schedule": dict(result.schedule),
+                    "max_draft_len": sched[1],
+                    "draft_len_schedule": sched,
                     "max_concurrency": result.max_concurrency,
                 }
             }
+
+
+SCHEDULE_GOAL = 0.95  # the schedule must reach this share of the best fixed setting's speedup
+
+
+def valid_schedule(schedule: dict[int, int]) -> dict[int, int] | None:
+    """The per-concurrency winners as a draft_len_schedule TensorRT-LLM accepts (llm_args.py:
+    keyed by batch size, an entry for 1 equal to max_draft_len, none above it), or None when
+    speculation does not pay at the lowest concurrency (then: no speculation, not a schedule)."""
+    if not schedule:
+        return None
+    g1 = schedule[min(schedule)]
+    if g1 <= 0:
+        return None
+    out = {1: g1}
+    for c in sorted(schedule):
+        if c > 1:
+            out[c] = min(schedule[c], g1)
+    return out
+
+
+def check_schedule(result: TuneResult, run: BenchResult, resamples: int, seed: int) -> None:
+    """Compare the deployment running the tuned schedule with the best fixed draft length
+    measured at each concurrency (same baseline, same requests)."""
+    assert result.baseline is not None
+    result.schedule_run = run
+    for lc in compare_levels(result.baseline, run, resamples=resamples, seed=seed):
+        cells = [c for c in result.cells if c.concurrency == lc.concurrency and c.speedup.point is not None]
+        if not cells or lc.speedup.point is None:
+            continue
+        best = max(cells, key=lambda c: c.speedup.point)
+        result.schedule_check[lc.concurrency] = {
+            "scheduled": lc.speedup.point,
+            "scheduled_ci": lc.speedup.to_dict(),
+            "best_fixed": best.speedup.point,
+            "best_fixed_label": best.label,
+            "ratio": lc.speedup.point / best.speedup.point if best.speedup.point else None,
+        }
+    ratios = [v["ratio"] for v in result.schedule_check.values() if v["ratio"] is not None]
+    result.schedule_holds = bool(ratios) and min(ratios) >= SCHEDULE_GOAL
 
 
 def _overlay(overrides: list[str]) -> dict[str, Any]:
