@@ -119,6 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     specs: dict[str, Any] = {
         "draft_target": DraftTarget(mode="draft_target", max_draft_len=GAMMA),
         "ngram": NGram(mode="ngram", max_draft_len=GAMMA, max_matching_ngram_size=3),
+        # Candidate selection and draft length, against HF prompt lookup's fixed 4 tokens:
+        "ngram (newest match)": NGram(
+            mode="ngram", max_draft_len=GAMMA, max_matching_ngram_size=3, is_use_oldest=False
+        ),
+        "ngram (adaptive γ ≤ 8)": NGram(
+            mode="ngram", max_draft_len=8, max_matching_ngram_size=3, adaptive_draft_len=True
+        ),
+        "ngram (γ = 8)": NGram(mode="ngram", max_draft_len=8, max_matching_ngram_size=3),
         "lookahead": Lookahead(mode="lookahead", window=4, ngram=3, verification_set=4),
         "medusa (mc_sim_7b_63)": Medusa(mode="medusa", medusa_choices=_medusa_tree(heads)),
         "eagle3 (chain 3)": Eagle3(mode="eagle3", max_draft_len=3),
@@ -165,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         "reference draft_target ÷ HF assisted generation": results["draft_target"] / results[assisted_label],
         "reference ngram ÷ HF prompt lookup": results["ngram"] / results[lookup_label],
     }
+    best = max((name for name in specs if name.startswith("ngram")), key=lambda name: results[name])
+    ratios[f"best reference ngram variant ({best}) ÷ HF prompt lookup"] = results[best] / results[lookup_label]
     section = _section(args, rows, results, ratios, c, len(prompts), n)
     print(section)
     if not args.no_write:

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""The batch dimension of `sdtk plan` against measurement, and `sdtk tune`'s draft_len_schedule
+checked on a live server (reference backend, in-flight batching, CPU).
+
+1. Plan: `sdtk plan`'s predicted speedup per concurrency for the speculative recipe's own setting
+   (probe in process: acceptance, step times, batched forward times), beside the speedup
+   `sdtk bench --compare` measured on the served deployments at the same levels.
+2. Tune: `sdtk tune RECIPE --method redeploy` sweeps fixed draft lengths at each level, writes the
+   best per level as a draft_len_schedule, deploys that schedule and measures it; the goal is
+   >= 0.95 of the best fixed setting at every level.
+
+Writes its section of docs/benchmarks.md.
+
+    python scripts/bench_schedule.py [--recipe tiny-eagle3] [--max-batch-size 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+START, END = "<!-- bench_schedule:start -->", "<!-- bench_schedule:end -->"
+
+
+def _batching():
+    """scripts/bench_batching.py (its recipe copies, A/B runner and machine facts)."""
+    spec = importlib.util.spec_from_file_location("bench_batching", ROOT / "scripts" / "bench_batching.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def predicted(recipe_path: Path, levels: list[int]) -> dict:
+    from toolkit.bench.plan import plan
+    from toolkit.recipe import load_recipe
+
+    rec = load_recipe(recipe_path)
+    p = plan(rec, workload="code", probe_prompts=12, concurrency=levels, progress=False)
+    g = rec.speculative.max_draft_len
+    own = p.prediction_for(g)
+    assert own is not None, f"plan made no prediction for max_draft_len={g}"
+    return {"draft_len": g, "speedup": {c: own.speedup[c] for c in levels}, "notes": p.notes}
+
+
+def tune_check(recipe_path: Path, levels: list[int], draft_lens: str, requests: int, tmp: str) -> dict:
+    argv = [
+        "tune", str(recipe_path), "--method", "redeploy", "--draft-lens", draft_lens,
+        "--concurrency", ",".join(map(str, levels)), "--requests", str(requests),
+        "--report-dir", str(Path(tmp) / "tune"), "--json",
+    ]  # fmt: skip
+    p = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "sdtk"), *argv],
+        cwd=tmp,  # tune deploys under ./workdir
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    if p.returncode != 0:
+        raise SystemExit(f"sdtk tune failed: {p.stderr.strip()[-2000:]}")
+    out = json.loads(p.stdout)
+    out["command"] = "sdtk " + " ".join(argv).replace(tmp, "<tmp>")
+    return out
+
+
+def write_section(pred: dict, abr: dict, tune: dict, cmd: str, load: tuple, mbs: int) -> None:
+    import torch
+
+    bb = _batching()
+    measured = {lv["concurrency"]: (lv.get("speedup") or {}) for lv in abr["levels"]}
+    lines = [
+        START,
+        "## `sdtk plan`'s batch dimension and `sdtk tune`'s schedule, against measurement",
+        "",
+        f"- machine: {bb.cpu_model()}, {len(os.sched_getaffinity(0))} cores, torch {torch.__version__}; "
+        f"load average {load[0][0]:.1f} before, {load[1][0]:.1f} after",
+        f"- command: `{cmd}`",
+        f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; recipes = recipes/*.yaml "
+        f"with build.max_batch_size {mbs}",
+        "",
+        f"### Predicted (plan, in process) and measured (bench --compare, served) speedup of "
+        f"{abr['names'][1]} (γ = {pred['draft_len']}) over {abr['names'][0]}",
+        "",
+        f"Measured: `{abr['command']}`.",
+        "",
+        "| concurrency | predicted | measured (95% CI) |",
+        "|---|---|---|",
+    ]
+    for c, s in pred["speedup"].items():
+        m = measured.get(c, {})
+        lines.append(
+            f"| {c} | {s:.2f}× | {m.get('point', float('nan')):.2f}× "
+            f"[{m.get('lo', float('nan')):.2f}, {m.get('hi', float('nan')):.2f}] |"
+        )
+    lines += ["", *[f"- plan: {n}" for n in pred["notes"]]]
+    lines += [
+        "",
+        "### The tuned draft_len_schedule on a live server",
+        "",
+        f"`{tune['command']}`: fixed draft lengths {tune['draft_lens']} at each level, then the schedule "
+        f"{tune.get('schedule')} made valid for TensorRT-LLM (entry 1 = max_draft_len) and deployed.",
+        "",
+        "| concurrency | schedule | best fixed | schedule ÷ best fixed |",
+        "|---|---|---|---|",
+    ]
+    for c, v in sorted(tune.get("schedule_check", {}).items(), key=lambda kv: int(kv[0])):
+        ratio = v["ratio"]
+        lines.append(
+            f"| {c} | {v['scheduled']:.2f}× | {v['best_fixed_label']} {v['best_fixed']:.2f}× | "
+            + (f"{ratio:.2f} |" if ratio is not None else "- |")
+        )
+    holds = tune.get("schedule_holds")
+    lines += [
+        "",
+        "Goal: the schedule reaches ≥ 0.95 of the best fixed setting at every level → "
+        + (
+            "**met**." if holds else "**not met**." if holds is False else "not measured (no valid schedule)."
+        ),
+        END,
+    ]
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text()
+    block = "\n".join(lines)
+    if START in text and END in text:
+        text = text[: text.index(START)] + block + text[text.index(END) + len(END) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--baseline", default="tiny-baseline")
+    ap.add_argument("--recipe", default="tiny-eagle3")
+    ap.add_argument("--levels", default="1,2,4,8")
+    ap.add_argument("--max-batch-size", type=int, default=16)
+    ap.add_argument("--requests", type=int, default=24, help="per level, A/B and tune")
+    ap.add_argument("--draft-lens", default="1,2,3", help="tune's fixed draft lengths")
+    args = ap.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    bb = _batching()
+    before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = bb.recipe_copy(args.recipe, Path(tmp), args.max_batch_size)
+        pred = predicted(spec, levels)
+        print(json.dumps(pred), file=sys.stderr)
+        abr = bb.ab(args.baseline, args.recipe, levels, args.requests, args.max_batch_size)
+        tune = tune_check(spec, levels, args.draft_lens, args.requests, tmp)
+    after = os.getloadavg()
+    raw = Path(tempfile.gettempdir()) / "bench_schedule.json"
+    raw.write_text(json.dumps({"plan": pred, "ab": abr, "tune": tune}, default=str, indent=1))
+    write_section(pred, abr, tune, "python " + " ".join(sys.argv), (before, after), args.max_batch_size)
+    print(f"wrote docs/benchmarks.md (raw results: {raw})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
