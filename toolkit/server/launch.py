@@ -50,6 +50,7 @@ from toolkit.server.state import (
     write_state,
 )
 
+EXIT_TIMEOUT_ENV = "SDTK_EXIT_TIMEOUT_S"  # overrides the default --exit-timeout-secs
 DEFAULT_READY_TIMEOUT = 600.0  # large TRT-LLM engines take minutes to load
 DEFAULT_STOP_GRACE = 15.0
 _PORT_RETRIES = 3  # with auto_ports, relaunch on a port lost to a race
@@ -215,7 +216,12 @@ class TritonServer:
         self.log_path = Path(log_path).absolute() if log_path else default_log_path(self.workdir)
         self.extra_args = list(extra_args)
         self.log_verbose = log_verbose
-        self.exit_timeout_s = exit_timeout_s
+        # SDTK_EXIT_TIMEOUT_S shortens a stop that waits on requests Triton 2.51 still counts as
+        # in flight after an ensemble request was cancelled (docs/runbooks/troubleshooting.md).
+        env_exit = os.environ.get(EXIT_TIMEOUT_ENV, "").strip()
+        self.exit_timeout_s = (
+            int(env_exit) if env_exit.isdigit() and exit_timeout_s is not None else exit_timeout_s
+        )
         self.disable_auto_complete_config = disable_auto_complete_config
         self.world_size = world_size
         self.tensorrt_llm_model_names = list(tensorrt_llm_model_names)
