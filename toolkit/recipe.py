@@ -183,6 +183,14 @@ class _LoadAware(_Strict):
         "acceptance falls and grow it back when drafts are fully accepted (sdtk, not upstream).",
     )
 
+    @field_validator("draft_len_schedule", mode="before")
+    @classmethod
+    def _json_keys(cls, v: Any) -> Any:
+        # JSON (the engine directory's config.json, --json reports) has only string keys: "1" -> 1.
+        if isinstance(v, dict):
+            return {int(k) if isinstance(k, str) and k.isdecimal() else k: x for k, x in v.items()}
+        return v
+
     @model_validator(mode="after")
     def _schedule(self) -> _LoadAware:
         v = self.draft_len_schedule

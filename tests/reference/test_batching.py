@@ -110,3 +110,19 @@ def test_adaptive_draft_len_is_reported_and_lossless(
             hist[k] = hist.get(k, 0) + v
         assert runtime.generate(ids, NEW_TOKENS, spec=fixed, end_id=end_id).stats.draft_len_histogram == {}
     assert len(hist) > 1 and max(hist) <= 5 and min(hist) >= 1  # it did move
+
+
+def test_schedule_survives_the_engine_config_json():
+    """The engine directory stores the speculative section as JSON, whose keys are strings: a
+    draft_len_schedule must load back (it once failed the deployment: "Input should be a valid
+    integer")."""
+    import json
+
+    from toolkit.recipe import load_recipe
+    from toolkit.reference.runtime import parse_speculative
+
+    rec = load_recipe(
+        "tiny-eagle3", ["speculative.max_draft_len=3", "speculative.draft_len_schedule={1: 3, 4: 1, 8: 0}"]
+    )
+    back = parse_speculative(json.loads(json.dumps(rec.speculative.model_dump())))
+    assert back.draft_len_schedule == {1: 3, 4: 1, 8: 0} == rec.speculative.draft_len_schedule
