@@ -235,14 +235,9 @@ def write_section(tp: dict, abr: dict | None, cmd: str, rounds: int, max_tokens:
             f"Verdict: {abr['verdict']}; break-even: {abr['break_even']} ({abr['break_even_basis']}).",
         ]
     lines.append(END)
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    block = "\n".join(lines)
-    if START in text and END in text:
-        text = text[: text.index(START)] + block + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
+    from toolkit._fs import replace_section
+
+    replace_section(ROOT / "docs" / "benchmarks.md", START, END, "\n".join(lines))
 
 
 def main() -> None:

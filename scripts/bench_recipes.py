@@ -175,16 +175,9 @@ def _section(
 
 
 def _write(path: Path, section: str) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        text = head + section + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".incomplete")
-    tmp.write_text(text)
-    tmp.replace(path)
+    from toolkit._fs import replace_section
+
+    replace_section(path, START, END, section)
 
 
 if __name__ == "__main__":

@@ -174,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         "reference ngram ÷ HF prompt lookup": results["ngram"] / results[lookup_label],
     }
     best = max((name for name in specs if name.startswith("ngram")), key=lambda name: results[name])
-    ratios[f"best reference ngram variant ({best}) ÷ HF prompt lookup"] = results[best] / results[lookup_label]
+    ratios[f"best reference ngram variant ({best}) ÷ HF prompt lookup"] = (
+        results[best] / results[lookup_label]
+    )
     section = _section(args, rows, results, ratios, c, len(prompts), n)
     print(section)
     if not args.no_write:
@@ -240,14 +242,9 @@ def _section(
 
 
 def _write(path: Path, section: str) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        text = head + section + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    from toolkit._fs import replace_section
+
+    replace_section(path, START, END, section)
 
 
 if __name__ == "__main__":

@@ -128,14 +128,9 @@ def write_section(pred: dict, abr: dict, tune: dict, cmd: str, load: tuple, mbs:
         ),
         END,
     ]
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text()
-    block = "\n".join(lines)
-    if START in text and END in text:
-        text = text[: text.index(START)] + block + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
+    from toolkit._fs import replace_section
+
+    replace_section(ROOT / "docs" / "benchmarks.md", START, END, "\n".join(lines))
 
 
 def main() -> None:

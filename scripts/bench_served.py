@@ -181,14 +181,9 @@ def write_section(rows: list[dict], cmd: str, rounds: int, max_tokens: int) -> N
         "steadier of the two, since wall time there depends on how the scheduler shares the cores.",
         END,
     ]
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    block = "\n".join(lines)
-    if START in text and END in text:
-        text = text[: text.index(START)] + block + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
+    from toolkit._fs import replace_section
+
+    replace_section(ROOT / "docs" / "benchmarks.md", START, END, "\n".join(lines))
 
 
 def main() -> None:

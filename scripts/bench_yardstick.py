@@ -238,14 +238,9 @@ def write_section(rows: list[dict], ab: dict | None, cmd: str, rounds: int, n: i
             f"before, would have reported about {sp.point / ab['tpc']:.2f}×.",
         ]
     lines.append(END)
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text()
-    block = "\n".join(lines)
-    if START in text and END in text:
-        text = text[: text.index(START)] + block + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
+    from toolkit._fs import replace_section
+
+    replace_section(ROOT / "docs" / "benchmarks.md", START, END, "\n".join(lines))
 
 
 def main() -> None:

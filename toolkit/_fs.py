@@ -47,3 +47,20 @@ def atomic_write(path: Path | str, data: str | bytes, *, mode: int | None = None
         if mode is not None:
             tmp.chmod(mode)
     return path
+
+
+def replace_section(
+    path: Path | str, start: str, end: str, block: str, *, title: str = "# Benchmarks"
+) -> Path:
+    """Put `block` (which begins with `start` and ends with `end`) in place of the text between
+    those markers in `path`, or append it; atomically. The benchmark scripts' write to
+    docs/benchmarks.md: each owns one marked section and leaves the rest alone."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8") if path.exists() else title + "\n"
+    if start in text and end in text[text.index(start) :]:
+        head, rest = text.split(start, 1)
+        text = head + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write(path, text)
