@@ -264,3 +264,24 @@ def test_batch_scale_from_batched_forward_times():
     assert t.batch_scale(4, 8) == t.batch_scale(5, 8)  # the nearest measured width
     t.max_batch = 4
     assert t.batch_scale(5, 16) == t.batch_scale(5, 4) == pytest.approx((1.2 / 1.0) / (3.0 / 1.5))
+
+
+def test_recommended_overlay_is_a_valid_recipe_change():
+    """The per-level winners become a draft_len_schedule under `speculative`, valid by TRT-LLM's
+    rules (entry 1 = max_draft_len), with max_concurrency where speculation stops paying."""
+    from toolkit.bench.plan import Prediction, recommend
+    from toolkit.recipe import load_recipe
+
+    def pred(g: int, s: dict[int, float]) -> Prediction:
+        return Prediction(f"γ={g}", {"max_draft_len": g}, g, 1.0, None, s)
+
+    levels = [1, 4, 16]
+    preds = [pred(1, {1: 1.3, 4: 1.2, 16: 0.9}), pred(3, {1: 1.6, 4: 1.1, 16: 0.7})]
+    r = recommend(preds, "draft_target", levels, "measured")
+    assert r is not None and r.schedule == {1: 3, 4: 1, 16: 0} and r.max_concurrency == 4
+    spec = r.overlay["speculative"]
+    assert spec == {"max_draft_len": 3, "draft_len_schedule": {1: 3, 4: 1, 16: 0}, "max_concurrency": 4}
+    sets = [f"speculative.{k}={v}" for k, v in spec.items()]
+    assert load_recipe("tiny-draft-target", sets).speculative.draft_len_schedule == {1: 3, 4: 1, 16: 0}
+    never = recommend([pred(2, {1: 0.8, 4: 0.7, 16: 0.6})], "draft_target", levels, "measured")
+    assert never is not None and "draft_len_schedule" not in never.overlay["speculative"]

@@ -173,7 +173,7 @@ def test_tune_bad_inputs(tmp_path):
 
 def test_valid_schedule_follows_trtllm_rules():
     """llm_args.py: an entry for batch size 1 equal to max_draft_len, none above it."""
-    from toolkit.bench.tune import valid_schedule
+    from toolkit.bench.plan import valid_schedule
 
     assert valid_schedule({1: 3, 2: 4, 4: 1, 8: 0}) == {1: 3, 2: 3, 4: 1, 8: 0}
     assert valid_schedule({2: 2, 4: 0}) == {1: 2, 2: 2, 4: 0}  # lowest level measured was 2

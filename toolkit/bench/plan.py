@@ -751,6 +751,22 @@ def _near_best(preds: list[Prediction], b: int) -> Prediction:
     return min((p for p in preds if p.speedup[b] >= top * (1 - NEAR_BEST)), key=lambda p: p.draft_len)
 
 
+def valid_schedule(schedule: dict[int, int]) -> dict[int, int] | None:
+    """Per-concurrency draft lengths as a draft_len_schedule TensorRT-LLM accepts (llm_args.py:
+    keyed by batch size, an entry for 1 equal to max_draft_len, none above it), or None when
+    speculation does not pay at the lowest concurrency (then: no speculation, not a schedule)."""
+    if not schedule:
+        return None
+    g1 = schedule[min(schedule)]
+    if g1 <= 0:
+        return None
+    out = {1: g1}
+    for c in sorted(schedule):
+        if c > 1:
+            out[c] = min(schedule[c], g1)
+    return out
+
+
 def recommend(
     preds: list[Prediction], mode: str, concurrency: Sequence[int], basis: str
 ) -> Recommendation | None:
@@ -774,9 +790,11 @@ def recommend(
         max_conc = max(on) if on else 0
     below = [b for b in concurrency if best.speedup[b] < 1.0]
     overlay: dict[str, Any] = {"speculative": dict(best.settings)}
-    if chain and schedule:
-        overlay["draft_len_schedule"] = dict(schedule)
-        overlay["max_concurrency"] = max_conc
+    valid = valid_schedule(schedule) if chain and schedule else None
+    if valid is not None:  # a recipe change: the fields live under `speculative`
+        overlay["speculative"].update(max_draft_len=valid[1], draft_len_schedule=valid)
+        if max_conc and max_conc < max(concurrency):
+            overlay["speculative"]["max_concurrency"] = max_conc
     return Recommendation(
         label=best.label,
         settings=dict(best.settings),

@@ -35,6 +35,7 @@ from toolkit.bench.loadgen import (
     run_load,
 )
 from toolkit.bench.metrics import Interval
+from toolkit.bench.plan import valid_schedule
 from toolkit.bench.tokens import TokenCounter, recipe_tokenizer
 from toolkit.bench.workloads import Workload, load_workload
 from toolkit.errors import UsageError
@@ -532,22 +533,6 @@ def _finish(result: TuneResult, resamples: int, seed: int, plan_result: Any) -> 
 
 
 SCHEDULE_GOAL = 0.95  # the schedule must reach this share of the best fixed setting's speedup
-
-
-def valid_schedule(schedule: dict[int, int]) -> dict[int, int] | None:
-    """The per-concurrency winners as a draft_len_schedule TensorRT-LLM accepts (llm_args.py:
-    keyed by batch size, an entry for 1 equal to max_draft_len, none above it), or None when
-    speculation does not pay at the lowest concurrency (then: no speculation, not a schedule)."""
-    if not schedule:
-        return None
-    g1 = schedule[min(schedule)]
-    if g1 <= 0:
-        return None
-    out = {1: g1}
-    for c in sorted(schedule):
-        if c > 1:
-            out[c] = min(schedule[c], g1)
-    return out
 
 
 def check_schedule(result: TuneResult, run: BenchResult, resamples: int, seed: int) -> None:
