@@ -55,7 +55,8 @@ def test_embedded_detection_and_choice(monkeypatch):
 
 
 @needs_pytriton
-def test_command_from_recipe_serving(tmp_path):
+def test_command_from_recipe_serving(tmp_path, monkeypatch):
+    monkeypatch.delenv("SDTK_EXIT_TIMEOUT_S")  # the default (tests/conftest.py sets 3 s)
     serving = Serving(
         host="0.0.0.0", http_port=9000, grpc_port=9001, metrics_port=9002, model_name="ensemble"
     )
@@ -79,6 +80,9 @@ def test_command_from_recipe_serving(tmp_path):
     assert s.http_url == "http://127.0.0.1:9000" and s.grpc_url == "127.0.0.1:9001"
     assert s.metrics_url == "http://127.0.0.1:9002/metrics"
     assert not (tmp_path / "wd").exists()  # rendering has no side effects
+    monkeypatch.setenv("SDTK_EXIT_TIMEOUT_S", "3")
+    short = TritonServer.from_serving(serving, tmp_path / "repo", workdir=tmp_path / "wd").command()
+    assert "--exit-timeout-secs=3" in short and "--exit-timeout-secs=10" not in short
     # Two handles never share a Python-backend shm prefix.
     other = TritonServer.from_serving(serving, tmp_path / "repo", workdir=tmp_path / "wd")
     assert other.shm_prefix != s.shm_prefix
