@@ -29,30 +29,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
+from _bench import cpu_model, sdtk  # scripts/_bench.py
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 START, END = "<!-- bench_batching:start -->", "<!-- bench_batching:end -->"
-
-
-def sdtk(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "sdtk"), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def load() -> tuple[float, float, float]:

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 import transformers
+from _bench import cpu_model  # scripts/_bench.py
 from transformers import AutoModelForCausalLM
 
 from toolkit.choices import EAGLE_MC_SIM_7B_63, MEDUSA_MC_SIM_7B_63
@@ -37,16 +38,6 @@ from toolkit.reference.prompts import PROMPTS
 REPO = Path(__file__).resolve().parents[1]
 START, END = "<!-- bench_reference:start -->", "<!-- bench_reference:end -->"
 GAMMA = 4  # draft length for draft-target, n-gram and both HF baselines alike
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def timed_round_robin(contenders: dict[str, Callable[[], int]], runs: int) -> dict[str, tuple[float, int]]:

@@ -12,14 +12,14 @@ served/in-process tok/s ratio (goal >= 0.85). Writes its section of docs/benchma
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from _bench import cpu_model, sdtk  # scripts/_bench.py
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -31,26 +31,6 @@ PROMPTS = [
     "def parse_args(argv=None):\n    parser = argparse.ArgumentParser(",
 ]
 START, END = "<!-- bench_served:start -->", "<!-- bench_served:end -->"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def sdtk(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "sdtk"), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def group_cpu_s(pgid: int) -> float:

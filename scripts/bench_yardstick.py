@@ -17,12 +17,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import platform
 import statistics
 import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+
+from _bench import cpu_model  # scripts/_bench.py
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -38,16 +39,6 @@ def _client_module():
     sys.modules["sse_client"] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def measure(name: str, rounds: int, n: int, max_tokens: int, tmp: Path, per_round: int = 3) -> list[dict]:
