@@ -28,7 +28,10 @@ from _bench import cpu_model  # scripts/_bench.py
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-RECIPES = "tiny-baseline,tiny-draft-target,tiny-eagle3,tiny-medusa,tiny-lookahead,tiny-ngram"
+RECIPES = (
+    "tiny-baseline,tiny-draft-target,tiny-eagle3,tiny-medusa,tiny-lookahead,tiny-ngram,"
+    "tiny-eagle3-llmapi,tiny-ngram-llmapi"
+)
 START, END = "<!-- bench_yardstick:start -->", "<!-- bench_yardstick:end -->"
 LOAD_AT_START: list[float] = []
 

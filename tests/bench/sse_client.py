@@ -6,7 +6,11 @@ the target's tokenizer counts the tokens of the whole returned text. It never im
 toolkit (in particular not toolkit.bench), so a bug there cannot hide here.
 
 The request carries the same flags as bench's (so the server does the same work); only
-`text_output` is read. Per request: TTFT = first event with text − send; e2e = end of stream − send;
+`text_output` is read. Two request contracts, told apart by the inputs the model declares:
+the ensemble / BLS / tensorrt_llm one (`max_tokens`, `stream`; each event carries its new
+text) and TensorRT-LLM's LLM-API model (`sampling_param_max_tokens`, `streaming`; each event
+carries the whole text so far, tensorrtllm_backend docs/llmapi.md).
+Per request: TTFT = first event with text − send; e2e = end of stream − send;
 N = tokenizer count of the concatenated text_output; TPOT = (e2e − TTFT) / (N − 1);
 mean ITL over a run = Σ(last text event − first text event) / Σ(N − 1).
 """
@@ -25,6 +29,7 @@ SAME_AS_BENCH = (
     "return_num_output_tokens",
     "return_num_input_tokens",
 )
+SAME_AS_BENCH_LLMAPI = ("sampling_param_exclude_input_from_output", "sampling_param_return_perf_metrics")
 
 
 @dataclass
@@ -80,10 +85,14 @@ class SSEClient:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def run(self, prompt: str, max_tokens: int) -> Measured:
-        body = {"text_input": prompt, "max_tokens": max_tokens, "stream": True}
+        llmapi = "sampling_param_max_tokens" in self.inputs
+        if llmapi:
+            body: dict = {"text_input": prompt, "sampling_param_max_tokens": max_tokens, "streaming": True}
+        else:
+            body = {"text_input": prompt, "max_tokens": max_tokens, "stream": True}
         # The same request as sdtk bench sends, so the server does the same work (asking for perf
         # metrics costs the reference backend ~5-10% of TPOT); every output but text is ignored.
-        for name in SAME_AS_BENCH:
+        for name in SAME_AS_BENCH_LLMAPI if llmapi else SAME_AS_BENCH:
             if name in self.inputs:
                 body[name] = True
         m = Measured(prompt)
@@ -105,6 +114,9 @@ class SSEClient:
             m.events += 1
             m.event_times.append(now)
             text = event.get("text_output", "")
+            if llmapi:  # the whole text so far: the event brings what it adds
+                assert text.startswith("".join(texts)), (texts, text)
+                text = text[len("".join(texts)) :]
             if text:
                 texts.append(text)
                 m.first = m.first if m.first is not None else now

@@ -104,9 +104,11 @@ class TritonEndpoint:
         )
         self.name = f"{protocol}://{self.client.url.split('://')[-1]}/{model}"
         self._inputs: set[str] = set()
+        self._info: Any = None
 
     async def check(self) -> None:
         info = await self.client.model_info()
+        self._info = info
         self._inputs = set(info.inputs)
         if not info.decoupled:
             raise ServerError(
@@ -125,8 +127,16 @@ class TritonEndpoint:
 
     async def stream(self, prompt: Prompt, *, seed: int, sampling: Sampling) -> AsyncIterator[Chunk]:
         from toolkit.client import GenerationRequest
+        from toolkit.client.llmapi import accepts
 
         has = self._inputs
+        # A field goes out under the model's own input name (the LLM-API model's are
+        # sampling_param_*); checking the ensemble's names there dropped temperature and perf metrics.
+        info = self._info
+
+        def takes(name: str) -> bool:
+            return accepts(info, name) if info is not None else name in has
+
         extra: dict[str, Any] = {}
         if "return_num_output_tokens" in has:
             extra["return_num_output_tokens"] = True
@@ -136,12 +146,12 @@ class TritonEndpoint:
         req = GenerationRequest(
             prompt.text,
             prompt.max_tokens,
-            temperature=sampling.temperature if "temperature" in has else None,
-            top_k=sampling.top_k if "top_k" in has else None,
-            top_p=sampling.top_p if "top_p" in has else None,
-            seed=seed if (sampled and "seed" in has) else None,
-            exclude_input_in_output=True if "exclude_input_in_output" in has else None,
-            return_perf_metrics=True if "return_perf_metrics" in has else None,
+            temperature=sampling.temperature if takes("temperature") else None,
+            top_k=sampling.top_k if takes("top_k") else None,
+            top_p=sampling.top_p if takes("top_p") else None,
+            seed=seed if (sampled and takes("seed")) else None,
+            exclude_input_in_output=True if takes("exclude_input_in_output") else None,
+            return_perf_metrics=True if takes("return_perf_metrics") else None,
             num_draft_tokens=sampling.num_draft_tokens,
             extra_inputs=extra,
         )

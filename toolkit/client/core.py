@@ -55,9 +55,11 @@ class ClientCore:
 
     @classmethod
     def from_workdir(cls: type[C], workdir: Path | str, *, protocol: str = "http", **kwargs: Any) -> C:
-        """For the server recorded in `<workdir>/state.json` (a detached `sdtk deploy`)."""
-        from toolkit.server.state import read_state, state_path
+        """For the server recorded in `<workdir>/state.json` (a detached `sdtk deploy`); `workdir`
+        is the deploy workdir or the deployment directory under it (the CLI's one resolver)."""
+        from toolkit.server.state import find_deployment, read_state, state_path
 
+        workdir = find_deployment(workdir)
         st = read_state(workdir)
         if st is None:
             raise ClientError(
