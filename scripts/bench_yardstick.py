@@ -173,6 +173,21 @@ def in_process_ratio() -> tuple[float, float] | None:
     return None
 
 
+def shipped_ratio() -> tuple[float, str] | None:
+    """(speedup, per-round range) of tiny-eagle3 against the target alone, in process, from the
+    "Tiny recipes at their shipped settings" section (scripts/bench_recipes.py): the same recipe,
+    the same workload, whole generations (prefill included, as bench's per-user tok/s)."""
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    if "<!-- bench_recipes:start -->" not in text:
+        return None
+    block = text.split("<!-- bench_recipes:start -->", 1)[1].split("<!-- bench_recipes:end -->", 1)[0]
+    for line in block.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] == "tiny-eagle3" and len(cells) >= 6:
+            return float(cells[4].strip("*").rstrip("×")), cells[5]
+    return None
+
+
 def ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:.2f}"
 
@@ -221,6 +236,14 @@ def write_section(rows: list[dict], ab: dict | None, cmd: str, rounds: int, n: i
                 + ("; " if inside and outside else "")
                 + (f"{', '.join(outside)} OUTSIDE it" if outside else "")
                 + " (the two sides run one after the other, so load from other processes can fall on one side)."
+            )
+        shipped = shipped_ratio()
+        if shipped is not None:
+            v, rng = shipped
+            where += (
+                f" The in-process ratio at the recipe's shipped settings (section \"Tiny recipes at their "
+                f"shipped settings\": whole generations, prefill included, like bench's per-user tok/s) is "
+                f"{v:.2f}× (per round {rng}): " + ("inside" if sp.lo <= v <= sp.hi else "OUTSIDE") + " the interval."
             )
         lines += [
             "",
