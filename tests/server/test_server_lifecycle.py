@@ -88,6 +88,9 @@ def test_detach_status_logs_stop_cycles(make_repo, tmp_path):
             assert c.generate("hi there", max_tokens=2).text == " hi there"
         with TritonClient.from_workdir(wd, protocol="grpc") as c:
             assert c.stream("hi", max_tokens=2).response.num_chunks == 2
+        # The directory above the deployment works too (the CLI's one --workdir resolver).
+        with TritonClient.from_workdir(tmp_path) as c:
+            assert c.generate("hi there", max_tokens=2).text == " hi there"
 
         assert "Started GRPCInferenceService" in read_logs(wd)
         assert len(read_logs(wd, lines=3).splitlines()) == 3
