@@ -5,6 +5,7 @@ in tests/integration/test_reference_llmapi.py."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -116,3 +117,38 @@ def test_streaming_needs_decoupled(pb, load_model, monkeypatch):
     req = _request(pb, {"text_input": np.array([b"x"], dtype=object), "streaming": np.array([True])})
     (resp,) = m.execute([req])
     assert resp.has_error() and "Streaming is only supported in decoupled mode." in resp.error().message()
+
+
+def test_streaming_sends_each_step_at_once_and_the_last_step_as_final(pb, model, monkeypatch):
+    """Upstream queues each streamed RequestOutput for sending as it comes and marks the finished
+    one FINAL (model.py `_execute_single_request`): one response per step, none held back until the
+    next step, no extra response after the last step."""
+    _mod, m = model
+    inputs = {"text_input": np.array([b"def fib(n):"], dtype=object),
+              "sampling_param_max_tokens": np.array([12], np.int32),
+              "sampling_param_exclude_input_from_output": np.array([True]),
+              "streaming": np.array([True])}  # fmt: skip
+    req = _request(pb, inputs)
+    generate = m.runtime.generate
+    seen: list[int] = []  # responses already sent when step k reports its tokens
+
+    def watched(*args, on_tokens, **kwargs):
+        def step(tokens):
+            deadline = time.monotonic() + 3.0  # the step before this one must be out by now
+            while len(req.sender.sent) < len(seen) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            seen.append(len(req.sender.sent))
+            on_tokens(tokens)
+
+        return generate(*args, on_tokens=step, **kwargs)
+
+    monkeypatch.setattr(m.runtime, "generate", watched)
+    assert m.execute([req]) is None
+    sent = req.sender.sent
+    assert seen == list(range(len(seen))) and len(seen) > 1
+    assert len(sent) == len(seen)  # one response per step, the last step's is the final one
+    assert [f for _, f in sent] == [0] * (len(sent) - 1) + [pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL]
+    texts = [r.as_dict()["text_output"][0].decode() for r, _ in sent]
+    assert all(not r.has_error() for r, _ in sent) and len(set(texts)) == len(texts)
+    plain = _run(pb, m, {k: v for k, v in inputs.items() if k != "streaming"})
+    assert texts[-1] == plain[-1][0].as_dict()["text_output"][0].decode()

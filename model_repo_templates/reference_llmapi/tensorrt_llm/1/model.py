@@ -213,7 +213,10 @@ class Request:
 
 
 class Generation:
-    """Runs one request on the reference runtime; yields response dicts (name → numpy array)."""
+    """Runs one request on the reference runtime; yields (response dict, final) pairs, the dicts
+    mapping output name → numpy array. Streamed responses are yielded as each step produces them;
+    the step that ends the request is not streamed on its own: the final response carries it, as
+    upstream sends the finished RequestOutput as the last (and only final) response."""
 
     def __init__(self, runtime, speculative: bool, req: Request, is_cancelled):
         self.rt = runtime
@@ -260,12 +263,14 @@ class Generation:
                 if hits:
                     state["finish"], state["stop_reason"] = "stop", min(hits)[1]
                     raise _Stop
-            if req.streaming and tokens:
+            last = state["finish"] == "stop" or len(out) >= req.max_tokens
+            if req.streaming and tokens and not last:
                 pending.append(self._response(text_of(out), state, final=False))
 
         result = None
         try:
-            yield from self._run(prompt_ids, sampling, end_id, on_tokens, pending)
+            for streamed in self._run(prompt_ids, sampling, end_id, on_tokens, pending):
+                yield streamed, False
             result = self._result
         except _Stop:
             pass
@@ -295,7 +300,7 @@ class Generation:
             }
             for name in PERF:
                 final[name] = np.asarray([values[name]], dtype=np.object_)
-        yield final
+        yield final, True
 
     def _run(self, prompt_ids, sampling, end_id, on_tokens, pending):
         """Generate, yielding the streamed responses `on_tokens` queued after each step."""
@@ -407,7 +412,7 @@ class TritonPythonModel:
                     if _scalar(request, "stop"):
                         responses.append(self._stop(request))
                         continue
-                    responses.append(_tensors(list(self._generation(request))[-1]))
+                    responses.append(_tensors(list(self._generation(request))[-1][0]))
                 except Cancelled:
                     responses.append(_cancelled())
                 except Exception as e:
@@ -419,12 +424,9 @@ class TritonPythonModel:
                 if _scalar(request, "stop"):
                     sender.send(self._stop(request), flags=final)
                     continue
-                last = None
-                for outputs in self._generation(request, sender):
-                    if last is not None:
-                        sender.send(_tensors(last))
-                    last = outputs
-                sender.send(_tensors(last), flags=final)
+                # each streamed step goes out at once (TTFT is the first step's time)
+                for outputs, is_final in self._generation(request, sender):
+                    sender.send(_tensors(outputs), flags=final if is_final else 0)
             except Cancelled:
                 sender.send(_cancelled(), flags=final)
             except Exception as e:
