@@ -125,6 +125,7 @@ class TritonEndpoint:
 
     async def stream(self, prompt: Prompt, *, seed: int, sampling: Sampling) -> AsyncIterator[Chunk]:
         from toolkit.client import GenerationRequest
+        from toolkit.client.llmapi import FIELDS as LLMAPI_FIELDS
 
         has = self._inputs
         extra: dict[str, Any] = {}
@@ -133,15 +134,20 @@ class TritonEndpoint:
         if "return_num_input_tokens" in has:
             extra["return_num_input_tokens"] = True
         sampled = sampling.temperature is not None and sampling.temperature > 0
+
+        def takes(field: str) -> bool:
+            # the LLM-API model names these inputs sampling_param_* (toolkit/client/llmapi.py)
+            return field in has or LLMAPI_FIELDS.get(field) in has
+
         req = GenerationRequest(
             prompt.text,
             prompt.max_tokens,
-            temperature=sampling.temperature if "temperature" in has else None,
-            top_k=sampling.top_k if "top_k" in has else None,
-            top_p=sampling.top_p if "top_p" in has else None,
-            seed=seed if (sampled and "seed" in has) else None,
-            exclude_input_in_output=True if "exclude_input_in_output" in has else None,
-            return_perf_metrics=True if "return_perf_metrics" in has else None,
+            temperature=sampling.temperature if takes("temperature") else None,
+            top_k=sampling.top_k if takes("top_k") else None,
+            top_p=sampling.top_p if takes("top_p") else None,
+            seed=seed if (sampled and takes("seed")) else None,
+            exclude_input_in_output=True if takes("exclude_input_in_output") else None,
+            return_perf_metrics=True if takes("return_perf_metrics") else None,
             num_draft_tokens=sampling.num_draft_tokens,
             extra_inputs=extra,
         )
