@@ -31,6 +31,9 @@ Responses, as upstream's `_create_response`:
   finish_reason, stop_reason and cumulative_logprob), so none is added here; clients count tokens
   with the tokenizer.
 
+Requests are served one at a time (execute() generates each to the end before the next), where
+LLM() batches them in flight: at concurrency > 1 this model queues.
+
 Also checked per request, with an error naming the input: sampling_param_max_tokens < 1 or
 > int32; prompt + sampling_param_max_tokens > max_seq_len. Cancellation (`request.is_cancelled()` /
 the response sender's) is checked at every generation step. Features the reference runtime lacks
