@@ -97,7 +97,9 @@ def test_eagle3_llmapi_contract_on_cpu(tmp_path):
         # text; the tiny target runs every code prompt to sampling_param_max_tokens (finish "length").
         bench = json.loads(b.stdout)
         assert bench["token_counts_exact"] is True
-        records = [json.loads(x) for x in (Path(bench["report_dir"]) / "requests.jsonl").read_text().splitlines()]
+        records = [
+            json.loads(x) for x in (Path(bench["report_dir"]) / "requests.jsonl").read_text().splitlines()
+        ]
         assert len(records) == 2 and all(r["token_count_source"] == "tokenizer" for r in records)
         assert [sum(r["chunk_tokens"]) for r in records] == [8, 8]
         # Acceptance is asked for with sampling_param_return_perf_metrics and read back from its strings.

@@ -31,7 +31,7 @@ def test_selftest_reference_two_modes(tmp_path):
     # The llmapi model returns no token counts (as on a GPU): the bench counts with the tokenizer.
     assert rows[("eagle3", "reference-llmapi")]["details"]["bench_token_counts"] == ["tokenizer"]
     assert rows[("medusa", "reference")]["details"]["bench_token_counts"] == ["server"]
-    model_yaml = (tmp_path / "work/selftest-reference-llmapi-eagle3/triton_repo/tensorrt_llm/1/model.yaml")
+    model_yaml = tmp_path / "work/selftest-reference-llmapi-eagle3/triton_repo/tensorrt_llm/1/model.yaml"
     assert "decoding_type: Eagle" in model_yaml.read_text()
     # What a TensorRT-LLM 1.1 container would run instead.
     would = {(x["mode"], x["backend"]) for x in out["would_run_with_trtllm"]}
@@ -64,3 +64,22 @@ def test_selftest_plan_with_trtllm():
     v09 = plan_modes("0.19.0")
     assert all(b == "engine" for _, b in v09)
     assert all(b == "llmapi" for _, b in plan_modes("1.2.0"))
+
+
+def test_selftest_reports_the_failing_step_with_its_log_tail(tmp_path):
+    """A head whose weights cannot be read: the build (configs only) passes, tritonserver fails to
+    load the model, and the row says deploy failed, with the server log's tail in the table."""
+    from toolkit.selftest import SelftestResult, make_checkpoints, run_mode
+
+    paths = make_checkpoints(tmp_path / "checkpoints")
+    (paths["eagle3"] / "model.safetensors").write_bytes(b"not safetensors")
+    res, kept = run_mode(
+        "eagle3", "reference", paths, tmp_path / "work", version=None, progress=lambda _m: None
+    )
+    assert kept is None and not res.ok and res.failed_step == "deploy"
+    assert res.steps == {"build": "passed", "deploy": "failed", "validate": "skipped", "bench": "skipped",
+                         "stop": "skipped"}  # fmt: skip
+    assert "SafetensorError" in res.error and "failed to load all models" in res.log_tail
+    table = SelftestResult(None, ["reference"], "", {}, [res], []).table()
+    assert "eagle3 (reference) failed at deploy:" in table and "failed to load all models" in table
+    assert triton_processes(tmp_path) == []
