@@ -47,10 +47,19 @@ def _request(pb, inputs, cancel_after=None):
     return Req({k: np.asarray(v) for k, v in inputs.items()})
 
 
+def _finished(pb, req, timeout=60.0):
+    """Wait for the request's FINAL response (its own thread sends it after execute() returned)."""
+    deadline = time.monotonic() + timeout
+    while not any(f & pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL for _, f in req.sender.sent):
+        assert time.monotonic() < deadline, "no final response"
+        time.sleep(0.005)
+    return req.sender.sent
+
+
 def _run(pb, m, inputs, **kw):
     req = _request(pb, inputs, **kw)
     assert m.execute([req]) is None  # decoupled: everything goes through the sender
-    return req.sender.sent
+    return _finished(pb, req)
 
 
 def test_greedy_text_and_perf_strings(pb, model):
@@ -144,7 +153,7 @@ def test_streaming_sends_each_step_at_once_and_the_last_step_as_final(pb, model,
 
     monkeypatch.setattr(m.runtime, "generate", watched)
     assert m.execute([req]) is None
-    sent = req.sender.sent
+    sent = _finished(pb, req)
     assert seen == list(range(len(seen))) and len(seen) > 1
     assert len(sent) == len(seen)  # one response per step, the last step's is the final one
     assert [f for _, f in sent] == [0] * (len(sent) - 1) + [pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL]
@@ -152,3 +161,29 @@ def test_streaming_sends_each_step_at_once_and_the_last_step_as_final(pb, model,
     assert all(not r.has_error() for r, _ in sent) and len(set(texts)) == len(texts)
     plain = _run(pb, m, {k: v for k, v in inputs.items() if k != "streaming"})
     assert texts[-1] == plain[-1][0].as_dict()["text_output"][0].decode()
+
+
+def test_requests_are_batched_in_flight(pb, model):
+    """Decoupled, as LLM(): execute() returns at once and each request runs in its own thread,
+    the runtime batching their steps; a request sent while another generates is answered before
+    that one ends, with the same greedy text as alone."""
+    _mod, m = model
+    long = {"text_input": np.array([b"def fib(n):"], dtype=object),
+            "sampling_param_max_tokens": np.array([48], np.int32),
+            "sampling_param_exclude_input_from_output": np.array([True]),
+            "streaming": np.array([True])}  # fmt: skip
+    short = {**long, "sampling_param_max_tokens": np.array([2], np.int32), "streaming": np.array([False])}
+    alone = _run(pb, m, short)[-1][0].as_dict()["text_output"][0].decode()
+    a, b = _request(pb, long), _request(pb, short)
+    assert m.execute([a]) is None
+    deadline = time.monotonic() + 30
+    while not a.sender.sent:  # a generates
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    assert m.execute([b]) is None
+    _finished(pb, b)
+    a_done = any(f & pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL for _, f in a.sender.sent)
+    assert not a_done  # b was answered while a still generated (one at a time: after a's end)
+    assert len(_finished(pb, a)) > 1
+    assert b.sender.sent[-1][0].as_dict()["text_output"][0].decode() == alone
+    assert m.runtime.batcher.batch_sizes.get(2, 0) > 0  # iterations that ran both sequences

@@ -31,8 +31,10 @@ Responses, as upstream's `_create_response`:
   finish_reason, stop_reason and cumulative_logprob), so none is added here; clients count tokens
   with the tokenizer.
 
-Requests are served one at a time (execute() generates each to the end before the next), where
-LLM() batches them in flight: at concurrency > 1 this model queues.
+In-flight batching, as LLM() does: decoupled, execute() hands each request to its own thread and
+returns; the runtime batches their steps, up to the LLM argument `max_batch_size` sequences per
+iteration, and requests that arrive meanwhile join at the next one. Not decoupled, the requests of
+one execute() call are answered in order.
 
 Also checked per request, with an error naming the input: sampling_param_max_tokens < 1 or
 > int32; prompt + sampling_param_max_tokens > max_seq_len. Cancellation (`request.is_cancelled()` /
@@ -46,6 +48,7 @@ Python backend.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -391,6 +394,14 @@ class TritonPythonModel:
         llm_args = {k: v for k, v in data.items() if k != "triton_config"}
         self.max_seq_len = int(llm_args["max_seq_len"]) if llm_args.get("max_seq_len") else None
         self.runtime, self.speculative = load_runtime(llm_args)
+        # LLM()'s in-flight batch: max_batch_size sequences (TensorRT-LLM's default 2048 is no size
+        # for a CPU runtime that allocates every slot's KV cache up front).
+        self.max_batch_size = int(llm_args.get("max_batch_size") or 8)
+        self.runtime.enable_batching(
+            self.max_batch_size, capacity=(self.max_seq_len or 1024) + 72, reuse_slots=0
+        )
+        self._threads: set[threading.Thread] = set()
+        self._lock = threading.Lock()
 
     def _generation(self, request, sender=None) -> Generation:
         def is_cancelled() -> bool:
@@ -422,19 +433,36 @@ class TritonPythonModel:
                     responses.append(_error(f"Error generating request: {e}"))
             return responses
         for request in requests:
-            sender = request.get_response_sender()
-            try:
-                if _scalar(request, "stop"):
-                    sender.send(self._stop(request), flags=final)
-                    continue
-                # each streamed step goes out at once (TTFT is the first step's time)
-                for outputs, is_final in self._generation(request, sender):
-                    sender.send(_tensors(outputs), flags=final if is_final else 0)
-            except Cancelled:
-                sender.send(_cancelled(), flags=final)
-            except Exception as e:
-                sender.send(_error(f"Error generating request: {e}"), flags=final)
+            thread = threading.Thread(
+                target=self._serve, args=(request,), name="sdtk-reference-llmapi-request", daemon=True
+            )
+            with self._lock:
+                self._threads.add(thread)
+            thread.start()
         return None
 
+    def _serve(self, request) -> None:
+        """One decoupled request, in its own thread: every response through its sender."""
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        sender = request.get_response_sender()
+        try:
+            if _scalar(request, "stop"):
+                sender.send(self._stop(request), flags=final)
+                return
+            # each streamed step goes out at once (TTFT is the first step's time)
+            for outputs, is_final in self._generation(request, sender):
+                sender.send(_tensors(outputs), flags=final if is_final else 0)
+        except Cancelled:
+            sender.send(_cancelled(), flags=final)
+        except Exception as e:
+            sender.send(_error(f"Error generating request: {e}"), flags=final)
+        finally:
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+
     def finalize(self):
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:  # requests still running answer before the model goes away
+            thread.join(timeout=30)
         self.runtime = None
