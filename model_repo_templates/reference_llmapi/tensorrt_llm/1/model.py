@@ -418,7 +418,6 @@ class TritonPythonModel:
         return _cancelled()
 
     def execute(self, requests):
-        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         if not self.decoupled:
             responses = []
             for request in requests:
@@ -461,8 +460,11 @@ class TritonPythonModel:
                 self._threads.discard(threading.current_thread())
 
     def finalize(self):
+        batcher = getattr(self.runtime, "batcher", None)
+        if batcher is not None:
+            batcher.close()  # generations still running end with an error response, not a hung unload
         with self._lock:
             threads = list(self._threads)
-        for thread in threads:  # requests still running answer before the model goes away
-            thread.join(timeout=30)
+        for thread in threads:
+            thread.join(timeout=5)
         self.runtime = None
