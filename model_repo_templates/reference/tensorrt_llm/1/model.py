@@ -566,6 +566,15 @@ def _spec_metrics(model: str):
     return TritonSpecMetrics(pb_utils, model=model)
 
 
+def _batch_metrics(model: str, batcher):
+    """nv_trt_llm_request_metrics & co. for the in-flight batcher, as the TRT-LLM backend exports them."""
+    if batcher is None or not hasattr(pb_utils, "MetricFamily"):
+        return None
+    from toolkit.ops.batch_metrics import BatchMetrics
+
+    return BatchMetrics(pb_utils, model=model, batcher=batcher)
+
+
 class TritonPythonModel:
     def initialize(self, args):
         from toolkit.generate import set_torch_threads
@@ -594,6 +603,7 @@ class TritonPythonModel:
         self.max_batch_size = build_batch_size(Path(engine_dir), int(config.get("max_batch_size") or 8))
         self.scheduler_policy = st.param_str(params, "batch_scheduler_policy") or "guaranteed_no_evict"
         runtime.enable_batching(self.max_batch_size, capacity=(limits[1] or 1024) + 72)
+        self.batch_metrics = _batch_metrics(name, getattr(runtime, "batcher", None))
         if built.get("mode") == "draft_target":
             runtime.verify_spec = parse_speculative(built)  # its draft_len_schedule bounds verify_draft
         # The draft of a draft-target deployment never speculates, and each of its requests is one
@@ -666,6 +676,9 @@ class TritonPythonModel:
             metrics, self.responder.metrics = self.responder.metrics, None
         else:
             metrics = self.generate.metrics
+        if self.batch_metrics is not None:
+            self.batch_metrics.close()
+            self.batch_metrics = None
         batcher = getattr(self.generate.rt, "batcher", None)
         if batcher is not None:
             batcher.close()
