@@ -111,6 +111,21 @@ def test_long_sequences_of_the_bls_loop_are_not_refused(base):
     assert plain.status_code == 200 and plain.json()["text_output"] == out.json()["text_output"]
 
 
+def test_tritons_own_answers(base):
+    """What Triton 2.51 answers before (or around) sdtk's models, as docs/runbooks/troubleshooting.md
+    states it; a Triton that fixes either makes this fail, and the page should change with it."""
+    for model in MODELS:  # the HTTP frontend's JSON parser: 500, no input named
+        status, error = post(base, model, {"text_input": PROMPT, "max_tokens": "four"}, False)
+        assert status == 500 and error.startswith("Unable to parse 'data'"), (model, status, error)
+    # The ensemble loses its composing step's missing-input error when other inputs are present.
+    assert post(base, "ensemble", {"max_tokens": 4, "stream": False}, False) == (
+        200,
+        "generate expects model to produce exactly 1 response, use generate stream for model that "
+        "generates various number of responses",
+    )
+    assert post(base, "ensemble", {"max_tokens": 4, "stream": True}, True) == (200, "")
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_sdtk_validate_bad_input_check(base, model):
     from toolkit.validate import validate_deployment
