@@ -105,29 +105,33 @@ def bad_requests(entry_kind: str, prompt: str) -> list[tuple[str, str, dict[str,
 
 
 def _bad_input_check(base: str, model: str, entry_kind: str, prompt: str) -> tuple[str, str]:
-    """Each malformed request must get a 4xx whose error names the input (never a 200 or a 5xx)."""
+    """Each malformed request must get a 4xx whose error names the input. Accepting one fails the
+    check; a refusal that is a 5xx, or names no input, only warns: NVIDIA's own models (the
+    TensorRT-LLM C++ backend, the LLM-API model.py) refuse some of these as internal errors."""
     import httpx
 
-    problems, seen = [], []
+    failed, unclear, seen = [], [], []
     with httpx.Client(base_url=base, timeout=60) as h:
         for what, name, body in bad_requests(entry_kind, prompt):
             try:
                 r = h.post(f"/v2/models/{model}/generate", json=body)
             except httpx.HTTPError as e:
-                problems.append(f"{what}: {e.__class__.__name__}: {e}")
+                failed.append(f"{what}: {e.__class__.__name__}: {e}")
                 continue
             try:
                 error = str(r.json().get("error", ""))
             except ValueError:
                 error = ""
-            if not 400 <= r.status_code < 500:
-                problems.append(f"{what}: HTTP {r.status_code}, expected a 4xx ({r.text[:120]!r})")
-            elif name not in error:
-                problems.append(f"{what}: HTTP {r.status_code} does not name {name} ({error[:120]!r})")
+            if r.status_code < 400 or not error:
+                failed.append(f"{what}: accepted (HTTP {r.status_code}: {r.text[:120]!r})")
+            elif r.status_code >= 500 or name not in error:
+                unclear.append(
+                    f"{what}: HTTP {r.status_code}, expected a 4xx naming {name} ({error[:120]!r})"
+                )
             else:
                 seen.append(f"{what} → {r.status_code}")
-    if problems:
-        return "failed", "; ".join(problems)
+    if failed or unclear:
+        return ("failed" if failed else "warning"), "; ".join(failed + unclear)
     return "passed", "malformed requests refused: " + ", ".join(seen)
 
 

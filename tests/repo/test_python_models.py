@@ -157,15 +157,18 @@ def test_preprocessing_model(load_model, pb, tokenizer, tokenizer_dir):
         {"QUERY": np.array([[b""]], dtype=object), "REQUEST_OUTPUT_LEN": np.array([[3]], np.int32)}
     )
     image = pb.Request({**good.inputs, "IMAGE_URL": np.array([[b"http://x"]], dtype=object)})
-    responses = model.execute([good, empty, image])
-    assert len(responses) == 3
+    wrapped = pb.Request({**good.inputs, "REQUEST_OUTPUT_LEN": np.array([[-(2**31)]], np.int32)})
+    responses = model.execute([good, empty, image, wrapped])
+    assert len(responses) == 4
+    assert "max_tokens (REQUEST_OUTPUT_LEN) must be between 1 and 2147483647, got -2147483648 (a value " \
+        "beyond int32 wraps around)" in responses[3].error().message()  # fmt: skip
     assert not responses[0].has_error() and responses[0].as_dict()["REQUEST_INPUT_LEN"].tolist() == [
         [len(tokenizer.encode("hello", add_special_tokens=False))]
     ]
     assert "QUERY row 0 is empty" in responses[1].error().message()
     assert "multimodal" in responses[2].error().message()
     # Refusals of the request are INVALID_ARG, which Triton's HTTP frontend answers with 400.
-    assert [r.error().code() for r in responses[1:]] == [pb.TritonError.INVALID_ARG] * 2
+    assert [r.error().code() for r in responses[1:]] == [pb.TritonError.INVALID_ARG] * 3
     with pytest.raises(ValueError, match="tokenizer_dir is empty"):
         module.TritonPythonModel().initialize(
             args(model_config("preprocessing", {"tokenizer_dir": "${tokenizer_dir}"}))

@@ -101,6 +101,14 @@ class Preprocessor:
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         query = inputs["QUERY"]
         batch = query.shape[0]
+        # The first model an ensemble request reaches: refuse max_tokens here with a 400 for every
+        # backend (TensorRT-LLM's C++ backend would refuse it later as an internal error, a 500).
+        lowest = int(inputs["REQUEST_OUTPUT_LEN"].min())
+        if lowest < 1:
+            raise st.BadRequest(
+                f"max_tokens (REQUEST_OUTPUT_LEN) must be between 1 and {2**31 - 1}, got {lowest}"
+                + (" (a value beyond int32 wraps around)" if lowest < 0 else "")
+            )
         input_id, input_len = self.encode(query, what="QUERY")
         if "DECODER_QUERY" in inputs:
             decoder_id, decoder_len = self.encode(inputs["DECODER_QUERY"], what="DECODER_QUERY")
