@@ -100,6 +100,7 @@ def test_refusals_name_the_input(pb, model, inputs, message):
     sent = _run(pb, m, {"text_input": np.array([b"def fib(n):"], dtype=object), **inputs})
     ((resp, flags),) = sent
     assert resp.has_error() and message in resp.error().message()
+    assert resp.error().code() == pb.TritonError.INVALID_ARG  # HTTP 400, not 500
 
 
 def test_cancellation_is_checked_every_step(pb, model):

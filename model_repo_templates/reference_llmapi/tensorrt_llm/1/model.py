@@ -366,6 +366,11 @@ def _error(message: str, code=None) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(output_tensors=[text], error=err)
 
 
+def _code(e: Exception):
+    """A refused request is INVALID_ARG (Triton's HTTP 400); anything else stays INTERNAL (500)."""
+    return getattr(pb_utils.TritonError, "INVALID_ARG", None) if isinstance(e, RequestError) else None
+
+
 def _cancelled() -> pb_utils.InferenceResponse:
     code = getattr(pb_utils.TritonError, "CANCELLED", None)
     return _error("Request cancelled by client", code)
@@ -429,7 +434,7 @@ class TritonPythonModel:
                 except Cancelled:
                     responses.append(_cancelled())
                 except Exception as e:
-                    responses.append(_error(f"Error generating request: {e}"))
+                    responses.append(_error(f"Error generating request: {e}", _code(e)))
             return responses
         for request in requests:
             thread = threading.Thread(
@@ -454,7 +459,7 @@ class TritonPythonModel:
         except Cancelled:
             sender.send(_cancelled(), flags=final)
         except Exception as e:
-            sender.send(_error(f"Error generating request: {e}"), flags=final)
+            sender.send(_error(f"Error generating request: {e}", _code(e)), flags=final)
         finally:
             with self._lock:
                 self._threads.discard(threading.current_thread())
