@@ -29,3 +29,27 @@ def sdtk(*args: str) -> subprocess.CompletedProcess:
         check=False,
         stdin=subprocess.DEVNULL,
     )
+
+
+def concurrency_axis(ax, levels: list[int]) -> None:
+    """A log2 concurrency axis labelled with the measured levels themselves (1, 2, 4, not 2^k)."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(c) for c in levels])
+    ax.minorticks_off()
+    ax.set_xlabel("concurrency")
+
+
+def speedup_axes(ax, title: str, levels: list[int]) -> None:
+    """Common look of the speedup-against-concurrency panels: the concurrency axis, the break-even line."""
+    ax.axhline(1.0, color="grey", lw=1, ls="--")
+    concurrency_axis(ax, levels)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+
+
+def save_png(fig, path: Path) -> None:
+    """Write `fig` to `path` atomically (a reader never sees half a PNG)."""
+    from toolkit._fs import atomic_path
+
+    with atomic_path(path, tmp_name=path.stem + ".incomplete.png") as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")

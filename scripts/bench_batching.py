@@ -29,12 +29,17 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-from _bench import cpu_model, sdtk  # scripts/_bench.py
+from _bench import concurrency_axis, cpu_model, save_png, sdtk, speedup_axes  # scripts/_bench.py
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 START, END = "<!-- bench_batching:start -->", "<!-- bench_batching:end -->"
+PNG = ROOT / "docs" / "batching.png"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def load() -> tuple[float, float, float]:
@@ -143,7 +148,47 @@ def ab(baseline: str, speculative: str, levels: list[int], requests: int, max_ba
         return out
 
 
-def write_section(tp: dict, abr: dict | None, cmd: str, rounds: int, max_tokens: int, before, after) -> None:
+def plot(tp: dict, abr: dict | None) -> None:
+    """docs/batching.png: the baseline's throughput ÷ c=1 per round, and the A/B speedup with its CI."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2 if abr else 1, figsize=(10 if abr else 5, 3.6), squeeze=False)
+    ax = axes[0][0]
+    levels = sorted(tp["tps"])
+    base = tp["all"][levels[0]]
+    for r in range(len(base)):
+        ax.plot(levels, [tp["all"][c][r] / base[r] for c in levels], color="tab:blue", alpha=0.3, marker=".")
+    ax.plot(levels, [tp["ratio"][c] for c in levels], color="tab:blue", marker="o", label="median of rounds")
+    ax.axhline(3.0, color="tab:red", lw=1, ls=":", label="goal at c=8: 3×")
+    concurrency_axis(ax, levels)
+    ax.set_ylabel(f"output tok/s ÷ c={levels[0]}")
+    ax.set_title(f"{tp['recipe']} served throughput (in-flight batching)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if abr:
+        ax = axes[0][1]
+        cs = [lv["concurrency"] for lv in abr["levels"]]
+        sp = [lv.get("speedup") or {} for lv in abr["levels"]]
+        pts = [s.get("point", float("nan")) for s in sp]
+        err = [
+            [p - s.get("lo", p) for p, s in zip(pts, sp, strict=True)],
+            [s.get("hi", p) - p for p, s in zip(pts, sp, strict=True)],
+        ]
+        ax.errorbar(cs, pts, yerr=err, marker="o", capsize=3, color="tab:orange", label="speedup, 95% CI")
+        speedup_axes(ax, f"{abr['names'][1]} ÷ {abr['names'][0]} (sdtk bench --compare)", cs)
+        ax.set_ylabel("per-request tok/s ratio")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_png(fig, PNG)
+    plt.close(fig)
+
+
+def write_section(
+    tp: dict, abr: dict | None, cmd: str, rounds: int, max_tokens: int, before, after, date: str | None = None
+) -> None:
     import torch
 
     lines = [
@@ -154,7 +199,7 @@ def write_section(tp: dict, abr: dict | None, cmd: str, rounds: int, max_tokens:
         f"**shared with other engineers' test runs** (load average {before[0]:.1f} before, {after[0]:.1f} after): "
         "absolute tok/s are noisy, the ratios are the result",
         f"- command: `{cmd}`",
-        f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- date: {date or now()}",
         "",
         f"### Served throughput against concurrency ({tp['recipe']}"
         + (f", {', '.join(tp['sets'])}" if tp["sets"] else "")
@@ -216,7 +261,8 @@ def write_section(tp: dict, abr: dict | None, cmd: str, rounds: int, max_tokens:
             "",
             f"Verdict: {abr['verdict']}; break-even: {abr['break_even']} ({abr['break_even_basis']}).",
         ]
-    lines.append(END)
+    lines += ["", f"![throughput and speedup against concurrency]({PNG.name})", END]
+    plot(tp, abr)
     from toolkit._fs import replace_section
 
     replace_section(ROOT / "docs" / "benchmarks.md", START, END, "\n".join(lines))
@@ -250,7 +296,14 @@ def main() -> None:
         tp["all"] = {int(k): v for k, v in tp["all"].items()}
         tp["ratio"] = {int(k): v for k, v in tp["ratio"].items()}
         write_section(
-            tp, abr, raw["command"], raw["rounds"], raw["max_tokens"], raw["load"][0], raw["load"][1]
+            tp,
+            abr,
+            raw["command"],
+            raw["rounds"],
+            raw["max_tokens"],
+            raw["load"][0],
+            raw["load"][1],
+            raw.get("date"),
         )
         return
     before = load()
@@ -273,12 +326,13 @@ def main() -> None:
                 "rounds": args.rounds,
                 "max_tokens": args.max_tokens,
                 "load": [before, after],
+                "date": (date := now()),
             },
             default=str,
         )
     )
     print(f"raw results: {raw}", file=sys.stderr)
-    write_section(tp, abr, cmd, args.rounds, args.max_tokens, before, after)
+    write_section(tp, abr, cmd, args.rounds, args.max_tokens, before, after, date)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 START, END = "<!-- bench_schedule:start -->", "<!-- bench_schedule:end -->"
+PNG = ROOT / "docs" / "schedule.png"
 
 
 def _batching():
@@ -38,6 +39,10 @@ def _batching():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def predicted(recipe_path: Path, levels: list[int]) -> dict:
@@ -73,7 +78,54 @@ def tune_check(recipe_path: Path, levels: list[int], draft_lens: str, requests: 
     return out
 
 
-def write_section(pred: dict, abr: dict, tune: dict, cmd: str, load: tuple, mbs: int) -> None:
+def plot(pred: dict, abr: dict, tune: dict) -> None:
+    """docs/schedule.png: plan's predicted speedup beside the measured one (95% CI), and tune's
+    fixed draft lengths beside the deployed schedule, per concurrency."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from _bench import save_png, speedup_axes
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    cs = [int(c) for c in pred["speedup"]]
+    left.plot(cs, list(pred["speedup"].values()), marker="s", ls="--", label="plan (predicted)")
+    meas = {lv["concurrency"]: (lv.get("speedup") or {}) for lv in abr["levels"]}
+    mc = [c for c in cs if meas.get(c)]
+    pts = [meas[c]["point"] for c in mc]
+    err = [
+        [p - meas[c]["lo"] for p, c in zip(pts, mc, strict=True)],
+        [meas[c]["hi"] - p for p, c in zip(pts, mc, strict=True)],
+    ]
+    left.errorbar(mc, pts, yerr=err, marker="o", capsize=3, label="bench --compare (measured, 95% CI)")
+    speedup_axes(left, f"{abr['names'][1]} (γ = {pred['draft_len']}) ÷ {abr['names'][0]}", cs)
+    left.set_ylabel("speedup")
+    left.legend(fontsize=8)
+    levels = sorted({cell["concurrency"] for cell in tune["cells"]})
+    for label in dict.fromkeys(cell["label"] for cell in tune["cells"]):
+        row = {
+            cell["concurrency"]: cell["speedup"]["point"] for cell in tune["cells"] if cell["label"] == label
+        }
+        right.plot(
+            levels, [row.get(c, float("nan")) for c in levels], marker=".", alpha=0.7, label=f"fixed {label}"
+        )
+    check = {int(c): v for c, v in (tune.get("schedule_check") or {}).items()}
+    if check:
+        sc = sorted(check)
+        right.plot(
+            sc, [check[c]["scheduled"] for c in sc], marker="o", lw=2.5, color="black", label="tuned schedule"
+        )
+    speedup_axes(right, "sdtk tune: fixed draft lengths and the deployed schedule", levels)
+    right.set_ylabel("speedup over the baseline")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    save_png(fig, PNG)
+    plt.close(fig)
+
+
+def write_section(
+    pred: dict, abr: dict, tune: dict, cmd: str, load: tuple, mbs: int, date: str | None = None
+) -> None:
     import torch
 
     bb = _batching()
@@ -85,8 +137,7 @@ def write_section(pred: dict, abr: dict, tune: dict, cmd: str, load: tuple, mbs:
         f"- machine: {bb.cpu_model()}, {len(os.sched_getaffinity(0))} cores, torch {torch.__version__}; "
         f"load average {load[0][0]:.1f} before, {load[1][0]:.1f} after",
         f"- command: `{cmd}`",
-        f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; recipes = recipes/*.yaml "
-        f"with build.max_batch_size {mbs}",
+        f"- date: {date or now()}; recipes = recipes/*.yaml with build.max_batch_size {mbs}",
         "",
         f"### Predicted (plan, in process) and measured (bench --compare, served) speedup of "
         f"{abr['names'][1]} (γ = {pred['draft_len']}) over {abr['names'][0]}",
@@ -126,8 +177,11 @@ def write_section(pred: dict, abr: dict, tune: dict, cmd: str, load: tuple, mbs:
         + (
             "**met**." if holds else "**not met**." if holds is False else "not measured (no valid schedule)."
         ),
+        "",
+        f"![plan against measurement, and the tuned schedule against fixed draft lengths]({PNG.name})",
         END,
     ]
+    plot(pred, abr, tune)
     from toolkit._fs import replace_section
 
     replace_section(ROOT / "docs" / "benchmarks.md", START, END, "\n".join(lines))
@@ -141,7 +195,16 @@ def main() -> None:
     ap.add_argument("--max-batch-size", type=int, default=16)
     ap.add_argument("--requests", type=int, default=24, help="per level, A/B and tune")
     ap.add_argument("--draft-lens", default="1,2,3", help="tune's fixed draft lengths")
+    ap.add_argument(
+        "--render", type=Path, help="only rewrite the section and plot from a raw results file of a run"
+    )
     args = ap.parse_args()
+    if args.render:
+        raw = json.loads(args.render.read_text())
+        pred = raw["plan"]
+        pred["speedup"] = {int(c): v for c, v in pred["speedup"].items()}
+        write_section(pred, raw["ab"], raw["tune"], raw["command"], raw["load"], raw["mbs"], raw["date"])
+        return
     levels = [int(x) for x in args.levels.split(",")]
     bb = _batching()
     before = os.getloadavg()
@@ -153,8 +216,10 @@ def main() -> None:
         tune = tune_check(spec, levels, args.draft_lens, args.requests, tmp)
     after = os.getloadavg()
     raw = Path(tempfile.gettempdir()) / "bench_schedule.json"
-    raw.write_text(json.dumps({"plan": pred, "ab": abr, "tune": tune}, default=str, indent=1))
-    write_section(pred, abr, tune, "python " + " ".join(sys.argv), (before, after), args.max_batch_size)
+    cmd, date = "python " + " ".join(sys.argv), now()
+    facts = {"command": cmd, "load": [before, after], "mbs": args.max_batch_size, "date": date}
+    raw.write_text(json.dumps({"plan": pred, "ab": abr, "tune": tune, **facts}, default=str, indent=1))
+    write_section(pred, abr, tune, cmd, (before, after), args.max_batch_size, date)
     print(f"wrote docs/benchmarks.md (raw results: {raw})", file=sys.stderr)
 
 

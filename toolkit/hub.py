@@ -498,6 +498,8 @@ def safetensors_index(path: Path) -> dict[str, TensorInfo]:
         try:
             with f.open("rb") as fh:
                 (n,) = struct.unpack("<Q", fh.read(8))
+                if n > f.stat().st_size - 8:  # not a header length: a corrupt file (read(n) = MemoryError)
+                    continue
                 header = json.loads(fh.read(n))
         except (OSError, ValueError, struct.error):
             continue

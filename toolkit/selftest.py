@@ -10,7 +10,14 @@ speculative output identical to target-only: the same backend's `none` deploymen
 → a short bench → stop, and prints a pass/fail table with the failing step's log tail.
 
 Without TensorRT-LLM it says so and runs the same flow on the reference backend (CPU), which is what
-CI tests. Random weights make acceptance low; correctness (lossless greedy) is what is checked.
+CI tests: the (mode, repository) pairs TensorRT-LLM 1.1 would run, with the engine path's modes on the
+reference ensemble repository and the llmapi path's on the reference llmapi flavour (the same
+config.pbtxt/model.yaml, backend label `reference-llmapi`). Random weights make acceptance low;
+correctness (lossless greedy) is what is checked.
+
+Checkpoint shapes fit TensorRT-LLM's kernels: every attention head is 64 wide (its decoder
+attention kernels are instantiated for head sizes 32-256 only: NVIDIA/TensorRT-LLM
+cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/instantiation/, no 16).
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from toolkit import log
 STEPS = ("build", "deploy", "validate", "bench", "stop")
 # Layers the EAGLE-3 head captures: TensorRT-LLM's default {1, L//2-1, L-4} for L target layers.
 TARGET_LAYERS = 8
+WOULD_RUN = "1.1.0"  # the TensorRT-LLM of the newest verified NGC container (toolkit/ops/images.py)
+HEAD_DIM = 64  # a head size every TensorRT-LLM attention kernel family supports (see the docstring)
 CAPTURE = sorted({1, TARGET_LAYERS // 2 - 1, TARGET_LAYERS - 4})
 CORPUS = [
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
@@ -85,11 +94,11 @@ class SelftestResult:
         }
 
     def table(self) -> str:
-        head = f"{'mode':<13} {'backend':<10} " + " ".join(f"{s:<9}" for s in STEPS) + " time"
+        head = f"{'mode':<13} {'backend':<17} " + " ".join(f"{s:<9}" for s in STEPS) + " time"
         lines = [head, "-" * len(head)]
         for r in self.results:
             cells = " ".join(f"{r.steps.get(s, '-'):<9}" for s in STEPS)
-            lines.append(f"{r.mode:<13} {r.backend:<10} {cells} {r.seconds:.0f}s")
+            lines.append(f"{r.mode:<13} {r.backend:<17} {cells} {r.seconds:.0f}s")
         for r in self.results:
             if not r.ok:
                 lines += ["", f"{r.mode} ({r.backend}) failed at {r.failed_step}: {r.error}"]
@@ -122,7 +131,8 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
     vocab = len(fast)
 
-    def llama(hidden: int, layers: int, heads: int, kv: int) -> LlamaConfig:
+    def llama(heads: int, kv: int, layers: int) -> LlamaConfig:
+        hidden = heads * HEAD_DIM
         return LlamaConfig(
             vocab_size=vocab,
             hidden_size=hidden,
@@ -130,7 +140,7 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
             num_hidden_layers=layers,
             num_attention_heads=heads,
             num_key_value_heads=kv,
-            head_dim=hidden // heads,
+            head_dim=HEAD_DIM,
             max_position_embeddings=512,
             bos_token_id=0,
             eos_token_id=1,
@@ -140,13 +150,13 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
         )
 
     paths = {role: root / role for role in ("target", "draft", "medusa", "eagle3")}
-    for role, cfg in (("target", llama(64, TARGET_LAYERS, 4, 2)), ("draft", llama(32, 1, 2, 1))):
+    for role, cfg in (("target", llama(2, 1, TARGET_LAYERS)), ("draft", llama(1, 1, 1))):
         model = LlamaForCausalLM(cfg)
         model.save_pretrained(paths[role])
         fast.save_pretrained(paths[role])
 
     # Medusa heads, FasterDecoding layout: {i}.0.linear = ResBlock, {i}.1 = Linear(hidden → vocab).
-    hidden, heads = 64, 2
+    hidden, heads = 2 * HEAD_DIM, 2  # the target's hidden size
     state = {}
     for i in range(heads):
         state[f"{i}.0.linear.weight"] = torch.randn(hidden, hidden) * 0.02
@@ -171,7 +181,7 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
 
     # EAGLE-3 head: one decoder layer over concat(embedding, fused hidden), a reduced draft vocab + d2t.
     draft_vocab = vocab // 2
-    inter, kv_dim = hidden * 3, hidden // 2
+    inter, kv_dim = hidden * 3, HEAD_DIM  # 2 query heads, 1 KV head, as the target
     e3 = {
         "fc.weight": torch.randn(hidden, hidden * len(CAPTURE)) * 0.02,
         "midlayer.hidden_norm.weight": torch.ones(hidden),
@@ -202,9 +212,9 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
                 "hidden_size": hidden,
                 "intermediate_size": inter,
                 "max_position_embeddings": 512,
-                "num_attention_heads": 4,
-                "num_key_value_heads": 2,
-                "head_dim": hidden // 4,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 1,
+                "head_dim": HEAD_DIM,
                 "num_hidden_layers": 1,
                 "rms_norm_eps": 1e-5,
                 "tie_word_embeddings": False,
@@ -238,7 +248,16 @@ _SOURCE = {"draft_target": "draft", "medusa": "medusa", "eagle3": "eagle3"}
 _MODEL_KEY = {"draft": "draft", "medusa": "medusa_heads", "eagle3": "eagle_head"}
 
 
+REFERENCE_LLMAPI = "reference-llmapi"  # the reference backend serving the llmapi repository
+
+
+def _reference(backend: str) -> bool:
+    return backend in ("reference", REFERENCE_LLMAPI)
+
+
 def selftest_recipe(mode: str, backend: str, paths: dict[str, Path], version: str | None) -> Any:
+    """`backend`: engine | llmapi | reference | reference-llmapi (the reference backend behind the
+    llmapi repository: serving.repository llmapi)."""
     from toolkit.recipe import parse_recipe
 
     models: dict[str, Any] = {"target": {"path": str(paths["target"])}}
@@ -247,28 +266,32 @@ def selftest_recipe(mode: str, backend: str, paths: dict[str, Path], version: st
         models[_MODEL_KEY[role]] = {"path": str(paths[role])}
     data: dict[str, Any] = {
         "name": f"selftest-{backend}-{mode}".replace("_", "-"),
-        "backend": backend,
+        "backend": "reference" if _reference(backend) else backend,
         "models": models,
         "speculative": _spec(mode),
-        "dtype": "float32" if backend == "reference" else "float16",
+        "dtype": "float32" if _reference(backend) else "float16",
         "build": {"max_batch_size": 2, "max_input_len": 128, "max_seq_len": 256, "max_num_tokens": 512},
         "serving": {"decoupled": not (backend == "engine" and mode == "draft_target")},
     }
-    if backend != "reference":  # the baseline deployment runs alongside: leave GPU memory for both
+    if backend == REFERENCE_LLMAPI:
+        data["serving"]["repository"] = "llmapi"
+    if not _reference(backend):  # the baseline deployment runs alongside: leave GPU memory for both
         data["serving"]["kv_cache_free_gpu_mem_fraction"] = 0.2
-    if version is not None and backend != "reference":
+    if version is not None and not _reference(backend):
         data["trtllm_version"] = version
     return parse_recipe(data)
 
 
 def plan_modes(version: str | None) -> list[tuple[str, str]]:
-    """(mode, backend) pairs to test: what the installed TensorRT-LLM supports, or the reference."""
+    """(mode, backend) pairs to test: what the installed TensorRT-LLM supports; without it, what
+    TensorRT-LLM 1.1 would run, on the reference backend (the engine path's modes behind the
+    ensemble repository, the llmapi path's behind the llmapi one)."""
     from packaging.version import Version
 
     from toolkit import compat
 
     if version is None:
-        return [(m, "reference") for m in ("none", "draft_target", "medusa", "eagle3", "ngram", "lookahead")]
+        return [(m, "reference" if b == "engine" else REFERENCE_LLMAPI) for m, b in plan_modes(WOULD_RUN)]
     out: list[tuple[str, str]] = []
     v = Version(version)
     if v < Version("1.2"):  # the engine path (trtllm-build) exists up to 1.1
@@ -351,8 +374,10 @@ def run_mode(
         progress(f"{mode} ({backend}): bench")
         from toolkit.bench.api import bench
 
+        # The deployment, not its URL: the llmapi model (and the C++ tensorrt_llm model up to
+        # TensorRT-LLM 1.1) returns no token counts, so the recipe's tokenizer counts them.
         b = bench(
-            deployed.grpc_url,
+            deployed.workdir,
             model=deployed.model,
             concurrency=(1,),
             requests=bench_requests,
@@ -362,6 +387,9 @@ def run_mode(
             progress=False,
         )
         res.details["bench_report"] = str(b.report_dir)
+        res.details["bench_token_counts"] = sorted(
+            {str(r.token_count_source) for lv in b.levels for r in lv.records if r.ok}
+        )
         res.steps["bench"] = "passed"
     except BaseException as e:  # noqa: BLE001 - every failure is one row of the table
         if isinstance(e, KeyboardInterrupt):
@@ -428,8 +456,8 @@ def selftest(
             )
         # engine/llmapi: the `none` deployment is the correctness baseline; the reference backend's
         # baseline is its in-process runtime
-        plan = [(m, b) for m, b in plan if m in modes or (m == "none" and b != "reference")]
-    would_run = [{"mode": m, "backend": b} for m, b in plan_modes("1.1.0")]
+        plan = [(m, b) for m, b in plan if m in modes or (m == "none" and not _reference(b))]
+    would_run = [{"mode": m, "backend": b} for m, b in plan_modes(WOULD_RUN)]
     with contextlib.ExitStack() as stack:
         root = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sdtk-selftest-")))
         root = Path(root).resolve()
@@ -441,7 +469,7 @@ def selftest(
             # The same backend's plain deployment is the correctness baseline of its speculative modes.
             for mode, backend in sorted(plan, key=lambda p: p[0] != "none"):
                 base = baselines.get(backend)
-                needs_url = backend != "reference" and mode != "none"
+                needs_url = not _reference(backend) and mode != "none"
                 res, kept = run_mode(
                     mode,
                     backend,
@@ -450,7 +478,7 @@ def selftest(
                     version=version,
                     baseline_url=base.http_url if (needs_url and base is not None) else None,
                     bench_requests=bench_requests,
-                    keep=mode == "none" and backend != "reference",
+                    keep=mode == "none" and not _reference(backend),
                     progress=say,
                 )
                 if kept is not None:

@@ -3,7 +3,7 @@
 Checks: server and model metadata; a smoke generation over HTTP generate and over gRPC
 (streaming when the model is decoupled); the correctness gate (greedy speculative output
 equals the baseline greedy output of the same target); acceptance statistics read back
-through `return_perf_metrics`.
+through `return_perf_metrics`; three malformed requests, each refused with a 4xx naming the input.
 """
 
 from __future__ import annotations
@@ -89,6 +89,50 @@ def _server_check(base: str) -> tuple[str, str]:
     if not (live and ready):
         return "failed", f"live={live} ready={ready}"
     return "passed", f"live and ready; {meta.get('name', 'triton')} {meta.get('version', '?')}"
+
+
+INT32_MAX = 2**31 - 1
+
+
+def bad_requests(entry_kind: str, prompt: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """Three malformed /generate bodies: (what, the input the refusal must name, body)."""
+    key = "sampling_param_max_tokens" if entry_kind == "llmapi" else "max_tokens"
+    return [
+        ("text_input missing", "text_input", {key: 4}),
+        (f"{key} 0", key, {"text_input": prompt, key: 0}),
+        (f"{key} beyond int32", key, {"text_input": prompt, key: INT32_MAX + 1}),
+    ]
+
+
+def _bad_input_check(base: str, model: str, entry_kind: str, prompt: str) -> tuple[str, str]:
+    """Each malformed request must get a 4xx whose error names the input. Accepting one fails the
+    check; a refusal that is a 5xx, or names no input, only warns: NVIDIA's own models (the
+    TensorRT-LLM C++ backend, the LLM-API model.py) refuse some of these as internal errors."""
+    import httpx
+
+    failed, unclear, seen = [], [], []
+    with httpx.Client(base_url=base, timeout=60) as h:
+        for what, name, body in bad_requests(entry_kind, prompt):
+            try:
+                r = h.post(f"/v2/models/{model}/generate", json=body)
+            except httpx.HTTPError as e:
+                failed.append(f"{what}: {e.__class__.__name__}: {e}")
+                continue
+            try:
+                error = str(r.json().get("error", ""))
+            except ValueError:
+                error = ""
+            if r.status_code < 400 or not error:
+                failed.append(f"{what}: accepted (HTTP {r.status_code}: {r.text[:120]!r})")
+            elif r.status_code >= 500 or name not in error:
+                unclear.append(
+                    f"{what}: HTTP {r.status_code}, expected a 4xx naming {name} ({error[:120]!r})"
+                )
+            else:
+                seen.append(f"{what} → {r.status_code}")
+    if failed or unclear:
+        return ("failed" if failed else "warning"), "; ".join(failed + unclear)
+    return "passed", "malformed requests refused: " + ", ".join(seen)
 
 
 def _baseline_fn(
@@ -227,7 +271,15 @@ def validate_deployment(
                 )
 
         _acceptance(report, served, recipe, progress)
+        report.add("bad-input", *_bad_input_check(http.url, model, entry_kind_of(info), prompts[0]), progress)
     return report
+
+
+def entry_kind_of(info: Any) -> str:
+    """bls, ensemble or llmapi, from the entry model's inputs."""
+    if "num_draft_tokens" in info.inputs:
+        return "bls"
+    return "llmapi" if "sampling_param_max_tokens" in info.inputs else "ensemble"
 
 
 def _acceptance(report: ValidationReport, served: list[Any], recipe: Recipe | None, progress: Any) -> None:

@@ -138,6 +138,18 @@ def stop_at(tokens: list[int], stops: list[list[int]], start: int = 0) -> int | 
     return best
 
 
+# A request parameter the BLS sets on the sub-requests of its draft-target loop, which send the
+# whole sequence so far as input_ids: the reference model then bounds only prompt + output
+# (max_seq_len), since the BLS has checked the client's prompt against max_input_len itself.
+BLS_LOOP = "sdtk_bls_loop"
+
+
+def request_parameters(request) -> dict:
+    """A request's parameters (JSON from Triton); {} when it has none."""
+    text = request.parameters() if hasattr(request, "parameters") else ""
+    return json.loads(text) if text else {}
+
+
 # --------------------------------------------------------------------------- responses
 
 
@@ -165,9 +177,15 @@ class Cancelled(Exception):
     """The client cancelled the request (or went away): stop generating."""
 
 
-def error_response(message: str, cancelled: bool = False) -> pb_utils.InferenceResponse:
-    if cancelled and hasattr(pb_utils.TritonError, "CANCELLED"):
-        error = pb_utils.TritonError(message, pb_utils.TritonError.CANCELLED)
+class BadRequest(ValueError):
+    """The client's request is refused; the message names the input. Sent as INVALID_ARG, which
+    Triton's HTTP frontend answers with 400 (a plain TritonError is INTERNAL: HTTP 500)."""
+
+
+def error_response(message: str, cancelled: bool = False, bad: bool = False) -> pb_utils.InferenceResponse:
+    code = "CANCELLED" if cancelled else "INVALID_ARG" if bad else None
+    if code is not None and hasattr(pb_utils.TritonError, code):
+        error = pb_utils.TritonError(message, getattr(pb_utils.TritonError, code))
     else:
         error = pb_utils.TritonError(message)
     return pb_utils.InferenceResponse(output_tensors=[], error=error)
@@ -177,7 +195,13 @@ def failure(what: str, e: Exception) -> pb_utils.InferenceResponse:
     """The error response for exception `e` raised while serving `what`."""
     if isinstance(e, Cancelled):
         return error_response(f"{what}: request cancelled", cancelled=True)
-    return error_response(f"{what}: {e}")
+    return error_response(f"{what}: {e}", bad=isinstance(e, BadRequest))
+
+
+def is_bad_request(error) -> bool:
+    """Whether a (BLS) sub-request's TritonError is a refusal of the request (INVALID_ARG)."""
+    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)
+    return code is not None and error.code() == code
 
 
 def response(outputs: dict[str, np.ndarray]) -> pb_utils.InferenceResponse:

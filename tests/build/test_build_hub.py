@@ -113,6 +113,16 @@ def test_parameter_estimate_of_a_tiny_llama(tmp_path):
     assert facts.parameters == counted
 
 
+def test_corrupt_safetensors_is_skipped_not_a_memory_error(tmp_path):
+    """A file whose first 8 bytes are not a header length (here text: ~7e18 bytes) is not read;
+    the other files of the directory still are."""
+    d = tinyckpt.llama(tmp_path / "m", vocab_words=tinyckpt.words(13), hidden=8, layers=1, heads=2, kv_heads=1,
+                       inter=16)  # fmt: skip
+    good = hub.safetensors_index(d)
+    (d / "zz-corrupt.safetensors").write_bytes(b"not safetensors")
+    assert hub.safetensors_index(d) == good and good
+
+
 def test_modelopt_export_layouts(models, tmp_path):
     """The layouts scripts/train_tiny_models.py writes: Medusa heads in model.safetensors with a
     medusa_lm_head.safetensors symlink and hidden/vocab in config.json; EAGLE-3 capture layers under

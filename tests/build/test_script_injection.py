@@ -31,6 +31,8 @@ from toolkit.recipe import load_recipe  # noqa: E402
 CASES = {
     "engine-draft_target": ("engine", {"mode": "draft_target", "max_draft_len": 4}, {"draft": "draft"}, "1.1.0"),
     "engine-medusa": ("engine", {"mode": "medusa", "num_medusa_heads": 4}, {"medusa_heads": "medusa"}, "1.1.0"),
+    "engine-eagle": ("engine", {"mode": "eagle", "max_draft_len": 63, "num_eagle_layers": 4,
+                                "max_non_leaves_per_layer": 10}, {"eagle_head": "eagle1"}, "1.1.0"),
     "llmapi-eagle3": ("llmapi", {"mode": "eagle3", "max_draft_len": 3},
                       {"eagle_head": "eagle3", "tokenizer": "target"}, "1.2.0"),
     "llmapi-draft_target-1.1": ("llmapi", {"mode": "draft_target", "max_draft_len": 4}, {"draft": "draft"}, "1.1.0"),
@@ -50,7 +52,7 @@ def hostile_dirs(tmp_path_factory, models):
     def get(hostile: str) -> Path:
         if hostile not in made:
             d = tmp_path_factory.mktemp("sb") / hostile
-            for name in ("target", "draft", "medusa", "eagle3"):
+            for name in ("target", "draft", "medusa", "eagle3", "eagle1"):
                 shutil.copytree(models[name], d / name)
             made[hostile] = d
         return made[hostile]
@@ -109,9 +111,10 @@ def test_runbook_is_injection_safe(label, case, hostile_dirs, tmp_path):
     backend = CASES[case][0]
     if backend == "engine":
         assert ran[0]["argv"][ran[0]["argv"].index("--model_dir") + 1] == str(hdir / "target")
-        for flag in ("--medusa_model_dir",):
+        for flag, folder in (("--medusa_model_dir", "medusa"), ("--eagle_model_dir", "eagle1")):
             if flag in ran[0]["argv"]:
-                assert ran[0]["argv"][ran[0]["argv"].index(flag) + 1] == str(hdir / "medusa")
+                assert ran[0]["argv"][ran[0]["argv"].index(flag) + 1] == str(hdir / folder)
+        assert "--eagle_model_dir" in ran[0]["argv"] or case != "engine-eagle"
         assert any(c["argv"][c["argv"].index("--model_dir") + 1] == str(hdir / "draft") for c in ran
                    if "--model_dir" in c["argv"]) or case != "engine-draft_target"  # fmt: skip
 

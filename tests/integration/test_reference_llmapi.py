@@ -10,6 +10,7 @@ greedy text is checked against plain transformers (an independent yardstick).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -45,7 +46,7 @@ def test_eagle3_llmapi_contract_on_cpu(tmp_path):
         checks = {c["name"]: c["status"] for c in info["validation"]["checks"]}
         assert checks == {
             "server": "passed", "model": "passed", "http-generate": "passed", "http-stream": "passed",
-            "grpc": "passed", "correctness": "passed", "acceptance": "passed",
+            "grpc": "passed", "correctness": "passed", "acceptance": "passed", "bad-input": "passed",
         }, info["validation"]  # fmt: skip
         repo = wd / "triton_repo" / "tensorrt_llm"
         assert (repo / "1" / "model.yaml").is_file() and (repo / "config.pbtxt").is_file()
@@ -80,7 +81,7 @@ def test_eagle3_llmapi_contract_on_cpu(tmp_path):
             e = httpx.post(
                 f"{base}/v2/models/tensorrt_llm/generate", json={"text_input": PROMPT, **bad}, timeout=60
             )
-            assert e.status_code >= 400 and word in e.json()["error"], e.text
+            assert e.status_code == 400 and word in e.json()["error"], e.text  # INVALID_ARG, not 500
 
         # sdtk's own client speaks the same contract: infer and a short bench.
         inf = sdtk("infer", PROMPT, "--workdir", str(wd), "--max-tokens", "16", "--json")
@@ -92,6 +93,17 @@ def test_eagle3_llmapi_contract_on_cpu(tmp_path):
         b = sdtk("bench", "--workdir", str(wd), "--concurrency", "1", "--requests", "2", "--warmup", "0",
                  "--max-tokens", "8", "--json")  # fmt: skip
         assert b.returncode == 0, b.stderr[-2000:]
+        # Exact counts: the llmapi model returns none, so the recipe's tokenizer counts the cumulative
+        # text; the tiny target runs every code prompt to sampling_param_max_tokens (finish "length").
+        bench = json.loads(b.stdout)
+        assert bench["token_counts_exact"] is True
+        records = [
+            json.loads(x) for x in (Path(bench["report_dir"]) / "requests.jsonl").read_text().splitlines()
+        ]
+        assert len(records) == 2 and all(r["token_count_source"] == "tokenizer" for r in records)
+        assert [sum(r["chunk_tokens"]) for r in records] == [8, 8]
+        # Acceptance is asked for with sampling_param_return_perf_metrics and read back from its strings.
+        assert all(r["draft_tokens"] > 0 and r["accepted_draft_tokens"] is not None for r in records)
     finally:
         s = sdtk("stop", "--workdir", str(wd))
     assert s.returncode == 0, s.stderr

@@ -1,6 +1,8 @@
 """`sdtk selftest --json` on CPU: without TensorRT-LLM it runs the reference backend on random-weight
 checkpoints it writes itself (build, real Triton deploy, validate against the in-process target,
-short bench, stop). CI runs two modes to stay within ~90 s."""
+short bench, stop). CI runs two modes to stay within ~90 s: one behind the ensemble repository
+(medusa, an engine-path mode) and one behind the llmapi repository (eagle3, an llmapi-path mode),
+as TensorRT-LLM 1.1 would run them."""
 
 from __future__ import annotations
 
@@ -14,17 +16,23 @@ pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
 
 
 def test_selftest_reference_two_modes(tmp_path):
-    r = sdtk("selftest", "--mode", "eagle3", "--mode", "ngram", "--workdir", str(tmp_path), "--json")
+    r = sdtk("selftest", "--mode", "eagle3", "--mode", "medusa", "--workdir", str(tmp_path), "--json")
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
     out = json.loads(r.stdout)
-    assert out["ok"] and out["trtllm_version"] is None and out["backends"] == ["reference"]
+    assert out["ok"] and out["trtllm_version"] is None
+    assert out["backends"] == ["reference", "reference-llmapi"]
     assert "not installed" in out["note"]
     rows = {(x["mode"], x["backend"]): x for x in out["results"]}
-    assert set(rows) == {("eagle3", "reference"), ("ngram", "reference")}
+    assert set(rows) == {("eagle3", "reference-llmapi"), ("medusa", "reference")}
     for row in rows.values():
         assert row["steps"] == {s: "passed" for s in ("build", "deploy", "validate", "bench", "stop")}
         checks = {c["name"]: c["status"] for c in row["details"]["validation"]["checks"]}
         assert checks["correctness"] == "passed"  # greedy speculative == target-only
+    # The llmapi model returns no token counts (as on a GPU): the bench counts with the tokenizer.
+    assert rows[("eagle3", "reference-llmapi")]["details"]["bench_token_counts"] == ["tokenizer"]
+    assert rows[("medusa", "reference")]["details"]["bench_token_counts"] == ["server"]
+    model_yaml = tmp_path / "work/selftest-reference-llmapi-eagle3/triton_repo/tensorrt_llm/1/model.yaml"
+    assert "decoding_type: Eagle" in model_yaml.read_text()
     # What a TensorRT-LLM 1.1 container would run instead.
     would = {(x["mode"], x["backend"]) for x in out["would_run_with_trtllm"]}
     assert {
@@ -37,6 +45,10 @@ def test_selftest_reference_two_modes(tmp_path):
     eagle = json.loads((tmp_path / "checkpoints/eagle3/config.json").read_text())
     assert eagle["architectures"] == ["LlamaForCausalLMEagle3"] and "draft_vocab_size" in eagle
     assert eagle["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    # Head sizes TensorRT-LLM's attention kernels have (instantiated for 32-256; none for 16).
+    for role in ("target", "draft", "eagle3"):
+        cfg = json.loads((tmp_path / f"checkpoints/{role}/config.json").read_text())
+        assert cfg["head_dim"] == 64 and cfg["hidden_size"] == 64 * cfg["num_attention_heads"], role
     assert triton_processes(tmp_path) == []
 
 
@@ -44,10 +56,30 @@ def test_selftest_plan_with_trtllm():
     """Stand-in versions (TensorRT-LLM cannot be installed here): which (mode, backend) pairs run."""
     from toolkit.selftest import plan_modes
 
-    assert plan_modes(None) == [(m, "reference") for m in
-                                ("none", "draft_target", "medusa", "eagle3", "ngram", "lookahead")]  # fmt: skip
     v11 = plan_modes("1.1.0")
+    # Without TensorRT-LLM: what 1.1 would run, engine-path modes behind the reference ensemble
+    # repository, llmapi-path modes behind the reference llmapi one.
+    assert plan_modes(None) == [(m, "reference" if b == "engine" else "reference-llmapi") for m, b in v11]
     assert ("medusa", "engine") in v11 and ("eagle3", "llmapi") in v11 and ("none", "engine") in v11
     v09 = plan_modes("0.19.0")
     assert all(b == "engine" for _, b in v09)
     assert all(b == "llmapi" for _, b in plan_modes("1.2.0"))
+
+
+def test_selftest_reports_the_failing_step_with_its_log_tail(tmp_path):
+    """A head whose weights cannot be read: the build (configs only) passes, tritonserver fails to
+    load the model, and the row says deploy failed, with the server log's tail in the table."""
+    from toolkit.selftest import SelftestResult, make_checkpoints, run_mode
+
+    paths = make_checkpoints(tmp_path / "checkpoints")
+    (paths["eagle3"] / "model.safetensors").write_bytes(b"not safetensors")
+    res, kept = run_mode(
+        "eagle3", "reference", paths, tmp_path / "work", version=None, progress=lambda _m: None
+    )
+    assert kept is None and not res.ok and res.failed_step == "deploy"
+    assert res.steps == {"build": "passed", "deploy": "failed", "validate": "skipped", "bench": "skipped",
+                         "stop": "skipped"}  # fmt: skip
+    assert "SafetensorError" in res.error and "failed to load all models" in res.log_tail
+    table = SelftestResult(None, ["reference"], "", {}, [res], []).table()
+    assert "eagle3 (reference) failed at deploy:" in table and "failed to load all models" in table
+    assert triton_processes(tmp_path) == []

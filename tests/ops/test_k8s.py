@@ -181,6 +181,9 @@ def test_llmapi_uses_one_process_and_the_pending_request_metric():
 def test_reference_backend_requests_no_gpus_and_pins_local_paths():
     r = load_recipe("tiny-eagle3")
     plan = plan_k8s(r, replicas=1, max_replicas=1)
+    # Its requests queue in the in-flight batcher, which exports request_type="waiting" (the
+    # served batching test reads it off a live /metrics); Triton's pending count stays 0.
+    assert plan_k8s(r, replicas=1, max_replicas=3).hpa_metric == HPA_WAITING
     spec = one(plan.manifests, "Deployment")["spec"]["template"]["spec"]
     assert container(spec)["resources"] == {}
     assert any("CPU" in n for n in plan.notes)

@@ -157,13 +157,18 @@ def test_preprocessing_model(load_model, pb, tokenizer, tokenizer_dir):
         {"QUERY": np.array([[b""]], dtype=object), "REQUEST_OUTPUT_LEN": np.array([[3]], np.int32)}
     )
     image = pb.Request({**good.inputs, "IMAGE_URL": np.array([[b"http://x"]], dtype=object)})
-    responses = model.execute([good, empty, image])
-    assert len(responses) == 3
+    wrapped = pb.Request({**good.inputs, "REQUEST_OUTPUT_LEN": np.array([[-(2**31)]], np.int32)})
+    responses = model.execute([good, empty, image, wrapped])
+    assert len(responses) == 4
+    assert "max_tokens (REQUEST_OUTPUT_LEN) must be between 1 and 2147483647, got -2147483648 (a value " \
+        "beyond int32 wraps around)" in responses[3].error().message()  # fmt: skip
     assert not responses[0].has_error() and responses[0].as_dict()["REQUEST_INPUT_LEN"].tolist() == [
         [len(tokenizer.encode("hello", add_special_tokens=False))]
     ]
     assert "QUERY row 0 is empty" in responses[1].error().message()
     assert "multimodal" in responses[2].error().message()
+    # Refusals of the request are INVALID_ARG, which Triton's HTTP frontend answers with 400.
+    assert [r.error().code() for r in responses[1:]] == [pb.TritonError.INVALID_ARG] * 3
     with pytest.raises(ValueError, match="tokenizer_dir is empty"):
         module.TritonPythonModel().initialize(
             args(model_config("preprocessing", {"tokenizer_dir": "${tokenizer_dir}"}))
@@ -486,6 +491,7 @@ def test_bls_model_execute(bls_module, pb):
     assert len(responses) == 2
     assert ids_of(responses[0].as_dict()["text_output"]) == greedy(prompt_of("abc"), 4)
     assert "tensorrt_llm_bls: Streaming is only supported" in responses[1].error().message()
+    assert responses[1].error().code() == pb.TritonError.INVALID_ARG
 
     model = bls_module.TritonPythonModel()
     model.initialize(args(model_config("tensorrt_llm_bls", params, decoupled=True)))
@@ -501,6 +507,7 @@ def test_bls_model_execute(bls_module, pb):
     assert (
         flags == pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         and "max_tokens are required" in err.error().message()
+        and err.error().code() == pb.TritonError.INVALID_ARG
     )
 
 
@@ -731,6 +738,31 @@ def test_reference_refuses_lengths_beyond_the_engine(ref_module, prompt_len, max
     assert len(toks(ok)) >= 8
 
 
+def test_reference_bounds_only_the_total_of_a_bls_loop_request(ref_module, pb):
+    """A draft-target deployment's ensemble reaches the same model as the BLS loop: a client's
+    prompt is still held to max_input_len; the loop's sub-requests (marked with a request
+    parameter by the BLS, which checked the prompt) resend the sequence so far and only their
+    total is bounded."""
+    gen = ref_module.Generator(
+        FakeRuntime(), None, exclude_input_in_output=True, decoupled=False, max_input_len=8, max_seq_len=16
+    )
+    with pytest.raises(ValueError, match="over the engine's max_input_len 8"):
+        list(gen(llm_request(list(range(12)), 2)))
+    loop = llm_request(list(range(12)), 2, **{ref_module.st.BLS_LOOP: True})
+    (ok,) = list(gen(loop))
+    assert len(toks(ok)) >= 2
+    with pytest.raises(ValueError, match="max_seq_len 16"):
+        list(gen(llm_request(list(range(12)), 5, **{ref_module.st.BLS_LOOP: True})))
+
+    class Req(pb.Request):
+        def parameters(self):
+            return '{"sdtk_bls_loop": true}'
+
+    marked = ref_module.TritonPythonModel._inputs(Req(llm_request(list(range(12)), 2)))
+    assert ref_module.st.BLS_LOOP in marked
+    assert ref_module.st.BLS_LOOP not in ref_module.TritonPythonModel._inputs(pb.Request(llm_request([1], 2)))
+
+
 def test_reference_neutral_knobs_are_accepted(ref_module):
     gen = ref_module.Generator(FakeRuntime(), None, exclude_input_in_output=True, decoupled=False)
     extra = dict(repetition_penalty=1.0, beam_width=1, min_tokens=0, return_log_probs=False,
@@ -785,6 +817,7 @@ def test_reference_model_execute(ref_module, pb, monkeypatch):
     assert [t for r, _ in sent[:-1] for t in toks(r.as_dict())] == greedy([0, 5], 5)
     assert sent[-1] == (None, final)
     assert "tensorrt_llm: beam_width" in bad.sender.sent[0][0].error().message()
+    assert bad.sender.sent[0][0].error().code() == pb.TritonError.INVALID_ARG
 
     model = ref_module.TritonPythonModel()
     model.initialize(args(model_config("tensorrt_llm_draft", params, decoupled=False)))

@@ -5,6 +5,7 @@ in tests/integration/test_reference_llmapi.py."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -46,10 +47,19 @@ def _request(pb, inputs, cancel_after=None):
     return Req({k: np.asarray(v) for k, v in inputs.items()})
 
 
+def _finished(pb, req, timeout=60.0):
+    """Wait for the request's FINAL response (its own thread sends it after execute() returned)."""
+    deadline = time.monotonic() + timeout
+    while not any(f & pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL for _, f in req.sender.sent):
+        assert time.monotonic() < deadline, "no final response"
+        time.sleep(0.005)
+    return req.sender.sent
+
+
 def _run(pb, m, inputs, **kw):
     req = _request(pb, inputs, **kw)
     assert m.execute([req]) is None  # decoupled: everything goes through the sender
-    return req.sender.sent
+    return _finished(pb, req)
 
 
 def test_greedy_text_and_perf_strings(pb, model):
@@ -90,6 +100,7 @@ def test_refusals_name_the_input(pb, model, inputs, message):
     sent = _run(pb, m, {"text_input": np.array([b"def fib(n):"], dtype=object), **inputs})
     ((resp, flags),) = sent
     assert resp.has_error() and message in resp.error().message()
+    assert resp.error().code() == pb.TritonError.INVALID_ARG  # HTTP 400, not 500
 
 
 def test_cancellation_is_checked_every_step(pb, model):
@@ -116,3 +127,64 @@ def test_streaming_needs_decoupled(pb, load_model, monkeypatch):
     req = _request(pb, {"text_input": np.array([b"x"], dtype=object), "streaming": np.array([True])})
     (resp,) = m.execute([req])
     assert resp.has_error() and "Streaming is only supported in decoupled mode." in resp.error().message()
+
+
+def test_streaming_sends_each_step_at_once_and_the_last_step_as_final(pb, model, monkeypatch):
+    """Upstream queues each streamed RequestOutput for sending as it comes and marks the finished
+    one FINAL (model.py `_execute_single_request`): one response per step, none held back until the
+    next step, no extra response after the last step."""
+    _mod, m = model
+    inputs = {"text_input": np.array([b"def fib(n):"], dtype=object),
+              "sampling_param_max_tokens": np.array([12], np.int32),
+              "sampling_param_exclude_input_from_output": np.array([True]),
+              "streaming": np.array([True])}  # fmt: skip
+    req = _request(pb, inputs)
+    generate = m.runtime.generate
+    seen: list[int] = []  # responses already sent when step k reports its tokens
+
+    def watched(*args, on_tokens, **kwargs):
+        def step(tokens):
+            deadline = time.monotonic() + 3.0  # the step before this one must be out by now
+            while len(req.sender.sent) < len(seen) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            seen.append(len(req.sender.sent))
+            on_tokens(tokens)
+
+        return generate(*args, on_tokens=step, **kwargs)
+
+    monkeypatch.setattr(m.runtime, "generate", watched)
+    assert m.execute([req]) is None
+    sent = _finished(pb, req)
+    assert seen == list(range(len(seen))) and len(seen) > 1
+    assert len(sent) == len(seen)  # one response per step, the last step's is the final one
+    assert [f for _, f in sent] == [0] * (len(sent) - 1) + [pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL]
+    texts = [r.as_dict()["text_output"][0].decode() for r, _ in sent]
+    assert all(not r.has_error() for r, _ in sent) and len(set(texts)) == len(texts)
+    plain = _run(pb, m, {k: v for k, v in inputs.items() if k != "streaming"})
+    assert texts[-1] == plain[-1][0].as_dict()["text_output"][0].decode()
+
+
+def test_requests_are_batched_in_flight(pb, model):
+    """Decoupled, as LLM(): execute() returns at once and each request runs in its own thread,
+    the runtime batching their steps; a request sent while another generates is answered before
+    that one ends, with the same greedy text as alone."""
+    _mod, m = model
+    long = {"text_input": np.array([b"def fib(n):"], dtype=object),
+            "sampling_param_max_tokens": np.array([48], np.int32),
+            "sampling_param_exclude_input_from_output": np.array([True]),
+            "streaming": np.array([True])}  # fmt: skip
+    short = {**long, "sampling_param_max_tokens": np.array([2], np.int32), "streaming": np.array([False])}
+    alone = _run(pb, m, short)[-1][0].as_dict()["text_output"][0].decode()
+    a, b = _request(pb, long), _request(pb, short)
+    assert m.execute([a]) is None
+    deadline = time.monotonic() + 30
+    while not a.sender.sent:  # a generates
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    assert m.execute([b]) is None
+    _finished(pb, b)
+    a_done = any(f & pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL for _, f in a.sender.sent)
+    assert not a_done  # b was answered while a still generated (one at a time: after a's end)
+    assert len(_finished(pb, a)) > 1
+    assert b.sender.sent[-1][0].as_dict()["text_output"][0].decode() == alone
+    assert m.runtime.batcher.batch_sizes.get(2, 0) > 0  # iterations that ran both sequences

@@ -1,13 +1,18 @@
 """In-flight batching through a real Triton: the held-out losslessness prompts at concurrency 1, 4
 and 8 give, request by request, the text of the target's own Hugging Face greedy `generate`,
-whatever the batch they share (target-only ensemble, BLS draft-target, EAGLE-3 chain, n-gram)."""
+whatever the batch they share (target-only ensemble, BLS draft-target, EAGLE-3 chain, n-gram).
+The server's own /metrics (nv_trt_llm_request_metrics, sdtk_reference_batch_size_max) say that
+requests really shared a batch, up to the engine's max_batch_size of 8."""
 
 from __future__ import annotations
 
+import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from .test_triton_integration import _post, _serve, tiny  # noqa: F401 - tiny is a fixture
 
@@ -15,6 +20,33 @@ pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
 
 NEW_TOKENS = 24
 CONCURRENCY = (1, 4, 8)
+
+
+def _batching_metrics(url: str, model: str = "tensorrt_llm") -> dict[str, float]:
+    """The target model's batching gauges, read off Triton's /metrics (independent of sdtk's client)."""
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            if sample.labels.get("model") != model:
+                continue
+            if sample.name == "nv_trt_llm_request_metrics":
+                out[sample.labels["request_type"]] = sample.value
+            elif sample.name == "nv_trt_llm_general_metrics":
+                out[sample.labels["general_type"]] = sample.value
+            elif sample.name == "sdtk_reference_batch_size_max":
+                out["peak"] = sample.value
+    return out
+
+
+def _settled(url: str) -> dict[str, float]:
+    """Metrics once the sampler (every 0.25 s) has seen the batch drain."""
+    deadline = time.monotonic() + 10
+    while True:
+        m = _batching_metrics(url)
+        if m.get("active") == 0 and m.get("waiting") == 0 or time.monotonic() > deadline:
+            return m
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +117,8 @@ def test_batched_serving_is_lossless(tiny, tmp_path, hf_expected, mode, spec):  
                 _check(
                     _all_at(c, f"{base}/v2/models/ensemble/generate", prompts), hf_expected, f"{mode} c={c}"
                 )
+            m = _settled(server.metrics_url)
+            assert m["max"] == 8 and m["active"] == 0 and m["waiting"] == 0, m
+            assert m["iteration_counter"] > 0, m
+            # At c=1 no two requests overlap; at c=4 and 8 they share forwards (up to the limit 8).
+            assert (m["peak"] == 1) if c == 1 else (c // 2 < m["peak"] <= c), (c, m)

@@ -75,7 +75,7 @@ def _engine(path: Path, recipe: Any, role: str, tiny: Path) -> Path:
         "build_config": {
             "max_input_len": 256,
             "max_seq_len": 512,
-            "max_batch_size": 4,
+            "max_batch_size": 8,  # the served batching tests run up to 8 requests in one batch
             "max_num_tokens": 1024,
             "max_draft_len": spec.draft_len if target else 0,
             "speculative_decoding_mode": SPEC_MODE_NAMES[recipe.mode] if target else None,

@@ -104,11 +104,9 @@ class TritonEndpoint:
         )
         self.name = f"{protocol}://{self.client.url.split('://')[-1]}/{model}"
         self._inputs: set[str] = set()
-        self._info: Any = None
 
     async def check(self) -> None:
         info = await self.client.model_info()
-        self._info = info
         self._inputs = set(info.inputs)
         if not info.decoupled:
             raise ServerError(
@@ -127,22 +125,20 @@ class TritonEndpoint:
 
     async def stream(self, prompt: Prompt, *, seed: int, sampling: Sampling) -> AsyncIterator[Chunk]:
         from toolkit.client import GenerationRequest
-        from toolkit.client.llmapi import accepts
+        from toolkit.client.llmapi import FIELDS as LLMAPI_FIELDS
 
         has = self._inputs
-        # A field goes out under the model's own input name (the LLM-API model's are
-        # sampling_param_*); checking the ensemble's names there dropped temperature and perf metrics.
-        info = self._info
-
-        def takes(name: str) -> bool:
-            return accepts(info, name) if info is not None else name in has
-
         extra: dict[str, Any] = {}
         if "return_num_output_tokens" in has:
             extra["return_num_output_tokens"] = True
         if "return_num_input_tokens" in has:
             extra["return_num_input_tokens"] = True
         sampled = sampling.temperature is not None and sampling.temperature > 0
+
+        def takes(field: str) -> bool:
+            # the LLM-API model names these inputs sampling_param_* (toolkit/client/llmapi.py)
+            return field in has or LLMAPI_FIELDS.get(field) in has
+
         req = GenerationRequest(
             prompt.text,
             prompt.max_tokens,

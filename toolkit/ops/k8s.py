@@ -567,7 +567,9 @@ def plan_k8s(
             )
 
     # --- autoscaling ---------------------------------------------------------------------------
-    metric = hpa_metric or (HPA_WAITING if topo.backend == "engine" else HPA_PENDING)
+    # The engine and reference backends queue requests inside the model (in-flight batching), where
+    # Triton's pending count never sees them; both export nv_trt_llm_request_metrics{waiting}.
+    metric = hpa_metric or (HPA_WAITING if topo.backend in ("engine", "reference") else HPA_PENDING)
     rendered_hpa = hpa and scale_target is not None and max_replicas > replicas
     if hpa and scale_target is not None and max_replicas == replicas:
         notes.append(f"no HPA: --max-replicas equals --replicas ({replicas})")

@@ -10,7 +10,8 @@ Sources:
   @067c1e9), "GPU Metrics" (DCGM; absent on CPU-only servers) and "Response Cache Metrics".
 - TRTLLM: the TensorRT-LLM backend's custom_metrics_reporter.cc, as listed in
   shared/reference/triton-trtllm-backend.md §4 (engine backend only; no speculative-decoding family).
-- SDTK: toolkit.ops.spec_metrics and toolkit.ops.monitor.
+- SDTK: toolkit.ops.spec_metrics, toolkit.ops.monitor and toolkit.ops.batch_metrics (the
+  reference backend also exports nv_trt_llm_request_metrics and nv_trt_llm_general_metrics).
 """
 
 from __future__ import annotations
@@ -84,9 +85,10 @@ TRTLLM_LABELS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 def sdtk_families() -> dict[str, str]:
     from toolkit.ops import spec_metrics as sm
+    from toolkit.ops.batch_metrics import PEAK
     from toolkit.ops.monitor import PROBE_FAMILIES
 
-    return {f.name: f.kind for f in (*sm.FAMILIES, *PROBE_FAMILIES)}
+    return {PEAK: "gauge", **{f.name: f.kind for f in (*sm.FAMILIES, *PROBE_FAMILIES)}}
 
 
 def known_families() -> dict[str, str]:

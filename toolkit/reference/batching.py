@@ -170,6 +170,9 @@ class Batcher:
         self._closed = False
         self.iterations = 0
         self.batch_sizes: dict[int, int] = {}  # batch size -> iterations run at it (for stats)
+        # For /metrics (toolkit.ops.batch_metrics): the last iteration's sequences and
+        # prompt (prefill) steps, and the largest batch so far.
+        self.last_scheduled = self.last_context = self.peak = 0
         self._thread = threading.Thread(target=self._loop, name="sdtk-reference-batcher", daemon=True)
         self._thread.start()
 
@@ -179,6 +182,11 @@ class Batcher:
     def active(self) -> int:
         """Sequences in the batch now (what draft_len_schedule and max_concurrency look at)."""
         return len(self._active)
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued for a place in a full batch."""
+        return len(self._waiting)
 
     def join(self, prefix: Sequence[int] | None = None) -> Member:
         """Wait for room in the batch (first come, first served) and take a slot: with `prefix`,
@@ -269,6 +277,8 @@ class Batcher:
                     n = len(self._active)
                 self.iterations += 1
                 self.batch_sizes[n] = self.batch_sizes.get(n, 0) + 1
+                self.last_scheduled, self.peak = n, max(self.peak, n)
+                self.last_context = sum(len(s.ids) > PREFILL_Q for s in steps)
                 groups: dict[tuple[int, bool], list[Step]] = {}
                 for s in steps:
                     groups.setdefault((id(s.lm.pool), len(s.ids) > PREFILL_Q), []).append(s)

@@ -759,7 +759,10 @@ def _scan(files: list[_File]) -> None:
                         model=f.model,
                         file=f.rel,
                         line=number,
-                        hint=f"from {f.source}; every value must be filled",
+                        # A path holding the token (a directory named `${HOME}x`) lands here too:
+                        # the file could not be told apart from an unfilled template.
+                        hint=f"from {f.source}; every value must be filled, and no path sdtk writes "
+                        f"into it (output directory, engines, checkpoints) may contain {token!r}",
                     )
 
 

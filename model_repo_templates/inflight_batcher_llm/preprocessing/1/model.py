@@ -52,7 +52,7 @@ class Preprocessor:
         for i, text in enumerate(texts.reshape(texts.shape[0], -1)[:, 0]):
             ids = self.tokenizer.encode(st.as_text(text), add_special_tokens=self.add_special_tokens)
             if not ids:
-                raise ValueError(f"{what} row {i} is empty after tokenization")
+                raise st.BadRequest(f"{what} row {i} is empty after tokenization")
             rows.append(ids)
         width = max(len(r) for r in rows)
         ids = np.full((len(rows), width), self.pad_id, dtype=np.int32)
@@ -89,7 +89,7 @@ class Preprocessor:
         bias = np.zeros((batch, len(self.tokenizer)), dtype=np.float32)
         words, weights = words.reshape(batch, -1), weights.reshape(batch, -1)
         if words.shape != weights.shape:
-            raise ValueError(
+            raise st.BadRequest(
                 f"EMBEDDING_BIAS_WORDS {words.shape} and EMBEDDING_BIAS_WEIGHTS {weights.shape} differ in shape"
             )
         for i in range(batch):
@@ -101,6 +101,14 @@ class Preprocessor:
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         query = inputs["QUERY"]
         batch = query.shape[0]
+        # The first model an ensemble request reaches: refuse max_tokens here with a 400 for every
+        # backend (TensorRT-LLM's C++ backend would refuse it later as an internal error, a 500).
+        lowest = int(inputs["REQUEST_OUTPUT_LEN"].min())
+        if lowest < 1:
+            raise st.BadRequest(
+                f"max_tokens (REQUEST_OUTPUT_LEN) must be between 1 and {2**31 - 1}, got {lowest}"
+                + (" (a value beyond int32 wraps around)" if lowest < 0 else "")
+            )
         input_id, input_len = self.encode(query, what="QUERY")
         if "DECODER_QUERY" in inputs:
             decoder_id, decoder_len = self.encode(inputs["DECODER_QUERY"], what="DECODER_QUERY")
@@ -145,8 +153,8 @@ class TritonPythonModel:
         for request in requests:
             try:
                 if st.inputs_of(request, MULTIMODAL_INPUTS):
-                    raise ValueError("multimodal inputs (IMAGE_*, VIDEO_BYTES) are not supported")
+                    raise st.BadRequest("multimodal inputs (IMAGE_*, VIDEO_BYTES) are not supported")
                 responses.append(st.response(self.pre(st.inputs_of(request, INPUTS))))
             except Exception as e:  # one bad request must not fail the batch
-                responses.append(st.error_response(f"preprocessing: {e}"))
+                responses.append(st.failure("preprocessing", e))
         return responses

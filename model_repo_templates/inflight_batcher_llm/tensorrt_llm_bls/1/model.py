@@ -197,28 +197,28 @@ class Bls:
         every iteration and stops with `Cancelled`."""
         self.cancelled = cancelled
         if "text_input" not in inputs or "max_tokens" not in inputs:
-            raise ValueError("text_input and max_tokens are required")
+            raise st.BadRequest("text_input and max_tokens are required")
         batch = inputs["text_input"].shape[0]
         stream = bool(st.scalar(inputs, "stream", False))
         if stream and not self.decoupled:
-            raise ValueError(
+            raise st.BadRequest(
                 "Streaming is only supported if model is deployed using decoupled mode "
                 "(re-render with serving.decoupled: true)"
             )
         max_tokens = int(st.scalar(inputs, "max_tokens", 0))
         if max_tokens < 1:
-            raise ValueError(
+            raise st.BadRequest(
                 f"max_tokens must be between 1 and {2**31 - 1}, got {max_tokens}"
                 + (" (a value beyond int32 wraps around)" if max_tokens < 0 else "")
             )
         num_draft = int(st.scalar(inputs, "num_draft_tokens", self.default_num_draft_tokens))
         if num_draft < 0:
-            raise ValueError(f"num_draft_tokens must be >= 0, got {num_draft}")
+            raise st.BadRequest(f"num_draft_tokens must be >= 0, got {num_draft}")
         if batch == 1:
             yield from self._one(inputs, stream, num_draft)
             return
         if stream:
-            raise ValueError(f"streaming needs batch size 1, got {batch}")
+            raise st.BadRequest(f"streaming needs batch size 1, got {batch}")
         rows = [
             list(self._one({k: st.row(v, i) for k, v in inputs.items()}, False, num_draft))[-1]
             for i in range(batch)
@@ -242,11 +242,11 @@ class Bls:
     def _check_lengths(self, length: int, max_new: int) -> None:
         """The engine's limits, checked on the client's prompt before any LLM call."""
         if self.max_input_len and length > self.max_input_len:
-            raise ValueError(
+            raise st.BadRequest(
                 f"text_input is {length} tokens, over the engine's max_input_len {self.max_input_len}"
             )
         if self.max_seq_len and length + max_new > self.max_seq_len:
-            raise ValueError(
+            raise st.BadRequest(
                 f"text_input ({length} tokens) + max_tokens ({max_new}) = {length + max_new} is over "
                 f"the engine's max_seq_len {self.max_seq_len}"
             )
@@ -288,7 +288,8 @@ class Bls:
 
     def _run(self, model: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One non-streaming LLM call (through this deployment's transaction policy)."""
-        outs = list(self.call(model, inputs, ["output_ids", "sequence_length", *LLM_OUTPUTS], self.decoupled))
+        requested = ["output_ids", "sequence_length", *LLM_OUTPUTS]
+        outs = list(self.call(model, inputs, requested, self.decoupled, {st.BLS_LOOP: True}))
         if not outs:
             raise RuntimeError(f"{model} returned no response")
         return outs[-1]
@@ -319,12 +320,12 @@ class Bls:
             ("return_log_probs", "log probabilities"),
         ):
             if st.scalar(inputs, name, False):
-                raise ValueError(f"{what} are not supported with speculative decoding")
+                raise st.BadRequest(f"{what} are not supported with speculative decoding")
         if (
             int(st.scalar(inputs, "beam_width", 1)) > 1
             or int(st.scalar(inputs, "num_return_sequences", 1)) > 1
         ):
-            raise ValueError(
+            raise st.BadRequest(
                 "beam search and several return sequences are not supported with speculative decoding"
             )
         use_logits = bool(st.scalar(inputs, "use_draft_logits", self.default_use_draft_logits))
@@ -471,9 +472,15 @@ def cancel_check(probe):
     return check
 
 
-def triton_call(model: str, inputs: dict[str, np.ndarray], outputs: list[str], decoupled: bool):
+def triton_call(
+    model: str,
+    inputs: dict[str, np.ndarray],
+    outputs: list[str],
+    decoupled: bool,
+    parameters: dict | None = None,
+):
     """Run `model` through BLS and yield each response's output tensors (CPU numpy arrays)."""
-    kwargs = {}
+    kwargs: dict = {"parameters": parameters} if parameters else {}
     if hasattr(pb_utils, "PreferredMemory"):
         kwargs["preferred_memory"] = pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0)
     request = pb_utils.InferenceRequest(
@@ -500,7 +507,9 @@ def triton_call(model: str, inputs: dict[str, np.ndarray], outputs: list[str], d
 def _outputs(model: str, responses):
     for response in responses:
         if response.has_error():
-            raise RuntimeError(f"{model}: {response.error().message()}")
+            # A sub-model's refusal of the request stays a refusal (HTTP 400), not a BLS failure.
+            kind = st.BadRequest if st.is_bad_request(response.error()) else RuntimeError
+            raise kind(f"{model}: {response.error().message()}")
         tensors = {t.name(): t.as_numpy() for t in response.output_tensors()}
         if tensors:
             yield tensors
@@ -525,7 +534,7 @@ class TritonPythonModel:
 
     def _inputs(self, request) -> dict[str, np.ndarray]:
         if st.inputs_of(request, MULTIMODAL_INPUTS):
-            raise ValueError("multimodal inputs are not supported by sdtk's BLS")
+            raise st.BadRequest("multimodal inputs are not supported by sdtk's BLS")
         return st.inputs_of(request, BLS_INPUTS)
 
     def execute(self, requests):

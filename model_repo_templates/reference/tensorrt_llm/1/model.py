@@ -338,7 +338,7 @@ class Generator:
         batch = inputs["input_ids"].shape[0]
         stream = bool(st.scalar(inputs, "streaming", False))
         if stream and not self.decoupled:
-            raise ValueError("Streaming is only supported if model is deployed using decoupled mode.")
+            raise st.BadRequest("Streaming is only supported if model is deployed using decoupled mode.")
         if st.scalar(inputs, "stop", False):  # a cancellation: nothing to generate
             yield {
                 "output_ids": np.zeros((batch, 1, 0), np.int32),
@@ -346,7 +346,7 @@ class Generator:
             }
             return
         if stream and batch > 1:
-            raise ValueError(f"streaming needs batch size 1, got {batch}")
+            raise st.BadRequest(f"streaming needs batch size 1, got {batch}")
         if batch == 1:
             yield from self._row(inputs, 0, stream, cancelled)
             return
@@ -357,32 +357,35 @@ class Generator:
     def _check(inputs: dict[str, np.ndarray]) -> None:
         for name in UNSUPPORTED:
             if name in inputs:
-                raise ValueError(f"input {name} is not supported by the reference backend")
+                raise st.BadRequest(f"input {name} is not supported by the reference backend")
         for name, neutral in NEUTRAL.items():
             if name in inputs and st.scalar(inputs, name, neutral[0]) not in neutral:
-                raise ValueError(f"{name} other than {neutral[0]} is not supported by the reference backend")
+                raise st.BadRequest(
+                    f"{name} other than {neutral[0]} is not supported by the reference backend"
+                )
         if "bad_words_list" in inputs and any(st.word_lists(r) for r in inputs["bad_words_list"]):
-            raise ValueError("bad_words_list is not supported by the reference backend")
+            raise st.BadRequest("bad_words_list is not supported by the reference backend")
         if "embedding_bias" in inputs and np.any(inputs["embedding_bias"]):
-            raise ValueError("embedding_bias is not supported by the reference backend")
+            raise st.BadRequest("embedding_bias is not supported by the reference backend")
         if "input_ids" not in inputs or "request_output_len" not in inputs:
-            raise ValueError("input_ids and request_output_len are required")
+            raise st.BadRequest("input_ids and request_output_len are required")
 
-    def _check_lengths(self, length: int, max_new: int) -> None:
+    def _check_lengths(self, length: int, max_new: int, loop: bool = False) -> None:
         """Refuse what TensorRT-LLM's executor refuses, naming the input (and the ensemble's
-        name for it): the engine's build limits bound every request."""
+        name for it): the engine's build limits bound every request. `loop`: a sub-request of
+        the BLS draft-target loop (input_ids is the sequence so far; the BLS checked the prompt)."""
         if max_new < 1:
-            raise ValueError(
+            raise st.BadRequest(
                 f"request_output_len (max_tokens) must be between 1 and {INT32_MAX}, got {max_new}"
                 + (" (a value beyond int32 wraps around)" if max_new < 0 else "")
             )
-        if self.max_input_len and length > self.max_input_len:
-            raise ValueError(
+        if self.max_input_len and not loop and length > self.max_input_len:
+            raise st.BadRequest(
                 f"input_lengths (the prompt's tokens, text_input) is {length}, over the engine's "
                 f"max_input_len {self.max_input_len} (build.max_input_len)"
             )
         if self.max_seq_len and length + max_new > self.max_seq_len:
-            raise ValueError(
+            raise st.BadRequest(
                 f"input_lengths {length} + request_output_len (max_tokens) {max_new} = {length + max_new} "
                 f"is over the engine's max_seq_len {self.max_seq_len} (build.max_seq_len)"
             )
@@ -394,7 +397,7 @@ class Generator:
         length = int(st.scalar(inputs, "input_lengths", inputs["input_ids"].shape[1], i))
         prompt = inputs["input_ids"][i, :length].astype(np.int64).tolist()
         max_new = int(st.scalar(inputs, "request_output_len", 0, i))
-        self._check_lengths(length, max_new)
+        self._check_lengths(length, max_new, loop=st.BLS_LOOP in inputs)
         end_id = int(st.scalar(inputs, "end_id", -2, i))
         if end_id == -2:  # not given: the tokenizer's; a negative end id means none
             end_id = self.rt.eos_token_id if self.rt.eos_token_id is not None else -1
@@ -540,18 +543,20 @@ class Generator:
         if not any(k in inputs for k in LOOKAHEAD):
             return self.spec, self.spec is not None
         if self.spec is None or self.spec.mode != "lookahead":
-            raise ValueError("per-request lookahead_* inputs need a deployment with decoding_mode lookahead")
+            raise st.BadRequest(
+                "per-request lookahead_* inputs need a deployment with decoding_mode lookahead"
+            )
         from toolkit.recipe import lookahead_max_draft_len
         from toolkit.reference.runtime import parse_speculative
 
         if not all(k in inputs for k in LOOKAHEAD):
-            raise ValueError("per-request lookahead needs all of " + ", ".join(LOOKAHEAD))
+            raise st.BadRequest("per-request lookahead needs all of " + ", ".join(LOOKAHEAD))
         w, n, g = (int(st.scalar(inputs, k, 0, i)) for k in LOOKAHEAD)
         if lookahead_max_draft_len(w, n, g) == 0:  # e.g. (1, 1, 0): no draft tokens, speculation off
             return None, False
         limit = (self.spec.window, self.spec.ngram, self.spec.verification_set)
         if w > limit[0] or n > limit[1] or g > limit[2]:
-            raise ValueError(f"per-request lookahead ({w}, {n}, {g}) exceeds the deployment's {limit}")
+            raise st.BadRequest(f"per-request lookahead ({w}, {n}, {g}) exceeds the deployment's {limit}")
         spec = self.spec.model_dump()
         spec.update(window=w, ngram=n, verification_set=g, max_draft_len=None)
         return parse_speculative(spec), True
@@ -564,6 +569,15 @@ def _spec_metrics(model: str):
     from toolkit.ops.spec_metrics import TritonSpecMetrics
 
     return TritonSpecMetrics(pb_utils, model=model)
+
+
+def _batch_metrics(model: str, batcher):
+    """nv_trt_llm_request_metrics & co. for the in-flight batcher, as the TRT-LLM backend exports them."""
+    if batcher is None or not hasattr(pb_utils, "MetricFamily"):
+        return None
+    from toolkit.ops.batch_metrics import BatchMetrics
+
+    return BatchMetrics(pb_utils, model=model, batcher=batcher)
 
 
 class TritonPythonModel:
@@ -594,6 +608,7 @@ class TritonPythonModel:
         self.max_batch_size = build_batch_size(Path(engine_dir), int(config.get("max_batch_size") or 8))
         self.scheduler_policy = st.param_str(params, "batch_scheduler_policy") or "guaranteed_no_evict"
         runtime.enable_batching(self.max_batch_size, capacity=(limits[1] or 1024) + 72)
+        self.batch_metrics = _batch_metrics(name, getattr(runtime, "batcher", None))
         if built.get("mode") == "draft_target":
             runtime.verify_spec = parse_speculative(built)  # its draft_len_schedule bounds verify_draft
         # The draft of a draft-target deployment never speculates, and each of its requests is one
@@ -609,17 +624,20 @@ class TritonPythonModel:
             metrics=self.responder if self.responder is not None else metrics,
             **dict(zip(("max_input_len", "max_seq_len"), limits, strict=True)),
         )
-        if built.get("mode") == "draft_target":
-            # The BLS loop sends the whole sequence so far as input_ids on every iteration: only
-            # the total length is bounded here; the BLS bounds the client's prompt itself.
-            self.generate.max_input_len = None
+
+    @staticmethod
+    def _inputs(request) -> dict[str, np.ndarray]:
+        inputs = st.inputs_of(request, INPUTS + UNSUPPORTED)
+        if st.request_parameters(request).get(st.BLS_LOOP):
+            inputs[st.BLS_LOOP] = np.array([True])
+        return inputs
 
     def execute(self, requests):
         if self.decoupled:
             # Hand each request to its own generation thread and return at once, so that
             # requests arriving meanwhile join the running batch at its next iteration.
             for request in requests:
-                inputs = st.inputs_of(request, INPUTS + UNSUPPORTED)
+                inputs = self._inputs(request)
                 self.responder.start(
                     request.get_response_sender(),
                     lambda cancelled, inputs=inputs: self.generate(inputs, cancelled),
@@ -637,7 +655,7 @@ class TritonPythonModel:
         threads, stops, probes = [], [], []
         for k, request in enumerate(requests):
             stop = threading.Event()
-            inputs = st.inputs_of(request, INPUTS + UNSUPPORTED)
+            inputs = self._inputs(request)
             threads.append(threading.Thread(target=run, args=(k, inputs, stop.is_set), daemon=True))
             stops.append(stop)
             probes.append(st.every(st.CANCEL_CHECK_S, request.is_cancelled))
@@ -666,6 +684,9 @@ class TritonPythonModel:
             metrics, self.responder.metrics = self.responder.metrics, None
         else:
             metrics = self.generate.metrics
+        if self.batch_metrics is not None:
+            self.batch_metrics.close()
+            self.batch_metrics = None
         batcher = getattr(self.generate.rt, "batcher", None)
         if batcher is not None:
             batcher.close()

@@ -31,6 +31,11 @@ Responses, as upstream's `_create_response`:
   finish_reason, stop_reason and cumulative_logprob), so none is added here; clients count tokens
   with the tokenizer.
 
+In-flight batching, as LLM() does: decoupled, execute() hands each request to its own thread and
+returns; the runtime batches their steps, up to the LLM argument `max_batch_size` sequences per
+iteration, and requests that arrive meanwhile join at the next one. Not decoupled, the requests of
+one execute() call are answered in order.
+
 Also checked per request, with an error naming the input: sampling_param_max_tokens < 1 or
 > int32; prompt + sampling_param_max_tokens > max_seq_len. Cancellation (`request.is_cancelled()` /
 the response sender's) is checked at every generation step. Features the reference runtime lacks
@@ -43,6 +48,7 @@ Python backend.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -213,7 +219,10 @@ class Request:
 
 
 class Generation:
-    """Runs one request on the reference runtime; yields response dicts (name → numpy array)."""
+    """Runs one request on the reference runtime; yields (response dict, final) pairs, the dicts
+    mapping output name → numpy array. Streamed responses are yielded as each step produces them;
+    the step that ends the request is not streamed on its own: the final response carries it, as
+    upstream sends the finished RequestOutput as the last (and only final) response."""
 
     def __init__(self, runtime, speculative: bool, req: Request, is_cancelled):
         self.rt = runtime
@@ -260,12 +269,14 @@ class Generation:
                 if hits:
                     state["finish"], state["stop_reason"] = "stop", min(hits)[1]
                     raise _Stop
-            if req.streaming and tokens:
+            last = state["finish"] == "stop" or len(out) >= req.max_tokens
+            if req.streaming and tokens and not last:
                 pending.append(self._response(text_of(out), state, final=False))
 
         result = None
         try:
-            yield from self._run(prompt_ids, sampling, end_id, on_tokens, pending)
+            for streamed in self._run(prompt_ids, sampling, end_id, on_tokens, pending):
+                yield streamed, False
             result = self._result
         except _Stop:
             pass
@@ -295,7 +306,7 @@ class Generation:
             }
             for name in PERF:
                 final[name] = np.asarray([values[name]], dtype=np.object_)
-        yield final
+        yield final, True
 
     def _run(self, prompt_ids, sampling, end_id, on_tokens, pending):
         """Generate, yielding the streamed responses `on_tokens` queued after each step."""
@@ -355,6 +366,11 @@ def _error(message: str, code=None) -> pb_utils.InferenceResponse:
     return pb_utils.InferenceResponse(output_tensors=[text], error=err)
 
 
+def _code(e: Exception):
+    """A refused request is INVALID_ARG (Triton's HTTP 400); anything else stays INTERNAL (500)."""
+    return getattr(pb_utils.TritonError, "INVALID_ARG", None) if isinstance(e, RequestError) else None
+
+
 def _cancelled() -> pb_utils.InferenceResponse:
     code = getattr(pb_utils.TritonError, "CANCELLED", None)
     return _error("Request cancelled by client", code)
@@ -383,6 +399,14 @@ class TritonPythonModel:
         llm_args = {k: v for k, v in data.items() if k != "triton_config"}
         self.max_seq_len = int(llm_args["max_seq_len"]) if llm_args.get("max_seq_len") else None
         self.runtime, self.speculative = load_runtime(llm_args)
+        # LLM()'s in-flight batch: max_batch_size sequences (TensorRT-LLM's default 2048 is no size
+        # for a CPU runtime that allocates every slot's KV cache up front).
+        self.max_batch_size = int(llm_args.get("max_batch_size") or 8)
+        self.runtime.enable_batching(
+            self.max_batch_size, capacity=(self.max_seq_len or 1024) + 72, reuse_slots=0
+        )
+        self._threads: set[threading.Thread] = set()
+        self._lock = threading.Lock()
 
     def _generation(self, request, sender=None) -> Generation:
         def is_cancelled() -> bool:
@@ -399,7 +423,6 @@ class TritonPythonModel:
         return _cancelled()
 
     def execute(self, requests):
-        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         if not self.decoupled:
             responses = []
             for request in requests:
@@ -407,29 +430,46 @@ class TritonPythonModel:
                     if _scalar(request, "stop"):
                         responses.append(self._stop(request))
                         continue
-                    responses.append(_tensors(list(self._generation(request))[-1]))
+                    responses.append(_tensors(list(self._generation(request))[-1][0]))
                 except Cancelled:
                     responses.append(_cancelled())
                 except Exception as e:
-                    responses.append(_error(f"Error generating request: {e}"))
+                    responses.append(_error(f"Error generating request: {e}", _code(e)))
             return responses
         for request in requests:
-            sender = request.get_response_sender()
-            try:
-                if _scalar(request, "stop"):
-                    sender.send(self._stop(request), flags=final)
-                    continue
-                last = None
-                for outputs in self._generation(request, sender):
-                    if last is not None:
-                        sender.send(_tensors(last))
-                    last = outputs
-                sender.send(_tensors(last), flags=final)
-            except Cancelled:
-                sender.send(_cancelled(), flags=final)
-            except Exception as e:
-                sender.send(_error(f"Error generating request: {e}"), flags=final)
+            thread = threading.Thread(
+                target=self._serve, args=(request,), name="sdtk-reference-llmapi-request", daemon=True
+            )
+            with self._lock:
+                self._threads.add(thread)
+            thread.start()
         return None
 
+    def _serve(self, request) -> None:
+        """One decoupled request, in its own thread: every response through its sender."""
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        sender = request.get_response_sender()
+        try:
+            if _scalar(request, "stop"):
+                sender.send(self._stop(request), flags=final)
+                return
+            # each streamed step goes out at once (TTFT is the first step's time)
+            for outputs, is_final in self._generation(request, sender):
+                sender.send(_tensors(outputs), flags=final if is_final else 0)
+        except Cancelled:
+            sender.send(_cancelled(), flags=final)
+        except Exception as e:
+            sender.send(_error(f"Error generating request: {e}", _code(e)), flags=final)
+        finally:
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+
     def finalize(self):
+        batcher = getattr(self.runtime, "batcher", None)
+        if batcher is not None:
+            batcher.close()  # generations still running end with an error response, not a hung unload
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout=5)
         self.runtime = None
