@@ -181,9 +181,9 @@ def recipes_show(recipe: str, overrides: tuple[str, ...], as_json: bool) -> None
 @json_option
 def recipes_validate(paths: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -> None:
     """Validate recipes (schema, cross-field rules, support matrix). Exits 1 if any is invalid."""
-    from toolkit.compat import validate_recipe_file
+    from toolkit.recipe_check import check_recipe_file
 
-    results = [validate_recipe_file(p, overrides) for p in paths]
+    results = [check_recipe_file(p, overrides) for p in paths]
     bad = [r for r in results if not r["ok"]]
 
     def human() -> None:

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from toolkit.build import build
 from toolkit.build.preflight import PreflightFailed
 from toolkit.cli import cli
-from toolkit.compat import validate_recipe_file
+from toolkit.recipe_check import check_recipe_file
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,7 +26,7 @@ def test_validate_runs_builds_preflight_on_local_models(make_recipe):
     path = make_recipe("draft_target", backend="reference", models_map={"draft": "draft_other"})
     with pytest.raises(PreflightFailed) as built:
         build(path, dry_run=True, progress=quiet)
-    got = validate_recipe_file(str(path))
+    got = check_recipe_file(str(path))
     assert got["ok"] is False and got["field"] == "preflight"
     assert f"preflight {built.value.check}:" in got["error"] and "vocab_size" in got["error"]
     r = CliRunner().invoke(cli, ["recipes", "validate", str(path)])
@@ -34,7 +34,7 @@ def test_validate_runs_builds_preflight_on_local_models(make_recipe):
 
 
 def test_validate_reports_the_preflight_it_ran(make_recipe):
-    got = validate_recipe_file(str(make_recipe("eagle3", backend="reference")))
+    got = check_recipe_file(str(make_recipe("eagle3", backend="reference")))
     assert got["ok"] is True
     assert got["preflight"].endswith("skipped") and not got["preflight"].startswith("0 passed")
 
@@ -47,7 +47,7 @@ def test_validate_leaves_hub_models_to_build(monkeypatch):
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", no_network)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_network)
-    got = validate_recipe_file(str(REPO / "recipes" / "llama-3.1-8b-eagle3.yaml"))
+    got = check_recipe_file(str(REPO / "recipes" / "llama-3.1-8b-eagle3.yaml"))
     assert got["ok"] is True and "preflight" not in got
 
 
@@ -78,5 +78,5 @@ def test_max_seq_len_beyond_the_models_positions_is_refused(make_recipe):
         build(path, dry_run=True, progress=quiet)
     assert e.value.check == "seq-len" and "max_position_embeddings 4096" in str(e.value)
     assert "at most 4096" in e.value.hint
-    got = validate_recipe_file(str(path))
+    got = check_recipe_file(str(path))
     assert got["ok"] is False and "seq-len" in got["error"]
