@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from toolkit.bench.errors import BenchAborted, InexactCounts
-from toolkit.bench.metrics import RequestRecord, summarize
-from toolkit.bench.workloads import Prompt, Workload
+from toolkit.bench.measure.metrics import RequestRecord, summarize
+from toolkit.bench.measure.workloads import Prompt, Workload
+from toolkit.bench.options import DEFAULT_TIMEOUT, RunOptions
 from toolkit.errors import ServerError, UsageError
 
-DEFAULT_TIMEOUT = 120.0
 CONNECT_TIMEOUT = 3.0
 CHECK_TIMEOUT = 15.0  # the preflight (model config + readiness) must answer within this
 MAX_CONSECUTIVE_FAILURES = 8
@@ -224,11 +224,6 @@ class BenchResult:
             "report_dir": str(self.report_dir) if self.report_dir else None,
             "levels": [lv.to_dict(records) for lv in self.levels],
         }
-
-    def render(self) -> str:
-        from toolkit.bench.report import render_bench
-
-        return render_bench(self)
 
 
 # --------------------------------------------------------------------------- per-request accounting
@@ -693,3 +688,43 @@ async def run_load(
             hint="try one request with `sdtk infer`; the server log (`sdtk logs`) has the model's side",
         )
     return result
+
+
+async def run_with(
+    endpoint: Endpoint,
+    workload: Workload,
+    opts: RunOptions,
+    *,
+    concurrency: Sequence[int] | None,
+    rate: float | None = None,
+    sampling: Sampling,
+    label: str,
+    draft_len: int | None = None,
+    tokenizer: str | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+) -> BenchResult:
+    """`run_load` with a run's options, closing the endpoint afterwards: how bench, compare and
+    tune each measure one deployment. `count_tokens` defaults to a TokenCounter of `tokenizer`."""
+    from toolkit.bench.measure.tokens import TokenCounter
+
+    try:
+        return await run_load(
+            endpoint,
+            workload,
+            concurrency=concurrency,
+            rate=rate,
+            requests=opts.requests,
+            duration=opts.duration,
+            warmup=opts.warmup,
+            seed=opts.seed,
+            sampling=sampling,
+            timeout=opts.timeout,
+            progress=opts.progress,
+            label=label,
+            draft_len=draft_len,
+            count_tokens=count_tokens or (TokenCounter(tokenizer) if tokenizer else None),
+            tokenizer=tokenizer,
+            allow_inexact=opts.allow_inexact,
+        )
+    finally:
+        await endpoint.close()
