@@ -364,8 +364,8 @@ def plot_compare(ab: ABResult, out_dir: Path) -> list[Path]:
     if pts:
         xs = [c for c, _ in pts]
         ys = [i.point for _, i in pts]
-        lo = [i.point - i.lo if i.lo is not None else 0 for _, i in pts]
-        hi = [i.hi - i.point if i.hi is not None else 0 for _, i in pts]
+        lo = [i.point - i.lo if i.point is not None and i.lo is not None else 0 for _, i in pts]
+        hi = [i.hi - i.point if i.point is not None and i.hi is not None else 0 for _, i in pts]
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", capsize=4, label="speedup (95% CI)")
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     if ab.break_even is not None:
@@ -455,10 +455,10 @@ def render_plan(p: PlanResult) -> str:
         out.append(
             f"sizing on {s.gpu.name} ({s.gpu.memory_gb:g} GB, {s.gpu.bandwidth_tbs:g} TB/s), dtype {s.dtype}:"
         )
-        for c in s.components:
+        for comp in s.components:
             out.append(
-                f"  {c.role} {c.ref}: {c.params / 1e9:.3f}B params"
-                f"{' (estimated)' if c.params_estimated else ''}, facts from {c.facts_source}"
+                f"  {comp.role} {comp.ref}: {comp.params / 1e9:.3f}B params"
+                f"{' (estimated)' if comp.params_estimated else ''}, facts from {comp.facts_source}"
             )
         out.append(
             f"  weights {s.weights_bytes / 1e9:.2f} GB, KV {s.kv_bytes_per_token:,.0f} bytes/token, "

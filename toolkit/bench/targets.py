@@ -140,7 +140,7 @@ def _chain_draft_len(recipe: Any) -> int | None:
     spec = recipe.speculative
     if is_chain(spec) and not _steps_from_chunks(recipe):
         # A proposer without a model proposes up to γ per step: drafts / γ is a lower bound on the steps.
-        return spec.max_draft_len
+        return int(spec.max_draft_len)
     return None
 
 

@@ -59,18 +59,19 @@ def compare_levels(
 ) -> list[LevelComparison]:
     out = []
     for blv in baseline.levels:
-        slv = speculative.level(blv.concurrency) if blv.concurrency is not None else None
-        if slv is None:
+        conc = blv.concurrency
+        slv = speculative.level(conc) if conc is not None else None
+        if conc is None or slv is None:
             continue
         b_tok, s_tok, paired = _metric_pairs(blv.records, slv.records, "user_tok_s")
         b_tpot, s_tpot, p2 = _metric_pairs(blv.records, slv.records, "tpot")
         b_ttft, s_ttft, p3 = _metric_pairs(blv.records, slv.records, "ttft")
-        kw = dict(resamples=resamples, seed=seed, confidence=confidence)
+        kw: dict[str, Any] = dict(resamples=resamples, seed=seed, confidence=confidence)
         bs, ss = blv.summary(), slv.summary()
         thr = (ss["output_tok_s"] / bs["output_tok_s"]) if bs["output_tok_s"] and ss["output_tok_s"] else None
         out.append(
             LevelComparison(
-                concurrency=blv.concurrency,
+                concurrency=conc,
                 speedup=ratio_of_means_ci(s_tok, b_tok, paired=paired, **kw),
                 tpot_speedup=ratio_of_means_ci(b_tpot, s_tpot, paired=p2, **kw),
                 ttft_ratio=ratio_of_means_ci(s_ttft, b_ttft, paired=p3, **kw),
@@ -96,7 +97,7 @@ def verdict(levels: Sequence[LevelComparison]) -> tuple[str, int | None, str | N
             break
     if be is None:
         for lc in lv:
-            if lc.speedup.point < 1:
+            if lc.speedup.point is not None and lc.speedup.point < 1:
                 be, basis = lc.concurrency, "point"
                 break
     adopt = None
@@ -189,7 +190,8 @@ def compare(
 
 def _replay(side: Side, wl: Workload, opts: RunOptions, run: Any) -> Any:
     """Per-position acceptance of a greedy reference-backend speculative side (see measure.replay)."""
-    if side.kind == "recipe":
+    rec: Any
+    if side.kind == "recipe" and side.recipe_path is not None:
         from toolkit.recipe import load_recipe
 
         rec = load_recipe(side.recipe_path)

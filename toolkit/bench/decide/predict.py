@@ -535,7 +535,7 @@ def assumed_table(
         per_g = 1
     out = []
     for a in alphas:
-        cands = []
+        cands: list[tuple[str, dict[str, Any], cm.Shape, float, float | None, str]] = []
         for g in range(1, gamma_max + 1):
             fw = g if per_g == 1 else (1 if per_g == -1 else 0)
             shape = cm.chain_shape(g, draft_forwards=fw)

@@ -290,12 +290,12 @@ def finish(result: TuneResult, resamples: int, seed: int, plan_result: Any) -> N
         cells = [c for c in result.cells if c.concurrency == conc and c.speedup.point is not None]
         if not cells:
             continue
-        top = max(cells, key=lambda c: (c.speedup.point, -c.draft_len))
-        result.schedule[conc] = top.draft_len if top.speedup.point > 1 else 0
+        top = max(cells, key=lambda c: (_point(c), -c.draft_len))
+        result.schedule[conc] = top.draft_len if _point(top) > 1 else 0
     if result.schedule:
         c0 = min(result.schedule)
         cells0 = [c for c in result.cells if c.concurrency == c0 and c.speedup.point is not None]
-        top0 = max(cells0, key=lambda c: (c.speedup.point, -c.draft_len))
+        top0 = max(cells0, key=lambda c: (_point(c), -c.draft_len))
         cfg = next(c for c in result.configs if c["label"] == top0.label)
         result.best = {
             "label": top0.label,
@@ -318,6 +318,12 @@ def finish(result: TuneResult, resamples: int, seed: int, plan_result: Any) -> N
             }
 
 
+def _point(cell: Cell) -> float:
+    """A cell's speedup point estimate; cells without one are left out before ranking."""
+    assert cell.speedup.point is not None
+    return cell.speedup.point
+
+
 def check_schedule(result: TuneResult, run: BenchResult, resamples: int, seed: int) -> None:
     """Compare the deployment running the tuned schedule with the best fixed draft length
     measured at each concurrency (same baseline, same requests)."""
@@ -327,7 +333,7 @@ def check_schedule(result: TuneResult, run: BenchResult, resamples: int, seed: i
         cells = [c for c in result.cells if c.concurrency == lc.concurrency and c.speedup.point is not None]
         if not cells or lc.speedup.point is None:
             continue
-        best = max(cells, key=lambda c: c.speedup.point)
+        best = max(cells, key=_point)
         result.schedule_check[lc.concurrency] = {
             "scheduled": lc.speedup.point,
             "scheduled_ci": lc.speedup.to_dict(),

@@ -66,8 +66,11 @@ def load_runtime(recipe: Any) -> Any:
     def p(src: Any) -> Path | None:
         return recipe.local_path(src) if src is not None else None
 
+    target = p(m.target)
+    if target is None:  # probe_possible() turns such recipes away first
+        raise UsageError(f"the target {m.target.describe()} is not a local directory")
     return ReferenceRuntime.load(
-        target=p(m.target),
+        target=target,
         draft=p(m.draft),
         medusa=p(m.medusa_heads),
         eagle3=p(m.eagle_head),

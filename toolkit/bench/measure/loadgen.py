@@ -177,7 +177,7 @@ class LevelResult:
         return summarize(self.records, duration=self.duration)
 
     def to_dict(self, records: bool = False) -> dict[str, Any]:
-        d = {
+        d: dict[str, Any] = {
             "concurrency": self.concurrency,
             "rate": self.rate,
             "duration_s": self.duration,
@@ -246,7 +246,7 @@ def chunk_token_counts(
     """
     vals = [c.outputs.get("num_output_tokens") for c in chunks]
     if chunks and all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
-        return [max(0, int(v)) for v in vals], "server"
+        return [max(0, int(v)) for v in vals if isinstance(v, int)], "server"
     if count_tokens is not None:
         return cumulative_counts([c.text for c in chunks], count_tokens), "tokenizer"
     return [1 if c.text else 0 for c in chunks], "estimate"
@@ -382,7 +382,7 @@ class _Progress:
 
     def __init__(self, enabled: bool, label: str):
         self.bar = None
-        self.task = None
+        self.task: Any = None  # rich's TaskID while a level runs
         if enabled:
             from rich.console import Console
             from rich.progress import (
@@ -641,7 +641,8 @@ async def run_load(
                             f"the server stopped answering during warm-up ({rec.error})",
                             LevelResult(None, None, [], 0.0, True),
                         )
-            for lvl in levels or [None]:
+            steps: list[int | None] = [*levels] if levels else [None]  # None: one level at `rate`
+            for lvl in steps:
                 name = f"c={lvl}" if lvl is not None else f"rate={rate:g}/s"
                 bar.level(name, len(prompts))
                 result.levels.append(

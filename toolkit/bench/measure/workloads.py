@@ -188,7 +188,7 @@ def read_prompt_file(path: Path | str, *, category: str | None = None) -> list[P
 
 
 def bundled_path(name: str) -> Path:
-    return Path(str(resources.files("toolkit.bench").joinpath("data", f"{name}.jsonl")))
+    return Path(str(resources.files("toolkit.bench").joinpath("data").joinpath(f"{name}.jsonl")))
 
 
 def synthetic_prompts(
