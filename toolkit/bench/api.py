@@ -23,7 +23,13 @@ from toolkit.bench.measure.workloads import Workload, workload_for
 from toolkit.bench.options import DEFAULT_TIMEOUT, RunOptions
 from toolkit.bench.report import write_reports
 from toolkit.bench.results import ABResult, BenchResult, TuneResult
-from toolkit.bench.targets import DeployFn, deployed_recipe, load_recipe_any, resolve_side, side_endpoint
+from toolkit.bench.targets import (
+    DeployFn,
+    deployment_recipe,
+    load_recipe_any,
+    resolve_side,
+    side_endpoint,
+)
 from toolkit.errors import UsageError
 
 R = TypeVar("R", BenchResult, ABResult, TuneResult)
@@ -312,40 +318,13 @@ def tune(
         progress=progress,
     )
     side = resolve_side(target, label="target", protocol=protocol, model=model)
-    rec_ref: Any = recipe if recipe is not None else side.recipe_path
-    if rec_ref is None and side.workdir is not None:
-        rec_ref = deployed_recipe(side.workdir)  # what `sdtk deploy` saved next to state.json
-    if rec_ref is None:
-        raise UsageError(
-            "tune needs the recipe the deployment was made from",
-            hint="pass --recipe RECIPE (it defines the mode, the draft lengths and the overlay)",
-        )
-    rec = load_recipe_any(rec_ref)
-    mode = rec.mode
-    if mode == "none":
+    rec, rec_path = deployment_recipe(side, recipe)
+    if rec.mode == "none":
         raise UsageError(f"recipe {rec.display_name} has no speculation to tune (mode none)")
-    method = tune_mod.pick_method(method, mode, side, deploy_fn)
+    method = tune_mod.pick_method(method, rec.mode, side, deploy_fn)
     configs = tune_mod.sweep_configs(rec, draft_lens)
     wl = workload_for(opts)
-    result = TuneResult(
-        target=side.describe(),
-        method=method,
-        mode=mode,
-        workload=wl.to_dict(),
-        settings={
-            "requests": requests,
-            "warmup": warmup,
-            "seed": seed,
-            "protocol": protocol,
-            "temperature": temperature,
-            "timeout": timeout,
-            "resamples": resamples,
-            "recipe": rec.display_name,
-        },
-        concurrency=levels,
-        draft_lens=[c["draft_len"] for c in configs],
-        configs=configs,
-    )
+    result = tune_mod.new_result(side, rec, method, configs, wl, opts, levels=levels, resamples=resamples)
     return _reported(
         lambda: tune_mod.tune(
             side,
@@ -359,7 +338,7 @@ def tune(
             plan_result=plan_result,
             predict=predict,
             check=check,
-            recipe_path=rec.source_path or Path(str(rec_ref)),
+            recipe_path=rec_path,
         ),
         opts.out_dir("tune", side.workdir),
     )

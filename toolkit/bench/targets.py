@@ -60,6 +60,21 @@ class Side:
         return f"{self.ref} ({self.kind})"
 
 
+def deployment_recipe(side: Side, recipe: str | Path | None) -> tuple[Any, Path]:
+    """The recipe a side was deployed from (`recipe` when given, else its own recipe file, else
+    what `sdtk deploy` saved next to state.json), loaded, and the path to redeploy it from."""
+    ref: Any = recipe if recipe is not None else side.recipe_path
+    if ref is None and side.workdir is not None:
+        ref = deployed_recipe(side.workdir)
+    if ref is None:
+        raise UsageError(
+            "tune needs the recipe the deployment was made from",
+            hint="pass --recipe RECIPE (it defines the mode, the draft lengths and the overlay)",
+        )
+    rec = load_recipe_any(ref)
+    return rec, rec.source_path or Path(str(ref))
+
+
 def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: str | None = None) -> Side:
     """A URL, a workdir with state.json, or a recipe (file or bundled name); clear errors otherwise."""
     text = str(ref)

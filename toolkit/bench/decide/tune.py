@@ -100,6 +100,39 @@ def pick_method(method: str, mode: str, side: Side, deploy_fn: DeployFn | None) 
     return method
 
 
+def new_result(
+    side: Side,
+    rec: Any,
+    method: str,
+    configs: list[dict[str, Any]],
+    wl: Workload,
+    opts: RunOptions,
+    *,
+    levels: list[int],
+    resamples: int,
+) -> TuneResult:
+    """The empty result of a sweep: what it will measure, and with which settings."""
+    return TuneResult(
+        target=side.describe(),
+        method=method,
+        mode=rec.mode,
+        workload=wl.to_dict(),
+        settings={
+            "requests": opts.requests,
+            "warmup": opts.warmup,
+            "seed": opts.seed,
+            "protocol": opts.protocol,
+            "temperature": opts.temperature,
+            "timeout": opts.timeout,
+            "resamples": resamples,
+            "recipe": rec.display_name,
+        },
+        concurrency=levels,
+        draft_lens=[c["draft_len"] for c in configs],
+        configs=configs,
+    )
+
+
 # --------------------------------------------------------------------------- the sweep
 
 
