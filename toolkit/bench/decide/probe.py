@@ -188,26 +188,8 @@ def run_probe(
             _add_stats(totals[k], res.stats)
             steps[k] += durs
             step_tokens[k].append(counts)
-    ctx = prompts[0] + outputs[0][: probe_tokens // 2]
-    say(progress, "timing forwards")
-    lms = {"target": rt.target}
-    sizes: dict[str, Sequence[int]] = {"target": FORWARD_SIZES}
-    if rt.draft is not None:
-        lms["draft"] = rt.draft
-        sizes["draft"] = (1,)
-    fw = time_forwards(lms, ctx, sizes)
-    points = fw["target"]
-    timing = StepTiming(
-        t_base=step_mean(base_steps) if base_steps else 0.0,
-        forward_points=points,
-        kappa=fit_kappa(points),
-    )
-    if "draft" in fw:
-        timing.draft_forward = fw["draft"][0][1]
-        timing.c_forward = timing.draft_forward / dict(points)[1]
-    say(progress, "timing batched forwards (in-flight batching)")
     widths = sorted({1, *(min(config_draft_len(mode, st, spec), 32) + 1 for _, st in cands)})
-    timing.batch_points = time_batched_forwards(rt.target, ctx, widths)
+    timing = _time_costs(rt, prompts[0] + outputs[0][: probe_tokens // 2], base_steps, widths, progress)
     timing.max_batch = getattr(getattr(rec, "build", None), "max_batch_size", None)
     configs = []
     for (label, settings), st, durs, stoks in zip(cands, totals, steps, step_tokens, strict=True):
@@ -241,3 +223,29 @@ def run_probe(
         probe.alpha_logits_temperature = temperature if temperature > 0 else 1.0
     probe.seconds = time.perf_counter() - t_start
     return probe
+
+
+def _time_costs(
+    rt: Any, ctx: list[int], base_steps: list[float], widths: list[int], progress: bool
+) -> StepTiming:
+    """Step costs after `ctx`: the plain step (from the probe's own steps), bare target (and
+    draft) forwards over 1..n tokens, and batched target forwards `widths` tokens per row."""
+    say(progress, "timing forwards")
+    lms = {"target": rt.target}
+    sizes: dict[str, Sequence[int]] = {"target": FORWARD_SIZES}
+    if rt.draft is not None:
+        lms["draft"] = rt.draft
+        sizes["draft"] = (1,)
+    fw = time_forwards(lms, ctx, sizes)
+    points = fw["target"]
+    timing = StepTiming(
+        t_base=step_mean(base_steps) if base_steps else 0.0,
+        forward_points=points,
+        kappa=fit_kappa(points),
+    )
+    if "draft" in fw:
+        timing.draft_forward = fw["draft"][0][1]
+        timing.c_forward = timing.draft_forward / dict(points)[1]
+    say(progress, "timing batched forwards (in-flight batching)")
+    timing.batch_points = time_batched_forwards(rt.target, ctx, widths)
+    return timing
