@@ -8,9 +8,9 @@ report directory chosen and the load generator driven from it, in one place each
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from toolkit.errors import UsageError
 
@@ -50,9 +50,6 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise UsageError(f"protocol must be grpc or http, got '{self.protocol}'")
-
-    def with_(self, **changes: Any) -> RunOptions:
-        return replace(self, **changes)
 
     def out_dir(self, kind: str, deployment: Path | str | None = None) -> Path:
         """The report directory: `report_dir`, else <workdir or the deployment's>/reports/<kind>-<time>."""

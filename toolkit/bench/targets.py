@@ -25,11 +25,6 @@ DeployFn = Callable[..., Any]
 _URL = re.compile(r"^([a-z]+://)?[A-Za-z0-9.\-\[\]:]+:\d+/?$")
 
 
-def check_protocol(protocol: str) -> None:
-    if protocol not in ("grpc", "http"):
-        raise UsageError(f"protocol must be grpc or http, got '{protocol}'")
-
-
 def load_recipe_any(recipe: Any, overrides: Sequence[str] = ()) -> Any:
     """A loaded Recipe as is, or a recipe path / bundled name loaded with `overrides`."""
     from toolkit.recipe import Recipe, load_recipe
