@@ -39,7 +39,7 @@ DEFAULT_RECIPES = ("tiny-draft-target", "tiny-eagle3", "tiny-ngram")
 
 def measure(rt, recipe, prompts, gammas, new_tokens, rounds):
     """Decode tokens/s per configuration (γ = 0 is the baseline), interleaved per prompt."""
-    from toolkit.bench.plan import generate_timed
+    from toolkit.bench.measure.inprocess import generate_timed
     from toolkit.reference import SamplingParams
 
     sp = SamplingParams()
@@ -83,8 +83,10 @@ def measure(rt, recipe, prompts, gammas, new_tokens, rounds):
 
 
 def run_recipe(name, args):
-    from toolkit.bench.plan import encode, load_recipe_any, load_runtime, plan
-    from toolkit.bench.workloads import load_workload
+    from toolkit.bench.api import plan
+    from toolkit.bench.measure.inprocess import encode, load_runtime
+    from toolkit.bench.measure.workloads import load_workload
+    from toolkit.bench.targets import load_recipe_any
 
     rec = load_recipe_any(name)
     wl = load_workload(args.workload)
@@ -179,7 +181,7 @@ def render(results, args, load=(0.0, 0.0)) -> str:
         "- **Measured in-process with the reference runtime** (not through Triton): decode tokens/s with speculation ÷ "
         "without, every configuration interleaved per prompt. Serving overheads (Triton, the BLS loop) are not in "
         "these numbers.",
-        "- Prediction (`toolkit/bench/plan.py`): tokens per step τ(γ) replayed from the accepted runs of the γ_max "
+        "- Prediction (`toolkit/bench/decide/predict.py`): tokens per step τ(γ) replayed from the accepted runs of the γ_max "
         "probe (every shorter chain is a truncation of it), step time interpolated between the probes' measured "
         "step times; speedup = τ(γ) × plain step time ÷ step time(γ). c and κ come from bare forwards and are "
         "reported for Leviathan's closed form, not used for these predictions.",

@@ -46,7 +46,7 @@ def now() -> str:
 
 
 def predicted(recipe_path: Path, levels: list[int]) -> dict:
-    from toolkit.bench.plan import plan
+    from toolkit.bench.api import plan
     from toolkit.recipe import load_recipe
 
     rec = load_recipe(recipe_path)

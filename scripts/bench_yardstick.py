@@ -49,7 +49,7 @@ def measure(name: str, rounds: int, n: int, max_tokens: int, tmp: Path, per_roun
     requests, bench HTTP / client / bench gRPC in turn, so load from other processes on a shared
     machine falls on all three alike."""
     from toolkit.bench.api import bench
-    from toolkit.bench.workloads import load_workload
+    from toolkit.bench.measure.workloads import load_workload
     from toolkit.deploy import deployed
 
     sse = _client_module()
@@ -88,7 +88,7 @@ def measure(name: str, rounds: int, n: int, max_tokens: int, tmp: Path, per_roun
             recs["grpc"].append(run_bench(dep.workdir, "grpc", per_round, f"grpc-{i}"))
     rows = []
     for protocol, levels in recs.items():
-        from toolkit.bench.metrics import summarize
+        from toolkit.bench.measure.metrics import summarize
 
         s = summarize([r for lv in levels for r in lv.records], duration=sum(lv.duration for lv in levels))
         equal = tokens[protocol] == truth
@@ -131,7 +131,7 @@ def measure(name: str, rounds: int, n: int, max_tokens: int, tmp: Path, per_roun
 
 
 def compare_run(tmp: Path) -> dict:
-    from toolkit.bench.ab import compare
+    from toolkit.bench.api import compare
     from toolkit.deploy import deployed
 
     ab = compare(

@@ -27,7 +27,8 @@ PNG = REPO / "docs" / "demo_ab.png"
 
 
 def run_compare(recipe: str, args: argparse.Namespace) -> dict[str, Any]:
-    from toolkit.bench.ab import compare
+    from toolkit.bench.api import compare
+    from toolkit.bench.report import render
     from toolkit.deploy import deployed
 
     ab = compare(
@@ -42,7 +43,7 @@ def run_compare(recipe: str, args: argparse.Namespace) -> dict[str, Any]:
         report_dir=args.report_dir,
         workdir=args.report_dir.parent,
     )
-    print(ab.render(), file=sys.stderr)
+    print(render(ab), file=sys.stderr)
     return ab.to_dict()
 
 

@@ -835,7 +835,7 @@ def bench(
         allow_inexact=allow_inexact,
     )
     if compare:
-        from toolkit.bench.ab import compare as run_compare
+        from toolkit.bench.api import compare as run_compare
 
         result: Any = run_compare(compare[0], compare[1], concurrency=levels, **common)
     else:
@@ -845,7 +845,9 @@ def bench(
         from toolkit.bench.api import bench as run_bench
 
         result = run_bench(ref, concurrency=levels, rate=rate, model=model, **common)
-    emit(result.to_dict(), as_json, lambda: click.echo(result.render()))
+    from toolkit.bench.report import render
+
+    emit(result.to_dict(), as_json, lambda: click.echo(render(result)))
 
 
 @cli.command()
@@ -878,7 +880,7 @@ def plan(
     as_json: bool,
 ) -> None:
     """Probe acceptance and cost, recommend a draft length, size GPUs and predict speedup."""
-    from toolkit.bench.plan import plan as run_plan
+    from toolkit.bench.api import plan as run_plan
     from toolkit.recipe import load_recipe
 
     result = run_plan(
@@ -893,7 +895,9 @@ def plan(
         concurrency=_ints(concurrency) or (1,),
         progress=_progress(as_json),
     )  # the overrides are in the loaded recipe
-    emit(result.to_dict(), as_json, lambda: click.echo(result.render()))
+    from toolkit.bench.report import render
+
+    emit(result.to_dict(), as_json, lambda: click.echo(render(result)))
 
 
 @cli.command()
@@ -923,7 +927,7 @@ def tune(
     as_json: bool,
 ) -> None:
     """Sweep the draft length on a live deployment; write the best settings as a recipe overlay + schedule."""
-    from toolkit.bench.tune import tune as run_tune
+    from toolkit.bench.api import tune as run_tune
     from toolkit.deploy import deployed
 
     result = run_tune(
@@ -940,7 +944,9 @@ def tune(
         report_dir=report_dir,
         progress=_progress(as_json),
     )
-    emit(result.to_dict(), as_json, lambda: click.echo(result.render()))
+    from toolkit.bench.report import render
+
+    emit(result.to_dict(), as_json, lambda: click.echo(render(result)))
 
 
 # --------------------------------------------------------------------------- compat / doctor

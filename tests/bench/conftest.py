@@ -14,8 +14,8 @@ from triton_support import (
     tritonserver_missing,  # noqa: F401 - re-exported to the bench tests
 )
 
-from toolkit.bench.loadgen import BenchResult, Chunk, LevelResult
-from toolkit.bench.metrics import RequestRecord
+from toolkit.bench.measure.loadgen import BenchResult, Chunk, LevelResult
+from toolkit.bench.measure.metrics import RequestRecord
 
 FAKE_MODEL = Path(__file__).parent / "fake_spec" / "model.py"
 

@@ -7,9 +7,12 @@ import json
 
 import pytest
 
-from toolkit.bench.ab import ABResult, compare, compare_levels, resolve_side, verdict
-from toolkit.bench.metrics import Interval
-from toolkit.bench.report import write_compare_reports
+from toolkit.bench.api import compare
+from toolkit.bench.decide.compare import compare_levels, verdict
+from toolkit.bench.measure.metrics import Interval
+from toolkit.bench.report import render, write_compare_reports
+from toolkit.bench.results import ABResult
+from toolkit.bench.targets import resolve_side
 from toolkit.errors import RecipeError, ServerError, UsageError
 
 from .conftest import synthetic_run
@@ -106,7 +109,7 @@ def test_speedup_break_even_and_verdict():
 
 def test_verdict_wordings():
     def lc(c, p, lo, hi):
-        from toolkit.bench.ab import LevelComparison
+        from toolkit.bench.results import LevelComparison
 
         i = Interval(p, lo, hi)
         return LevelComparison(c, i, i, i, p, 10, True, {}, {})
@@ -144,10 +147,10 @@ def test_reports_written(tmp_path):
     recs = (tmp_path / "requests.jsonl").read_text().splitlines()
     assert len(recs) == 2 * 4 * 20 and {json.loads(r)["side"] for r in recs} == {"baseline", "speculative"}
     assert not list(tmp_path.glob("*.incomplete*"))
-    assert "verdict: speculative is" in ab.render()
+    assert "verdict: speculative is" in render(ab)
     # The human output carries what the demo shows: acceptance per draft position and the plot paths.
     ab.report_files = files
-    text = ab.render()
+    text = render(ab)
     lines = text.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("acceptance per draft position"))
     assert lines[head + 1].split() == ["concurrency", "pos", "1", "pos", "2", "pos", "3"]
@@ -202,7 +205,7 @@ def test_compare_checks_inputs_before_running(tmp_path):
 def test_deployed_address_accepts_pairs_and_handles():
     from types import SimpleNamespace
 
-    from toolkit.bench.ab import deployed_address
+    from toolkit.bench.targets import deployed_address
 
     assert deployed_address(("127.0.0.1:8001", "ensemble"), "grpc") == ("127.0.0.1:8001", "ensemble")
     h = SimpleNamespace(grpc_url="127.0.0.1:9001", http_url="http://127.0.0.1:9000", model_name="ensemble")

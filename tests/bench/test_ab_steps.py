@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from toolkit.bench.ab import _chain_draft_len, _count_steps_from_chunks, _steps_from_chunks
-from toolkit.bench.metrics import RequestRecord, acceptance_length
+from toolkit.bench.decide.compare import count_steps_from_chunks as _count_steps_from_chunks
+from toolkit.bench.measure.metrics import RequestRecord, acceptance_length
+from toolkit.bench.targets import _chain_draft_len, _steps_from_chunks
 from toolkit.recipe import load_recipe
 
 

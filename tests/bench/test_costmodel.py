@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.bench import costmodel as cm
+from toolkit.bench.decide import costmodel as cm
 
 # Leviathan Table 1 (c = 0): α, γ → speed, ops.
 TABLE_1 = [

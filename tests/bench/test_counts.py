@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.bench.ab import ABResult, compare_levels, deployed_recipe, resolve_side, verdict
+from toolkit.bench.decide.compare import compare_levels, verdict
 from toolkit.bench.errors import BenchAborted, InexactCounts
-from toolkit.bench.loadgen import Chunk, cumulative_counts, run_load
-from toolkit.bench.report import write_bench_reports, write_compare_reports
-from toolkit.bench.tokens import TokenCounter, TokenizerUnavailable, recipe_tokenizer
-from toolkit.bench.workloads import load_workload
+from toolkit.bench.measure.loadgen import Chunk, cumulative_counts, run_load
+from toolkit.bench.measure.tokens import TokenCounter, TokenizerUnavailable, recipe_tokenizer
+from toolkit.bench.measure.workloads import load_workload
+from toolkit.bench.report import render, write_bench_reports, write_compare_reports
+from toolkit.bench.results import ABResult
+from toolkit.bench.targets import deployed_recipe, resolve_side
 from toolkit.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +85,7 @@ def test_allow_inexact_marks_every_output(tmp_path):
     d = r.to_dict(records=True)
     assert d["token_counts_exact"] is False and d["settings"]["allow_inexact"] is True
     assert any("INEXACT" in w for w in d["warnings"])
-    assert "INEXACT token counts" in r.render()
+    assert "INEXACT token counts" in render(r)
     write_bench_reports(r, tmp_path)
     rows = list(csv.DictReader((tmp_path / "bench.csv").open()))
     assert rows[0]["token counts"] == "INEXACT"
@@ -94,7 +96,7 @@ def test_allow_inexact_marks_every_output(tmp_path):
     ab = ABResult("b", "s", r.workload, {"requests": 3, "seed": 0}, baseline=r, speculative=r)
     ab.levels = compare_levels(r, r, resamples=50)
     ab.verdict = verdict(ab.levels)[0]
-    assert not ab.token_counts_exact and "INEXACT" in ab.render()
+    assert not ab.token_counts_exact and "INEXACT" in render(ab)
     files = write_compare_reports(ab, tmp_path / "ab")
     assert any(p.suffix == ".png" for p in files)
     assert json.loads((tmp_path / "ab" / "compare.json").read_text())["token_counts_exact"] is False
@@ -182,7 +184,7 @@ def test_one_workdir_resolver(tmp_path):
 
 
 def test_progress_bar_has_an_eta_per_level(capsys):
-    from toolkit.bench.loadgen import _Progress
+    from toolkit.bench.measure.loadgen import _Progress
 
     bar = _Progress(True, "bench")
     names = [type(c).__name__ for c in bar.bar.columns]

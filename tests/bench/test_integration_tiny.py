@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.bench.ab import compare
-from toolkit.bench.api import bench
+from toolkit.bench.api import bench, compare
 from toolkit.bench.errors import BenchAborted
+from toolkit.bench.report import render
 from toolkit.deploy import deployed
 from toolkit.recipe import load_recipe
 
@@ -96,13 +96,13 @@ def test_ab_tiny_baseline_vs_draft_target(deploy_fn, tmp_path):
         "speedup_vs_concurrency.png",
         "acceptance_per_position.png",
     } <= names
-    text = ab.render()
+    text = render(ab)
     assert "acceptance per draft position, in-process replay" in text
     print(text)
 
 
 def test_killed_deployment_gives_partial_report(deploy_fn, tmp_path):
-    from toolkit.bench.ab import deployed_address
+    from toolkit.bench.targets import deployed_address
 
     with deploy_fn("tiny-draft-target") as deployment:
         url, model = deployed_address(deployment, "grpc")

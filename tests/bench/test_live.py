@@ -11,10 +11,9 @@ import time
 
 import pytest
 
-from toolkit.bench.ab import compare
-from toolkit.bench.api import bench
+from toolkit.bench.api import bench, compare, tune
 from toolkit.bench.errors import BenchAborted
-from toolkit.bench.tune import tune
+from toolkit.bench.report import render
 
 from .conftest import make_fake_repo, tritonserver_missing
 
@@ -67,7 +66,7 @@ def test_bench_streams_multi_token_chunks(server, protocol, tmp_path):
         assert s["server_check"]["n"] == 6 and s["server_check"]["violations"] == 0
         assert s["itl_s"]["n"] == 6 * 23 and s["tpot_s"]["p50"] > 0
     assert {p.name for p in r.report_files} == {"bench.json", "bench.csv", "requests.jsonl"}
-    assert "sdtk bench:" in r.render()
+    assert "sdtk bench:" in render(r)
 
 
 def test_compare_live_reports(server, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from toolkit.bench.api import bench
 from toolkit.bench.errors import BenchAborted, WorkloadError
-from toolkit.bench.loadgen import (
+from toolkit.bench.measure.loadgen import (
     Chunk,
     Sampling,
     TritonEndpoint,
@@ -20,7 +20,7 @@ from toolkit.bench.loadgen import (
     cumulative_counts,
     run_load,
 )
-from toolkit.bench.workloads import load_workload
+from toolkit.bench.measure.workloads import load_workload
 from toolkit.client import ServerUnreachable
 from toolkit.errors import UsageError
 
@@ -199,7 +199,7 @@ def test_triton_endpoint_validates_protocol():
 
 
 def test_silent_server_fails_the_preflight(monkeypatch):
-    import toolkit.bench.loadgen as lg
+    import toolkit.bench.measure.loadgen as lg
 
     class Silent(FakeEndpoint):
         async def check(self):

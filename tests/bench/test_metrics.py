@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkit.bench.metrics import (
+from toolkit.bench.measure.metrics import (
     RequestRecord,
     acceptance_length,
     bootstrap_ci,

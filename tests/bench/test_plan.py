@@ -9,18 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.bench.plan import (
+from toolkit.bench.api import plan
+from toolkit.bench.decide.predict import (
     PlanResult,
     StepTiming,
     fit_kappa,
     interpolate,
     isotonic,
-    plan,
-    probe_candidates,
     recommend,
     run_lengths,
     simulate_tau,
 )
+from toolkit.bench.decide.probe import probe_candidates
+from toolkit.bench.report import render
 from toolkit.errors import UsageError
 
 torch = pytest.importorskip("torch")
@@ -131,7 +132,7 @@ def test_probe_draft_target_identical_draft(random_models, tmp_path):
     d = p.to_dict()
     json.dumps(d)
     assert d["recommendation"]["overlay"]["speculative"]["max_draft_len"] in (1, 2, 3)
-    text = p.render()
+    text = render(p)
     assert "α greedy" in text and "predicted speedup" in text
 
 
@@ -204,7 +205,7 @@ def test_hub_recipe_gets_sizing_and_assumptions_only():
     ]
     best = p.assumed[-1]
     assert best.speedup[1] > best.speedup[64]  # speculation pays less as the batch grows
-    assert "ASSUMED acceptance" in p.render()
+    assert "ASSUMED acceptance" in render(p)
     p2 = plan("llama-3.1-8b-baseline", concurrency=(1,), progress=False, fetch="none")
     assert p2.sizing is not None and p2.sizing.gpu.key == "h100"
     assert any("no --gpu given" in n for n in p2.notes) and any("mode none" in n for n in p2.notes)
@@ -269,7 +270,7 @@ def test_batch_scale_from_batched_forward_times():
 def test_recommended_overlay_is_a_valid_recipe_change():
     """The per-level winners become a draft_len_schedule under `speculative`, valid by TRT-LLM's
     rules (entry 1 = max_draft_len), with max_concurrency where speculation stops paying."""
-    from toolkit.bench.plan import Prediction, recommend
+    from toolkit.bench.decide.predict import Prediction, recommend
     from toolkit.recipe import load_recipe
 
     def pred(g: int, s: dict[int, float]) -> Prediction:

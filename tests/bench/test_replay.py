@@ -1,17 +1,17 @@
 """Acceptance per draft position for `bench --compare`'s speculative side, replayed in process
-(toolkit/bench/replay.py): against the runtime's own statistics, and against a real server's
+(toolkit/bench/measure/replay.py): against the runtime's own statistics, and against a real server's
 counters for the same requests."""
 
 from __future__ import annotations
 
 import pytest
 
-from toolkit.bench.ab import deployed_address
 from toolkit.bench.api import bench
-from toolkit.bench.metrics import per_position_acceptance
-from toolkit.bench.plan import encode, load_runtime
-from toolkit.bench.replay import replay_acceptance, replayable
-from toolkit.bench.workloads import load_workload
+from toolkit.bench.measure.inprocess import encode, load_runtime
+from toolkit.bench.measure.metrics import per_position_acceptance
+from toolkit.bench.measure.replay import replay_acceptance, replayable
+from toolkit.bench.measure.workloads import load_workload
+from toolkit.bench.targets import deployed_address
 from toolkit.recipe import load_recipe
 
 from .conftest import tritonserver_missing

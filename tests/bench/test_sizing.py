@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from toolkit import catalogue, hub
-from toolkit.bench import sizing as sz
+from toolkit.bench.decide import sizing as sz
 from toolkit.errors import ModelError, UsageError
 
 

@@ -7,10 +7,12 @@ import contextlib
 import pytest
 import yaml
 
-from toolkit.bench import tune as tune_mod
-from toolkit.bench.loadgen import BenchResult, LevelResult
-from toolkit.bench.plan import PlanResult, Prediction
-from toolkit.bench.tune import baseline_overrides, sweep_configs, tune
+from toolkit.bench.api import tune
+from toolkit.bench.decide import tune as tune_mod
+from toolkit.bench.decide.predict import PlanResult, Prediction
+from toolkit.bench.decide.tune import baseline_overrides, sweep_configs
+from toolkit.bench.measure.loadgen import BenchResult, LevelResult
+from toolkit.bench.report import render
 from toolkit.errors import UsageError
 from toolkit.recipe import load_recipe
 
@@ -47,14 +49,14 @@ def run_at(g: int | dict[int, int]) -> BenchResult:
 def fake_measure(monkeypatch):
     calls = []
 
-    def measure(url, model, protocol, wl, sampling, *, label, **kw):
-        calls.append((label, sampling.num_draft_tokens, url))
+    def measure(self, url, model, *, label, num_draft_tokens=None, **kw):
+        calls.append((label, num_draft_tokens, url))
         if label == "draft_len_schedule":
             return run_at(SCHEDULE)
         g = 0 if "baseline" in label else int(label.split("=")[1].split()[0]) if label.startswith("γ=") else 0
         return run_at(g)
 
-    monkeypatch.setattr(tune_mod, "_measure", measure)
+    monkeypatch.setattr(tune_mod.Sweep, "measure", measure)
     return calls
 
 
@@ -118,7 +120,7 @@ def test_tune_redeploy_schedule_and_overlay(fake_measure, tmp_path):
             assert v["ratio"] == pytest.approx(1.0, abs=0.05)
         else:  # speculation off where every γ loses: the schedule beats them all
             assert v["ratio"] > 1.05 and v["best_fixed"] < 1
-    assert "schedule check" in t.render() and "holds" in t.render()
+    assert "schedule check" in render(t) and "holds" in render(t)
     assert t.method == "redeploy" and len(t.cells) == 4 * len(LEVELS)
     c = t.cell(3, 1)
     assert c.speedup.point == pytest.approx(speedup_model(3, 1), rel=0.03)
@@ -137,7 +139,7 @@ def test_tune_redeploy_schedule_and_overlay(fake_measure, tmp_path):
     assert frag["speculative_config"]["draft_len_schedule"] == {1: 3, 2: 2, 4: 1, 16: 0}
     assert {p.name for p in t.report_files} >= {"tune.json", "tune.csv", "recipe-overlay.yaml", "tune.txt"}
     load_recipe("tiny-draft-target", t.best["overrides"])  # the overlay is a valid recipe change
-    assert "best per concurrency" in t.render()
+    assert "best per concurrency" in render(t)
 
 
 def test_tune_per_request_uses_num_draft_tokens(fake_measure, tmp_path):
@@ -173,7 +175,7 @@ def test_tune_bad_inputs(tmp_path):
 
 def test_valid_schedule_follows_trtllm_rules():
     """llm_args.py: an entry for batch size 1 equal to max_draft_len, none above it."""
-    from toolkit.bench.plan import valid_schedule
+    from toolkit.bench.decide.predict import valid_schedule
 
     assert valid_schedule({1: 3, 2: 4, 4: 1, 8: 0}) == {1: 3, 2: 3, 4: 1, 8: 0}
     assert valid_schedule({2: 2, 4: 0}) == {1: 2, 2: 2, 4: 0}  # lowest level measured was 2

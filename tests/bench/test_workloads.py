@@ -7,7 +7,7 @@ import json
 import pytest
 
 from toolkit.bench.errors import WorkloadError
-from toolkit.bench.workloads import (
+from toolkit.bench.measure.workloads import (
     CATEGORIES,
     SYNTHETIC_WARNING,
     bundled_path,

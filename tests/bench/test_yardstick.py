@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from toolkit.bench.api import bench
-from toolkit.bench.metrics import request_metrics
-from toolkit.bench.workloads import load_workload
+from toolkit.bench.measure.metrics import request_metrics
+from toolkit.bench.measure.workloads import load_workload
 
 from .conftest import tritonserver_missing
 from .sse_client import SSEClient

@@ -251,7 +251,7 @@ def test_backend_sink_prefers_triton_and_falls_back_to_its_own_port():
 def test_bench_and_monitor_agree_on_acceptance_length(accepted, drafted, draft_len, output_tokens, steps):
     """One formula (spec_metrics.acceptance_length): the bench report and the monitor's histogram
     give the same τ for the same request, also when drafts are not a multiple of draft_len."""
-    from toolkit.bench.metrics import RequestRecord, acceptance_length
+    from toolkit.bench.measure.metrics import RequestRecord, acceptance_length
 
     rec = RequestRecord(
         index=0,

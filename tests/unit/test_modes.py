@@ -25,7 +25,7 @@ def test_tables_derive_from_the_registry():
     assert SPEC_MODE_NAMES["lookahead"] == "lookahead_decoding"
     assert LLMAPI_DECODING_TYPES == {"draft_target": ("DraftTarget",), "eagle3": ("Eagle3", "Eagle"), "ngram": ("NGram",)}
     assert modes.CHAIN_MODES == ("draft_target", "eagle3", "ngram")
-    from toolkit.bench import plan, tune
+    from toolkit.bench.decide import plan, tune
 
     assert plan.CHAIN_MODES is tune.CHAIN_MODES is modes.CHAIN_MODES
 

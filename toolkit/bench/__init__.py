@@ -1,11 +1,24 @@
 """bench / plan / tune: measure speculative decoding, predict it, and pick its settings.
 
-One function per command, each returning a result with `.to_dict()` and `.render()`:
+One function per command (toolkit.bench.api), each returning a result with `.to_dict()`;
+`toolkit.bench.report.render(result)` is its text:
 
-    bench(target, ...)                       -> BenchResult   (toolkit.bench.api)
-    compare(baseline, speculative, ...)      -> ABResult      (toolkit.bench.ab)
-    plan(recipe, ...)                        -> PlanResult    (toolkit.bench.plan)
-    tune(target, recipe=..., ...)            -> TuneResult    (toolkit.bench.tune)
+    bench(target, ...)                       -> BenchResult
+    compare(baseline, speculative, ...)      -> ABResult
+    plan(recipe, ...)                        -> PlanResult
+    tune(target, recipe=..., ...)            -> TuneResult
+
+Layers, each importing only the ones below it (checked by import-linter, pyproject.toml):
+
+    api        the commands: thin orchestrators
+    report     all rendering and report files
+    decide     compare, tune, plan (probe, predict, costmodel, sizing)
+    results    the result records of bench, compare and tune
+    targets    URLs, workdirs and recipes to endpoints; deploying for a run
+    measure    load generator, metrics, workloads, token counts, in-process runtime, replay
+    options    RunOptions, the settings the commands share
+    proposers  how a mode proposes drafts, derived from toolkit.modes (bench names no mode)
+    errors     BenchAborted, WorkloadError, InexactCounts
 
 Imports are lazy so that `import toolkit.bench` stays cheap for the CLI.
 """
@@ -16,12 +29,14 @@ from typing import Any
 
 _EXPORTS = {
     "bench": "toolkit.bench.api",
-    "compare": "toolkit.bench.ab",
-    "plan": "toolkit.bench.plan",
-    "tune": "toolkit.bench.tune",
+    "compare": "toolkit.bench.api",
+    "plan": "toolkit.bench.api",
+    "tune": "toolkit.bench.api",
+    "render": "toolkit.bench.report",
+    "RunOptions": "toolkit.bench.options",
     "BenchAborted": "toolkit.bench.errors",
     "WorkloadError": "toolkit.bench.errors",
-    "load_workload": "toolkit.bench.workloads",
+    "load_workload": "toolkit.bench.measure.workloads",
 }
 
 __all__ = sorted(_EXPORTS)

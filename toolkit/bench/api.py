@@ -1,24 +1,57 @@
-"""`sdtk bench` against one deployment (no A/B): the load generator plus reports."""
+"""The commands `sdtk bench`, `bench --compare`, `plan` and `tune`: thin orchestrators.
+
+Each one turns its keyword arguments into one RunOptions (toolkit.bench.options), resolves its
+targets (toolkit.bench.targets), runs the decision layer (toolkit.bench.decide) on the
+measurements (toolkit.bench.measure), and writes the reports (toolkit.bench.report), the partial
+ones too when a server dies mid-run (`_reported`).
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
-from toolkit.bench.ab import DeployFn, resolve_side, side_endpoint
+from toolkit.bench.decide import compare as compare_mod
+from toolkit.bench.decide import plan as plan_mod
+from toolkit.bench.decide import tune as tune_mod
+from toolkit.bench.decide.predict import PlanResult
 from toolkit.bench.errors import BenchAborted
-from toolkit.bench.loadgen import (
-    DEFAULT_TIMEOUT,
-    BenchResult,
-    Sampling,
-    TritonEndpoint,
-    check_levels,
-    run_load,
+from toolkit.bench.measure.loadgen import Sampling, check_levels, run_with
+from toolkit.bench.measure.workloads import Workload, workload_for
+from toolkit.bench.options import DEFAULT_TIMEOUT, RunOptions
+from toolkit.bench.report import write_reports
+from toolkit.bench.results import ABResult, BenchResult, TuneResult
+from toolkit.bench.targets import (
+    DeployFn,
+    deployment_recipe,
+    load_recipe_any,
+    resolve_side,
+    side_endpoint,
 )
-from toolkit.bench.tokens import TokenCounter
-from toolkit.bench.workloads import Workload, load_workload
 from toolkit.errors import UsageError
+
+R = TypeVar("R", BenchResult, ABResult, TuneResult)
+
+
+def _reported(run: Callable[[], R], out_dir: Path, *, plots: bool = True) -> R:
+    """Run, then write the result's reports into `out_dir`. A run that aborts (BenchAborted with
+    its partial result) gets its partial reports written, and the error re-raised naming them."""
+    try:
+        result = run()
+    except BenchAborted as e:
+        partial = e.partial
+        if partial is None:
+            raise
+        partial.report_dir = out_dir
+        partial.report_files = write_reports(partial, out_dir, plots=plots)
+        raise BenchAborted(
+            e.message, partial=partial, report_dir=out_dir, cause=e.cause, hint=e.hint
+        ) from None
+    result.report_dir = out_dir
+    result.report_files = write_reports(result, out_dir, plots=plots)
+    return result
 
 
 def bench(
@@ -58,59 +91,254 @@ def bench(
     Reports default to <workdir>/reports, where workdir is the given one, else the target's
     deployment directory, else ./workdir.
     """
-    from toolkit.bench.report import default_report_dir, write_bench_reports
-
     check_levels(None if rate is not None else concurrency, rate)
-    if protocol not in ("grpc", "http"):
-        raise UsageError(f"protocol must be grpc or http, got '{protocol}'")
-    side = resolve_side(target, label="target", protocol=protocol, model=model)
-    wl = (
-        workload
-        if isinstance(workload, Workload)
-        else load_workload(
-            None if prompts_file else workload, prompts_file=prompts_file, max_tokens=max_tokens, seed=seed
-        )
+    opts = RunOptions(
+        workload=workload,
+        prompts_file=prompts_file,
+        requests=requests,
+        duration=duration,
+        warmup=warmup,
+        seed=seed,
+        max_tokens=max_tokens,
+        protocol=protocol,
+        temperature=temperature,
+        timeout=timeout,
+        report_dir=report_dir,
+        workdir=workdir,
+        progress=progress,
+        tokenizer=tokenizer,
+        allow_inexact=allow_inexact,
     )
-    if isinstance(workload, Workload) and max_tokens is not None:
-        wl = wl.with_max_tokens(max_tokens)
-    out_dir = Path(report_dir) if report_dir else default_report_dir(workdir or side.workdir, "bench")
-    tok = tokenizer or side.tokenizer
+    side = resolve_side(target, label="target", protocol=protocol, model=model)
+    wl = workload_for(opts)
     sampling = Sampling(temperature=temperature, num_draft_tokens=num_draft_tokens)
 
-    async def go(ep: TritonEndpoint) -> BenchResult:
-        try:
-            return await run_load(
-                ep,
-                wl,
-                concurrency=None if rate is not None else concurrency,
-                rate=rate,
-                requests=requests,
-                duration=duration,
-                warmup=warmup,
-                seed=seed,
-                sampling=sampling,
-                timeout=timeout,
-                progress=progress,
-                label="bench",
-                draft_len=draft_len or side.draft_len,
-                count_tokens=TokenCounter(tok) if tok else None,
-                tokenizer=tok,
-                allow_inexact=allow_inexact,
-            )
-        finally:
-            await ep.close()
-
-    try:
+    def run() -> BenchResult:
         with side_endpoint(
             side, protocol=protocol, deploy_fn=deploy_fn, timeout=timeout, workdir=workdir
         ) as ep:
-            result = asyncio.run(go(ep))
-    except BenchAborted as e:
-        write_bench_reports(e.partial, out_dir)
-        e.partial.report_dir = out_dir
-        raise BenchAborted(
-            e.message, partial=e.partial, report_dir=out_dir, cause=e.cause, hint=e.hint
-        ) from None
-    result.report_dir = out_dir
-    result.report_files = write_bench_reports(result, out_dir)
-    return result
+            return asyncio.run(
+                run_with(
+                    ep,
+                    wl,
+                    opts,
+                    concurrency=None if rate is not None else concurrency,
+                    rate=rate,
+                    sampling=sampling,
+                    label="bench",
+                    draft_len=draft_len or side.draft_len,
+                    tokenizer=tokenizer or side.tokenizer,
+                )
+            )
+
+    return _reported(run, opts.out_dir("bench", side.workdir))
+
+
+def compare(
+    baseline: str | Path,
+    speculative: str | Path,
+    *,
+    workload: str | Workload | None = "code",
+    prompts_file: str | Path | None = None,
+    concurrency: Sequence[int] | None = (1, 2, 4),
+    requests: int = 32,
+    duration: float | None = None,
+    warmup: int = 2,
+    seed: int = 0,
+    max_tokens: int | None = None,
+    protocol: str = "grpc",
+    baseline_model: str | None = None,
+    speculative_model: str | None = None,
+    speculative_draft_len: int | None = None,
+    temperature: float | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    deploy_fn: DeployFn | None = None,
+    report_dir: str | Path | None = None,
+    workdir: str | Path | None = None,
+    plots: bool = True,
+    progress: bool = True,
+    tokenizer: str | None = None,
+    allow_inexact: bool = False,
+    replay: bool = True,
+) -> ABResult:
+    """Benchmark both sides on one workload and compare them. Recipe sides are deployed under
+    `workdir` (through `deploy_fn(recipe, workdir=...)`). Reports go to `report_dir` (default
+    <workdir>/reports/compare-<time>). A dead server raises BenchAborted whose `.partial` is
+    the ABResult so far (its reports already written).
+
+    Token counts per side: the server's, else that side's tokenizer (its recipe, or
+    `tokenizer` for URL sides); without either the run is refused unless `allow_inexact`."""
+    levels = check_levels(concurrency, None)
+    opts = RunOptions(
+        workload=workload,
+        prompts_file=prompts_file,
+        requests=requests,
+        duration=duration,
+        warmup=warmup,
+        seed=seed,
+        max_tokens=max_tokens,
+        protocol=protocol,
+        temperature=temperature,
+        timeout=timeout,
+        report_dir=report_dir,
+        workdir=workdir,
+        progress=progress,
+        tokenizer=tokenizer,
+        allow_inexact=allow_inexact,
+    )
+    if resamples < 1 or not 0 < confidence < 1:
+        raise UsageError("resamples must be ≥ 1 and confidence in (0, 1)")
+    sides = [
+        resolve_side(baseline, label="baseline", protocol=protocol, model=baseline_model),
+        resolve_side(speculative, label="speculative", protocol=protocol, model=speculative_model),
+    ]
+    wl = workload_for(opts)
+    if speculative_draft_len is not None:
+        sides[1].draft_len = speculative_draft_len
+    return _reported(
+        lambda: compare_mod.compare(
+            sides,
+            wl,
+            opts,
+            levels=levels,
+            resamples=resamples,
+            confidence=confidence,
+            deploy_fn=deploy_fn,
+            replay=replay,
+        ),
+        opts.out_dir("compare"),
+        plots=plots,
+    )
+
+
+def plan(
+    recipe: Any,
+    *,
+    workload: str | Workload | None = "code",
+    prompts_file: str | Path | None = None,
+    gpu: str | None = None,
+    overrides: Sequence[str] = (),
+    probe: bool | None = None,
+    probe_prompts: int = 24,
+    probe_tokens: int = 64,
+    gamma_max: int = 8,
+    concurrency: Sequence[int] = plan_mod.DEFAULT_CONCURRENCY,
+    temperature: float = 0.0,
+    seed: int = 0,
+    assumed_alphas: Sequence[float] = plan_mod.ASSUMED_ALPHAS,
+    context: int | None = None,
+    tp: int | None = None,
+    fetch: str = "metadata",
+    runtime: Any = None,
+    threads: int | None = None,
+    progress: bool = True,
+) -> PlanResult:
+    """Probe acceptance and costs, size the GPU, and recommend a speculative configuration.
+
+    `threads`: torch intra-op threads during the probe (restored afterwards); None keeps the
+    current setting. Tiny models run best, and time most steadily on a busy machine, with 1.
+    """
+    if gamma_max < 1:
+        raise UsageError(f"gamma_max must be ≥ 1, got {gamma_max}")
+    if probe_prompts < 1 or probe_tokens < 2:
+        raise UsageError("the probe needs at least 1 prompt and 2 new tokens per prompt")
+    plan_mod.check_concurrency(concurrency)
+    rec = load_recipe_any(recipe, overrides)
+    wl = workload_for(RunOptions(workload=workload, prompts_file=prompts_file, seed=seed))
+    return plan_mod.plan(
+        rec,
+        wl,
+        gpu=gpu,
+        probe=probe,
+        probe_prompts=probe_prompts,
+        probe_tokens=probe_tokens,
+        gamma_max=gamma_max,
+        concurrency=concurrency,
+        temperature=temperature,
+        seed=seed,
+        assumed_alphas=assumed_alphas,
+        context=context,
+        tp=tp,
+        fetch=fetch,
+        runtime=runtime,
+        threads=threads,
+        progress=progress,
+    )
+
+
+def tune(
+    target: str | Path,
+    *,
+    recipe: str | Path | None = None,
+    method: str = "auto",
+    draft_lens: Sequence[int] | None = None,
+    concurrency: Sequence[int] | None = (1, 2, 4),
+    workload: str | Workload | None = "code",
+    prompts_file: str | Path | None = None,
+    requests: int = 16,
+    warmup: int = 2,
+    seed: int = 0,
+    max_tokens: int | None = None,
+    protocol: str = "grpc",
+    model: str | None = None,
+    temperature: float | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    resamples: int = 2000,
+    deploy_fn: DeployFn | None = None,
+    plan_result: Any = None,
+    predict: bool = True,
+    report_dir: str | Path | None = None,
+    workdir: str | Path | None = None,
+    progress: bool = True,
+    check: bool = True,
+) -> TuneResult:
+    """Measure speedup per configuration × concurrency and write the best settings.
+
+    `target`: URL, workdir or recipe of the speculative deployment. `recipe`: the recipe it was
+    deployed from (needed with a URL/workdir target for the sweep, the overlay and predictions).
+    method: per-request (draft_target via the BLS), redeploy (needs deploy_fn), or auto.
+    `check`: with redeploy on the reference backend, also deploy the tuned draft_len_schedule
+    and measure it against the best fixed draft length at every concurrency (`schedule_check`).
+    """
+    levels = check_levels(concurrency, None)
+    opts = RunOptions(
+        workload=workload,
+        prompts_file=prompts_file,
+        requests=requests,
+        warmup=warmup,
+        seed=seed,
+        max_tokens=max_tokens,
+        protocol=protocol,
+        temperature=temperature,
+        timeout=timeout,
+        report_dir=report_dir,
+        workdir=workdir,
+        progress=progress,
+    )
+    side = resolve_side(target, label="target", protocol=protocol, model=model)
+    rec, rec_path = deployment_recipe(side, recipe)
+    if rec.mode == "none":
+        raise UsageError(f"recipe {rec.display_name} has no speculation to tune (mode none)")
+    method = tune_mod.pick_method(method, rec.mode, side, deploy_fn)
+    configs = tune_mod.sweep_configs(rec, draft_lens)
+    wl = workload_for(opts)
+    result = tune_mod.new_result(side, rec, method, configs, wl, opts, levels=levels, resamples=resamples)
+    return _reported(
+        lambda: tune_mod.tune(
+            side,
+            rec,
+            result,
+            wl,
+            opts,
+            deploy_fn=deploy_fn,
+            model=model,
+            resamples=resamples,
+            plan_result=plan_result,
+            predict=predict,
+            check=check,
+            recipe_path=rec_path,
+        ),
+        opts.out_dir("tune", side.workdir),
+    )

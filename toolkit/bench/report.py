@@ -1,4 +1,8 @@
-"""Reports: human text for the terminal, JSON/CSV/PNG files for the record.
+"""Reports: human text for the terminal, JSON/CSV/PNG/YAML files for the record.
+
+All rendering and writing of bench, compare, plan and tune results is here; the results
+themselves (toolkit.bench.results, decide.predict.PlanResult) do not know how they are shown.
+`render(result)` is the text of any of them, `write_reports(result, out_dir)` its files.
 
 Files are written atomically (`<name>.incomplete`, then os.replace), so a killed run never
 leaves a half-written report behind. Plots use matplotlib's Agg backend (no display needed).
@@ -12,15 +16,16 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import yaml
 
 from toolkit._fs import atomic_path, atomic_write
+from toolkit.bench.decide.predict import PlanResult
+from toolkit.bench.options import default_report_dir
+from toolkit.bench.results import ABResult, BenchResult, TuneResult
 
-if TYPE_CHECKING:
-    from toolkit.bench.ab import ABResult
-    from toolkit.bench.loadgen import BenchResult
-    from toolkit.bench.plan import PlanResult
-    from toolkit.bench.tune import TuneResult
+__all__ = ["default_report_dir", "render", "write_reports"]
 
 SYNTHETIC_BANNER = "WARNING synthetic: unrealistic for acceptance (random words, not language)"
 INEXACT_BANNER = (
@@ -36,20 +41,37 @@ def counts_label(summary: dict[str, Any]) -> str:
     return str(summary.get("token_count_source") or "server")
 
 
-def default_report_dir(workdir: Path | str | None, kind: str) -> Path:
-    """<workdir>/reports/<kind>-<UTC timestamp>; workdir defaults to ./workdir."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    return Path(workdir or "workdir") / "reports" / f"{kind}-{stamp}"
+def render(result: BenchResult | ABResult | PlanResult | TuneResult) -> str:
+    """The terminal text of any bench / compare / plan / tune result."""
+    if isinstance(result, BenchResult):
+        return render_bench(result)
+    if isinstance(result, ABResult):
+        return render_compare(result)
+    if isinstance(result, PlanResult):
+        return render_plan(result)
+    if isinstance(result, TuneResult):
+        return render_tune(result)
+    raise TypeError(f"no report for {type(result).__name__}")
+
+
+def write_reports(
+    result: BenchResult | ABResult | TuneResult, out_dir: Path, *, plots: bool = True
+) -> list[Path]:
+    """Every file of a result (complete or partial) into `out_dir`; returns their paths."""
+    if isinstance(result, BenchResult):
+        return write_bench_reports(result, out_dir)
+    if isinstance(result, ABResult):
+        return write_compare_reports(result, out_dir, plots=plots)
+    if isinstance(result, TuneResult):
+        return write_tune_reports(result, out_dir)
+    raise TypeError(f"no report files for {type(result).__name__}")
 
 
 # --------------------------------------------------------------------------- writers
 
 
-_atomic_write = atomic_write  # tune.py imports this name
-
-
 def write_json(path: Path, data: Any) -> Path:
-    return _atomic_write(path, json.dumps(data, indent=2, default=_json_default) + "\n")
+    return atomic_write(path, json.dumps(data, indent=2, default=_json_default) + "\n")
 
 
 def _json_default(o: Any) -> Any:
@@ -66,11 +88,11 @@ def write_csv(path: Path, columns: Sequence[str], rows: Sequence[Sequence[Any]])
     w.writerow(columns)
     for r in rows:
         w.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in r])
-    return _atomic_write(path, buf.getvalue())
+    return atomic_write(path, buf.getvalue())
 
 
 def write_records_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
-    return _atomic_write(path, "".join(json.dumps(r, default=_json_default) + "\n" for r in rows))
+    return atomic_write(path, "".join(json.dumps(r, default=_json_default) + "\n" for r in rows))
 
 
 # --------------------------------------------------------------------------- text helpers
@@ -342,8 +364,8 @@ def plot_compare(ab: ABResult, out_dir: Path) -> list[Path]:
     if pts:
         xs = [c for c, _ in pts]
         ys = [i.point for _, i in pts]
-        lo = [i.point - i.lo if i.lo is not None else 0 for _, i in pts]
-        hi = [i.hi - i.point if i.hi is not None else 0 for _, i in pts]
+        lo = [i.point - i.lo if i.point is not None and i.lo is not None else 0 for _, i in pts]
+        hi = [i.hi - i.point if i.point is not None and i.hi is not None else 0 for _, i in pts]
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", capsize=4, label="speedup (95% CI)")
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
     if ab.break_even is not None:
@@ -433,10 +455,10 @@ def render_plan(p: PlanResult) -> str:
         out.append(
             f"sizing on {s.gpu.name} ({s.gpu.memory_gb:g} GB, {s.gpu.bandwidth_tbs:g} TB/s), dtype {s.dtype}:"
         )
-        for c in s.components:
+        for comp in s.components:
             out.append(
-                f"  {c.role} {c.ref}: {c.params / 1e9:.3f}B params"
-                f"{' (estimated)' if c.params_estimated else ''}, facts from {c.facts_source}"
+                f"  {comp.role} {comp.ref}: {comp.params / 1e9:.3f}B params"
+                f"{' (estimated)' if comp.params_estimated else ''}, facts from {comp.facts_source}"
             )
         out.append(
             f"  weights {s.weights_bytes / 1e9:.2f} GB, KV {s.kv_bytes_per_token:,.0f} bytes/token, "
@@ -542,3 +564,73 @@ def render_tune(t: TuneResult) -> str:
     if t.partial:
         out.append(f"PARTIAL: {t.error}")
     return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- tune files
+
+
+def write_tune_reports(result: TuneResult, out_dir: Path) -> list[Path]:
+    out_dir = Path(out_dir)
+    paths = [write_json(out_dir / "tune.json", result.to_dict())]
+    rows = [
+        [
+            c.label,
+            c.draft_len,
+            c.concurrency,
+            c.speedup.point,
+            c.speedup.lo,
+            c.speedup.hi,
+            c.tpot_speedup.point,
+            c.acceptance_rate,
+            c.acceptance_length,
+            c.output_tok_s,
+            result.predicted.get(c.draft_len, {}).get(c.concurrency),
+        ]
+        for c in result.cells
+    ]
+    paths.append(
+        write_csv(
+            out_dir / "tune.csv",
+            [
+                "config",
+                "draft_len",
+                "concurrency",
+                "speedup",
+                "ci_lo",
+                "ci_hi",
+                "tpot_speedup",
+                "acceptance_rate",
+                "acceptance_length",
+                "output_tok_s",
+                "predicted",
+            ],
+            rows,
+        )
+    )
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    if result.overlay:
+        head = (
+            f"# sdtk tune {stamp}: best measured setting for {result.settings.get('recipe')} at concurrency "
+            f"{min(result.concurrency)} on workload {result.workload['name']}.\n"
+            f"# Apply with: sdtk deploy RECIPE "
+            + " ".join(f"--set {o}" for o in (result.best or {}).get("overrides", []))
+            + "\n"
+        )
+        result.overlay_path = atomic_write(
+            out_dir / "recipe-overlay.yaml", head + yaml.safe_dump(result.overlay, sort_keys=False)
+        )
+        paths.append(result.overlay_path)
+    if result.llmapi_fragment:
+        head = (
+            f"# sdtk tune {stamp}: TensorRT-LLM LLM-API speculative_config fragment (model.yaml / --config):\n"
+            "# draft_len_schedule maps concurrency to draft length (0 = speculation off);\n"
+            "# max_concurrency turns speculation off above it.\n"
+        )
+        paths.append(
+            atomic_write(
+                out_dir / "llmapi-speculative.yaml",
+                head + yaml.safe_dump(result.llmapi_fragment, sort_keys=False),
+            )
+        )
+    paths.append(atomic_write(out_dir / "tune.txt", render_tune(result) + "\n"))
+    return paths

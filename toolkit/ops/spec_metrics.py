@@ -32,7 +32,7 @@ Token-weighted acceptance rate = rate(accepted_tokens_total) / rate(draft_tokens
 acceptance length = 1 + rate(accepted_tokens_total) / rate(steps_total).
 
 Acceptance length (τ) has one formula, `acceptance_length`, used by `sdtk bench` as well
-(toolkit.bench.metrics), so bench and monitor agree on the same request.
+(toolkit.bench.measure.metrics), so bench and monitor agree on the same request.
 """
 
 from __future__ import annotations

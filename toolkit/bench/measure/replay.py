@@ -18,8 +18,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from toolkit.bench.metrics import per_position_acceptance
-from toolkit.bench.workloads import Prompt
+from toolkit.bench.measure.inprocess import encode, load_runtime, probe_possible
+from toolkit.bench.measure.metrics import per_position_acceptance
+from toolkit.bench.measure.workloads import Prompt
+from toolkit.bench.proposers import has_draft_model
 
 SOURCE = "in-process replay of the run's requests (reference runtime, greedy)"
 
@@ -49,8 +51,6 @@ class ReplayedAcceptance:
 
 def replayable(recipe: Any, temperature: float | None) -> bool:
     """Greedy, reference backend, a speculative mode and local models this machine can load."""
-    from toolkit.bench.plan import probe_possible
-
     if recipe is None or temperature not in (None, 0, 0.0) or recipe.mode == "none":
         return False
     if getattr(recipe, "backend", None) != "reference":
@@ -65,14 +65,13 @@ def replay_acceptance(
 
     `server_records`: the speculative side's records of one level (index = position in
     `prompts`), whose server-reported draft counts are summed for the same requests."""
-    from toolkit.bench.plan import encode, load_runtime
 
     rt = load_runtime(recipe)
     proposed: list[int] = []
     accepted: list[int] = []
     acc_total = draft_total = 0
     for p in prompts:
-        if recipe.mode == "draft_target":
+        if has_draft_model(recipe.mode):
             per_proposed, per_accepted = _bls_draft_target(
                 rt, encode(rt, p.text), p.max_tokens, recipe.speculative.max_draft_len
             )

@@ -19,6 +19,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from toolkit.bench.proposers import ONE_PASS_MODES
 from toolkit.errors import ModelError, UsageError, did_you_mean
 
 GB = 1e9  # datasheets give decimal GB and TB/s
@@ -130,7 +131,7 @@ def component_from_facts(role: str, ref: str, facts: Any) -> Component:
     if not params:
         raise ModelError(f"cannot tell the parameter count of {role} '{ref}' from its config")
     kind = facts.head_kind
-    layers = 0 if kind == "medusa" else int(facts.num_hidden_layers or 0)
+    layers = 0 if kind in ONE_PASS_MODES else int(facts.num_hidden_layers or 0)  # MLP heads: no KV layers
     kv = int(facts.num_key_value_heads or facts.num_attention_heads or 0)
     hidden = int(facts.hidden_size or 0)
     heads = int(facts.num_attention_heads or 0)

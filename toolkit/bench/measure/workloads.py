@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.bench.errors import WorkloadError
+from toolkit.bench.options import RunOptions
 from toolkit.errors import did_you_mean
 
 CATEGORIES = ("code", "math", "chat", "summarization")
@@ -187,7 +188,7 @@ def read_prompt_file(path: Path | str, *, category: str | None = None) -> list[P
 
 
 def bundled_path(name: str) -> Path:
-    return Path(str(resources.files("toolkit.bench").joinpath("data", f"{name}.jsonl")))
+    return Path(str(resources.files("toolkit.bench").joinpath("data").joinpath(f"{name}.jsonl")))
 
 
 def synthetic_prompts(
@@ -253,3 +254,17 @@ def load_workload(
     else:
         wl = Workload(name=name, source=f"bundled:{name}.jsonl", prompts=read_prompt_file(bundled_path(name)))
     return wl.with_max_tokens(max_tokens)
+
+
+def workload_for(opts: RunOptions) -> Workload:
+    """The workload a run's options name: a loaded Workload as is, else a bundled name or the
+    prompt file; `max_tokens` overrides every prompt's own either way."""
+    if isinstance(opts.workload, Workload):
+        wl = opts.workload
+        return wl.with_max_tokens(opts.max_tokens) if opts.max_tokens is not None else wl
+    return load_workload(
+        None if opts.prompts_file else opts.workload,
+        prompts_file=opts.prompts_file,
+        max_tokens=opts.max_tokens,
+        seed=opts.seed,
+    )

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from toolkit.bench.errors import BenchAborted, InexactCounts
-from toolkit.bench.metrics import RequestRecord, summarize
-from toolkit.bench.workloads import Prompt, Workload
+from toolkit.bench.measure.metrics import RequestRecord, summarize
+from toolkit.bench.measure.workloads import Prompt, Workload
+from toolkit.bench.options import DEFAULT_TIMEOUT, RunOptions
 from toolkit.errors import ServerError, UsageError
 
-DEFAULT_TIMEOUT = 120.0
 CONNECT_TIMEOUT = 3.0
 CHECK_TIMEOUT = 15.0  # the preflight (model config + readiness) must answer within this
 MAX_CONSECUTIVE_FAILURES = 8
@@ -183,7 +183,7 @@ class LevelResult:
         return summarize(self.records, duration=self.duration)
 
     def to_dict(self, records: bool = False) -> dict[str, Any]:
-        d = {
+        d: dict[str, Any] = {
             "concurrency": self.concurrency,
             "rate": self.rate,
             "duration_s": self.duration,
@@ -231,11 +231,6 @@ class BenchResult:
             "levels": [lv.to_dict(records) for lv in self.levels],
         }
 
-    def render(self) -> str:
-        from toolkit.bench.report import render_bench
-
-        return render_bench(self)
-
 
 # --------------------------------------------------------------------------- per-request accounting
 
@@ -257,7 +252,7 @@ def chunk_token_counts(
     """
     vals = [c.outputs.get("num_output_tokens") for c in chunks]
     if chunks and all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
-        return [max(0, int(v)) for v in vals], "server"
+        return [max(0, int(v)) for v in vals if isinstance(v, int)], "server"
     if count_tokens is not None:
         return cumulative_counts([c.text for c in chunks], count_tokens), "tokenizer"
     return [1 if c.text else 0 for c in chunks], "estimate"
@@ -393,7 +388,7 @@ class _Progress:
 
     def __init__(self, enabled: bool, label: str):
         self.bar = None
-        self.task = None
+        self.task: Any = None  # rich's TaskID while a level runs
         if enabled:
             from rich.console import Console
             from rich.progress import (
@@ -652,7 +647,8 @@ async def run_load(
                             f"the server stopped answering during warm-up ({rec.error})",
                             LevelResult(None, None, [], 0.0, True),
                         )
-            for lvl in levels or [None]:
+            steps: list[int | None] = [*levels] if levels else [None]  # None: one level at `rate`
+            for lvl in steps:
                 name = f"c={lvl}" if lvl is not None else f"rate={rate:g}/s"
                 bar.level(name, len(prompts))
                 result.levels.append(
@@ -699,3 +695,43 @@ async def run_load(
             hint="try one request with `sdtk infer`; the server log (`sdtk logs`) has the model's side",
         )
     return result
+
+
+async def run_with(
+    endpoint: Endpoint,
+    workload: Workload,
+    opts: RunOptions,
+    *,
+    concurrency: Sequence[int] | None,
+    rate: float | None = None,
+    sampling: Sampling,
+    label: str,
+    draft_len: int | None = None,
+    tokenizer: str | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+) -> BenchResult:
+    """`run_load` with a run's options, closing the endpoint afterwards: how bench, compare and
+    tune each measure one deployment. `count_tokens` defaults to a TokenCounter of `tokenizer`."""
+    from toolkit.bench.measure.tokens import TokenCounter
+
+    try:
+        return await run_load(
+            endpoint,
+            workload,
+            concurrency=concurrency,
+            rate=rate,
+            requests=opts.requests,
+            duration=opts.duration,
+            warmup=opts.warmup,
+            seed=opts.seed,
+            sampling=sampling,
+            timeout=opts.timeout,
+            progress=opts.progress,
+            label=label,
+            draft_len=draft_len,
+            count_tokens=count_tokens or (TokenCounter(tokenizer) if tokenizer else None),
+            tokenizer=tokenizer,
+            allow_inexact=opts.allow_inexact,
+        )
+    finally:
+        await endpoint.close()

@@ -1,0 +1,554 @@
+"""`plan`'s pure part: the records a probe yields, and the predictions made from them.
+
+No I/O, no torch: the probe (decide.probe) measures, this turns measurements (or a GPU
+roofline from decide.sizing) into predicted speedups per configuration and concurrency, and a
+recommendation. The cost model itself is decide.costmodel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from toolkit.bench.decide import costmodel as cm
+from toolkit.bench.decide import sizing as sz
+from toolkit.bench.measure.metrics import Interval
+from toolkit.bench.proposers import (
+    ONE_PASS_SOURCE,
+    draft_forwards,
+    has_draft_model,
+    has_window,
+    window_of,
+)
+from toolkit.modes import CHAIN_MODES, info
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class StepTiming:
+    """In-process costs on this machine (seconds)."""
+
+    t_base: float  # one plain decoding step (1 token), from timed generation
+    forward_points: list[tuple[int, float]]  # bare target forward time over n new tokens
+    draft_forward: float | None = None  # bare draft forward, 1 token (draft_target)
+    c_forward: float | None = None  # draft_forward / target forward(1): Leviathan's c
+    kappa: float = 0.0  # slope of forward time in tokens, relative to forward(1)
+    # Batched target forward time: tokens per row -> [(batch size, seconds)], the batch dimension
+    # of the reference backend's in-flight batching (empty: not measured).
+    batch_points: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    max_batch: int | None = None  # the engine's build.max_batch_size: concurrency beyond it queues
+
+    def batch_scale(self, width: int, batch: int) -> float:
+        """How much longer a step verifying `width` tokens per row takes at `batch` rows than at
+        one, relative to a plain step's growth: the factor a speedup at concurrency 1 is
+        multiplied by at that concurrency (1.0 when unmeasured)."""
+        if not self.batch_points or batch <= 1:
+            return 1.0
+        b = min(batch, self.max_batch) if self.max_batch else batch
+
+        def growth(w: int) -> float:
+            widths = sorted(self.batch_points)
+            near = min(widths, key=lambda x: (abs(x - w), x))
+            pts = isotonic(self.batch_points[near])
+            return interpolate(pts, b) / interpolate(pts, 1)
+
+        return growth(1) / growth(width)
+
+    def delta(self, n: int) -> float:
+        """Extra seconds to verify n tokens instead of 1 (from the monotone fit of the points)."""
+        f = cm.MeasuredStepCost(tuple(isotonic(self.forward_points)))
+        return max(0.0, f.time(1, n) - f.time(1, 1))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ProbeConfig:
+    """One speculative configuration the probe ran."""
+
+    label: str
+    settings: dict[str, Any]  # recipe `speculative` fields
+    shape: cm.Shape
+    steps: int
+    tokens: int
+    draft_tokens: int
+    accepted_tokens: int
+    per_position_proposed: list[int]
+    per_position_accepted: list[int]
+    t_step: float  # measured seconds per speculative step (decode only)
+    step_tokens: list[list[int]] = field(default_factory=list)  # per prompt: tokens committed by each step
+
+    @property
+    def acceptance_length(self) -> float:
+        return self.tokens / self.steps if self.steps else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def marginals(self) -> list[float]:
+        """Accepted tokens at draft position k per step: E(γ) = 1 + Σ_{k<γ} marginals[k].
+
+        Per *step*, not per proposal: an n-gram proposer often proposes fewer than γ tokens (or
+        none), and those steps still cost a target forward. For a chain, truncating at γ keeps
+        positions < γ unchanged (each depends only on the ones before it).
+        """
+        acc = list(self.per_position_accepted) + [0] * len(self.per_position_proposed)
+        return [acc[i] / self.steps if self.steps else 0.0 for i in range(len(self.per_position_proposed))]
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        """P(draft positions 1..k all accepted | position k was proposed): what reports show."""
+        acc = list(self.per_position_accepted) + [0] * len(self.per_position_proposed)
+        return [acc[i] / p if p else 0.0 for i, p in enumerate(self.per_position_proposed)]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["shape"] = asdict(self.shape)
+        d.update(
+            acceptance_length=self.acceptance_length,
+            acceptance_rate=self.acceptance_rate,
+            per_position_acceptance=self.per_position_acceptance,
+            accepted_per_step=self.marginals,
+        )
+        return d
+
+
+@dataclass
+class Probe:
+    prompts: int
+    new_tokens: int
+    temperature: float
+    workload: dict[str, Any]
+    timing: StepTiming
+    configs: list[ProbeConfig]
+    alpha_logits: Interval | None = None  # E[Σ min(p,q)] at the probe temperature (T=1 if greedy)
+    alpha_logits_temperature: float | None = None
+    alpha_greedy: Interval | None = None  # P(draft argmax == target argmax)
+    seconds: float = 0.0
+    threads: int | None = None  # torch threads during the probe (None: the process default)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prompts": self.prompts,
+            "new_tokens": self.new_tokens,
+            "temperature": self.temperature,
+            "workload": self.workload,
+            "timing": self.timing.to_dict(),
+            "configs": [c.to_dict() for c in self.configs],
+            "alpha_logits": self.alpha_logits.to_dict() if self.alpha_logits else None,
+            "alpha_logits_temperature": self.alpha_logits_temperature,
+            "alpha_greedy": self.alpha_greedy.to_dict() if self.alpha_greedy else None,
+            "seconds": self.seconds,
+            "threads": self.threads,
+        }
+
+
+@dataclass
+class Prediction:
+    """Predicted speedup of one candidate configuration under one cost basis."""
+
+    label: str
+    settings: dict[str, Any]
+    draft_len: int  # TRT-LLM max_draft_len of this configuration
+    expected_tokens: float  # E (= τ) per step
+    expected_tokens_iid: float | None  # from α, i.i.d.
+    speedup: dict[int, float]  # concurrency → predicted speedup
+    speedup_iid: dict[int, float] | None = None  # Leviathan's closed form from α, c, κ (a cross-check)
+    source: str = ""  # how E and the step time were obtained, or "assumed α=0.8"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Recommendation:
+    label: str
+    settings: dict[str, Any]
+    predicted_speedup: float  # at concurrency 1
+    schedule: dict[int, int] | None  # TRT-LLM draft_len_schedule {concurrency: draft_len}
+    max_concurrency: int | None  # speculation off above this (TRT-LLM max_concurrency)
+    break_even: int | None  # first concurrency with predicted speedup < 1
+    basis: str
+    overlay: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class PlanResult:
+    recipe: str
+    mode: str
+    backend: str
+    basis: str  # "measured (reference runtime, CPU)" | "roofline (H100 SXM 80GB)"
+    concurrency: list[int]
+    probe: Probe | None = None
+    sizing: sz.Sizing | None = None
+    predictions: list[Prediction] = field(default_factory=list)
+    roofline_predictions: list[Prediction] = field(default_factory=list)
+    assumed: list[Prediction] = field(default_factory=list)  # Leviathan-style, for assumed α
+    recommendation: Recommendation | None = None
+    notes: list[str] = field(default_factory=list)
+    batching: str = "inflight"  # how the deployment serves concurrent requests
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recipe": self.recipe,
+            "mode": self.mode,
+            "backend": self.backend,
+            "basis": self.basis,
+            "batching": self.batching,
+            "concurrency": list(self.concurrency),
+            "probe": self.probe.to_dict() if self.probe else None,
+            "sizing": self.sizing.to_dict() if self.sizing else None,
+            "predictions": [p.to_dict() for p in self.predictions],
+            "roofline_predictions": [p.to_dict() for p in self.roofline_predictions],
+            "assumed": [p.to_dict() for p in self.assumed],
+            "recommendation": self.recommendation.to_dict() if self.recommendation else None,
+            "notes": list(self.notes),
+        }
+
+    def prediction_for(self, draft_len: int) -> Prediction | None:
+        for p in self.predictions:
+            if p.settings.get("max_draft_len") == draft_len:
+                return p
+        return None
+
+
+def isotonic(points: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+    """Non-decreasing least-squares fit of (n, t) points (pool adjacent violators).
+
+    A forward over more tokens never costs less; timing noise says otherwise now and then, and
+    an unsmoothed curve would make γ=2 look dearer than γ=3.
+    """
+    pts = sorted(points)
+    blocks: list[list[float]] = []  # [sum, count]
+    for _, t in pts:
+        blocks.append([t, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            a, b = blocks.pop(), blocks.pop()
+            blocks.append([a[0] + b[0], a[1] + b[1]])
+    out: list[tuple[int, float]] = []
+    i = 0
+    for total, count in blocks:
+        for _ in range(int(count)):
+            out.append((pts[i][0], total / count))
+            i += 1
+    return out
+
+
+def fit_kappa(points: Sequence[tuple[int, float]]) -> float:
+    """Least-squares κ in t(n) = t(1)·(1 + κ(n−1)), through the measured t(1)."""
+    t1 = dict(points).get(1) or min(t for _, t in points)
+    num = sum((n - 1) * (t / t1 - 1) for n, t in points)
+    den = sum((n - 1) ** 2 for n, _ in points)
+    return max(0.0, num / den) if den else 0.0
+
+
+def config_shape(mode: str, settings: dict[str, Any], spec: Any) -> cm.Shape:
+    """The step shape of one configuration (`settings`: the speculative fields it overrides)."""
+    from toolkit import choices as tree
+
+    if info(mode).chain and settings.get("max_draft_len") is not None:
+        g = settings["max_draft_len"]
+        return cm.chain_shape(g, draft_forwards=draft_forwards(mode, g))
+    if "medusa_choices" in settings or info(mode).source == ONE_PASS_SOURCE:
+        ch = settings.get("medusa_choices") or spec.choices
+        return cm.tree_shape(len(ch), tree.depth(ch), draft_forwards=1)
+    if "eagle_choices" in settings:
+        ch = settings["eagle_choices"]
+        return cm.tree_shape(len(ch), tree.depth(ch))
+    if has_window(settings):
+        return cm.lookahead_shape(*window_of(settings))
+    return cm.Shape(0, 1, "none")
+
+
+def config_draft_len(mode: str, settings: dict[str, Any], spec: Any) -> int:
+    from toolkit.recipe import lookahead_max_draft_len
+
+    if has_window(settings):
+        return lookahead_max_draft_len(*window_of(settings))
+    if "max_draft_len" in settings:
+        return int(settings["max_draft_len"])
+    if "medusa_choices" in settings:
+        return len(settings["medusa_choices"])
+    if "eagle_choices" in settings:
+        return len(settings["eagle_choices"])
+    return spec.draft_len
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+def run_lengths(step_tokens: Sequence[int], gamma_max: int, p_tail: float) -> list[float]:
+    """How many drafts the proposer would get right from every root position of one generation.
+
+    A step run at γ_max that accepted a < γ_max drafts from root p tells R_p = a exactly, and
+    also R_{p+k} = a − k inside the run: the proposer is a function of the context, and its
+    proposal from p+1 is the rest of its proposal from p (exact for greedy draft-target,
+    close for n-gram and EAGLE). A fully accepted step only bounds R from below; beyond the
+    bound the proposer continues with probability `p_tail` per token.
+    """
+    out: list[float] = []
+    r_next = 0.0
+    for c in reversed(step_tokens):
+        a = c - 1
+        if a < gamma_max:
+            run = [float(a - k) for k in range(a + 1)]
+        else:
+            tail = p_tail * (1 + r_next)
+            run = [gamma_max - k + tail for k in range(a + 1)]
+        out[:0] = run
+        r_next = run[0]
+    return out
+
+
+def simulate_tau(runs: Sequence[Sequence[float]], gamma: int) -> float:
+    """Tokens per step at draft length γ, replaying the run lengths: each step from root p
+    commits min(R_p, γ) + 1 tokens (fractional R: the expectation of the rounding)."""
+    steps = tokens = 0.0
+    for r in runs:
+        p, n = 0, len(r)
+        while p < n:
+            a = min(r[p], gamma)
+            lo = int(a)
+            c = lo + 1 + (1 if (a - lo) >= 0.5 else 0)
+            c = min(c, n - p)
+            steps += 1
+            tokens += c
+            p += c
+    return tokens / steps if steps else 1.0
+
+
+def interpolate(points: Sequence[tuple[int, float]], x: int) -> float:
+    """Piecewise-linear through measured (γ, seconds) points, monotone, linear beyond the ends."""
+    pts = isotonic(points)
+    if len(pts) == 1:
+        return pts[0][1]
+    f = cm.MeasuredStepCost(tuple(pts))
+    if x < pts[0][0]:
+        (x0, y0), (x1, y1) = pts[0], pts[1]
+        return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+    return f.time(1, x)
+
+
+def predict_measured(
+    probe: Probe, mode: str, spec: Any, *, gamma_max: int, concurrency: Sequence[int], alpha: float | None
+) -> list[Prediction]:
+    """Cost model with this machine's measured costs (reference runtime, one sequence at a time).
+
+    Chains: τ(γ) replays the accepted runs of the longest probe (`run_lengths`), which keeps
+    the selection effect a per-position average misses (long accepted runs consume the easy
+    stretches in few steps); the step time is interpolated between the probes' measured step
+    times (each includes the proposer, the verify forward over γ+1 tokens and the bookkeeping).
+    Speedup = τ(γ) · t_base / t_step(γ). Other shapes were each probed directly. Leviathan's
+    closed form E/(γc + 1 + κγ) with the bare-forward c and κ is kept as a cross-check
+    (`speedup_iid` when α is known). The batch dimension: the reference runtime batches in
+    flight, so at concurrency b a step runs b rows; the speedup at 1 is scaled by how much a
+    plain step grows from 1 to b rows against how much a step verifying γ+1 tokens per row
+    grows (`StepTiming.batch_scale`, from timed batched forwards; b capped at max_batch_size).
+    The draft's and proposers' own costs are taken to scale like the plain step.
+    """
+    t = probe.timing
+    out: list[Prediction] = []
+    chain_cfgs = [c for c in probe.configs if "max_draft_len" in c.settings and mode in CHAIN_MODES]
+    if chain_cfgs:
+        primary = max(chain_cfgs, key=lambda c: c.settings["max_draft_len"])
+        gmax = primary.settings["max_draft_len"]
+        ppa = primary.per_position_acceptance
+        p_tail = min(1.0, ppa[-1] / ppa[-2]) if len(ppa) >= 2 and ppa[-2] > 0 else (ppa[-1] if ppa else 0.0)
+        runs = [run_lengths(st, gmax, p_tail) for st in primary.step_tokens]
+        step_pts = [(c.settings["max_draft_len"], c.t_step) for c in chain_cfgs if c.t_step > 0]
+        c_lev = t.c_forward if (t.c_forward is not None and has_draft_model(mode)) else 0.0
+        for g in range(1, min(gamma_max, gmax) + 1):
+            e = simulate_tau(runs, g) if runs else cm.expected_tokens_from_marginals(primary.marginals, g)
+            step = interpolate(step_pts, g) if step_pts else t.t_base
+            s = e * t.t_base / step if step > 0 else 0.0
+            e_iid = cm.expected_tokens(alpha, g) if alpha is not None else None
+            lev = (
+                {b: cm.leviathan_speedup_with_verify(e_iid, g, c_lev, t.kappa, g + 1) for b in concurrency}
+                if e_iid is not None
+                else None
+            )
+            out.append(
+                Prediction(
+                    label=f"γ={g}",
+                    settings={"max_draft_len": g},
+                    draft_len=g,
+                    expected_tokens=e,
+                    expected_tokens_iid=e_iid,
+                    speedup={b: s * t.batch_scale(g + 1, b) for b in concurrency},
+                    speedup_iid=lev,
+                    source=f"τ replayed from the {primary.label} probe; step time interpolated from probes at "
+                    + ", ".join(f"γ={x}" for x, _ in sorted(step_pts)),
+                )
+            )
+    for cfg in probe.configs:
+        if cfg in chain_cfgs:
+            continue
+        e = cfg.acceptance_length
+        s = e * t.t_base / cfg.t_step if cfg.t_step > 0 else 0.0
+        out.append(
+            Prediction(
+                label=cfg.label,
+                settings=cfg.settings,
+                draft_len=config_draft_len(mode, cfg.settings, spec),
+                expected_tokens=e,
+                expected_tokens_iid=None,
+                speedup={
+                    b: s * t.batch_scale(config_draft_len(mode, cfg.settings, spec) + 1, b)
+                    for b in concurrency
+                },
+                source="measured τ and step time",
+            )
+        )
+    return out
+
+
+def roofline_costs(
+    components: list[sz.Component], gpu: sz.GPU, dtype: str, *, tp: int, context: int
+) -> tuple[sz.Roofline, sz.Roofline | None]:
+    nbytes = sz.dtype_bytes(dtype)
+    target = next(c for c in components if c.role == "target")
+    extra = [c for c in components if c.role != "target"]
+    t = sz.roofline_for(target, gpu, nbytes, tp=tp, context=context)
+    d = sz.roofline_for(extra[0], gpu, nbytes, tp=tp, context=context) if extra else None
+    return t, d
+
+
+def predict_roofline(
+    candidates: list[tuple[str, dict[str, Any], cm.Shape, float, float | None, str]],
+    target: sz.Roofline,
+    draft: sz.Roofline | None,
+    concurrency: Sequence[int],
+    mode: str,
+    spec: Any,
+) -> list[Prediction]:
+    """candidates: (label, settings, shape, E, E_iid, source)."""
+    out = []
+    for label, settings, shape, e, e_iid, source in candidates:
+        shp = shape
+        if shape.draft_forwards and draft is None:
+            shp = cm.Shape(0, shape.verify_tokens, shape.label)
+        sp = {b: cm.step_speedup(e, shp, target, draft=draft, batch=b) for b in concurrency}
+        sp_iid = (
+            {b: cm.step_speedup(e_iid, shp, target, draft=draft, batch=b) for b in concurrency}
+            if e_iid is not None
+            else None
+        )
+        out.append(
+            Prediction(label, settings, config_draft_len(mode, settings, spec), e, e_iid, sp, sp_iid, source)
+        )
+    return out
+
+
+NEAR_BEST = 0.01  # within 1% of the best predicted speedup, the shortest draft wins
+
+
+def _near_best(preds: list[Prediction], b: int) -> Prediction:
+    """The cheapest configuration within NEAR_BEST of the best at concurrency b: a shorter draft
+    wastes less work when acceptance drops and leaves more room as the batch grows."""
+    top = max(p.speedup[b] for p in preds)
+    return min((p for p in preds if p.speedup[b] >= top * (1 - NEAR_BEST)), key=lambda p: p.draft_len)
+
+
+def valid_schedule(schedule: dict[int, int]) -> dict[int, int] | None:
+    """Per-concurrency draft lengths as a draft_len_schedule TensorRT-LLM accepts (llm_args.py:
+    keyed by batch size, an entry for 1 equal to max_draft_len, none above it), or None when
+    speculation does not pay at the lowest concurrency (then: no speculation, not a schedule)."""
+    if not schedule:
+        return None
+    g1 = schedule[min(schedule)]
+    if g1 <= 0:
+        return None
+    out = {1: g1}
+    for c in sorted(schedule):
+        if c > 1:
+            out[c] = min(schedule[c], g1)
+    return out
+
+
+def recommend(
+    preds: list[Prediction], mode: str, concurrency: Sequence[int], basis: str
+) -> Recommendation | None:
+    """The candidate with the best speedup at the lowest concurrency, and a per-concurrency schedule."""
+    if not preds:
+        return None
+    c0 = min(concurrency)
+    best = _near_best(preds, c0)
+    schedule = None
+    max_conc = None
+    chain = all("max_draft_len" in p.settings for p in preds) and mode in CHAIN_MODES
+    if chain:
+        schedule = {}
+        for b in concurrency:
+            top = _near_best(preds, b)
+            schedule[b] = top.draft_len if top.speedup[b] > 1.0 else 0
+        on = [b for b in concurrency if schedule[b] > 0]
+        max_conc = max(on) if on else 0
+    else:
+        on = [b for b in concurrency if best.speedup[b] > 1.0]
+        max_conc = max(on) if on else 0
+    below = [b for b in concurrency if best.speedup[b] < 1.0]
+    overlay: dict[str, Any] = {"speculative": dict(best.settings)}
+    valid = valid_schedule(schedule) if chain and schedule else None
+    if valid is not None:  # a recipe change: the fields live under `speculative`
+        overlay["speculative"].update(max_draft_len=valid[1], draft_len_schedule=valid)
+        if max_conc and max_conc < max(concurrency):
+            overlay["speculative"]["max_concurrency"] = max_conc
+    return Recommendation(
+        label=best.label,
+        settings=dict(best.settings),
+        predicted_speedup=best.speedup[c0],
+        schedule=schedule,
+        max_concurrency=max_conc,
+        break_even=min(below) if below else None,
+        basis=basis,
+        overlay=overlay,
+    )
+
+
+def assumed_table(
+    alphas: Sequence[float],
+    gamma_max: int,
+    concurrency: Sequence[int],
+    target: sz.Roofline,
+    draft: sz.Roofline | None,
+    mode: str,
+    spec: Any,
+) -> list[Prediction]:
+    """Roofline-basis predictions for assumed α values (the best γ per α): not measurements.
+
+    Drafting is modelled as a chain of γ: a draft model or EAGLE head runs γ times, Medusa heads
+    once, n-gram and lookahead proposers cost nothing on the GPU.
+    """
+    if info(mode).source is None or draft is None:
+        per_g = 0
+    elif info(mode).source == ONE_PASS_SOURCE:
+        per_g = -1  # one pass of the heads whatever γ is
+    else:
+        per_g = 1
+    out = []
+    for a in alphas:
+        cands: list[tuple[str, dict[str, Any], cm.Shape, float, float | None, str]] = []
+        for g in range(1, gamma_max + 1):
+            fw = g if per_g == 1 else (1 if per_g == -1 else 0)
+            shape = cm.chain_shape(g, draft_forwards=fw)
+            cands.append(
+                (
+                    f"α={a} γ={g}",
+                    {"max_draft_len": g},
+                    shape,
+                    cm.expected_tokens(a, g),
+                    None,
+                    f"assumed α={a}",
+                )
+            )
+        preds = predict_roofline(cands, target, draft, concurrency, mode, spec)
+        out.append(max(preds, key=lambda p: p.speedup[min(concurrency)]))
+    return out

@@ -1,0 +1,251 @@
+"""`plan`'s probe: a few prompts of the workload through the reference runtime with each
+candidate configuration, interleaved with plain decoding, for acceptance and step costs.
+
+What it measures goes into decide.predict's records (Probe, ProbeConfig, StepTiming).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from toolkit.bench.decide.predict import (
+    Probe,
+    ProbeConfig,
+    StepTiming,
+    config_draft_len,
+    config_shape,
+    fit_kappa,
+)
+from toolkit.bench.measure.inprocess import (
+    FORWARD_SIZES,
+    encode,
+    generate_timed,
+    load_runtime,
+    step_mean,
+    time_batched_forwards,
+    time_forwards,
+)
+from toolkit.bench.measure.metrics import Interval, bootstrap_ci
+from toolkit.bench.measure.workloads import Workload
+from toolkit.bench.proposers import (
+    has_draft_model,
+    has_window,
+    is_chain,
+    tree_field,
+    window_of,
+    window_settings,
+)
+from toolkit.modes import info
+
+
+def say(progress: bool, msg: str) -> None:
+    if progress:
+        print(f"[plan] {msg}", file=sys.stderr, flush=True)
+
+
+def _add_stats(total: Any, st: Any) -> None:
+    total.steps += st.steps
+    total.tokens += st.tokens
+    total.draft_tokens += st.draft_tokens
+    total.accepted_tokens += st.accepted_tokens
+    for name in ("per_position_proposed", "per_position_accepted"):
+        acc, add = getattr(total, name), getattr(st, name)
+        if len(acc) < len(add):
+            acc.extend([0] * (len(add) - len(acc)))
+        for i, v in enumerate(add):
+            acc[i] += v
+
+
+def alpha_from_logits(
+    rt: Any, prompts: list[list[int]], outputs: list[list[int]], temperature: float, seed: int = 0
+) -> tuple[Interval, Interval]:
+    """(α at `temperature` (T=1 when greedy), P(argmax agree)) along the target's continuations.
+
+    β_t = Σ_x min(p_t(x), q_t(x)) (Leviathan Thm 3.5) after the same temperature on both; the
+    greedy acceptance indicator is argmax equality. Intervals are bootstrapped over prompts.
+    """
+    from toolkit.reference.sampling import SamplingParams, probs
+
+    t_eff = temperature if temperature > 0 else 1.0
+    sp = SamplingParams(temperature=t_eff)
+    betas, agree = [], []
+    for ids, out in zip(prompts, outputs, strict=False):
+        if not out:
+            continue
+        seq = ids + out[:-1]
+        start = len(ids) - 1
+        rt.target.reset()
+        rt.draft.reset()
+        p_log = rt.target.forward(seq, logits_from=start).logits
+        q_log = rt.draft.forward(seq, logits_from=start).logits
+        p = probs(p_log, sp)
+        q = probs(q_log, sp)
+        betas.append(float(p.minimum(q).sum(-1).mean()))
+        agree.append(float((p_log.argmax(-1) == q_log.argmax(-1)).float().mean()))
+    rt.target.reset()
+    rt.draft.reset()
+    return bootstrap_ci(betas, seed=seed), bootstrap_ci(agree, seed=seed)
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+def _tree_prefixes(choices: list[list[int]], max_candidates: int = 4) -> list[list[list[int]]]:
+    """Valid sub-trees made of the first k paths (parents before children), a few sizes up to all."""
+    n = len(choices)
+    sizes = sorted({max(1, n // 4), max(1, n // 2), max(1, 3 * n // 4), n})[-max_candidates:]
+    out = []
+    for k in sizes:
+        kept: list[list[int]] = []
+        have = set()
+        for path in choices[:k]:
+            if len(path) == 1 or tuple(path[:-1]) in have:
+                kept.append(path)
+                have.add(tuple(path))
+        if kept and kept not in out:
+            out.append(kept)
+    return out
+
+
+def probe_candidates(recipe: Any, gamma_max: int) -> list[tuple[str, dict[str, Any]]]:
+    """Configurations the probe runs: (label, speculative fields to override)."""
+    spec = recipe.speculative
+    if not info(spec.mode).reference.supported:
+        return []  # nothing the reference runtime can probe
+    if is_chain(spec):
+        # The longest chain gives acceptance at every position (and its accepted runs predict τ
+        # for every shorter γ); shorter chains add measured step times to interpolate between.
+        g = max(gamma_max, spec.max_draft_len)
+        extra = sorted({1, (g + 1) // 2} - {g}, reverse=True)
+        return [(f"γ={x}", {"max_draft_len": x}) for x in [g, *extra]]
+    tree = tree_field(spec)
+    if tree is not None:
+        key, paths = tree
+        return [(f"tree {len(t)} nodes", {key: t}) for t in _tree_prefixes(paths)]
+    if has_window(spec):
+        own = window_of(spec)
+        grid = [own, (2, 3, 2), (4, 3, 4), (4, 4, 4), (6, 4, 6)]
+        seen, out = set(), []
+        for w, n, g in grid:
+            if (w, n, g) not in seen:
+                seen.add((w, n, g))
+                out.append((f"W={w} N={n} G={g}", window_settings(w, n, g)))
+        return out[:4]
+    return []
+
+
+def run_probe(
+    rec: Any,
+    wl: Workload,
+    *,
+    runtime: Any,
+    probe_prompts: int,
+    probe_tokens: int,
+    gamma_max: int,
+    temperature: float,
+    seed: int,
+    progress: bool,
+) -> Probe:
+    from toolkit.reference.sampling import SamplingParams
+
+    t_start = time.perf_counter()
+    spec = rec.speculative
+    mode = spec.mode
+    say(progress, f"loading {rec.display_name} into the reference runtime")
+    rt = runtime if runtime is not None else load_runtime(rec)
+    budget = rt.max_context - probe_tokens - 1
+    prompts = []
+    for p in wl.sample(probe_prompts, seed):
+        ids = encode(rt, p.text)
+        prompts.append(ids[-budget:] if len(ids) > budget else ids)
+    sampling = SamplingParams(temperature=temperature, seed=seed if temperature > 0 else None)
+
+    # Warm-up: first calls pay for allocation and lazy initialisation.
+    rt.generate(prompts[0], 4, sampling=sampling, speculative=False, end_id=-1)
+    from toolkit.reference.stats import SpecStats
+
+    cands = probe_candidates(rec, gamma_max)
+    cfg_specs = [spec.model_copy(update=settings) for _, settings in cands]
+    base_steps: list[float] = []
+    outputs: list[list[int]] = []
+    totals = [SpecStats() for _ in cands]
+    steps: list[list[float]] = [[] for _ in cands]
+    step_tokens: list[list[list[int]]] = [[] for _ in cands]
+    say(
+        progress,
+        f"baseline and {len(cands)} speculative configuration(s): {len(prompts)} prompts × {probe_tokens} tokens",
+    )
+    # Interleaved per prompt, so that every configuration sees the same machine conditions.
+    for ids in prompts:
+        res, durs, _ = generate_timed(rt, ids, probe_tokens, sampling, speculative=False)
+        outputs.append(res.token_ids)
+        base_steps += durs
+        for k, cs in enumerate(cfg_specs):
+            res, durs, counts = generate_timed(rt, ids, probe_tokens, sampling, spec=cs)
+            _add_stats(totals[k], res.stats)
+            steps[k] += durs
+            step_tokens[k].append(counts)
+    widths = sorted({1, *(min(config_draft_len(mode, st, spec), 32) + 1 for _, st in cands)})
+    timing = _time_costs(rt, prompts[0] + outputs[0][: probe_tokens // 2], base_steps, widths, progress)
+    timing.max_batch = getattr(getattr(rec, "build", None), "max_batch_size", None)
+    configs = []
+    for (label, settings), st, durs, stoks in zip(cands, totals, steps, step_tokens, strict=True):
+        configs.append(
+            ProbeConfig(
+                label=label,
+                settings={k: v for k, v in settings.items() if v is not None},
+                shape=config_shape(mode, settings, spec),
+                steps=st.steps,
+                tokens=st.tokens,
+                draft_tokens=st.draft_tokens,
+                accepted_tokens=st.accepted_tokens,
+                per_position_proposed=list(st.per_position_proposed),
+                per_position_accepted=list(st.per_position_accepted),
+                t_step=step_mean(durs) if durs else 0.0,
+                step_tokens=stoks,
+            )
+        )
+    probe = Probe(
+        prompts=len(prompts),
+        new_tokens=probe_tokens,
+        temperature=temperature,
+        workload=wl.to_dict(),
+        timing=timing,
+        configs=configs,
+    )
+    if has_draft_model(mode) and rt.draft is not None:
+        say(progress, "α from draft/target logits")
+        a_t, a_g = alpha_from_logits(rt, prompts, outputs, temperature, seed)
+        probe.alpha_logits, probe.alpha_greedy = a_t, a_g
+        probe.alpha_logits_temperature = temperature if temperature > 0 else 1.0
+    probe.seconds = time.perf_counter() - t_start
+    return probe
+
+
+def _time_costs(
+    rt: Any, ctx: list[int], base_steps: list[float], widths: list[int], progress: bool
+) -> StepTiming:
+    """Step costs after `ctx`: the plain step (from the probe's own steps), bare target (and
+    draft) forwards over 1..n tokens, and batched target forwards `widths` tokens per row."""
+    say(progress, "timing forwards")
+    lms = {"target": rt.target}
+    sizes: dict[str, Sequence[int]] = {"target": FORWARD_SIZES}
+    if rt.draft is not None:
+        lms["draft"] = rt.draft
+        sizes["draft"] = (1,)
+    fw = time_forwards(lms, ctx, sizes)
+    points = fw["target"]
+    timing = StepTiming(
+        t_base=step_mean(base_steps) if base_steps else 0.0,
+        forward_points=points,
+        kappa=fit_kappa(points),
+    )
+    if "draft" in fw:
+        timing.draft_forward = fw["draft"][0][1]
+        timing.c_forward = timing.draft_forward / dict(points)[1]
+    say(progress, "timing batched forwards (in-flight batching)")
+    timing.batch_points = time_batched_forwards(rt.target, ctx, widths)
+    return timing

@@ -1,0 +1,205 @@
+"""In-process measurement with the reference runtime: loading a recipe's models, timing
+generations and bare forwards. `plan`'s probe and `compare`'s replay both measure through here.
+
+torch and transformers are imported only inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from toolkit.errors import UsageError
+from toolkit.modes import MODE_SOURCES, info
+
+PROBE_PARAM_LIMIT = 3e9  # bigger local checkpoints are too slow to probe on a CPU by default
+FORWARD_SIZES = (1, 2, 3, 5, 9, 17, 33)
+
+
+def _sources(recipe: Any) -> dict[str, Any]:
+    out = {"target": recipe.models.target}
+    for role in dict.fromkeys(src for src in MODE_SOURCES.values() if src):
+        if getattr(recipe.models, role) is not None:
+            out[role] = getattr(recipe.models, role)
+    return out
+
+
+def probe_possible(recipe: Any, components: Sequence[Any] | None = None) -> tuple[bool, str]:
+    """Whether this machine can run the recipe's models in the reference runtime, and why not."""
+    ref = info(recipe.mode).reference
+    if not ref.supported:
+        return False, f"no reference implementation: {ref.reason}"
+    for role, src in _sources(recipe).items():
+        path = recipe.local_path(src)
+        if path is None:
+            return False, f"{role} is a hub checkpoint ({src.describe()}), not a local directory"
+        if not path.is_dir():
+            return False, f"{role} directory {path} does not exist"
+    from toolkit import hub
+
+    if not hub.has_weights(recipe.local_path(recipe.models.target)):
+        return False, "the target directory has no weight files"
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        return False, "torch/transformers are not installed (pip install 'sdtk[reference]')"
+    if components:
+        big = sum(c.params for c in components)
+        if big > PROBE_PARAM_LIMIT:
+            return (
+                False,
+                f"{big / 1e9:.1f}B parameters are too many to probe on a CPU (pass probe=True to force)",
+            )
+    return True, ""
+
+
+def load_runtime(recipe: Any) -> Any:
+    from toolkit.reference import ReferenceRuntime
+
+    m = recipe.models
+
+    def p(src: Any) -> Path | None:
+        return recipe.local_path(src) if src is not None else None
+
+    target = p(m.target)
+    if target is None:  # probe_possible() turns such recipes away first
+        raise UsageError(f"the target {m.target.describe()} is not a local directory")
+    return ReferenceRuntime.load(
+        target=target,
+        draft=p(m.draft),
+        medusa=p(m.medusa_heads),
+        eagle3=p(m.eagle_head),
+        spec=recipe.speculative,
+        tokenizer=p(m.tokenizer),
+    )
+
+
+def encode(rt: Any, text: str) -> list[int]:
+    tok = rt.tokenizer
+    ids = tok(text)["input_ids"] if callable(tok) else tok.encode(text)
+    return [int(i) for i in ids]
+
+
+def step_mean(ts: Sequence[float], outlier: float = 5.0) -> float:
+    """Mean step time without descheduled outliers (> `outlier` × the median).
+
+    Steps of one configuration differ in real work (an n-gram step may propose nothing, a
+    draft catching up feeds two tokens), so neither a median nor a trimmed mean: both would
+    drop real cost. Only a step the OS took the CPU away from is dropped.
+    """
+    med = statistics.median(ts)
+    keep = [t for t in ts if t <= outlier * med]
+    return sum(keep) / len(keep)
+
+
+def _robust(ts: Sequence[float]) -> float:
+    """Median of the fastest half: other processes on the machine only ever add time, so the
+    slow tail is interference, not cost (the reason timeit reports a minimum)."""
+    xs = sorted(ts)
+    return statistics.median(xs[: max(1, (len(xs) + 1) // 2)])
+
+
+def time_forwards(
+    lms: dict[str, Any], context: list[int], sizes: dict[str, Sequence[int]], repeats: int = 15
+) -> dict[str, list[tuple[int, float]]]:
+    """Seconds of one cached forward over n new tokens after `context`, per model and n.
+
+    Models and sizes are interleaved within each repeat so that they all see the same machine
+    conditions; each (model, n) reports the median of its fastest half of `repeats` runs.
+    """
+    jobs = [(name, n) for name in lms for n in sizes[name]]
+    base: dict[str, int] = {}
+    for name, lm in lms.items():
+        lm.reset()
+        lm.forward(context[:-1] if len(context) > 1 else context, logits_from=max(0, len(context) - 2))
+        base[name] = lm.length
+    extra = [context[-1]] * max(n for _, n in jobs)  # token identity does not change the cost
+    times: dict[tuple[str, int], list[float]] = {j: [] for j in jobs}
+    for r in range(repeats + 1):
+        for name, n in jobs:
+            lm = lms[name]
+            t = time.perf_counter()
+            lm.forward(extra[:n], logits_from=n - 1)
+            dt = time.perf_counter() - t
+            lm.crop(base[name])
+            if r:  # the first round warms the allocator for every shape
+                times[(name, n)].append(dt)
+    for lm in lms.values():
+        lm.reset()
+    return {name: [(n, _robust(times[(name, n)])) for n in sizes[name]] for name in lms}
+
+
+BATCH_SIZES = (1, 2, 4, 8, 16)
+
+
+def time_batched_forwards(
+    lm: Any, context: list[int], widths: Sequence[int], batches: Sequence[int] = BATCH_SIZES, repeats: int = 7
+) -> dict[int, list[tuple[int, float]]]:
+    """Seconds of one batched target forward over `width` new tokens per row after `context`,
+    for each batch size: the in-flight batched step's cost (HF model, a batch of equal rows;
+    the runtime pads rows of different lengths to the longest, which this does not model)."""
+    import torch
+
+    model = lm.model
+    times: dict[tuple[int, int], list[float]] = {(w, b): [] for w in widths for b in batches}
+    caches = {}
+    with torch.inference_mode():
+        for b in batches:
+            out = model(torch.tensor([context] * b, dtype=torch.long), use_cache=True)
+            caches[b] = out.past_key_values
+        tok = context[-1]
+        for r in range(repeats + 1):
+            for b in batches:
+                for w in widths:
+                    ids = torch.full((b, w), tok, dtype=torch.long)
+                    t = time.perf_counter()
+                    model(ids, past_key_values=caches[b], use_cache=True)
+                    dt = time.perf_counter() - t
+                    caches[b].crop(len(context))
+                    if r:  # the first round warms the allocator for every shape
+                        times[(w, b)].append(dt)
+    return {w: [(b, _robust(times[(w, b)])) for b in batches] for w in widths}
+
+
+def generate_timed(
+    rt: Any, ids: list[int], new_tokens: int, sampling: Any, *, spec: Any = None, speculative: bool = True
+) -> tuple[Any, list[float], list[int]]:
+    """One generation, the wall time of each decode step and the tokens each step committed.
+
+    Times come from on_tokens callbacks; the first callback also covers the prefill, so it only
+    starts the clock: durations[i] belongs to step i+1, whose tokens are counts[i+1].
+    """
+    marks: list[float] = []
+    counts: list[int] = []
+
+    def on_tokens(tokens: list[int]) -> None:
+        marks.append(time.perf_counter())
+        counts.append(len(tokens))
+
+    res = rt.generate(
+        ids, new_tokens, sampling=sampling, speculative=speculative, spec=spec, end_id=-1, on_tokens=on_tokens
+    )
+    return res, [b - a for a, b in zip(marks, marks[1:], strict=False)], counts
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run with `n` torch intra-op threads, then restore the previous count."""
+    if n is None:
+        yield
+        return
+    if n < 1:
+        raise UsageError(f"threads must be ≥ 1, got {n}")
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

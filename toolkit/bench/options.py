@@ -1,0 +1,58 @@
+"""`RunOptions`: the settings bench, compare, tune and plan share, declared once.
+
+Each command's public function (toolkit.bench.api) takes them as keyword arguments, as the CLI
+passes them, and hands one RunOptions down to the layers below: the workload is loaded, the
+report directory chosen and the load generator driven from it, in one place each.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from toolkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from toolkit.bench.measure.workloads import Workload
+
+DEFAULT_TIMEOUT = 120.0  # seconds a request may take before it counts as failed
+PROTOCOLS = ("grpc", "http")
+
+
+def default_report_dir(workdir: Path | str | None, kind: str) -> Path:
+    """<workdir>/reports/<kind>-<UTC timestamp>; workdir defaults to ./workdir."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return Path(workdir or "workdir") / "reports" / f"{kind}-{stamp}"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What to send, how, and where the reports go."""
+
+    workload: str | Workload | None = "code"  # a bundled name, `synthetic`, or a loaded Workload
+    prompts_file: str | Path | None = None  # a JSONL of prompts instead of `workload`
+    requests: int = 32  # per concurrency level
+    duration: float | None = None  # seconds per level (stops earlier than `requests`)
+    warmup: int = 2
+    seed: int = 0  # prompt order, and request i's sampling seed seed+i
+    max_tokens: int | None = None  # overrides every prompt's own
+    protocol: str = "grpc"
+    temperature: float | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    report_dir: str | Path | None = None  # default <workdir>/reports/<kind>-<time>
+    workdir: str | Path | None = None  # where recipes are deployed, and reports go by default
+    progress: bool = True  # progress on stderr
+    tokenizer: str | None = None  # counts output tokens when the server does not
+    allow_inexact: bool = False  # run without exact token counts (reports say INEXACT)
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise UsageError(f"protocol must be grpc or http, got '{self.protocol}'")
+
+    def out_dir(self, kind: str, deployment: Path | str | None = None) -> Path:
+        """The report directory: `report_dir`, else <workdir or the deployment's>/reports/<kind>-<time>."""
+        if self.report_dir:
+            return Path(self.report_dir)
+        return default_report_dir(self.workdir or deployment, kind)
