@@ -1,13 +1,15 @@
 """Atomic outputs: write `<name>.incomplete`, then rename over `<name>`.
 
 A killed run never leaves a half-written file under the final name; a reader sees the old
-file or the new one. The one implementation for every file sdtk writes.
+file or the new one. The one implementation for every file (and directory: `publish_dir`)
+sdtk writes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,6 +49,23 @@ def atomic_write(path: Path | str, data: str | bytes, *, mode: int | None = None
         if mode is not None:
             tmp.chmod(mode)
     return path
+
+
+def publish_dir(tmp: Path, dest: Path, *, old: Path | None = None) -> None:
+    """Rename the finished directory `tmp` over `dest`; a previous `dest` is moved aside to `old`
+    (default `<dest>.old-<pid>`) and removed only once the new one is in place, and put back if
+    the swap fails. Directories cannot be renamed over each other, hence the aside."""
+    if not dest.exists():
+        os.replace(tmp, dest)
+        return
+    old = old or dest.with_name(f"{dest.name}.old-{os.getpid()}")
+    os.replace(dest, old)
+    try:
+        os.replace(tmp, dest)
+    except OSError:
+        os.replace(old, dest)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def replace_section(

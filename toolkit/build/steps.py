@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shlex
 import shutil
@@ -101,16 +100,6 @@ def clean_stale(dest: Path) -> None:
         shutil.rmtree(p, ignore_errors=True)
 
 
-def _publish(tmp: Path, dest: Path) -> None:
-    if dest.exists():
-        old = dest.with_name(f"{dest.name}.old-{os.getpid()}")
-        os.replace(dest, old)
-        os.replace(tmp, dest)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, dest)
-
-
 # --------------------------------------------------------------------------- execution
 
 
@@ -159,7 +148,7 @@ def execute(
                 ),
                 encoding="utf-8",
             )
-            _publish(tmp, step.dest)
+            _fs.publish_dir(tmp, step.dest)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         progress(f"{head}: done in {seconds:.1f}s")

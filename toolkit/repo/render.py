@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit import __version__, modes
+from toolkit._fs import publish_dir
 from toolkit.build.context import SPEC_MODE_NAMES
 from toolkit.choices import to_triton_string
 from toolkit.errors import CompatError
@@ -788,16 +789,7 @@ def _write(out: Path, files: list[_File], empty_dirs: list[str]) -> None:
             path = tmp / f.rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(f.text, encoding="utf-8")
-        if out.exists():
-            os.replace(out, old)
-            try:
-                os.replace(tmp, out)
-            except OSError:
-                os.replace(old, out)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        publish_dir(tmp, out, old=old)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
