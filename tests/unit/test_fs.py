@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import stat
+from pathlib import Path
 
 import pytest
 
+from toolkit import _fs
 from toolkit._fs import atomic_path, atomic_write
 
 
@@ -38,3 +41,29 @@ def test_tmp_name_keeps_the_ending(tmp_path):
         assert tmp.suffix == ".png"
         tmp.write_bytes(b"png")
     assert (tmp_path / "plot.png").read_bytes() == b"png"
+
+
+def test_publish_dir_swaps_in_the_new_directory_and_keeps_the_old_one_if_the_swap_fails(
+    tmp_path, monkeypatch
+):
+    dest, tmp = tmp_path / "engines", tmp_path / "engines.incomplete"
+    dest.mkdir()
+    (dest / "old.txt").write_text("old")
+    tmp.mkdir()
+    (tmp / "new.txt").write_text("new")
+    _fs.publish_dir(tmp, dest)
+    assert [p.name for p in tmp_path.iterdir()] == ["engines"]  # no aside or temporary left
+    assert (dest / "new.txt").read_text() == "new" and not (dest / "old.txt").exists()
+
+    tmp.mkdir()
+    real = os.replace
+
+    def failing(src, dst):
+        if Path(src) == tmp:
+            raise OSError("disk full")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError, match="disk full"):
+        _fs.publish_dir(tmp, dest)
+    assert (dest / "new.txt").read_text() == "new"  # the previous directory is back in place
