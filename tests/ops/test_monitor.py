@@ -34,8 +34,9 @@ def value(samples, name, **labels) -> float | None:
 
 def test_observe_is_published_over_http_on_a_free_port():
     m = SpecMetrics()
-    m.observe("ensemble", acceptance_rate=0.75, accepted=30, drafted=40, output_tokens=50, steps=20)
-    m.observe("ensemble", acceptance_rate="0.5", accepted="10", drafted="20", output_tokens=None, steps=None)
+    sink = m.sink("ensemble")
+    sink.observe(acceptance_rate=0.75, accepted=30, drafted=40, output_tokens=50, steps=20)
+    sink.observe(acceptance_rate="0.5", accepted="10", drafted="20", output_tokens=None, steps=None)
     with m.serve(port=0, addr="127.0.0.1") as server:
         assert server.port > 0
         s = scrape(server.url)
@@ -65,10 +66,30 @@ def test_draft_len_estimates_steps_and_length():
     assert sm.Observation.of(acceptance_rate=1.7).rate == 1.0
 
 
-def test_module_level_observe_records_into_the_default_metrics(monkeypatch):
+def test_default_metrics_record_through_a_model_sink(monkeypatch):
     monkeypatch.setattr(monitor, "_default", None)
-    monitor.observe("m", accepted=3, drafted=4)
+    monitor.default_metrics().sink("m").observe(accepted=3, drafted=4)
     assert 'sdtk_spec_accepted_tokens_total{model="m"} 3.0' in monitor.default_metrics().exposition()
+
+
+def test_every_sink_has_the_one_observe_signature():
+    """One signature: Sink.observe; sinks only say how to record (no override of observe)."""
+    import inspect
+
+    sinks = [sm.TritonSpecMetrics, monitor.ModelSink, monitor._HttpSink]
+    for cls in sinks:
+        assert issubclass(cls, sm.Sink)
+        assert cls.observe is sm.Sink.observe, cls
+    assert list(inspect.signature(sm.Sink.observe).parameters) == [
+        "self",
+        "acceptance_rate",
+        "accepted",
+        "drafted",
+        "output_tokens",
+        "steps",
+        "draft_len",
+    ]
+    assert not hasattr(SpecMetrics, "observe")  # multi-model: record(model, obs) or sink(model)
 
 
 def test_serve_on_a_taken_port_is_a_clear_error():

@@ -6,8 +6,9 @@ that sets `return_perf_metrics` gets `acceptance_rate`, `total_accepted_draft_to
 
 - probing: `Monitor` sends one short prompt through `toolkit.client.TritonClient` every
   `interval` seconds and records what comes back (plus probe latency and errors);
-- ingesting: code that already holds responses (bench, clients) calls `observe(...)` or
-  `SpecMetrics.observe_response(...)`.
+- ingesting: code that already holds responses (bench, clients) records them through a sink,
+  `default_metrics().sink(model).observe(accepted=..., drafted=..., ...)`, or
+  `SpecMetrics.record(model, Observation.of_response(response))`.
 
 Metric names and meanings are defined once in `toolkit.ops.spec_metrics` (the same names a Triton
 Python model exports through `TritonSpecMetrics`). Probe families, exporter only:
@@ -116,19 +117,8 @@ class SpecMetrics:
 
     # -------------------------------------------------------------- recording
 
-    def observe(
-        self,
-        model: str,
-        acceptance_rate: Any = None,
-        accepted: Any = None,
-        drafted: Any = None,
-        output_tokens: Any = None,
-        steps: Any = None,
-        draft_len: Any = None,
-    ) -> sm.Observation:
-        """Record one finished request. Unknown values may be None; strings are accepted.
-        `draft_len` (tokens proposed per step) estimates `steps` when the server gives none."""
-        obs = sm.Observation.of(acceptance_rate, accepted, drafted, output_tokens, steps, draft_len)
+    def record(self, model: str, obs: sm.Observation) -> None:
+        """Record one finished request of `model`."""
         with self._lock:
             for name, amount in obs.increments().items():
                 self._counters[name].labels(model).inc(amount)
@@ -136,26 +126,10 @@ class SpecMetrics:
                 self._hist[sm.ACCEPTANCE_RATE.name].labels(model).observe(obs.rate)
             if obs.length is not None:
                 self._hist[sm.ACCEPTANCE_LENGTH.name].labels(model).observe(obs.length)
-        return obs
 
-    def observe_response(
-        self,
-        response: Any,
-        *,
-        model: str | None = None,
-        steps: int | None = None,
-        draft_len: int | None = None,
-    ) -> sm.Observation:
-        """Record a `toolkit.client.GenerationResponse`."""
-        return self.observe(
-            model or response.model,
-            acceptance_rate=response.acceptance_rate,
-            accepted=response.total_accepted_draft_tokens,
-            drafted=response.total_draft_tokens,
-            output_tokens=response.output_tokens,
-            steps=steps,
-            draft_len=draft_len,
-        )
+    def sink(self, model: str) -> ModelSink:
+        """These metrics bound to `model`: `.observe(accepted=..., drafted=..., ...)`."""
+        return ModelSink(self, model)
 
     def probe_failed(self, model: str, reason: str) -> None:
         self._probe_errors.labels(model, reason).inc()
@@ -187,7 +161,7 @@ _default_lock = threading.Lock()
 
 
 def default_metrics() -> SpecMetrics:
-    """The process-wide SpecMetrics that module-level `observe()` records into."""
+    """The process-wide SpecMetrics (`default_metrics().sink(model).observe(...)` records into it)."""
     global _default
     with _default_lock:
         if _default is None:
@@ -195,19 +169,15 @@ def default_metrics() -> SpecMetrics:
         return _default
 
 
-def observe(
-    model: str,
-    acceptance_rate: Any = None,
-    accepted: Any = None,
-    drafted: Any = None,
-    output_tokens: Any = None,
-    steps: Any = None,
-    draft_len: Any = None,
-) -> sm.Observation:
-    """Record one request in the process-wide metrics (serve them with `default_metrics().serve()`)."""
-    return default_metrics().observe(
-        model, acceptance_rate, accepted, drafted, output_tokens, steps, draft_len
-    )
+class ModelSink(sm.Sink):
+    """A SpecMetrics bound to one model, with the one `observe` signature of every sink."""
+
+    def __init__(self, metrics: SpecMetrics, model: str):
+        self.metrics = metrics
+        self.model = model
+
+    def record(self, obs: sm.Observation) -> None:
+        self.metrics.record(self.model, obs)
 
 
 # ------------------------------------------------------------------ probing
@@ -311,7 +281,8 @@ class Monitor:
             )
         latency = time.monotonic() - start
         self.metrics.probe_succeeded(self.model, latency)
-        obs = self.metrics.observe_response(resp, model=self.model, draft_len=self.draft_len)
+        obs = sm.Observation.of_response(resp, draft_len=self.draft_len)
+        self.metrics.record(self.model, obs)
         return ProbeResult(True, latency, obs)
 
     def run(
@@ -383,7 +354,7 @@ def run_monitor(
 
 def backend_sink(
     model: str, *, pb_utils: Any = None, http_port: int | None = None, addr: str = "0.0.0.0"
-) -> Any:
+) -> sm.Sink:
     """The sink a Triton Python model records acceptance into; `.observe(accepted=, drafted=, ...)`.
 
     Preferred: Triton's custom-metrics API (pass the `triton_python_backend_utils` module), so the
@@ -399,17 +370,12 @@ def backend_sink(
     return _HttpSink(SpecMetrics(), model, http_port, addr)
 
 
-class _HttpSink:
+class _HttpSink(ModelSink):
     """A model-bound SpecMetrics served on its own port (the fallback of `backend_sink`)."""
 
-    def __init__(self, metrics: Any, model: str, port: int, addr: str):
-        self.metrics = metrics
-        self.model = model
+    def __init__(self, metrics: SpecMetrics, model: str, port: int, addr: str):
+        super().__init__(metrics, model)
         self.server = metrics.serve(port, addr)
-
-    def observe(self, *args: Any, **kwargs: Any) -> sm.Observation:
-        """SpecMetrics.observe for this sink's model (same arguments as TritonSpecMetrics.observe)."""
-        return self.metrics.observe(self.model, *args, **kwargs)
 
     def close(self) -> None:
         self.server.close()

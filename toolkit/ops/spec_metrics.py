@@ -121,6 +121,18 @@ class Observation:
             steps_f = estimated_steps(drafted_i, _int(draft_len))
         return cls(_float(acceptance_rate), _int(accepted), drafted_i, _int(output_tokens), steps_f)
 
+    @classmethod
+    def of_response(cls, response: Any, *, steps: Any = None, draft_len: Any = None) -> Observation:
+        """From a `toolkit.client.GenerationResponse` (its perf outputs)."""
+        return cls.of(
+            response.acceptance_rate,
+            response.total_accepted_draft_tokens,
+            response.total_draft_tokens,
+            response.output_tokens,
+            steps,
+            draft_len,
+        )
+
     @property
     def rate(self) -> float | None:
         """accepted/drafted when both are known (exact), else the server's acceptance_rate."""
@@ -191,7 +203,35 @@ def _int(v: Any) -> int | None:
     return int(f) if f is not None else None
 
 
-class TritonSpecMetrics:
+class Sink:
+    """What every sdtk_spec_* sink shares: the one `observe` signature (lenient, keyword-only).
+
+    A sink is bound to one model; a subclass says how it `record`s an Observation:
+    TritonSpecMetrics (Triton's custom metrics), toolkit.ops.monitor.ModelSink (prometheus-client),
+    the reference model's Responder (hands it to the thread that may touch Triton objects).
+    """
+
+    def observe(
+        self,
+        *,
+        acceptance_rate: Any = None,
+        accepted: Any = None,
+        drafted: Any = None,
+        output_tokens: Any = None,
+        steps: Any = None,
+        draft_len: Any = None,
+    ) -> Observation:
+        """Record one finished request. Unknown values may be None; strings are accepted.
+        `draft_len` (tokens proposed per step) estimates `steps` when the server gives none."""
+        obs = Observation.of(acceptance_rate, accepted, drafted, output_tokens, steps, draft_len)
+        self.record(obs)
+        return obs
+
+    def record(self, obs: Observation) -> None:
+        raise NotImplementedError
+
+
+class TritonSpecMetrics(Sink):
     """sdtk_spec_* families through Triton's custom-metrics API, for a Python-backend model.
 
     In `initialize`:  self.spec_metrics = TritonSpecMetrics(pb_utils, model=args["model_name"])
@@ -228,16 +268,7 @@ class TritonSpecMetrics:
         self._hist.clear()
         self._families.clear()
 
-    def observe(
-        self,
-        acceptance_rate: Any = None,
-        accepted: Any = None,
-        drafted: Any = None,
-        output_tokens: Any = None,
-        steps: Any = None,
-        draft_len: Any = None,
-    ) -> Observation:
-        obs = Observation.of(acceptance_rate, accepted, drafted, output_tokens, steps, draft_len)
+    def record(self, obs: Observation) -> None:
         for name, amount in obs.increments().items():
             if amount:
                 self._counters[name].increment(amount)
@@ -246,4 +277,3 @@ class TritonSpecMetrics:
                 self._hist[ACCEPTANCE_RATE.name].observe(obs.rate)
             if obs.length is not None:
                 self._hist[ACCEPTANCE_LENGTH.name].observe(obs.length)
-        return obs

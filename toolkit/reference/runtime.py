@@ -53,7 +53,7 @@ class Adaptive:
         self.weight = weight
         self.rate = 1.0
 
-    def observe(self, proposed: int, accepted: int) -> None:
+    def update(self, proposed: int, accepted: int) -> None:
         self.rate = (1 - self.weight) * self.rate + self.weight * (accepted / proposed)
         if accepted == proposed:
             self.draft_len = min(self.max, self.draft_len + 1)
@@ -357,7 +357,7 @@ class ReferenceRuntime:
                 finish = "eos"
             stats.record(prop.per_depth(), len(take))
             if adaptive is not None and prop.tokens:
-                adaptive.observe(len(prop.tokens), len(verdict.path))
+                adaptive.update(len(prop.tokens), len(verdict.path))
                 stats.draft_len_histogram[adaptive.draft_len] = (
                     stats.draft_len_histogram.get(adaptive.draft_len, 0) + 1
                 )

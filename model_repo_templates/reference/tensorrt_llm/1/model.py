@@ -48,6 +48,8 @@ import numpy as np
 import sdtk_triton as st
 import triton_python_backend_utils as pb_utils
 
+from toolkit.ops.spec_metrics import Sink, TritonSpecMetrics
+
 INT32_MAX = 2**31 - 1
 PLAIN = ("top_k", "top_p", "top_k_top_p")
 MODES = {
@@ -167,7 +169,7 @@ def build_batch_size(engine_dir: Path, default: int) -> int:
     return int(build.get("max_batch_size") or default)
 
 
-class Responder:
+class Responder(Sink):
     """The one thread that touches Triton objects after execute() has handed a request over:
     it sends what the generation threads produce, asks `is_cancelled()` for every request in
     flight at most once per CANCEL_CHECK_S, and records the sdtk_spec_* metrics.
@@ -203,8 +205,8 @@ class Responder:
 
         threading.Thread(target=run, name=f"sdtk-reference-request-{key}", daemon=True).start()
 
-    def observe(self, **counts) -> None:
-        self.outbox.put(("metrics", 0, counts))
+    def record(self, obs) -> None:  # Sink: the loop thread hands it to the Triton metrics
+        self.outbox.put(("metrics", 0, obs))
 
     def _loop(self) -> None:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -219,7 +221,7 @@ class Responder:
                 self.flight[key] = value
             elif kind == "metrics":
                 if self.metrics is not None:
-                    self.metrics.observe(**value)
+                    self.metrics.record(value)
             elif kind is not None and key in self.flight:
                 sender, stop, _ = self.flight[key]
                 try:
@@ -566,8 +568,6 @@ def _spec_metrics(model: str):
     """Acceptance counters (sdtk_spec_*) through Triton's custom-metrics API, on its own /metrics."""
     if not hasattr(pb_utils, "MetricFamily"):
         return None
-    from toolkit.ops.spec_metrics import TritonSpecMetrics
-
     return TritonSpecMetrics(pb_utils, model=model)
 
 
