@@ -18,6 +18,7 @@ import click
 from toolkit import __version__
 from toolkit.errors import SdtkError
 from toolkit.modes import BACKENDS, MODES
+from toolkit.progress import enabled as progress_enabled
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 set_option = click.option(
@@ -711,11 +712,6 @@ def monitor(
 # --------------------------------------------------------------------------- bench / plan / tune
 
 
-def _progress(as_json: bool) -> bool:
-    """Progress bars go to stderr; off only under --json when stderr is not a terminal."""
-    return not as_json or sys.stderr.isatty()
-
-
 def _ints(value: str | None) -> tuple[int, ...] | None:
     if value is None:
         return None
@@ -830,7 +826,7 @@ def bench(
         deploy_fn=deployed,
         report_dir=report_dir,
         workdir=workdir,
-        progress=_progress(as_json),
+        progress=progress_enabled(as_json),
         tokenizer=tokenizer,
         allow_inexact=allow_inexact,
     )
@@ -893,7 +889,7 @@ def plan(
         probe_prompts=probe_prompts,
         gamma_max=gamma_max,
         concurrency=_ints(concurrency) or (1,),
-        progress=_progress(as_json),
+        progress=progress_enabled(as_json),
     )  # the overrides are in the loaded recipe
     from toolkit.bench.report import render
 
@@ -942,7 +938,7 @@ def tune(
         protocol=protocol,
         deploy_fn=deployed,
         report_dir=report_dir,
-        progress=_progress(as_json),
+        progress=progress_enabled(as_json),
     )
     from toolkit.bench.report import render
 

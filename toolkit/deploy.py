@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import SdtkError
-from toolkit.log import progress
+from toolkit.progress import Step, steps
 from toolkit.recipe import Recipe
 
 REPO_SUBDIR = "triton_repo"  # also used by toolkit/ops/k8s.py
 DEFAULT_WORKDIR = Path("workdir")
 
 
-_stderr = progress("deploy")
+_stderr = steps("deploy")
 
 
 def deployment_dir(recipe: Recipe, workdir: Path | None) -> Path:
@@ -72,7 +72,7 @@ class DeployResult:
 
 
 def render(
-    recipe: Recipe, *, backend: str | None, workdir: Path | None, progress: Callable[[str], None] = _stderr
+    recipe: Recipe, *, backend: str | None, workdir: Path | None, progress: Step = _stderr
 ) -> tuple[Any, Any]:
     """Build (or reuse) the engines and render the model repository. Returns (BuildResult, RenderResult)."""
     from toolkit.build import build
@@ -162,7 +162,7 @@ def deploy(
     tritonserver: str | None = None,
     validate: bool = True,
     ready_timeout: float = 600.0,
-    progress: Callable[[str], None] = _stderr,
+    progress: Step = _stderr,
     on_ready: Callable[[DeployResult], None] | None = None,
     restart_on_failure: bool = False,
     burst: bool = True,
@@ -250,7 +250,7 @@ def deployed(
     *,
     workdir: Path | None = None,
     validate: bool = False,
-    progress: Callable[[str], None] = _stderr,
+    progress: Step = _stderr,
 ) -> Iterator[DeployResult]:
     """A detached deployment on free ports for the length of a `with` block (bench, tune).
 

@@ -1,15 +1,15 @@
-"""Progress and diagnostics through `logging`, under the `sdtk.*` loggers.
+"""Diagnostics through `logging`, under the `sdtk.*` loggers.
 
-Library code logs (`progress("deploy")("ready")` logs INFO to `sdtk.deploy`) and installs no
-handler, so that a program importing sdtk decides what it shows. The CLI installs one handler
-(`install_handler`) that writes `sdtk <component>: <message>` lines to stderr; stdout stays data.
+Library code logs (toolkit.progress.steps("deploy")("ready") logs INFO to `sdtk.deploy`) and
+installs no handler, so that a program importing sdtk decides what it shows. The CLI installs one
+handler (`install_handler`) that writes `sdtk <component>: <message>` lines to stderr; stdout
+stays data.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 ROOT = "sdtk"
@@ -17,11 +17,6 @@ ROOT = "sdtk"
 
 def logger(component: str) -> logging.Logger:
     return logging.getLogger(f"{ROOT}.{component}")
-
-
-def progress(component: str) -> Callable[[str], None]:
-    """A progress callback (the `progress=` argument of build, deploy, validate, selftest)."""
-    return logger(component).info
 
 
 if TYPE_CHECKING:

@@ -27,12 +27,12 @@ import json
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit import log
+from toolkit import progress as prog
 
 STEPS = ("build", "deploy", "validate", "bench", "stop")
 # Layers the EAGLE-3 head captures: TensorRT-LLM's default {1, L//2-1, L-4} for L target layers.
@@ -323,7 +323,7 @@ def run_mode(
     baseline_url: str | None = None,
     bench_requests: int = 2,
     keep: bool = False,
-    progress: Callable[[str], None],
+    progress: prog.Step,
 ) -> tuple[ModeResult, Any]:
     """Build → deploy → validate → bench → stop one mode. Returns the result and, with `keep`, the
     running deployment (the baseline others validate against)."""
@@ -339,12 +339,12 @@ def run_mode(
     step = "build"
     try:
         progress(f"{mode} ({backend}): build")
-        build(recipe, workdir=workdir, progress=lambda _m: None)
+        build(recipe, workdir=workdir, progress=prog.quiet)
         res.steps["build"] = "passed"
         step = "deploy"
         progress(f"{mode} ({backend}): deploy")
         deployed = deploy(
-            recipe, workdir=workdir, detach=True, auto_ports=True, validate=False, progress=lambda _m: None
+            recipe, workdir=workdir, detach=True, auto_ports=True, validate=False, progress=prog.quiet
         )
         res.steps["deploy"] = "passed"
         res.details["ready_seconds"] = deployed.ready_seconds
@@ -427,13 +427,13 @@ def selftest(
     workdir: Path | None = None,
     force_reference: bool = False,
     bench_requests: int = 2,
-    progress: Callable[[str], None] | None = None,
+    progress: prog.Step | None = None,
 ) -> SelftestResult:
     """Run the self-test; see the module docstring. `modes` limits the modes (CI runs two)."""
     from toolkit.compat import installed_trtllm_version
     from toolkit.server.state import stop_server
 
-    say = progress or log.progress("selftest")
+    say = progress or prog.steps("selftest")
     version = None if force_reference else installed_trtllm_version()
     if version is None:
         note = (

@@ -18,12 +18,13 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from toolkit.errors import ServerError
+from toolkit.progress import Bars
 
 KINDS = ("http", "http_stream", "grpc_stream", "abandon", "cancel", "bad")
 COMPLETE_KINDS = ("http", "http_stream", "grpc_stream")  # read to the end: their text is checked
@@ -274,10 +275,10 @@ def run(
     concurrency: int,
     pgid: int | None = None,
     warmup: int = 0,
-    progress: Callable[[int, int], None] | None = None,
+    progress: bool = False,
 ) -> StressReport:
     """Send `requests` with up to `concurrency` in flight; stub pids and RSS (when `pgid`, the
-    server's process group, is known) before and after."""
+    server's process group, is known) before and after. `progress`: a rich bar on stderr."""
     from toolkit.server.state import python_stubs
 
     report = StressReport(traffic.http_url, traffic.model)
@@ -286,19 +287,19 @@ def run(
     if pgid is not None:
         report.stubs_before = python_stubs(pgid)
         report.rss_before_mb = round(server_rss_mb(pgid), 1)
-    done = [0]
+    errors = [0]
     lock = threading.Lock()
 
     def one(req: tuple[str, str, int]) -> Outcome:
         outcome = traffic.send(*req)
         with lock:
-            done[0] += 1
-            if progress is not None:
-                progress(done[0], len(requests))
+            errors[0] += 0 if outcome.ok else 1
+            bars.advance(errors[0])
         return outcome
 
     t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+    with Bars(progress, "stress") as bars, ThreadPoolExecutor(max_workers=concurrency) as pool:
+        bars.level(f"c={concurrency}", len(requests))
         report.outcomes = list(pool.map(one, requests))
     report.seconds = time.monotonic() - t0
     if pgid is not None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from toolkit.checks import FAILED, Check, Status
 from toolkit.errors import SdtkError
-from toolkit.log import progress
+from toolkit.progress import Step, steps
 from toolkit.recipe import DraftTarget, Recipe
 
 # Short code prompts: the tiny CPU models are trained on Python source, and a real model
@@ -50,9 +50,7 @@ class ValidationReport:
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
 
-    def add(
-        self, name: str, status: Status | str, detail: str, progress: Callable[[str], None] | None = None
-    ) -> None:
+    def add(self, name: str, status: Status | str, detail: str, progress: Step | None = None) -> None:
         self.checks.append(Check(name, Status(status), detail))
         if progress:
             progress(f"validate {name}: {status} ({detail})")
@@ -68,7 +66,7 @@ class ValidationReport:
             raise ValidationFailed(self)
 
 
-_stderr = progress("validate")
+_stderr = steps("validate")
 
 
 def _first_difference(a: str, b: str) -> str:
@@ -179,7 +177,7 @@ def validate_deployment(
     prompts: tuple[str, ...] | list[str] = DEFAULT_PROMPTS,
     max_tokens: int = 32,
     baseline_url: str | None = None,
-    progress: Callable[[str], None] | None = _stderr,
+    progress: Step | None = _stderr,
 ) -> ValidationReport:
     from toolkit.client import TritonClient
 

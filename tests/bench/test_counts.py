@@ -184,9 +184,9 @@ def test_one_workdir_resolver(tmp_path):
 
 
 def test_progress_bar_has_an_eta_per_level(capsys):
-    from toolkit.bench.measure.loadgen import _Progress
+    from toolkit.progress import Bars
 
-    bar = _Progress(True, "bench")
+    bar = Bars(True, "bench")
     names = [type(c).__name__ for c in bar.bar.columns]
     assert "TimeRemainingColumn" in names and "MofNCompleteColumn" in names
     r = run(CountlessEndpoint(), allow_inexact=True, progress=True)
@@ -198,7 +198,7 @@ def test_progress_bar_has_an_eta_per_level(capsys):
 def test_cli_progress_off_under_json_without_a_tty(monkeypatch):
     import io
 
-    from toolkit.cli import _progress
+    from toolkit.progress import enabled as _progress
 
     monkeypatch.setattr("sys.stderr", io.StringIO())
     assert _progress(as_json=True) is False and _progress(as_json=False) is True

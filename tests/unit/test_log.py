@@ -1,4 +1,5 @@
-"""toolkit.log: progress goes to `sdtk.*` loggers; only the CLI installs a handler (stderr)."""
+"""toolkit.log and toolkit.progress: step messages go to `sdtk.*` loggers; only the CLI installs a
+handler (stderr); counted work gets rich bars."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ import logging
 
 from click.testing import CliRunner
 
-from toolkit import log
+from toolkit import log, progress
 from toolkit.cli import cli
 
 
 def test_progress_logs_under_sdtk(caplog):
     with caplog.at_level(logging.INFO, logger="sdtk"):
-        log.progress("deploy")("rendering the repository")
+        progress.steps("deploy")("rendering the repository")
     assert [(r.name, r.getMessage()) for r in caplog.records] == [("sdtk.deploy", "rendering the repository")]
 
 
@@ -22,6 +23,24 @@ def test_cli_installs_one_stderr_handler(capsys):
         assert runner.invoke(cli, ["recipes", "list", "--json"]).exit_code == 0
     handlers = [h for h in logging.getLogger("sdtk").handlers if isinstance(h, log._StderrHandler)]
     assert len(handlers) == 1
-    log.progress("build")("preflight: 3 passed")
+    progress.steps("build")("preflight: 3 passed")
     captured = capsys.readouterr()
     assert captured.err == "sdtk build: preflight: 3 passed\n" and captured.out == ""
+
+
+def test_plan_steps_go_through_the_same_handler(capsys):
+    """bench's plan/tune messages are steps too (were bare prints with their own prefix)."""
+    from toolkit.bench.decide.probe import say
+
+    log.install_handler()
+    say(True, "timing forwards")
+    say(False, "not shown")
+    assert capsys.readouterr().err == "sdtk plan: timing forwards\n"
+
+
+def test_bars_disabled_do_nothing(capsys):
+    bars = progress.Bars(False, "stress")
+    with bars:
+        bars.level("c=4", 3)
+        bars.advance(1)
+    assert bars.bar is None and capsys.readouterr().err == ""

@@ -20,12 +20,13 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from toolkit import __version__, compat, log
+from toolkit import __version__, compat
+from toolkit import progress as prog
 from toolkit._fs import atomic_write
 from toolkit.build import engine, llmapi, preflight, reference
 from toolkit.build.context import EXAMPLES_ENV, BuildContext, examples_dir
@@ -36,7 +37,7 @@ from toolkit.hub import Resolved, hub_settings, resolve
 from toolkit.recipe import MODE_SOURCES, Recipe, load_recipe
 from toolkit.runner import redact
 
-Progress = Callable[[str], None]
+Progress = prog.Step
 
 _CONTAINER_HINT = (
     "run inside the TensorRT-LLM container (nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3 or "
@@ -98,7 +99,7 @@ class BuildResult:
 
 def stderr_progress() -> Progress:
     """Progress lines to the `sdtk.build` logger (stderr under the CLI; data stays on stdout)."""
-    return log.progress("build")
+    return prog.steps("build")
 
 
 # --------------------------------------------------------------------------- backend

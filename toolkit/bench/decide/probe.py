@@ -6,7 +6,6 @@ What it measures goes into decide.predict's records (Probe, ProbeConfig, StepTim
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -39,11 +38,13 @@ from toolkit.bench.proposers import (
     window_settings,
 )
 from toolkit.modes import info
+from toolkit.progress import steps
 
 
 def say(progress: bool, msg: str) -> None:
+    """A plan/tune step message on stderr (toolkit.progress), when progress is on."""
     if progress:
-        print(f"[plan] {msg}", file=sys.stderr, flush=True)
+        steps("plan")(msg)
 
 
 def _add_stats(total: Any, st: Any) -> None:

@@ -25,6 +25,7 @@ from toolkit.bench.measure.metrics import RequestRecord, summarize
 from toolkit.bench.measure.workloads import Prompt, Workload
 from toolkit.bench.options import DEFAULT_TIMEOUT, RunOptions
 from toolkit.errors import ServerError, UsageError
+from toolkit.progress import Bars
 
 CONNECT_TIMEOUT = 3.0
 CHECK_TIMEOUT = 15.0  # the preflight (model config + readiness) must answer within this
@@ -380,57 +381,6 @@ class _Aborted(Exception):
         self.level = level
 
 
-class _Progress:
-    """Rich progress bars on stderr, one per level (warm-up, each concurrency) with its ETA.
-
-    The CLI turns them off under --json when stderr is not a terminal; a non-terminal stderr
-    otherwise gets the bars' final state once, not a live display."""
-
-    def __init__(self, enabled: bool, label: str):
-        self.bar = None
-        self.task: Any = None  # rich's TaskID while a level runs
-        if enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self.bar = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("errors {task.fields[errors]}"),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-                transient=False,
-            )
-        self.label = label
-
-    def __enter__(self) -> _Progress:
-        if self.bar is not None:
-            self.bar.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-    def level(self, name: str, total: int) -> None:
-        if self.bar is not None:
-            self.task = self.bar.add_task(f"{self.label} {name}", total=total, errors=0)
-
-    def advance(self, errors: int) -> None:
-        if self.bar is not None and self.task is not None:
-            self.bar.update(self.task, advance=1, errors=errors)
-
-
 async def _run_level(
     endpoint: Endpoint,
     prompts: list[Prompt],
@@ -441,7 +391,7 @@ async def _run_level(
     seed: int,
     sampling: Sampling,
     timeout: float,
-    progress: _Progress,
+    progress: Bars,
     count_tokens: Callable[[str], int] | None,
     draft_len: int | None = None,
     allow_inexact: bool = False,
@@ -625,7 +575,7 @@ async def run_load(
         load = getattr(count_tokens, "load", None)
         if load is not None:
             load()  # the tokenizer will count every request: fail now, not after a level
-    with _Progress(progress, label) as bar:
+    with Bars(progress, label) as bar:
         try:
             if warmup:
                 # Not recorded: first requests pay for lazy initialisation and cache warm-up.
