@@ -29,11 +29,11 @@ import transformers
 from _bench import cpu_model  # scripts/_bench.py
 from transformers import AutoModelForCausalLM
 
-from toolkit.choices import EAGLE_MC_SIM_7B_63, MEDUSA_MC_SIM_7B_63
 from toolkit.recipe import DraftTarget, Eagle3, Lookahead, Medusa, NGram, NoSpeculation
 from toolkit.reference import ReferenceRuntime
 from toolkit.reference.models import CachedLM
 from toolkit.reference.prompts import PROMPTS
+from toolkit.trees import EAGLE_MC_SIM_7B_63, MEDUSA_MC_SIM_7B_63
 
 REPO = Path(__file__).resolve().parents[1]
 START, END = "<!-- bench_reference:start -->", "<!-- bench_reference:end -->"

@@ -26,8 +26,8 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from toolkit import choices as tree
 from toolkit import modes
+from toolkit import trees as tree
 from toolkit.errors import RecipeError, did_you_mean
 from toolkit.resources import recipes_dir
 from toolkit.shellsafe import escape_controls, has_control

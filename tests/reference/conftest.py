@@ -9,9 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from toolkit.choices import EAGLE_MC_SIM_7B_63, MEDUSA_MC_SIM_7B_63  # noqa: E402
 from toolkit.recipe import DraftTarget, Eagle3, Lookahead, Medusa, NGram, NoSpeculation  # noqa: E402
 from toolkit.reference.prompts import PROMPTS  # noqa: E402
+from toolkit.trees import EAGLE_MC_SIM_7B_63, MEDUSA_MC_SIM_7B_63  # noqa: E402
 
 TINY = Path(__file__).resolve().parents[2] / "models" / "tiny"
 NEW_TOKENS = 64

@@ -13,10 +13,10 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from toolkit.choices import MEDUSA_MC_SIM_7B_63, to_triton_string
 from toolkit.errors import CompatError
 from toolkit.repo import MANIFEST, RUNBOOK, RenderError, render_repository
 from toolkit.resources import templates_dir
+from toolkit.trees import MEDUSA_MC_SIM_7B_63, to_triton_string
 
 from .conftest import ALL, engines_for, llmapi_options, make_recipe, write_engine
 

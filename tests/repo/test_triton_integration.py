@@ -213,8 +213,8 @@ def test_bls_after_plain_requests_is_still_lossless(draft_target, expected):
 @pytest.mark.parametrize(("mode", "spec"), [("medusa", {"mode": "medusa"})])
 def test_ensemble_speculation_is_lossless(tiny, tmp_path, expected, mode, spec):
     if mode == "medusa":
-        from toolkit.choices import MEDUSA_MC_SIM_7B_63
         from toolkit.hub import medusa_heads
+        from toolkit.trees import MEDUSA_MC_SIM_7B_63
 
         info = medusa_heads(tiny / "medusa") if (tiny / "medusa").is_dir() else None
         heads = (info or {}).get("num_heads") or 4

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit import choices
+from toolkit import trees as choices
 from toolkit.errors import RecipeError
 from toolkit.recipe import (
     Recipe,

@@ -30,13 +30,13 @@ from typing import Any
 from toolkit import __version__, modes
 from toolkit._fs import publish_dir
 from toolkit.build.context import SPEC_MODE_NAMES
-from toolkit.choices import to_triton_string
 from toolkit.errors import CompatError
 from toolkit.recipe import DraftTarget, Eagle, Eagle3, Lookahead, Medusa, Recipe, lookahead_max_draft_len
 from toolkit.repo.engines import TRITON_DTYPES, EngineInfo, read_engine
 from toolkit.repo.errors import RenderError
 from toolkit.repo.versions import LLMAPI_MODEL_DIRS
 from toolkit.resources import templates_dir
+from toolkit.trees import to_triton_string
 
 BACKENDS = ("engine", "llmapi", "reference")
 MANIFEST = "sdtk-repository.json"

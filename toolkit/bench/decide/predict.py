@@ -252,7 +252,7 @@ def fit_kappa(points: Sequence[tuple[int, float]]) -> float:
 
 def config_shape(mode: str, settings: dict[str, Any], spec: Any) -> cm.Shape:
     """The step shape of one configuration (`settings`: the speculative fields it overrides)."""
-    from toolkit import choices as tree
+    from toolkit import trees as tree
 
     if info(mode).chain and settings.get("max_draft_len") is not None:
         g = settings["max_draft_len"]

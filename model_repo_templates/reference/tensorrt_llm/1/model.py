@@ -119,7 +119,7 @@ NEUTRAL = {
 def resolve_spec(built: dict, params: dict[str, str]) -> dict | None:
     """The speculative section generation uses (None: plain decoding), from the section the
     engine directory was built with and the config.pbtxt parameters."""
-    from toolkit.choices import from_triton_string
+    from toolkit.trees import from_triton_string
 
     built_mode = built.get("mode", "none")
     decoding_mode = (st.param_str(params, "decoding_mode") or "").lower()
