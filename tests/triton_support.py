@@ -73,6 +73,7 @@ def live_deployment(
 ) -> Iterator[Any]:
     """Deploy `recipe` detached on free ports under `workdir`; yield the DeployResult; stop it."""
     from toolkit.deploy import deploy
+    from toolkit.progress import quiet
     from toolkit.recipe import Recipe, load_recipe
     from toolkit.server.state import stop_server
 
@@ -87,7 +88,7 @@ def live_deployment(
             detach=True,
             auto_ports=True,
             validate=validate,
-            progress=lambda _m: None,
+            progress=quiet,
             **deploy_kwargs,
         )
         yield result

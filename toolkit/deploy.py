@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import SdtkError
-from toolkit.progress import Step, steps
+from toolkit.progress import Step, quiet, steps
 from toolkit.recipe import Recipe
 
 REPO_SUBDIR = "triton_repo"  # also used by toolkit/ops/k8s.py
@@ -348,7 +348,7 @@ def plan_deploy(
     from toolkit.server.mpi import container_version, orchestrator_env
 
     root = deployment_dir(recipe, workdir)
-    built = build(recipe, backend=backend, workdir=root.parent, dry_run=True, progress=lambda _m: None)
+    built = build(recipe, backend=backend, workdir=root.parent, dry_run=True, progress=quiet)
     entry, _kind = entry_point(recipe, built.backend)
     p = recipe.parallel
     multi_model = built.backend == "engine" and recipe.mode == "draft_target"

@@ -9,6 +9,7 @@ from typing import Any
 
 from toolkit.compat import check_recipe
 from toolkit.errors import PreflightError, RecipeError, SdtkError
+from toolkit.progress import quiet
 from toolkit.recipe import Recipe, load_recipe
 
 
@@ -49,6 +50,6 @@ def _offline_preflight(recipe: Recipe) -> str | None:
         return None
     from toolkit.build.core import build  # lazily: validation of a plain recipe stays light
 
-    r = build(recipe, dry_run=True, progress=lambda _msg: None)
+    r = build(recipe, dry_run=True, progress=quiet)
     counts = {s: sum(p["status"] == s for p in r.preflight) for s in ("passed", "skipped")}
     return f"{counts['passed']} passed, {counts['skipped']} skipped"

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from triton_support import live_deployment
 
 from .test_deploy import TINY, greedy_reference
 
@@ -28,18 +29,12 @@ MODELS = ("tensorrt_llm_bls", "ensemble")
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    from toolkit.deploy import deploy
     from toolkit.recipe import load_recipe
-    from toolkit.server.state import stop_server
 
     recipe = load_recipe(ROOT / "recipes" / "tiny-draft-target.yaml")
     assert (recipe.build.max_input_len, recipe.build.max_seq_len) == (512, 1024)
-    result = deploy(recipe, workdir=tmp_path_factory.mktemp("bad"), detach=True, auto_ports=True,
-                    validate=False, burst=False, progress=lambda m: None)  # fmt: skip
-    try:
+    with live_deployment(recipe, tmp_path_factory.mktemp("bad"), burst=False) as result:
         yield result.http_url
-    finally:
-        stop_server(result.workdir)
 
 
 def prompt_of(n: int) -> str:

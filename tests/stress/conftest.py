@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from triton_support import live_deployment
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
@@ -16,18 +17,11 @@ RECIPES = ROOT / "recipes"
 def live(name: str, workdir: Path) -> Iterator:
     """A detached deployment of recipes/<name>.yaml on free ports (no validation: the tests check
     it themselves); stopped, stubs and /dev/shm regions included, on exit."""
-    from toolkit.deploy import deploy
     from toolkit.recipe import load_recipe
-    from toolkit.server.state import stop_server
 
     recipe = load_recipe(str(RECIPES / f"{name}.yaml"))
-    result = deploy(
-        recipe, workdir=workdir, detach=True, auto_ports=True, validate=False, progress=lambda m: None
-    )
-    try:
+    with live_deployment(recipe, workdir) as result:
         yield recipe, result
-    finally:
-        stop_server(result.workdir)
 
 
 def diagnosis(result) -> str:
