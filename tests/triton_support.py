@@ -11,6 +11,10 @@ tests/conftest.py puts the tests directory on sys.path, so any test or conftest 
 - `config_pbtxt(name, inputs=..., outputs=..., ...)`: a config.pbtxt for a Python-backend model.
 - `live_deployment(recipe, workdir)`: `sdtk deploy --detach` of a recipe (name, path or Recipe),
   stopped on exit; the pytest fixture of the same name is a factory that stops what it started.
+  The stop gives Triton STOP_GRACE_S before killing the group: a graceful shutdown costs ~4 s
+  (Triton waits out client connections and unloads one model per 1-s poll), ~3 min over the
+  suite, and is what tests/server/test_server_lifecycle.py and `sdtk stop` in the integration
+  tests check; here the deployment is only the stage.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 import pytest
 
 EXTRA_HINT = "no tritonserver (install the `server` extra: nvidia-pytriton)"
+STOP_GRACE_S = 0.5
 
 
 def tritonserver_missing() -> str | None:
@@ -94,7 +99,7 @@ def live_deployment(
         yield result
     finally:
         if result is not None:
-            stop_server(result.workdir)
+            stop_server(result.workdir, grace=STOP_GRACE_S)
 
 
 @pytest.fixture

@@ -810,11 +810,12 @@ def bench(
     deployment directory under it); recipes given to --compare are deployed under it, and
     reports go to --report-dir, default <workdir>/reports.
     """
+    from toolkit.bench.api import RunOptions
     from toolkit.deploy import deployed
     from toolkit.errors import UsageError
 
     levels = _ints(concurrency)
-    common: dict[str, Any] = dict(
+    opts = RunOptions(
         workload=workload,
         prompts_file=prompts_file,
         requests=requests,
@@ -823,7 +824,6 @@ def bench(
         seed=seed,
         max_tokens=max_tokens,
         protocol=protocol,
-        deploy_fn=deployed,
         report_dir=report_dir,
         workdir=workdir,
         progress=progress_enabled(as_json),
@@ -833,14 +833,14 @@ def bench(
     if compare:
         from toolkit.bench.api import compare as run_compare
 
-        result: Any = run_compare(compare[0], compare[1], concurrency=levels, **common)
+        result: Any = run_compare(compare[0], compare[1], opts, concurrency=levels, deploy_fn=deployed)
     else:
         ref = target or url or (str(workdir) if workdir else None)
         if ref is None:
             raise UsageError("give a TARGET (recipe, workdir or URL), --url, --workdir, or --compare A B")
         from toolkit.bench.api import bench as run_bench
 
-        result = run_bench(ref, concurrency=levels, rate=rate, model=model, **common)
+        result = run_bench(ref, opts, concurrency=levels, rate=rate, model=model, deploy_fn=deployed)
     from toolkit.bench.report import render
 
     emit(result.to_dict(), as_json, lambda: click.echo(render(result)))
@@ -876,20 +876,19 @@ def plan(
     as_json: bool,
 ) -> None:
     """Probe acceptance and cost, recommend a draft length, size GPUs and predict speedup."""
+    from toolkit.bench.api import RunOptions
     from toolkit.bench.api import plan as run_plan
     from toolkit.recipe import load_recipe
 
     result = run_plan(
         load_recipe(recipe, overrides),
-        workload=workload,
-        prompts_file=prompts_file,
+        RunOptions(workload=workload, prompts_file=prompts_file, progress=progress_enabled(as_json)),
         gpu=gpu,
         tp=tp,
         probe=False if no_probe else None,
         probe_prompts=probe_prompts,
         gamma_max=gamma_max,
         concurrency=_ints(concurrency) or (1,),
-        progress=progress_enabled(as_json),
     )  # the overrides are in the loaded recipe
     from toolkit.bench.report import render
 
@@ -905,7 +904,7 @@ def plan(
 @click.option("--draft-lens", help="Comma-separated draft lengths to sweep (default: from plan).")
 @click.option("--concurrency", default="1,2,4", show_default=True)
 @_with(workload_options)
-@click.option("--requests", default=16, show_default=True, type=int)
+@click.option("--requests", default=16, show_default=True, type=int)  # bench.api.TUNE_REQUESTS
 @click.option("--protocol", type=click.Choice(["grpc", "http"]), default="grpc", show_default=True)
 @click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path))
 @json_option
@@ -923,22 +922,26 @@ def tune(
     as_json: bool,
 ) -> None:
     """Sweep the draft length on a live deployment; write the best settings as a recipe overlay + schedule."""
+    from toolkit.bench.api import RunOptions
     from toolkit.bench.api import tune as run_tune
     from toolkit.deploy import deployed
 
-    result = run_tune(
-        target,
-        recipe=recipe,
-        method=method,
-        draft_lens=_ints(draft_lens),
-        concurrency=_ints(concurrency),
+    opts = RunOptions(
         workload=workload,
         prompts_file=prompts_file,
         requests=requests,
         protocol=protocol,
-        deploy_fn=deployed,
         report_dir=report_dir,
         progress=progress_enabled(as_json),
+    )
+    result = run_tune(
+        target,
+        opts,
+        recipe=recipe,
+        method=method,
+        draft_lens=_ints(draft_lens),
+        concurrency=_ints(concurrency),
+        deploy_fn=deployed,
     )
     from toolkit.bench.report import render
 

@@ -35,3 +35,28 @@ def test_out_dir_and_protocol():
     assert RunOptions().out_dir("compare").parent == Path("workdir/reports")
     with pytest.raises(UsageError, match="grpc or http"):
         RunOptions(protocol="udp")
+
+
+def test_run_options_are_declared_once():
+    """The commands take one RunOptions (or its fields as keywords): none of them re-declares a
+    field as a parameter of its own, so a default lives in RunOptions only."""
+    import dataclasses
+    import inspect
+
+    from toolkit.bench import api
+
+    fields = {f.name for f in dataclasses.fields(RunOptions)}
+    for fn in (api.bench, api.compare, api.plan, api.tune):
+        params = inspect.signature(fn).parameters
+        assert not fields & set(params), (fn.__name__, fields & set(params))
+        assert "opts" in params and params["changes"].kind is inspect.Parameter.VAR_KEYWORD
+
+
+def test_run_option_keywords_merge_and_typos_are_named():
+    base = RunOptions(requests=16, protocol="http")
+    assert RunOptions.of(base, warmup=0) == RunOptions(requests=16, protocol="http", warmup=0)
+    assert RunOptions.of(None, seed=3).requests == RunOptions().requests
+    with pytest.raises(UsageError, match="unknown run option 'request'; did you mean 'requests'"):
+        RunOptions.of(base, request=8)
+    with pytest.raises(UsageError, match="protocol must be grpc or http"):
+        RunOptions.of(base, protocol="udp")

@@ -5,6 +5,7 @@ counters for the same requests."""
 from __future__ import annotations
 
 import pytest
+from triton_support import live_deployment
 
 from toolkit.bench.api import bench
 from toolkit.bench.measure.inprocess import encode, load_runtime
@@ -41,16 +42,14 @@ def test_replay_sums_the_runtimes_own_statistics():
 @pytest.mark.tritonserver
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny-ngram", "tiny-draft-target"])
-def test_replay_equals_the_servers_counters(name):
+def test_replay_equals_the_servers_counters(name, tmp_path):
     """tiny-draft-target: the replay runs the BLS loop (target decodes len(draft) + 1 tokens per
     iteration), which proposes fewer drafts than the in-process speculator would."""
     missing = tritonserver_missing()
     if missing:
         pytest.skip(missing)
-    from toolkit.deploy import deployed
-
     rec = load_recipe(name)
-    with deployed(name) as d:
+    with live_deployment(rec, tmp_path) as d:
         url, model = deployed_address(d, "grpc")
         res = bench(
             url,

@@ -3,10 +3,13 @@
 One function per command (toolkit.bench.api), each returning a result with `.to_dict()`;
 `toolkit.bench.report.render(result)` is its text:
 
-    bench(target, ...)                       -> BenchResult
-    compare(baseline, speculative, ...)      -> ABResult
-    plan(recipe, ...)                        -> PlanResult
-    tune(target, recipe=..., ...)            -> TuneResult
+    bench(target, opts, ...)                 -> BenchResult
+    compare(baseline, speculative, opts, ...) -> ABResult
+    plan(recipe, opts, ...)                  -> PlanResult
+    tune(target, opts, recipe=..., ...)      -> TuneResult
+
+`opts` is one RunOptions (workload, requests, protocol, reports ...); its fields may be given as
+keyword arguments instead (`bench(url, requests=8)`).
 
 Layers, each importing only the ones below it (checked by import-linter, pyproject.toml):
 

@@ -1,9 +1,9 @@
 """The commands `sdtk bench`, `bench --compare`, `plan` and `tune`: thin orchestrators.
 
-Each one turns its keyword arguments into one RunOptions (toolkit.bench.options), resolves its
-targets (toolkit.bench.targets), runs the decision layer (toolkit.bench.decide) on the
-measurements (toolkit.bench.measure), and writes the reports (toolkit.bench.report), the partial
-ones too when a server dies mid-run (`_reported`).
+Each one takes one RunOptions (toolkit.bench.options; its fields may be given as keyword
+arguments instead), resolves its targets (toolkit.bench.targets), runs the decision layer
+(toolkit.bench.decide) on the measurements (toolkit.bench.measure), and writes the reports
+(toolkit.bench.report), the partial ones too when a server dies mid-run (`_reported`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from toolkit.bench.decide import tune as tune_mod
 from toolkit.bench.decide.predict import PlanResult
 from toolkit.bench.errors import BenchAborted
 from toolkit.bench.measure.loadgen import Sampling, check_levels, run_with
-from toolkit.bench.measure.workloads import Workload, workload_for
-from toolkit.bench.options import DEFAULT_TIMEOUT, RunOptions
+from toolkit.bench.measure.workloads import workload_for
+from toolkit.bench.options import RunOptions as RunOptions  # re-exported: the CLI builds one
 from toolkit.bench.report import write_reports
 from toolkit.bench.results import ABResult, BenchResult, TuneResult
 from toolkit.bench.targets import (
@@ -56,66 +56,39 @@ def _reported(run: Callable[[], R], out_dir: Path, *, plots: bool = True) -> R:
 
 def bench(
     target: str | Path,
+    opts: RunOptions | None = None,
     *,
-    workload: str | Workload | None = "code",
-    prompts_file: str | Path | None = None,
     concurrency: Sequence[int] | None = (1, 2, 4),
     rate: float | None = None,
-    requests: int = 32,
-    duration: float | None = None,
-    warmup: int = 2,
-    seed: int = 0,
-    max_tokens: int | None = None,
-    protocol: str = "grpc",
     model: str | None = None,
-    temperature: float | None = None,
     num_draft_tokens: int | None = None,
     draft_len: int | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
     deploy_fn: DeployFn | None = None,
-    report_dir: str | Path | None = None,
-    workdir: str | Path | None = None,
-    progress: bool = True,
-    tokenizer: str | None = None,
-    allow_inexact: bool = False,
+    **changes: Any,
 ) -> BenchResult:
     """Benchmark one deployment (URL, workdir or recipe) at concurrency levels or a Poisson rate.
 
-    Reports (bench.json, bench.csv, requests.jsonl) go to `report_dir` (default
+    `opts`: the run options (workload, requests, protocol, reports ...); keyword arguments named
+    after RunOptions fields change them (`bench(url, requests=8)`).
+    Reports (bench.json, bench.csv, requests.jsonl) go to `opts.report_dir` (default
     <workdir>/reports/bench-<time>); `result.report_dir` says where. A server that dies
     mid-run raises BenchAborted whose `.partial` is the BenchResult so far, reports written.
     `draft_len`: the deployment's γ, for the acceptance length when the target is a URL (a
     recipe or workdir target supplies it).
-    Token counts: the server's num_output_tokens; else the deployment's tokenizer (`tokenizer`,
-    or the recipe's); with neither the run is refused unless `allow_inexact`.
+    Token counts: the server's num_output_tokens; else the deployment's tokenizer
+    (`opts.tokenizer`, or the recipe's); with neither the run is refused unless `allow_inexact`.
     Reports default to <workdir>/reports, where workdir is the given one, else the target's
     deployment directory, else ./workdir.
     """
+    opts = RunOptions.of(opts, **changes)
     check_levels(None if rate is not None else concurrency, rate)
-    opts = RunOptions(
-        workload=workload,
-        prompts_file=prompts_file,
-        requests=requests,
-        duration=duration,
-        warmup=warmup,
-        seed=seed,
-        max_tokens=max_tokens,
-        protocol=protocol,
-        temperature=temperature,
-        timeout=timeout,
-        report_dir=report_dir,
-        workdir=workdir,
-        progress=progress,
-        tokenizer=tokenizer,
-        allow_inexact=allow_inexact,
-    )
-    side = resolve_side(target, label="target", protocol=protocol, model=model)
+    side = resolve_side(target, label="target", protocol=opts.protocol, model=model)
     wl = workload_for(opts)
-    sampling = Sampling(temperature=temperature, num_draft_tokens=num_draft_tokens)
+    sampling = Sampling(temperature=opts.temperature, num_draft_tokens=num_draft_tokens)
 
     def run() -> BenchResult:
         with side_endpoint(
-            side, protocol=protocol, deploy_fn=deploy_fn, timeout=timeout, workdir=workdir
+            side, protocol=opts.protocol, deploy_fn=deploy_fn, timeout=opts.timeout, workdir=opts.workdir
         ) as ep:
             return asyncio.run(
                 run_with(
@@ -127,7 +100,7 @@ def bench(
                     sampling=sampling,
                     label="bench",
                     draft_len=draft_len or side.draft_len,
-                    tokenizer=tokenizer or side.tokenizer,
+                    tokenizer=opts.tokenizer or side.tokenizer,
                 )
             )
 
@@ -137,62 +110,34 @@ def bench(
 def compare(
     baseline: str | Path,
     speculative: str | Path,
+    opts: RunOptions | None = None,
     *,
-    workload: str | Workload | None = "code",
-    prompts_file: str | Path | None = None,
     concurrency: Sequence[int] | None = (1, 2, 4),
-    requests: int = 32,
-    duration: float | None = None,
-    warmup: int = 2,
-    seed: int = 0,
-    max_tokens: int | None = None,
-    protocol: str = "grpc",
     baseline_model: str | None = None,
     speculative_model: str | None = None,
     speculative_draft_len: int | None = None,
-    temperature: float | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
     resamples: int = 2000,
     confidence: float = 0.95,
     deploy_fn: DeployFn | None = None,
-    report_dir: str | Path | None = None,
-    workdir: str | Path | None = None,
     plots: bool = True,
-    progress: bool = True,
-    tokenizer: str | None = None,
-    allow_inexact: bool = False,
     replay: bool = True,
+    **changes: Any,
 ) -> ABResult:
     """Benchmark both sides on one workload and compare them. Recipe sides are deployed under
-    `workdir` (through `deploy_fn(recipe, workdir=...)`). Reports go to `report_dir` (default
-    <workdir>/reports/compare-<time>). A dead server raises BenchAborted whose `.partial` is
-    the ABResult so far (its reports already written).
+    `opts.workdir` (through `deploy_fn(recipe, workdir=...)`). Reports go to `opts.report_dir`
+    (default <workdir>/reports/compare-<time>). A dead server raises BenchAborted whose
+    `.partial` is the ABResult so far (its reports already written). Keyword arguments named
+    after RunOptions fields change `opts`.
 
     Token counts per side: the server's, else that side's tokenizer (its recipe, or
-    `tokenizer` for URL sides); without either the run is refused unless `allow_inexact`."""
+    `opts.tokenizer` for URL sides); without either the run is refused unless `allow_inexact`."""
+    opts = RunOptions.of(opts, **changes)
     levels = check_levels(concurrency, None)
-    opts = RunOptions(
-        workload=workload,
-        prompts_file=prompts_file,
-        requests=requests,
-        duration=duration,
-        warmup=warmup,
-        seed=seed,
-        max_tokens=max_tokens,
-        protocol=protocol,
-        temperature=temperature,
-        timeout=timeout,
-        report_dir=report_dir,
-        workdir=workdir,
-        progress=progress,
-        tokenizer=tokenizer,
-        allow_inexact=allow_inexact,
-    )
     if resamples < 1 or not 0 < confidence < 1:
         raise UsageError("resamples must be ≥ 1 and confidence in (0, 1)")
     sides = [
-        resolve_side(baseline, label="baseline", protocol=protocol, model=baseline_model),
-        resolve_side(speculative, label="speculative", protocol=protocol, model=speculative_model),
+        resolve_side(baseline, label="baseline", protocol=opts.protocol, model=baseline_model),
+        resolve_side(speculative, label="speculative", protocol=opts.protocol, model=speculative_model),
     ]
     wl = workload_for(opts)
     if speculative_draft_len is not None:
@@ -215,9 +160,8 @@ def compare(
 
 def plan(
     recipe: Any,
+    opts: RunOptions | None = None,
     *,
-    workload: str | Workload | None = "code",
-    prompts_file: str | Path | None = None,
     gpu: str | None = None,
     overrides: Sequence[str] = (),
     probe: bool | None = None,
@@ -225,28 +169,29 @@ def plan(
     probe_tokens: int = 64,
     gamma_max: int = 8,
     concurrency: Sequence[int] = plan_mod.DEFAULT_CONCURRENCY,
-    temperature: float = 0.0,
-    seed: int = 0,
     assumed_alphas: Sequence[float] = plan_mod.ASSUMED_ALPHAS,
     context: int | None = None,
     tp: int | None = None,
     fetch: str = "metadata",
     runtime: Any = None,
     threads: int | None = None,
-    progress: bool = True,
+    **changes: Any,
 ) -> PlanResult:
     """Probe acceptance and costs, size the GPU, and recommend a speculative configuration.
 
+    From `opts` (or the RunOptions fields given as keyword arguments) the probe takes the
+    workload, seed, temperature (default greedy) and progress.
     `threads`: torch intra-op threads during the probe (restored afterwards); None keeps the
     current setting. Tiny models run best, and time most steadily on a busy machine, with 1.
     """
+    opts = RunOptions.of(opts, **changes)
     if gamma_max < 1:
         raise UsageError(f"gamma_max must be ≥ 1, got {gamma_max}")
     if probe_prompts < 1 or probe_tokens < 2:
         raise UsageError("the probe needs at least 1 prompt and 2 new tokens per prompt")
     plan_mod.check_concurrency(concurrency)
     rec = load_recipe_any(recipe, overrides)
-    wl = workload_for(RunOptions(workload=workload, prompts_file=prompts_file, seed=seed))
+    wl = workload_for(opts)
     return plan_mod.plan(
         rec,
         wl,
@@ -256,68 +201,50 @@ def plan(
         probe_tokens=probe_tokens,
         gamma_max=gamma_max,
         concurrency=concurrency,
-        temperature=temperature,
-        seed=seed,
+        temperature=opts.temperature or 0.0,
+        seed=opts.seed,
         assumed_alphas=assumed_alphas,
         context=context,
         tp=tp,
         fetch=fetch,
         runtime=runtime,
         threads=threads,
-        progress=progress,
+        progress=opts.progress,
     )
+
+
+TUNE_REQUESTS = 16  # per configuration and level: a sweep runs many of them
 
 
 def tune(
     target: str | Path,
+    opts: RunOptions | None = None,
     *,
     recipe: str | Path | None = None,
     method: str = "auto",
     draft_lens: Sequence[int] | None = None,
     concurrency: Sequence[int] | None = (1, 2, 4),
-    workload: str | Workload | None = "code",
-    prompts_file: str | Path | None = None,
-    requests: int = 16,
-    warmup: int = 2,
-    seed: int = 0,
-    max_tokens: int | None = None,
-    protocol: str = "grpc",
     model: str | None = None,
-    temperature: float | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
     resamples: int = 2000,
     deploy_fn: DeployFn | None = None,
     plan_result: Any = None,
     predict: bool = True,
-    report_dir: str | Path | None = None,
-    workdir: str | Path | None = None,
-    progress: bool = True,
     check: bool = True,
+    **changes: Any,
 ) -> TuneResult:
     """Measure speedup per configuration × concurrency and write the best settings.
 
     `target`: URL, workdir or recipe of the speculative deployment. `recipe`: the recipe it was
     deployed from (needed with a URL/workdir target for the sweep, the overlay and predictions).
+    `opts`: the run options (default: TUNE_REQUESTS requests per level); keyword arguments named
+    after RunOptions fields change them.
     method: per-request (draft_target via the BLS), redeploy (needs deploy_fn), or auto.
     `check`: with redeploy on the reference backend, also deploy the tuned draft_len_schedule
     and measure it against the best fixed draft length at every concurrency (`schedule_check`).
     """
+    opts = RunOptions.of(opts or RunOptions(requests=TUNE_REQUESTS), **changes)
     levels = check_levels(concurrency, None)
-    opts = RunOptions(
-        workload=workload,
-        prompts_file=prompts_file,
-        requests=requests,
-        warmup=warmup,
-        seed=seed,
-        max_tokens=max_tokens,
-        protocol=protocol,
-        temperature=temperature,
-        timeout=timeout,
-        report_dir=report_dir,
-        workdir=workdir,
-        progress=progress,
-    )
-    side = resolve_side(target, label="target", protocol=protocol, model=model)
+    side = resolve_side(target, label="target", protocol=opts.protocol, model=model)
     rec, rec_path = deployment_recipe(side, recipe)
     if rec.mode == "none":
         raise UsageError(f"recipe {rec.display_name} has no speculation to tune (mode none)")

@@ -1,18 +1,21 @@
 """`RunOptions`: the settings bench, compare, tune and plan share, declared once.
 
-Each command's public function (toolkit.bench.api) takes them as keyword arguments, as the CLI
-passes them, and hands one RunOptions down to the layers below: the workload is loaded, the
-report directory chosen and the load generator driven from it, in one place each.
+Each command's public function (toolkit.bench.api) takes one `opts: RunOptions` (the CLI
+builds it once from the shared flags), or, for scripts and notebooks, any of its fields as
+keyword arguments (`bench(url, requests=8)`), merged by `RunOptions.of`. One RunOptions goes down
+to the layers below: the workload is loaded, the report directory chosen and the load generator
+driven from it, in one place each. The defaults live here only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from toolkit.errors import UsageError
+from toolkit.errors import UsageError, did_you_mean
 
 if TYPE_CHECKING:
     from toolkit.bench.measure.workloads import Workload
@@ -50,6 +53,19 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise UsageError(f"protocol must be grpc or http, got '{self.protocol}'")
+
+    @classmethod
+    def of(cls, opts: RunOptions | None = None, /, **changes: Any) -> RunOptions:
+        """`opts` (default: the defaults) with `changes`; an unknown name is a UsageError."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        for name in changes:
+            if name not in names:
+                near = did_you_mean(name, names)
+                raise UsageError(
+                    f"unknown run option '{name}'" + (f"; did you mean '{near}'?" if near else ""),
+                    hint="run options: " + ", ".join(names),
+                )
+        return dataclasses.replace(opts or cls(), **changes)
 
     def out_dir(self, kind: str, deployment: Path | str | None = None) -> Path:
         """The report directory: `report_dir`, else <workdir or the deployment's>/reports/<kind>-<time>."""
