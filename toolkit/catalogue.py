@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from toolkit.modes import EAGLE, EAGLE3, MEDUSA, MEDUSA_HEAD_MODEL_TYPE
+
 # Keys follow Hugging Face config.json names where one exists.
 _ENTRIES: dict[str, dict[str, Any]] = {
     # huggingface.co/meta-llama/Llama-3.1-8B-Instruct/blob/main/config.json: the same
@@ -141,7 +143,7 @@ _ENTRIES: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 2048,
         "dtype": "float16",
         "tie_word_embeddings": False,
-        "head_kind": "eagle3",
+        "head_kind": EAGLE3,
         "cite": "shared/reference/speculative-algorithms.md §3 (EAGLE traineagle3/config.json)",
     },
     # yuhuili/EAGLE-Vicuna-7B-v1.3: the EAGLE-1 head that TRT-LLM examples/eagle/README.md pairs
@@ -160,7 +162,7 @@ _ENTRIES: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 2048,
         "dtype": "float16",
         "tie_word_embeddings": False,
-        "head_kind": "eagle",
+        "head_kind": EAGLE,
         "cite": "TRT-LLM examples/eagle/README.md pairing; EAGLE-1 head = 1 layer at base width (unverified)",
     },
     # FasterDecoding/medusa-vicuna-7b-v1.3 config.json is only
@@ -169,13 +171,13 @@ _ENTRIES: dict[str, dict[str, Any]] = {
     # (TRT-LLM examples/medusa/README.md). Width and vocab are the base's.
     "fasterdecoding/medusa-vicuna-7b-v1.3": {
         "architecture": "MedusaModel",
-        "model_type": "medusa",
+        "model_type": MEDUSA_HEAD_MODEL_TYPE,
         "vocab_size": 32000,
         "hidden_size": 4096,
         "medusa_num_heads": 4,
         "medusa_num_layers": 1,
         "dtype": "float16",
-        "head_kind": "medusa",
+        "head_kind": MEDUSA,
         "base_model_name_or_path": "lmsys/vicuna-7b-v1.3",
         "cite": "medusa-vicuna-7b-v1.3 config.json + TRT-LLM examples/medusa/README.md (4 heads)",
     },

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from packaging.version import Version
 
 from toolkit.errors import CompatError
-from toolkit.modes import ENGINE_MAX, LLMAPI_MIN, REGISTRY, ModeInfo
+from toolkit.modes import EAGLE, ENGINE_MAX, LLMAPI_MIN, REGISTRY, ModeInfo, info
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
@@ -216,25 +216,25 @@ def check_recipe(
             hint="use backend: llmapi (TensorRT-LLM >= 1.2) or reference, or drop those fields",
         )
     if res.backend == "engine":
-        if recipe.mode == "eagle" and recipe.parallel.pp != 1:
+        if recipe.mode == EAGLE and recipe.parallel.pp != 1:
             raise CompatError(
                 f"EAGLE engines do not support pipeline parallelism (parallel.pp={recipe.parallel.pp})",
-                mode="eagle",
+                mode=EAGLE,
                 backend="engine",
                 hint="set parallel.pp: 1 and use tp instead",
             )
-        if recipe.mode == "eagle" and recipe.build.max_batch_size > 512:
+        if recipe.mode == EAGLE and recipe.build.max_batch_size > 512:
             raise CompatError(
                 f"EAGLE engines allow max_batch_size <= 512 (build.max_batch_size={recipe.build.max_batch_size})",
-                mode="eagle",
+                mode=EAGLE,
                 backend="engine",
                 hint="lower build.max_batch_size",
             )
-        if recipe.mode == "draft_target" and recipe.serving.decoupled:
+        if info(recipe.mode).two_model and recipe.serving.decoupled:
             raise CompatError(
                 "the official tensorrt_llm_bls draft-target loop rejects streaming, so serving.decoupled must be "
                 "false on the engine backend",
-                mode="draft_target",
+                mode=recipe.mode,
                 backend="engine",
                 hint="set serving.decoupled: false",
             )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit import modes
 from toolkit.errors import SdtkError
 from toolkit.progress import Step, quiet, steps
 from toolkit.recipe import Recipe
@@ -351,7 +352,7 @@ def plan_deploy(
     built = build(recipe, backend=backend, workdir=root.parent, dry_run=True, progress=quiet)
     entry, _kind = entry_point(recipe, built.backend)
     p = recipe.parallel
-    multi_model = built.backend == "engine" and recipe.mode == "draft_target"
+    multi_model = built.backend == "engine" and modes.info(recipe.mode).two_model
     world = launch_world_size(built.backend, recipe.mode, p.world_size)
     if built.backend == "reference":
         num_gpus = 0

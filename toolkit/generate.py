@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import GenerationError, ModelError
+from toolkit.modes import EAGLE3, MEDUSA
 from toolkit.recipe import ModelSource, Recipe
 
 
@@ -63,8 +64,8 @@ def _runtime(recipe: Recipe) -> Any:
     paths = dict(
         target=target,
         draft=optional(models.draft, "draft"),
-        medusa=optional(models.medusa_heads if spec.mode == "medusa" else None, "Medusa heads"),
-        eagle3=optional(models.eagle_head if spec.mode == "eagle3" else None, "EAGLE-3 head"),
+        medusa_heads=optional(models.medusa_heads if spec.mode == MEDUSA else None, "Medusa heads"),
+        eagle_head=optional(models.eagle_head if spec.mode == EAGLE3 else None, "EAGLE-3 head"),
         tokenizer=optional(models.tokenizer, "tokenizer"),
     )
     key = (tuple(sorted((k, str(v)) for k, v in paths.items())), spec.model_dump_json())
@@ -81,8 +82,8 @@ def _runtime(recipe: Recipe) -> Any:
         _RUNTIMES[key] = ReferenceRuntime.load(
             target,
             draft=paths["draft"],
-            medusa=paths["medusa"],
-            eagle3=paths["eagle3"],
+            medusa=paths["medusa_heads"],
+            eagle3=paths["eagle_head"],
             tokenizer=paths["tokenizer"],
             spec=spec,
             dtype="float32",

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from toolkit import catalogue
+from toolkit.modes import EAGLE, EAGLE3, MEDUSA, MEDUSA_HEAD_MODEL_TYPE
 from toolkit.runner import redact
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class ModelFacts:
     bos_token_id: int | list[int] | None = None
     eos_token_id: int | list[int] | None = None
     # Speculative heads.
-    head_kind: str | None = None  # "medusa" | "eagle" | "eagle3" | None
+    head_kind: str | None = None  # the mode the head is for: MEDUSA, EAGLE or EAGLE3 (toolkit.modes)
     draft_vocab_size: int | None = None
     medusa_num_heads: int | None = None  # from the weights when readable, else config.json
     medusa_num_heads_config: int | None = None  # what config.json says (may differ: vicuna-7b-v1.3)
@@ -300,7 +301,7 @@ def inspect(r: Resolved) -> Resolved:
         cfg = read_json(r.path / "config.json")
         if cfg is not None:
             facts = facts_from_config(cfg, cite=str(r.path / "config.json"))
-            if facts.head_kind == "medusa":
+            if facts.head_kind == MEDUSA:
                 _medusa_from_weights(r.path, facts)
         r.tokenizer = inspect_tokenizer(r.path)
     if facts is None:
@@ -356,10 +357,10 @@ def facts_from_config(cfg: dict, *, cite: str) -> ModelFacts:
         or cfg.get("eagle3_layers_to_capture")
     )
     kind = None
-    if "medusa_num_heads" in cfg or cfg.get("model_type") == "medusa":
-        kind = "medusa"
+    if "medusa_num_heads" in cfg or cfg.get("model_type") == MEDUSA_HEAD_MODEL_TYPE:
+        kind = MEDUSA
     elif "draft_vocab_size" in cfg or (arch and "Eagle3" in arch) or layers:
-        kind = "eagle3"
+        kind = EAGLE3
     return ModelFacts(
         source="config.json",
         cite=cite,
@@ -396,7 +397,7 @@ def facts_from_catalogue(entry: dict) -> ModelFacts:
 def estimate_parameters(f: ModelFacts) -> int | None:
     """Parameter count from the architecture numbers (Llama/Qwen2-style decoders and their heads)."""
     v, h, n = f.vocab_size, f.hidden_size, f.num_hidden_layers
-    if f.head_kind == "medusa":
+    if f.head_kind == MEDUSA:
         if not (v and h and f.medusa_num_heads):
             return None
         per_head = (f.medusa_num_layers or 1) * (h * h + h) + v * h
@@ -406,7 +407,7 @@ def estimate_parameters(f: ModelFacts) -> int | None:
         return None
     hd = f.head_dim or h // heads
     q, kvd = heads * hd, kv * hd
-    if f.head_kind == "eagle3":
+    if f.head_kind == EAGLE3:
         # fc (3h -> h), one layer whose q/k/v take 2h inputs, three norms, final norm, draft lm_head.
         dv = f.draft_vocab_size or v
         layer = 2 * h * q + 2 * (2 * h * kvd) + q * h + 3 * h * inter + 3 * h
@@ -416,7 +417,7 @@ def estimate_parameters(f: ModelFacts) -> int | None:
         attn += q + 2 * kvd
     layer = attn + 3 * h * inter + 2 * h
     total = v * h + n * layer + h
-    if f.head_kind == "eagle":
+    if f.head_kind == EAGLE:
         return 2 * h * h + h + layer + v * h  # fc (2h -> h, bias), one layer, embedding
     if not f.tie_word_embeddings:
         total += v * h

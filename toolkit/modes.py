@@ -12,6 +12,40 @@ Upstream facts: /work/shared/reference/trtllm-speculative.md and gpu-paths-audit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final, Literal
+
+# The mode names, for code that must name one (dispatch tables, head kinds, recipe discriminators);
+# what a mode does is a ModeInfo attribute. A test checks no other module spells them out.
+NONE: Final = "none"
+DRAFT_TARGET: Final = "draft_target"
+EAGLE3: Final = "eagle3"
+EAGLE: Final = "eagle"
+MEDUSA: Final = "medusa"
+LOOKAHEAD: Final = "lookahead"
+NGRAM: Final = "ngram"
+# The recipe's discriminators (pydantic's tagged union needs Literal types).
+NoneName = Literal["none"]
+DraftTargetName = Literal["draft_target"]
+Eagle3Name = Literal["eagle3"]
+EagleName = Literal["eagle"]
+MedusaName = Literal["medusa"]
+LookaheadName = Literal["lookahead"]
+NGramName = Literal["ngram"]
+# The HF config model_type of Medusa head checkpoints (FasterDecoding/Medusa).
+MEDUSA_HEAD_MODEL_TYPE: Final = "medusa"
+# tensorrt_llm.models.modeling_utils.SpeculativeDecodingMode (IntFlag, auto() from 1), as
+# trtllm-build writes it into build_config, → the --speculative_decoding_mode names.
+ENGINE_MODE_FLAGS: dict[int, str] = {
+    1: "none",
+    2: "draft_tokens_external",
+    4: "medusa",
+    8: "lookahead_decoding",
+    16: "explicit_draft_tokens",
+    32: "eagle",
+    64: "ngram",
+}
+# Lookahead's (W, N, G) recipe fields, in that order.
+LOOKAHEAD_FIELDS: tuple[str, str, str] = ("window", "ngram", "verification_set")
 
 # Where a recipe runs: engine (trtllm-build + Triton's tensorrtllm backend), llmapi (TRT-LLM's
 # PyTorch backend), reference (sdtk's PyTorch implementation); auto picks one.
@@ -47,6 +81,20 @@ class ModeInfo:
     engine: Support
     llmapi: Support
     reference: Support = field(default_factory=lambda: Support(True, _REFERENCE))
+    # The draft is a second model (its own engine, tensorrt_llm_draft) that the BLS loop drives.
+    two_model: bool = False
+    # tensorrt_llm's `decoding_mode` parameter ("" = the engine's own, for two-model verification).
+    decoding_mode: str = "top_k_top_p"
+    engine_decoding_mode: str | None = None  # where the C++ backend names it differently
+    # The engine path compiles the drafting heads in: speculation cannot be switched off per deployment.
+    heads_in_engine: bool = False
+    # trtllm-build flags the mode needs besides --speculative_decoding_mode (upstream examples).
+    engine_build_args: tuple[str, ...] = ()
+
+    def triton_decoding_mode(self, backend: str) -> str:
+        if backend == "engine" and self.engine_decoding_mode is not None:
+            return self.engine_decoding_mode
+        return self.decoding_mode
 
     def support(self, backend: str) -> Support:
         if backend == "engine":
@@ -70,7 +118,7 @@ def _batched(what: str) -> Support:
 
 REGISTRY: tuple[ModeInfo, ...] = (
     ModeInfo(
-        "none",
+        NONE,
         source=None,
         chain=False,
         engine_name=None,
@@ -81,8 +129,11 @@ REGISTRY: tuple[ModeInfo, ...] = (
         reference=_batched("decode steps of all sequences"),
     ),
     ModeInfo(
-        "draft_target",
+        DRAFT_TARGET,
         source="draft",
+        two_model=True,
+        decoding_mode="",
+        engine_build_args=("--use_paged_context_fmha", "enable"),  # examples/draft_target_model
         chain=True,
         engine_name="draft_tokens_external",
         llmapi_types=("DraftTarget",),
@@ -95,8 +146,10 @@ REGISTRY: tuple[ModeInfo, ...] = (
         reference=_batched("target verification (BLS draft_input_ids) and the draft model's steps"),
     ),
     ModeInfo(
-        "eagle3",
+        EAGLE3,
         source="eagle_head",
+        decoding_mode=EAGLE3,
+        engine_decoding_mode=EAGLE,
         chain=True,
         engine_name="eagle3",
         # "Eagle" is the backward-compatible alias of 1.0-era from_dict (gpu-paths-audit.md).
@@ -116,8 +169,12 @@ REGISTRY: tuple[ModeInfo, ...] = (
         ),
     ),
     ModeInfo(
-        "eagle",
+        EAGLE,
         source="eagle_head",
+        decoding_mode=EAGLE3,
+        engine_decoding_mode=EAGLE,
+        heads_in_engine=True,
+        engine_build_args=("--use_paged_context_fmha", "enable"),  # examples/eagle/README.md
         chain=False,
         engine_name="eagle",
         llmapi_types=(),
@@ -140,8 +197,10 @@ REGISTRY: tuple[ModeInfo, ...] = (
         ),
     ),
     ModeInfo(
-        "medusa",
+        MEDUSA,
         source="medusa_heads",
+        decoding_mode=MEDUSA,
+        heads_in_engine=True,
         chain=False,
         engine_name="medusa",
         llmapi_types=(),
@@ -159,8 +218,9 @@ REGISTRY: tuple[ModeInfo, ...] = (
         reference=_batched("tree verification (per-row tree masks); the heads run per sequence"),
     ),
     ModeInfo(
-        "lookahead",
+        LOOKAHEAD,
         source=None,
+        decoding_mode=LOOKAHEAD,
         chain=False,
         engine_name="lookahead_decoding",
         llmapi_types=(),
@@ -172,8 +232,9 @@ REGISTRY: tuple[ModeInfo, ...] = (
         reference=_batched("verification and Jacobi branch (per-row masks); the n-gram pool per sequence"),
     ),
     ModeInfo(
-        "ngram",
+        NGRAM,
         source=None,
+        decoding_mode=NGRAM,
         chain=True,
         engine_name="ngram",
         llmapi_types=("NGram",),

@@ -218,7 +218,7 @@ class _LoadAware(_Strict):
 class NoSpeculation(_Strict):
     """Plain autoregressive decoding: the baseline."""
 
-    mode: Literal["none"] = "none"
+    mode: modes.NoneName = "none"
 
     @property
     def draft_len(self) -> int:
@@ -228,7 +228,7 @@ class NoSpeculation(_Strict):
 class DraftTarget(_LoadAware):
     """A separate small draft model proposes tokens that the target verifies (Leviathan/Chen)."""
 
-    mode: Literal["draft_target"]
+    mode: modes.DraftTargetName
     max_draft_len: int = Field(4, ge=1, le=256, description="Draft tokens proposed per step (γ).")
     use_draft_logits: bool = Field(
         False,
@@ -243,7 +243,7 @@ class DraftTarget(_LoadAware):
 class NGram(_LoadAware):
     """Prompt lookup: propose the continuation of an earlier match of the last tokens."""
 
-    mode: Literal["ngram"]
+    mode: modes.NGramName
     max_draft_len: int = Field(4, ge=1, le=256, description="Tokens proposed per step.")
     max_matching_ngram_size: int = Field(
         2, ge=1, le=32, description="Longest suffix matched against the context."
@@ -267,7 +267,7 @@ def lookahead_max_draft_len(window: int, ngram: int, verification_set: int) -> i
 class Lookahead(_Strict):
     """Lookahead decoding: a Jacobi window W, n-gram size N and verification set G."""
 
-    mode: Literal["lookahead"]
+    mode: modes.LookaheadName
     window: int = Field(4, ge=1, le=64, description="W: lookahead window size.")
     ngram: int = Field(3, ge=1, le=16, description="N: n-gram size.")
     verification_set: int = Field(4, ge=0, le=64, description="G: n-grams verified per step.")
@@ -301,7 +301,7 @@ def _check_tree(choices: list[list[int]] | None, field: str) -> None:
 class Medusa(_Strict):
     """Medusa heads on the target's last hidden state, verified as a tree (greedy only)."""
 
-    mode: Literal["medusa"]
+    mode: modes.MedusaName
     num_medusa_heads: int | None = Field(
         None,
         ge=1,
@@ -340,7 +340,7 @@ class Medusa(_Strict):
 class Eagle(_Strict):
     """EAGLE-1/EAGLE-2 (engine path only): a feature-level draft head with a static or dynamic tree."""
 
-    mode: Literal["eagle"]
+    mode: modes.EagleName
     max_draft_len: int = Field(
         63, ge=1, le=256, description="Draft-token budget (converter `--max_draft_len`)."
     )
@@ -396,7 +396,7 @@ class Eagle(_Strict):
 class Eagle3(_LoadAware):
     """EAGLE-3 (llmapi path): fused low/mid/high features, chain by default, optional tree."""
 
-    mode: Literal["eagle3"]
+    mode: modes.Eagle3Name
     max_draft_len: int = Field(3, ge=1, le=64, description="Draft depth per step (chain length).")
     eagle_choices: list[list[int]] | None = Field(None, description="Static tree; default: a chain.")
     use_dynamic_tree: bool = Field(False, description="TRT-LLM dynamic tree (`dynamic_tree_max_topK`).")

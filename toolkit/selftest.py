@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit import progress as prog
+from toolkit.modes import DRAFT_TARGET, EAGLE3, LOOKAHEAD, LOOKAHEAD_FIELDS, MEDUSA, NGRAM, info
 
 STEPS = ("build", "deploy", "validate", "bench", "stop")
 # Layers the EAGLE-3 head captures: TensorRT-LLM's default {1, L//2-1, L-4} for L target layers.
@@ -149,7 +150,8 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
             dtype="float16",
         )
 
-    paths = {role: root / role for role in ("target", "draft", "medusa", "eagle3")}
+    # Keyed (and named) by the recipe's model sources.
+    paths = {role: root / role for role in ("target", "draft", "medusa_heads", "eagle_head")}
     for role, cfg in (("target", llama(2, 1, TARGET_LAYERS)), ("draft", llama(1, 1, 1))):
         model = LlamaForCausalLM(cfg)
         model.save_pretrained(paths[role])
@@ -162,10 +164,10 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
         state[f"{i}.0.linear.weight"] = torch.randn(hidden, hidden) * 0.02
         state[f"{i}.0.linear.bias"] = torch.zeros(hidden)
         state[f"{i}.1.weight"] = torch.randn(vocab, hidden) * 0.02
-    paths["medusa"].mkdir(parents=True, exist_ok=True)
-    save_file(state, str(paths["medusa"] / "medusa_lm_head.safetensors"))
-    save_file(state, str(paths["medusa"] / "model.safetensors"))
-    (paths["medusa"] / "config.json").write_text(
+    paths["medusa_heads"].mkdir(parents=True, exist_ok=True)
+    save_file(state, str(paths["medusa_heads"] / "medusa_lm_head.safetensors"))
+    save_file(state, str(paths["medusa_heads"] / "model.safetensors"))
+    (paths["medusa_heads"] / "config.json").write_text(
         json.dumps(
             {
                 "architectures": ["MedusaModel"],
@@ -198,9 +200,9 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
         "lm_head.weight": torch.randn(draft_vocab, hidden) * 0.02,
         "d2t": torch.zeros(draft_vocab, dtype=torch.long),  # draft id i → target id i
     }
-    paths["eagle3"].mkdir(parents=True, exist_ok=True)
-    save_file(e3, str(paths["eagle3"] / "model.safetensors"))
-    (paths["eagle3"] / "config.json").write_text(
+    paths["eagle_head"].mkdir(parents=True, exist_ok=True)
+    save_file(e3, str(paths["eagle_head"] / "model.safetensors"))
+    (paths["eagle_head"] / "config.json").write_text(
         json.dumps(
             {
                 "architectures": ["LlamaForCausalLMEagle3"],
@@ -235,17 +237,13 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
 def _spec(mode: str) -> dict[str, Any]:
     specs: dict[str, dict[str, Any]] = {
         "none": {"mode": "none"},
-        "draft_target": {"mode": "draft_target", "max_draft_len": 4},
-        "medusa": {"mode": "medusa", "num_medusa_heads": 2, "medusa_choices": [[0], [0, 0], [1], [0, 1]]},
-        "eagle3": {"mode": "eagle3", "max_draft_len": 3, "layers_to_capture": CAPTURE},
-        "ngram": {"mode": "ngram", "max_draft_len": 4, "max_matching_ngram_size": 3},
-        "lookahead": {"mode": "lookahead", "window": 3, "ngram": 3, "verification_set": 2},
+        DRAFT_TARGET: {"mode": DRAFT_TARGET, "max_draft_len": 4},
+        MEDUSA: {"mode": MEDUSA, "num_medusa_heads": 2, "medusa_choices": [[0], [0, 0], [1], [0, 1]]},
+        EAGLE3: {"mode": EAGLE3, "max_draft_len": 3, "layers_to_capture": CAPTURE},
+        NGRAM: {"mode": NGRAM, "max_draft_len": 4, "max_matching_ngram_size": 3},
+        LOOKAHEAD: {"mode": LOOKAHEAD, **dict(zip(LOOKAHEAD_FIELDS, (3, 3, 2), strict=True))},
     }
     return specs[mode]
-
-
-_SOURCE = {"draft_target": "draft", "medusa": "medusa", "eagle3": "eagle3"}
-_MODEL_KEY = {"draft": "draft", "medusa": "medusa_heads", "eagle3": "eagle_head"}
 
 
 REFERENCE_LLMAPI = "reference-llmapi"  # the reference backend serving the llmapi repository
@@ -261,9 +259,9 @@ def selftest_recipe(mode: str, backend: str, paths: dict[str, Path], version: st
     from toolkit.recipe import parse_recipe
 
     models: dict[str, Any] = {"target": {"path": str(paths["target"])}}
-    if mode in _SOURCE:
-        role = _SOURCE[mode]
-        models[_MODEL_KEY[role]] = {"path": str(paths[role])}
+    source = info(mode).source
+    if source is not None:
+        models[source] = {"path": str(paths[source])}
     data: dict[str, Any] = {
         "name": f"selftest-{backend}-{mode}".replace("_", "-"),
         "backend": "reference" if _reference(backend) else backend,
@@ -271,7 +269,7 @@ def selftest_recipe(mode: str, backend: str, paths: dict[str, Path], version: st
         "speculative": _spec(mode),
         "dtype": "float32" if _reference(backend) else "float16",
         "build": {"max_batch_size": 2, "max_input_len": 128, "max_seq_len": 256, "max_num_tokens": 512},
-        "serving": {"decoupled": not (backend == "engine" and mode == "draft_target")},
+        "serving": {"decoupled": not (backend == "engine" and mode == DRAFT_TARGET)},
     }
     if backend == REFERENCE_LLMAPI:
         data["serving"]["repository"] = "llmapi"
@@ -295,9 +293,9 @@ def plan_modes(version: str | None) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     v = Version(version)
     if v < Version("1.2"):  # the engine path (trtllm-build) exists up to 1.1
-        out += [(m, "engine") for m in ("none", "draft_target", "medusa", "lookahead")]
+        out += [(m, "engine") for m in ("none", DRAFT_TARGET, MEDUSA, LOOKAHEAD)]
     if v >= Version("1.0"):
-        out += [(m, "llmapi") for m in ("none", "eagle3", "ngram", "draft_target")]
+        out += [(m, "llmapi") for m in ("none", EAGLE3, NGRAM, DRAFT_TARGET)]
     return [(m, b) for m, b in out if not compat.problems(compat.cell(m, b), version, "llama")]
 
 

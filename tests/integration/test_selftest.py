@@ -72,7 +72,7 @@ def test_selftest_reports_the_failing_step_with_its_log_tail(tmp_path):
     from toolkit.selftest import SelftestResult, make_checkpoints, run_mode
 
     paths = make_checkpoints(tmp_path / "checkpoints")
-    (paths["eagle3"] / "model.safetensors").write_bytes(b"not safetensors")
+    (paths["eagle_head"] / "model.safetensors").write_bytes(b"not safetensors")
     res, kept = run_mode(
         "eagle3", "reference", paths, tmp_path / "work", version=None, progress=lambda _m: None
     )

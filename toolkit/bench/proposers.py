@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit.modes import REGISTRY, info
+from toolkit.modes import LOOKAHEAD_FIELDS, REGISTRY, info
 
 DRAFT_SOURCE = "draft"  # a separate draft model (the BLS loop drives it when served on Triton)
 ONE_PASS_SOURCE = "medusa_heads"  # heads that propose a whole tree in one pass
@@ -17,7 +17,7 @@ ONE_PASS_SOURCE = "medusa_heads"  # heads that propose a whole tree in one pass
 # Modes whose heads propose a tree in one pass (also toolkit.hub's head_kind of such checkpoints).
 ONE_PASS_MODES: tuple[str, ...] = tuple(m.name for m in REGISTRY if m.source == ONE_PASS_SOURCE)
 # The recipe fields of a windowed (Jacobi lookahead) proposer: W, N, G.
-WINDOW_FIELDS = ("window", "ngram", "verification_set")
+WINDOW_FIELDS = LOOKAHEAD_FIELDS
 
 # Modes whose drafts come from a separate draft model: per-request draft lengths (BLS
 # num_draft_tokens), Leviathan's c, and α from the draft's and the target's logits.

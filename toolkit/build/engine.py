@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from toolkit import modes
 from toolkit.build.context import SPEC_MODE_NAMES, BuildContext, examples_dir
 from toolkit.build.preflight import FAILED, PASSED, SKIPPED, CheckResult
 from toolkit.build.steps import Step
@@ -76,9 +77,9 @@ def check_converter(ctx: BuildContext) -> list[CheckResult]:
 
 
 def _script(ctx: BuildContext, role: str) -> str:
-    if role == "target" and ctx.mode == "medusa":
+    if role == "target" and ctx.mode == modes.MEDUSA:
         return MEDUSA_CONVERTER
-    if role == "target" and ctx.mode == "eagle":
+    if role == "target" and ctx.mode == modes.EAGLE:
         return EAGLE_CONVERTER
     return CONVERTERS.get(family(ctx, role) or "llama", CONVERTERS["llama"])
 
@@ -145,8 +146,7 @@ def build_argv(ctx: BuildContext, role: str, ckpt: Path, out: Path) -> list[str]
             "--max_draft_len",
             str(ctx.recipe.speculative.draft_len),
         ]
-    if mode in ("eagle", "draft_target"):
-        argv += ["--use_paged_context_fmha", "enable"]
+    argv += modes.info(mode).engine_build_args
     spec = ctx.recipe.speculative
     if isinstance(spec, DraftTarget) and spec.use_draft_logits:
         argv.append("--gather_generation_logits")
@@ -158,15 +158,14 @@ def build_argv(ctx: BuildContext, role: str, ckpt: Path, out: Path) -> list[str]
 def _inputs(ctx: BuildContext, role: str) -> list[Path]:
     """The checkpoint directories a conversion reads (their file identities go into the stamp)."""
     roles = [role]
-    if role == "target" and ctx.mode == "medusa":
-        roles.append("medusa_heads")
-    if role == "target" and ctx.mode == "eagle":
-        roles.append("eagle_head")
+    m = modes.info(ctx.mode)
+    if role == "target" and m.source is not None and not m.two_model:  # heads converted with the target
+        roles.append(m.source)
     return [p for p in (ctx.sources[r].path for r in roles) if p is not None]
 
 
 def plan(ctx: BuildContext) -> list[Step]:
-    roles = ["target"] + (["draft"] if ctx.mode == "draft_target" else [])
+    roles = ["target"] + (["draft"] if modes.info(ctx.mode).two_model else [])
     steps: list[Step] = []
     for role in roles:
         ckpt = ctx.checkpoints / role

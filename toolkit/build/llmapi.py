@@ -54,6 +54,7 @@ from toolkit.build.configs import build_config, pretrained_config
 from toolkit.build.context import SPEC_MODE_NAMES, BuildContext
 from toolkit.build.preflight import FAILED, PASSED, CheckResult
 from toolkit.build.steps import Step
+from toolkit.modes import DRAFT_TARGET, EAGLE3, NGRAM
 from toolkit.shellsafe import comment
 
 EXTRA_OPTIONS = "extra_llm_api_options.yaml"
@@ -134,7 +135,7 @@ def _mode_config(ctx: BuildContext) -> dict | None:
     sc = schema(ctx)
     if s.mode == "none":
         return None
-    if s.mode == "eagle3":
+    if s.mode == EAGLE3:
         cfg: dict = {
             "decoding_type": sc.eagle3_decoding_type,
             "max_draft_len": s.max_draft_len,
@@ -151,7 +152,7 @@ def _mode_config(ctx: BuildContext) -> dict | None:
         if s.layers_to_capture is not None:
             cfg["eagle3_layers_to_capture"] = sorted(s.layers_to_capture)
         return cfg
-    if s.mode == "ngram":
+    if s.mode == NGRAM:
         return {
             "decoding_type": "NGram",
             "max_draft_len": s.max_draft_len,
@@ -160,7 +161,7 @@ def _mode_config(ctx: BuildContext) -> dict | None:
             "is_use_oldest": s.is_use_oldest,
             "is_public_pool": s.is_public_pool,
         }
-    if s.mode == "draft_target":
+    if s.mode == DRAFT_TARGET:
         return {
             "decoding_type": "DraftTarget",
             "max_draft_len": s.max_draft_len,
@@ -187,7 +188,7 @@ def check_fields(ctx: BuildContext) -> CheckResult:
     s = ctx.recipe.speculative
     sc = schema(ctx)
     used = []
-    if s.mode == "eagle3":
+    if s.mode == EAGLE3:
         used = [f for f, on in (
             ("eagle_choices", s.eagle_choices is not None),
             ("use_dynamic_tree", s.use_dynamic_tree),
@@ -236,7 +237,7 @@ def llm_args(ctx: BuildContext) -> dict:
         "enable_block_reuse": r.serving.enable_kv_cache_reuse,
     }
     out["cuda_graph_config"] = {"max_batch_size": r.build.max_batch_size}
-    if r.mode in ("draft_target", "ngram"):
+    if r.mode in (DRAFT_TARGET, NGRAM):
         out["disable_overlap_scheduler"] = True
     spec = speculative_config(ctx)
     if spec is not None:

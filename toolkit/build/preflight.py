@@ -16,6 +16,7 @@ from toolkit.build.context import DTYPE_BYTES, BuildContext
 from toolkit.checks import FAILED, PASSED, SKIPPED, Check
 from toolkit.errors import PreflightError
 from toolkit.hub import ModelFacts, Resolved, eagle3_vocab_map, medusa_heads
+from toolkit.modes import DRAFT_TARGET, EAGLE, EAGLE3, LOOKAHEAD, MEDUSA
 from toolkit.recipe import Eagle3, Lookahead, Medusa, lookahead_max_draft_len
 
 CheckResult = Check  # a preflight verdict: passed | failed | skipped
@@ -228,7 +229,7 @@ def check_head_fit(ctx: BuildContext, role: str) -> CheckResult:
             f"{role} {head.ref} has vocab_size {_fmt(hf, 'vocab_size')} but target {target.ref} has "
             f"{_fmt(tf, 'vocab_size')}"
         )
-    if ctx.mode == "eagle3" and hf.draft_vocab_size and tf.vocab_size and hf.draft_vocab_size > tf.vocab_size:
+    if ctx.mode == EAGLE3 and hf.draft_vocab_size and tf.vocab_size and hf.draft_vocab_size > tf.vocab_size:
         problems.append(
             f"draft_vocab_size {hf.draft_vocab_size} exceeds the target vocabulary {tf.vocab_size}"
         )
@@ -524,15 +525,15 @@ def run_checks(ctx: BuildContext, *, gpus: Gpus | None) -> list[CheckResult]:
     """The mode- and resource-specific checks (sources and backend are checked by the caller)."""
     out = [check_target_tokenizer(ctx), check_seq_len(ctx)]
     mode = ctx.mode
-    if mode == "draft_target":
+    if mode == DRAFT_TARGET:
         out += check_draft_target(ctx)
-    elif mode == "medusa":
+    elif mode == MEDUSA:
         out += [check_head_fit(ctx, "medusa_heads"), check_medusa_heads(ctx)]
-    elif mode == "eagle":
+    elif mode == EAGLE:
         out += [check_head_fit(ctx, "eagle_head")]
-    elif mode == "eagle3":
+    elif mode == EAGLE3:
         out += [check_head_fit(ctx, "eagle_head"), check_eagle3_vocab_map(ctx), check_eagle3_layers(ctx)]
-    elif mode == "lookahead":
+    elif mode == LOOKAHEAD:
         out.append(check_lookahead(ctx))
     out += [check_gpus(ctx, gpus), check_memory(ctx, gpus)]
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from toolkit import __version__
+from toolkit import __version__, modes
 from toolkit.build.configs import build_config, pretrained_config
 from toolkit.build.context import BuildContext
 from toolkit.build.steps import Step
@@ -43,7 +43,7 @@ def engine_config(ctx: BuildContext, role: str) -> dict:
 def plan(ctx: BuildContext) -> list[Step]:
     llmapi_layout = ctx.recipe.repository_layout("reference") == "llmapi"
     # The LLM-API layout drafts inside one model (as LLM() does): no separate draft directory.
-    roles = ["target"] + (["draft"] if ctx.mode == "draft_target" and not llmapi_layout else [])
+    roles = ["target"] + (["draft"] if modes.info(ctx.mode).two_model and not llmapi_layout else [])
     steps = []
     for role in roles:
         cfg = engine_config(ctx, role)

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from toolkit import compat
+from toolkit import compat, modes
 from toolkit.errors import UsageError
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def plan_topology(
         names = ()
     else:
         ranks = world
-        if recipe.mode == "draft_target":
+        if modes.info(recipe.mode).two_model:
             names = ("tensorrt_llm", "tensorrt_llm_draft")
             multi_model = True
             ranks = 1  # the orchestrator spawns the target's and the draft's ranks

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from toolkit.errors import CompatError, GenerationError, ModelError
+from toolkit.modes import DRAFT_TARGET, EAGLE, EAGLE3, LOOKAHEAD, MEDUSA, NGRAM
 from toolkit.recipe import Speculative
 from toolkit.reference.core import Context, Proposal, Speculator, Verdict, tree_from_choices, verify
 from toolkit.reference.draft_target import DraftTargetSpeculator
@@ -24,7 +25,8 @@ from toolkit.reference.ngram import NGramSpeculator
 from toolkit.reference.sampling import SamplingParams, generator
 from toolkit.reference.stats import SpecStats
 
-_NEEDS = {"draft_target": "draft", "medusa": "medusa", "eagle3": "eagle3"}
+# The load() keyword of each mode's extra checkpoint: `draft`, else the mode's own name.
+_NEEDS = {DRAFT_TARGET: "draft", MEDUSA: MEDUSA, EAGLE3: EAGLE3}
 
 
 @dataclass
@@ -180,14 +182,14 @@ class ReferenceRuntime:
                 f"the reference runtime computes in float32, not {dtype}",
                 hint="set dtype: float32 (or auto) for the reference backend",
             )
-        if spec.mode == "eagle":
+        if spec.mode == EAGLE:
             raise CompatError(
                 "EAGLE-1/2 is not implemented by the reference runtime",
-                mode="eagle",
+                mode=EAGLE,
                 backend="reference",
                 hint="use speculative.mode eagle3 with an EAGLE-3 head, or the engine backend",
             )
-        given = {"draft": draft, "medusa": medusa, "eagle3": eagle3}
+        given = {"draft": draft, MEDUSA: medusa, EAGLE3: eagle3}
         need = _NEEDS.get(spec.mode)
         if need is not None and given[need] is None:
             raise ModelError(
@@ -475,24 +477,24 @@ class ReferenceRuntime:
         mode = cfg.mode
         if mode == "none":
             return PlainSpeculator()
-        if mode == "eagle":
+        if mode == EAGLE:
             raise CompatError(
                 "EAGLE-1/2 is not implemented by the reference runtime",
-                mode="eagle",
+                mode=EAGLE,
                 backend="reference",
                 hint="use speculative.mode eagle3 with an EAGLE-3 head, or the engine backend",
             )
-        if mode == "draft_target":
+        if mode == DRAFT_TARGET:
             if self.draft is None:
                 raise GenerationError(
                     "draft_target needs a draft model", hint="load the runtime with draft=<dir>"
                 )
             return DraftTargetSpeculator(draft if draft is not None else self.draft, cfg.max_draft_len)
-        if mode == "ngram":
+        if mode == NGRAM:
             return NGramSpeculator(cfg.max_draft_len, cfg.max_matching_ngram_size, cfg.is_use_oldest)
-        if mode == "lookahead":
+        if mode == LOOKAHEAD:
             return LookaheadSpeculator(cfg.window, cfg.ngram, cfg.verification_set)
-        if mode == "medusa":
+        if mode == MEDUSA:
             if self.medusa is None:
                 raise GenerationError("medusa needs Medusa heads", hint="load the runtime with medusa=<dir>")
             if not sampling.greedy:

@@ -12,20 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit.modes import ENGINE_MODE_FLAGS
 from toolkit.repo.errors import RenderError
 
 TRITON_DTYPES = {"float16": "TYPE_FP16", "bfloat16": "TYPE_BF16", "float32": "TYPE_FP32"}
-# tensorrt_llm.models.modeling_utils.SpeculativeDecodingMode (IntFlag, auto() from 1), as trtllm-build
-# writes it into build_config, → the --speculative_decoding_mode names.
-_SPEC_MODE_FLAGS = {
-    1: "none",
-    2: "draft_tokens_external",
-    4: "medusa",
-    8: "lookahead_decoding",
-    16: "explicit_draft_tokens",
-    32: "eagle",
-    64: "ngram",
-}
 
 
 @dataclass(frozen=True)
@@ -96,7 +86,7 @@ class EngineInfo:
         SpeculativeDecodingMode IntFlag value; sdtk's builds store the name."""
         value = self.build.get("speculative_decoding_mode")
         if isinstance(value, int) and not isinstance(value, bool):
-            value = _SPEC_MODE_FLAGS.get(value, str(value))
+            value = ENGINE_MODE_FLAGS.get(value, str(value))
         elif isinstance(value, str) and value.startswith("SpeculativeDecodingMode."):
             value = value.removeprefix("SpeculativeDecodingMode.").lower()
         return None if value in (None, "", "none") else str(value)

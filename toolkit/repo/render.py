@@ -226,7 +226,7 @@ def _check_engines(recipe: Recipe, backend: str, engines: dict[str, EngineInfo])
         )
     if (
         backend == "engine"
-        and recipe.mode == "draft_target"
+        and modes.info(recipe.mode).two_model
         and recipe.serving.kv_cache_free_gpu_mem_fraction > 0.5
     ):
         warnings.append(
@@ -246,7 +246,7 @@ def entry_point(recipe: Recipe, backend: str) -> tuple[str, str]:
     llmapi_layout = recipe.repository_layout(backend) == "llmapi"
     if llmapi_layout:
         natural, kind = "tensorrt_llm", "llmapi"
-    elif recipe.mode == "draft_target":
+    elif modes.info(recipe.mode).two_model:
         natural, kind = "tensorrt_llm_bls", "bls"
     else:
         natural, kind = "ensemble", "ensemble"
@@ -301,25 +301,19 @@ def _spec_params(recipe: Recipe, backend: str, role: str) -> dict[str, str]:
         "lookahead_verification_set_size": "",
     }
     spec = recipe.speculative
-    if role == "draft" or recipe.mode == "none":
+    if role == "draft" or recipe.mode == modes.NONE:
         return out
-    if recipe.mode == "draft_target":
-        # The target verifies the BLS's draft_input_ids; the C++ backend takes the decoding mode
-        # from the draft_tokens_external engine, and the reference model decodes plainly.
-        out["decoding_mode"] = ""
-    elif isinstance(spec, Medusa):
-        out["decoding_mode"] = "medusa"
+    # Two-model: the target verifies the BLS's draft_input_ids; the C++ backend takes the decoding
+    # mode from the draft_tokens_external engine ("" here), and the reference model decodes plainly.
+    out["decoding_mode"] = modes.info(recipe.mode).triton_decoding_mode(backend)
+    if isinstance(spec, Medusa):
         out["medusa_choices"] = to_triton_string(spec.choices)
     elif isinstance(spec, (Eagle, Eagle3)):
-        out["decoding_mode"] = "eagle" if backend == "engine" else "eagle3"
         out["eagle_choices"] = to_triton_string(spec.eagle_choices) if spec.eagle_choices else ""
     elif isinstance(spec, Lookahead):
-        out["decoding_mode"] = "lookahead"
         out["lookahead_window_size"] = str(spec.window)
         out["lookahead_ngram_size"] = str(spec.ngram)
         out["lookahead_verification_set_size"] = str(spec.verification_set)
-    elif recipe.mode == "ngram":
-        out["decoding_mode"] = "ngram"
     return out
 
 
@@ -330,7 +324,7 @@ def _gpu_device_ids(recipe: Recipe, backend: str, role: str) -> str:
     p = recipe.parallel
     if backend != "engine":
         return ""
-    if recipe.mode == "draft_target" or p.target_device_ids is not None:
+    if modes.info(recipe.mode).two_model or p.target_device_ids is not None:
         return ",".join(str(i) for i in p.devices(role))
     return ""
 
@@ -499,7 +493,7 @@ def _plan_inflight(
     """Files, empty version directories and LLM model names of an engine or reference repository."""
     s = recipe.serving
     target = engines["target"]
-    draft_target = recipe.mode == "draft_target"
+    draft_target = modes.info(recipe.mode).two_model
     ensemble = entry if not draft_target else "ensemble"
     bls = entry if draft_target else "tensorrt_llm_bls"
     common = {
@@ -672,7 +666,7 @@ def launch_world_size(backend: str, mode: str, engine_world_size: int) -> int:
       (TensorRT-LLM examples/draft_target_model/README.md @11925f6).
     - other engine repositories: one rank per GPU of the engine (leader mode).
     """
-    if backend == "engine" and mode != "draft_target":
+    if backend == "engine" and not modes.info(mode).two_model:
         return engine_world_size
     return 1
 
@@ -825,11 +819,11 @@ def render_repository(
     if backend not in BACKENDS:
         raise RenderError(f"backend must be one of {', '.join(BACKENDS)}, not '{backend}'")
     check(recipe.mode, backend)  # CompatError for pairs the support matrix rules out
-    if backend == "engine" and recipe.mode == "draft_target" and recipe.serving.decoupled:
+    if backend == "engine" and modes.info(recipe.mode).two_model and recipe.serving.decoupled:
         raise CompatError(
             "the official draft-target deployment on the engine backend runs tensorrt_llm, tensorrt_llm_draft "
             "and the BLS non-decoupled, so serving.decoupled must be false",
-            mode="draft_target",
+            mode=recipe.mode,
             backend="engine",
             hint="set serving.decoupled: false",
         )
@@ -840,7 +834,7 @@ def render_repository(
             hint="choose another output directory, or remove it yourself",
         )
     layout = recipe.repository_layout(backend)
-    roles = ["target"] + (["draft"] if recipe.mode == "draft_target" and layout != "llmapi" else [])
+    roles = ["target"] + (["draft"] if modes.info(recipe.mode).two_model and layout != "llmapi" else [])
     for role in roles:
         if role not in engines:
             raise RenderError(
@@ -890,7 +884,7 @@ def render_repository(
         files=[],
         tensorrt_llm_models=llm_models,
         world_size=launch_world_size(backend, recipe.mode, info["target"].world_size),
-        multi_model=backend == "engine" and recipe.mode == "draft_target",
+        multi_model=backend == "engine" and modes.info(recipe.mode).two_model,
         num_gpus=_num_gpus(recipe, backend, info),
         warnings=warnings,
         missing=missing,

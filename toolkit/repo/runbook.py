@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolkit.modes import LOOKAHEAD, info
+
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
     from toolkit.repo.render import RenderResult
@@ -132,7 +134,7 @@ def _rollback(recipe: Recipe, r: RenderResult, base: str) -> list[str]:
             "the LLM API has no engine to rebuild.",
             baseline,
         ]
-    if mode == "draft_target":
+    if info(mode).two_model:
         body = {"text_input": PROMPT, "max_tokens": 64, "num_draft_tokens": 0}
         return [
             "Per request: send `num_draft_tokens` 0 to the BLS; it then calls tensorrt_llm alone, with no draft:",
@@ -142,7 +144,7 @@ def _rollback(recipe: Recipe, r: RenderResult, base: str) -> list[str]:
             baseline,
         ]
     paragraphs = []
-    if mode == "lookahead":
+    if mode == LOOKAHEAD:
 
         def tensor(name: str, data: list[int]) -> dict[str, Any]:
             return {"name": name, "shape": [1, len(data)], "datatype": "INT32", "data": data}
@@ -173,7 +175,7 @@ def _rollback(recipe: Recipe, r: RenderResult, base: str) -> list[str]:
             'For every request: set `decoding_mode` to "top_k_top_p" in `tensorrt_llm/config.pbtxt` and restart; '
             "the reference model then decodes plainly. No rebuild."
         )
-    elif mode in ("medusa", "eagle"):
+    elif info(mode).heads_in_engine:
         paragraphs.append(
             f"The {mode} heads are compiled into the engine (the C++ backend takes the decoding mode from it), so "
             "speculation cannot be switched off in this repository."
