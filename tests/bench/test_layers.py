@@ -4,13 +4,12 @@ bench names no speculative mode, deriving what it needs from toolkit.modes."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import tomllib
 
 from toolkit.bench import proposers
-from toolkit.modes import MODES, REGISTRY
+from toolkit.modes import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "toolkit" / "bench"
