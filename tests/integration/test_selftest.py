@@ -42,11 +42,11 @@ def test_selftest_reference_two_modes(tmp_path):
         ("ngram", "llmapi"),
     } <= would
     # The checkpoints carry the upstream EAGLE-3 config keys.
-    eagle = json.loads((tmp_path / "checkpoints/eagle3/config.json").read_text())
+    eagle = json.loads((tmp_path / "checkpoints/eagle_head/config.json").read_text())
     assert eagle["architectures"] == ["LlamaForCausalLMEagle3"] and "draft_vocab_size" in eagle
     assert eagle["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     # Head sizes TensorRT-LLM's attention kernels have (instantiated for 32-256; none for 16).
-    for role in ("target", "draft", "eagle3"):
+    for role in ("target", "draft", "eagle_head"):
         cfg = json.loads((tmp_path / f"checkpoints/{role}/config.json").read_text())
         assert cfg["head_dim"] == 64 and cfg["hidden_size"] == 64 * cfg["num_attention_heads"], role
     assert triton_processes(tmp_path) == []
