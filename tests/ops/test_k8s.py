@@ -383,3 +383,19 @@ def test_bad_options_are_usage_errors(recipe_tp8):
         plan_k8s(recipe_tp8, shm_size="lots")
     assert k8s_name("Qwen2.5_coder.7B") == "qwen2-5-coder-7b"
     assert k8s_name("7b-model").startswith("sdtk-")
+
+
+def test_options_are_closed_and_the_layers_compose(tmp_path):
+    """options → objects → render: plan_k8s is build_objects plus the text files; a typo in an
+    option is named, with a did-you-mean."""
+    from toolkit.ops.k8s import K8sOptions, build_objects
+
+    rec = load_recipe("tiny-baseline")
+    with pytest.raises(UsageError, match="unknown Kubernetes option 'replica'; did you mean 'replicas'"):
+        plan_k8s(rec, replica=2)
+    opts = K8sOptions(replicas=2, namespace="ns1")
+    objects = build_objects(rec, opts)
+    plan = plan_k8s(rec, opts)
+    assert objects.manifests == plan.manifests and objects.extras == {}
+    assert list(plan.extras) == ["prometheus-adapter-values.yaml", "Dockerfile", "NOTES.md"]
+    assert plan_k8s(rec, namespace="ns1", replicas=2).manifests == plan.manifests

@@ -93,7 +93,7 @@ def test_k8s_scripts_are_injection_safe(label, tmp_path, monkeypatch):
     hostile = CORPUS[label]
     mount = tmp_path / "sb" / hostile / "models"
     repo = mount / "hostile" / "triton_repo"
-    monkeypatch.setattr(k8s, "MODELS_MOUNT", str(mount))
+    monkeypatch.setattr(k8s.objects, "MODELS_MOUNT", str(mount))  # where the objects read it
     stubs = make_stubs(
         tmp_path / "stubs", tmp_path / "calls", ["sdtk", "curl", "tar", "hostname", "tritonserver"]
     )

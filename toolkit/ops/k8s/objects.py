@@ -1,69 +1,35 @@
-"""`sdtk deploy RECIPE --target k8s`: Kubernetes manifests for one recipe.
-
-Layout (see NOTES.md in the output for the rendered decision):
-
-- TP×PP fits one node (≤ --gpus-per-node GPUs): a **Deployment**; each replica is one pod with all
-  of the recipe's GPUs, launched exactly as locally (leader-mode `mpirun` for several ranks).
-- Otherwise a multi-node layout, engine backend only (leader mode is the only documented way
-  for Triton + TensorRT-LLM to span nodes):
-  - **LeaderWorkerSet** (default; leaderworkerset.x-k8s.io/v1): one group = one model replica =
-    a leader pod (rank 0..k-1, ports, probes) plus worker pods. Chosen because an MPI world
-    cannot survive a lost rank and LWS recreates the whole group when any pod restarts
-    (`restartPolicy: RecreateGroupOnPodRestart`), scales whole groups (its scale subresource
-    makes the HPA work, selecting leader pods), and is the layout of the upstream
-    TensorRT-LLM + Triton LWS example. Needs the LWS controller installed. It is a CRD, so it
-    is validated against a schema written from its Go types plus the core PodTemplate schema.
-  - **StatefulSet** fallback (`multinode="statefulset"`) for clusters without LWS: a leader
-    StatefulSet and a worker StatefulSet behind one headless Service; no HPA (scaling the leaders
-    alone would break the pairing) and no group restart (a lost worker makes the leader's mpirun
-    fail and restart, which waits for the workers again).
-  In both, the leader's `mpirun` starts remote ranks with `kubectl exec` as OpenMPI's rsh agent
-  (no sshd), which needs kubectl in the image (extras/Dockerfile) and a pods/exec Role.
-- A PVC holds `/models/<recipe>/` (engines and the Triton repository). An init container
-  prepares it once per volume: `build` runs `sdtk build` + `sdtk deploy --render-only` (needs an
-  image with sdtk: extras/Dockerfile), `pull` downloads a prepared directory (`hf://org/repo[@rev]`
-  or an http(s) tar archive), `none` expects it there. ReadWriteMany when several pods share it.
-- Probes on the HTTP port: startup (generous, for engine load) and readiness on
-  /v2/health/ready, liveness on /v2/health/live. Shared memory: an in-memory emptyDir at /dev/shm.
-- A Service (http, grpc, metrics), a ServiceMonitor (monitoring/), and an autoscaling/v2 HPA on
-  a per-pod queue metric served by prometheus-adapter (rules in extras/).
-"""
+"""The Kubernetes objects of a recipe: pure functions from (recipe, K8sOptions) to a `K8sPlan`
+whose manifests and monitoring objects are dicts (the ConfigMap carries the rendered scripts).
+toolkit.ops.k8s.render turns a plan into files; the layout decision is in the package docstring."""
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from toolkit import __version__
-from toolkit._fs import atomic_write
 from toolkit.errors import UsageError
 from toolkit.ops import images
+from toolkit.ops.k8s.options import (
+    HPA_PENDING,
+    HPA_WAITING,
+    MODELS_MOUNT,
+    MONITOR_PORT,
+    READY_MARKER,
+    REPO_SUBDIR,
+    SCRIPTS_MOUNT,
+    K8sOptions,
+    k8s_name,
+    pull_source,
+)
 from toolkit.ops.layout import Topology, launch_argv, orchestrator_env, plan_topology
 from toolkit.ops.templating import raw, render, shell_join, var
-from toolkit.shellsafe import check_line
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
-
-Prepare = Literal["build", "pull", "none"]
-MultiNode = Literal["leaderworkerset", "statefulset"]
-
-MODELS_MOUNT = "/models"
-SCRIPTS_MOUNT = "/sdtk"
-REPO_SUBDIR = "triton_repo"  # <workdir>/<recipe>/triton_repo: what `sdtk deploy --render-only` writes
-READY_MARKER = ".sdtk-ready"
-MONITOR_PORT = 9400
-KUBECTL_VERSION = "v1.30.0"
-LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
-
-# HPA metrics, served per pod by prometheus-adapter from what Prometheus scrapes off the metrics port.
-HPA_PENDING = "nv_inference_pending_request_count"  # Triton: requests waiting in the model's queue
-HPA_WAITING = "sdtk_trtllm_waiting_requests"  # nv_trt_llm_request_metrics{request_type="waiting"}
 
 
 @dataclass
@@ -81,6 +47,10 @@ class K8sPlan:
     extras: dict[str, str] = field(default_factory=dict)  # file name -> text (not manifests)
     notes: list[str] = field(default_factory=list)
     hpa_metric: str | None = None
+    options: K8sOptions = field(default_factory=K8sOptions)
+    access_mode: str = "ReadWriteOnce"  # of the models volume
+    dockerfile: bool = False  # the pods need an image built from extras/Dockerfile (sdtk, kubectl)
+    metric: str = ""  # the per-pod queue metric prometheus-adapter serves (the HPA's, when rendered)
 
     def to_dict(self) -> dict:
         return {
@@ -97,101 +67,22 @@ class K8sPlan:
         }
 
 
-def k8s_name(name: str, max_len: int = 40) -> str:
-    """A DNS-1035 label (Service names are the strictest), short enough for suffixes."""
-    s = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
-    if not s or not s[0].isalpha():
-        s = "sdtk-" + s
-    s = s[:max_len].rstrip("-")
-    return s
-
-
-def _quantity(value: str, field_name: str) -> str:
-    if not re.match(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$", value):
-        raise UsageError(f"{field_name} '{value}' is not a Kubernetes quantity such as 20Gi")
-    return value
-
-
-def _pull_source(pull_from: str | None) -> tuple[str, dict[str, str]]:
-    if not pull_from:
-        raise UsageError(
-            "prepare=pull needs --pull-from: hf://org/repo[@revision] or an http(s):// tar archive",
-            hint="the download must hold <recipe>/ content: triton_repo/ plus the engines it points to",
-        )
-    if pull_from.startswith("hf://"):
-        ref = pull_from[5:]
-        repo, _, rev = ref.partition("@")
-        if not re.match(r"^[\w.-]+/[\w.-]+$", repo):
-            raise UsageError(f"--pull-from {pull_from}: expected hf://org/repo[@revision]")
-        return "pull-hf", {"pull_repo": repo, "pull_revision": rev, "pull_ref": pull_from}
-    if re.match(r"^https?://", pull_from):
-        return "pull-url", {"pull_repo": "", "pull_revision": "", "pull_ref": pull_from}
-    raise UsageError(
-        f"--pull-from '{pull_from}' is neither hf://org/repo[@revision] nor an http(s):// URL",
-        hint="for S3/GCS, pass a pre-signed https URL of a tar archive",
+def build_objects(recipe: Recipe, opts: K8sOptions) -> K8sPlan:
+    """Every object of the deployment (no files, no extras): layout, scripts, pods, manifests,
+    autoscaling and monitoring, with the notes the decisions produce."""
+    namespace, image, replicas = opts.namespace, opts.image, opts.replicas
+    max_replicas = opts.max_replicas_or_default
+    gpus_per_node, multinode, prepare, pull_from = (
+        opts.gpus_per_node,
+        opts.multinode,
+        opts.prepare,
+        opts.pull_from,
     )
-
-
-def _recipe_yaml(recipe: Recipe, recipe_name: str, notes: list[str]) -> str:
-    data = recipe.model_dump(mode="json", exclude_none=True)
-    data["name"] = recipe_name
-    # Local checkpoint paths are relative to the recipe file, which the pod does not have.
-    for role, src in (data.get("models") or {}).items():
-        if isinstance(src, dict) and src.get("path"):
-            local = recipe.local_path(getattr(recipe.models, role))
-            src["path"] = str(local)
-            notes.append(
-                f"models.{role} is a local path ({local}): it must exist at that path inside the pod "
-                "(e.g. on the models volume); hub ids are downloaded by the prepare step instead"
-            )
-    header = f"# Recipe {recipe_name}, as rendered by sdtk {__version__} for Kubernetes.\n"
-    return header + yaml.safe_dump(data, sort_keys=False)
-
-
-def plan_k8s(
-    recipe: Recipe,
-    *,
-    namespace: str = "default",
-    image: str | None = None,
-    replicas: int = 1,
-    max_replicas: int | None = None,
-    gpus_per_node: int = 8,
-    multinode: MultiNode = "leaderworkerset",
-    prepare: Prepare = "build",
-    pull_from: str | None = None,
-    storage_size: str = "200Gi",
-    storage_class: str | None = None,
-    shm_size: str = "20Gi",
-    startup_timeout_s: int = 3600,
-    prepare_timeout_s: int = 4 * 3600,
-    hpa: bool = True,
-    hpa_metric: str | None = None,
-    hpa_target: str = "2",
-    monitor_sidecar: bool = False,
-    hf_token_secret: str | None = "hf-token",
-    servicemonitor_labels: dict[str, str] | None = None,
-    kubectl_version: str = KUBECTL_VERSION,
-) -> K8sPlan:
-    """Everything `render_k8s` writes, as objects (no files)."""
-    if replicas < 1:
-        raise UsageError(f"--replicas must be >= 1, got {replicas}")
-    max_replicas = max_replicas if max_replicas is not None else replicas * 2
-    if max_replicas < replicas:
-        raise UsageError(f"--max-replicas {max_replicas} is below --replicas {replicas}")
-    if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", namespace) or len(namespace) > 63:
-        raise UsageError(f"--namespace '{namespace}' is not a valid Kubernetes namespace name")
-    if multinode not in ("leaderworkerset", "statefulset"):
-        raise UsageError(f"multinode must be leaderworkerset or statefulset, got '{multinode}'")
-    if prepare not in ("build", "pull", "none"):
-        raise UsageError(f"prepare must be build, pull or none, got '{prepare}'")
-    _quantity(storage_size, "--storage-size")
-    _quantity(shm_size, "--shm-size")
-    # These land on Dockerfile instruction lines and in log lines of the scripts: one line each.
-    for what, value in (("--image", image), ("--pull-from", pull_from), ("kubectl_version", kubectl_version)):
-        if value is not None:
-            check_line(value, what)
-    if image is not None and re.search(r"\s", image):
-        raise UsageError(f"--image '{image[:100]}' contains whitespace; it is not an image reference")
+    storage_size, storage_class, shm_size = opts.storage_size, opts.storage_class, opts.shm_size
+    startup_timeout_s, prepare_timeout_s = opts.startup_timeout_s, opts.prepare_timeout_s
+    hpa, hpa_metric, hpa_target = opts.hpa, opts.hpa_metric, opts.hpa_target
+    monitor_sidecar, hf_token_secret = opts.monitor_sidecar, opts.hf_token_secret
+    servicemonitor_labels = opts.servicemonitor_labels
 
     # Image and TensorRT-LLM version: an explicit image wins; its tag tells the version when it is
     # an NGC trtllm-python-py3 tag in the verified table.
@@ -251,7 +142,7 @@ def plan_k8s(
     prep_mode = "build"
     pull: dict[str, str] = {"pull_repo": "", "pull_revision": "", "pull_ref": ""}
     if prepare == "pull":
-        prep_mode, pull = _pull_source(pull_from)
+        prep_mode, pull = pull_source(pull_from)
     elif prepare == "none":
         prep_mode = "none"
     needs_sdtk = prepare == "build" or monitor_sidecar
@@ -626,18 +517,8 @@ def plan_k8s(
         }
     ]
 
-    extras = {
-        "prometheus-adapter-values.yaml": _adapter_values(metric, namespace, name),
-    }
-    if needs_sdtk or topo.multi_node:
-        extras["Dockerfile"] = render(
-            "Dockerfile.j2",
-            sdtk_version=__version__,
-            base_image=image,
-            kubectl=topo.multi_node,
-            kubectl_version=kubectl_version,
-            tag=f"{__version__}-{image.rsplit(':', 1)[-1]}",
-        )
+    dockerfile = needs_sdtk or topo.multi_node
+    if dockerfile:
         why = []
         if prepare == "build":
             why.append("the prepare init container runs `sdtk build`")
@@ -663,7 +544,7 @@ def plan_k8s(
             f"serving.host {sv.host} is ignored in the pod: Triton binds all interfaces so that the Service and "
             "the kubelet's probes reach it"
         )
-    plan = K8sPlan(
+    return K8sPlan(
         name=name,
         recipe_name=recipe_name,
         namespace=namespace,
@@ -674,153 +555,26 @@ def plan_k8s(
         layout_why=layout_why,
         manifests=manifests,
         monitoring=monitoring,
-        extras=extras,
         notes=notes,
         hpa_metric=metric if rendered_hpa else None,
+        options=opts,
+        access_mode=access_mode,
+        dockerfile=dockerfile,
+        metric=metric,
     )
-    plan.extras["NOTES.md"] = _notes_md(plan, prepare, pull_from, access_mode, storage_class)
-    return plan
 
 
-def _adapter_values(metric: str, namespace: str, name: str) -> str:
-    """prometheus-adapter Helm values: the per-pod custom metric the HPA reads."""
-    resources = {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}}
-    if metric == HPA_WAITING:
-        rule = {
-            "seriesQuery": 'nv_trt_llm_request_metrics{request_type="waiting",namespace!="",pod!=""}',
-            "resources": resources,
-            "name": {"matches": "^nv_trt_llm_request_metrics$", "as": HPA_WAITING},
-            "metricsQuery": 'sum(<<.Series>>{<<.LabelMatchers>>,request_type="waiting"}) by (<<.GroupBy>>)',
-        }
-    else:
-        rule = {
-            "seriesQuery": f'{metric}{{namespace!="",pod!=""}}',
-            "resources": resources,
-            "name": {"matches": f"^{metric}$", "as": metric},
-            "metricsQuery": "sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)",
-        }
-    header = (
-        f"# prometheus-adapter Helm values for the HPA of {namespace}/{name} (rendered by sdtk {__version__}).\n"
-        "# The ServiceMonitor makes Prometheus scrape Triton's metrics port with namespace/pod labels;\n"
-        f"# this rule serves `{metric}` per pod on the custom metrics API, summed over the pod's models.\n"
-        "#   helm upgrade --install prometheus-adapter prometheus-community/prometheus-adapter \\\n"
-        "#     -n monitoring -f prometheus-adapter-values.yaml\n"
-        f"#   kubectl get --raw '/apis/custom.metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/*/{metric}'\n"
-    )
-    return header + yaml.safe_dump({"rules": {"default": False, "custom": [rule]}}, sort_keys=False)
-
-
-def _notes_md(
-    plan: K8sPlan, prepare: str, pull_from: str | None, access_mode: str, storage_class: str | None
-) -> str:
-    t = plan.topology
-    ns = plan.namespace
-    lines = [
-        f"# {plan.name}: Kubernetes deployment of recipe `{plan.recipe_name}` (sdtk {__version__})",
-        "",
-        f"- **Layout: {plan.layout}.** {plan.layout_why}",
-        f"- Backend `{t.backend}` ({t.why}); {t.nodes} node(s) × {t.gpus_in_node} GPU(s) per replica, "
-        f"{t.ranks} Triton rank(s).",
-        f"- Image `{plan.image}`: {plan.image_why}.",
-        f"- Models volume `{plan.name}-models` ({access_mode}"
-        + (f", storage class {storage_class}" if storage_class else "")
-        + f") at {MODELS_MOUNT}; prepare = `{prepare}`"
-        + (f" from `{pull_from}`" if pull_from else "")
-        + f"; Triton serves `{MODELS_MOUNT}/{plan.recipe_name}/{REPO_SUBDIR}`.",
-        f"- Autoscaling: {'HPA on `' + plan.hpa_metric + '` (extras/prometheus-adapter-values.yaml)' if plan.hpa_metric else 'none'}.",
-        "",
-        "## Apply",
-        "",
-        "```bash",
-        f"kubectl create namespace {ns} --dry-run=client -o yaml | kubectl apply -f -",
-        f"kubectl -n {ns} create secret generic hf-token --from-literal=token=$HF_TOKEN   # gated hub models",
-        "kubectl apply -f .                      # core objects",
-        "kubectl apply -f monitoring/            # ServiceMonitor (prometheus-operator)",
-        {
-            "deployment": f"kubectl -n {ns} rollout status deployment/{plan.name}",
-            # kubectl rollout does not know CRDs; LWS reports an Available condition.
-            "leaderworkerset": f"kubectl -n {ns} wait --for=condition=Available --timeout=2h leaderworkerset/{plan.name}",
-            "statefulset": f"kubectl -n {ns} rollout status statefulset/{plan.name}-leader",
-        }[plan.layout],
-        f"kubectl -n {ns} port-forward svc/{plan.name} {plan_port(plan, 'http')} {plan_port(plan, 'metrics')}",
-        f"sdtk doctor --url http://127.0.0.1:{plan_port(plan, 'http')} "
-        f"--metrics-url http://127.0.0.1:{plan_port(plan, 'metrics')}/metrics",
-        "```",
-    ]
-    if plan.layout == "leaderworkerset":
-        lines += [
-            "",
-            "Install the LeaderWorkerSet controller first (https://lws.sigs.k8s.io/docs/installation/).",
-        ]
-    if plan.notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in plan.notes]
-    lines += [
-        "",
-        "Dashboards: extras/grafana-dashboard.json (Triton nv_inference_*, GPU, TensorRT-LLM and sdtk_spec_*).",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def plan_port(plan: K8sPlan, kind: str) -> int:
-    svc = next(m for m in plan.manifests if m["kind"] == "Service" and m["metadata"]["name"] == plan.name)
-    return next(p["port"] for p in svc["spec"]["ports"] if p["name"] == kind)
-
-
-def _dump_all(objs: list[dict], header: str) -> str:
-    return header + "".join("---\n" + yaml.safe_dump(o, sort_keys=False, width=100) for o in objs)
-
-
-def render_k8s(
-    recipe: Recipe,
-    *,
-    namespace: str = "default",
-    image: str | None = None,
-    replicas: int = 1,
-    out_dir: Path | str,
-    validate: bool = False,
-    k8s_version: str | None = None,
-    **options: Any,
-) -> list[Path]:
-    """Write the manifests for `recipe` under `out_dir`; returns the files written.
-
-    out_dir/<name>.yaml                          core objects (kubectl apply -f out_dir)
-    out_dir/monitoring/servicemonitor.yaml       prometheus-operator ServiceMonitor
-    out_dir/extras/prometheus-adapter-values.yaml, extras/grafana-dashboard.json, extras/Dockerfile
-    out_dir/NOTES.md                             the layout decision, requirements, commands
-
-    `options` are plan_k8s's (gpus_per_node, multinode, prepare, pull_from, storage_size, ...).
-    With `validate`, every manifest is checked offline first (toolkit.ops.manifests).
-    """
-    from importlib import resources
-
-    plan = plan_k8s(recipe, namespace=namespace, image=image, replicas=replicas, **options)
-    if validate:
-        from toolkit.ops.manifests import DEFAULT_K8S_VERSION, validate_all
-
-        validate_all(plan.manifests + plan.monitoring, k8s_version or DEFAULT_K8S_VERSION)
-    out = Path(out_dir)
-    header = (
-        f"# Rendered by sdtk {__version__} for recipe {plan.recipe_name} (namespace {namespace}).\n"
-        f"# Layout: {plan.layout}. {plan.layout_why}\n"
-        f"# Image: {plan.image} ({plan.image_why}).\n"
-        "# Do not edit by hand: re-render with `sdtk deploy RECIPE --target k8s`.\n"
-    )
-    written: dict[Path, str] = {
-        out / f"{plan.name}.yaml": _dump_all(plan.manifests, header),
-        out / "monitoring" / "servicemonitor.yaml": _dump_all(
-            plan.monitoring, header + "# Needs the prometheus-operator CRDs (monitoring.coreos.com/v1).\n"
-        ),
-        out / "NOTES.md": plan.extras["NOTES.md"],
-    }
-    for fname, text in plan.extras.items():
-        if fname != "NOTES.md":
-            written[out / "extras" / fname] = text
-    dashboard = resources.files("toolkit.ops") / "dashboards" / "sdtk-speculative.json"
-    written[out / "extras" / "grafana-dashboard.json"] = dashboard.read_text(encoding="utf-8")
-    return [atomic_write(path, text) for path, text in written.items()]
-
-
-def load_manifests(path: Path | str) -> list[dict]:
-    """All objects in a rendered multi-document YAML file."""
-    return [d for d in yaml.safe_load_all(Path(path).read_text(encoding="utf-8")) if d]
+def _recipe_yaml(recipe: Recipe, recipe_name: str, notes: list[str]) -> str:
+    data = recipe.model_dump(mode="json", exclude_none=True)
+    data["name"] = recipe_name
+    # Local checkpoint paths are relative to the recipe file, which the pod does not have.
+    for role, src in (data.get("models") or {}).items():
+        if isinstance(src, dict) and src.get("path"):
+            local = recipe.local_path(getattr(recipe.models, role))
+            src["path"] = str(local)
+            notes.append(
+                f"models.{role} is a local path ({local}): it must exist at that path inside the pod "
+                "(e.g. on the models volume); hub ids are downloaded by the prepare step instead"
+            )
+    header = f"# Recipe {recipe_name}, as rendered by sdtk {__version__} for Kubernetes.\n"
+    return header + yaml.safe_dump(data, sort_keys=False)
