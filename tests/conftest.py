@@ -10,12 +10,38 @@ import pytest
 # Shared test modules (triton_support, _hostile) import by name from any test directory.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from triton_support import live_deployment_factory  # noqa: E402, F401 - the shared fixture
+from triton_support import live_deployment, live_deployment_factory  # noqa: E402, F401 - shared fixture
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path_factory, monkeypatch):
-    home = tmp_path_factory.mktemp("hf_home")
+    _isolate(monkeypatch, tmp_path_factory.mktemp("hf_home"))
+
+
+@pytest.fixture(scope="session")
+def served(request, tmp_path_factory):
+    """(recipe, DeployResult): a live deployment of recipes/<param>.yaml shared by every test that
+    takes the same param (`@pytest.mark.parametrize("served", [...], indirect=True)`); for
+    traffic that leaves the server as it found it (the tests check stub pids and texts). Session
+    scope makes pytest group those tests, across modules, and run one server at a time: 8 tiny
+    recipes deploy once instead of once per module (~8 s each)."""
+    from toolkit.recipe import load_recipe
+
+    name = request.param
+    recipe = load_recipe(str(RECIPES / f"{name}.yaml"))
+    with pytest.MonkeyPatch.context() as mp:  # the server inherits the isolated environment
+        _isolate(mp, tmp_path_factory.mktemp("hf_home"))
+        cm = live_deployment(recipe, tmp_path_factory.mktemp(name))
+        result = cm.__enter__()
+    try:
+        yield recipe, result
+    finally:
+        cm.__exit__(None, None, None)
+
+
+def _isolate(monkeypatch, home: Path) -> None:
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("HF_TOKEN", raising=False)

@@ -9,6 +9,7 @@ tests/conftest.py puts the tests directory on sys.path, so any test or conftest 
   reason is the missing `server` extra (nvidia-pytriton); never a project module.
 - `requires_tritonserver`: the matching skipif marker.
 - `config_pbtxt(name, inputs=..., outputs=..., ...)`: a config.pbtxt for a Python-backend model.
+- `serving(server)`: a hand-built TritonServer, started and stopped (with the same short grace).
 - `live_deployment(recipe, workdir)`: `sdtk deploy --detach` of a recipe (name, path or Recipe),
   stopped on exit; the pytest fixture of the same name is a factory that stops what it started.
   The stop gives Triton STOP_GRACE_S before killing the group: a graceful shutdown costs ~4 s
@@ -100,6 +101,16 @@ def live_deployment(
     finally:
         if result is not None:
             stop_server(result.workdir, grace=STOP_GRACE_S)
+
+
+@contextlib.contextmanager
+def serving(server: Any) -> Iterator[Any]:
+    """Start a hand-built TritonServer; stop it with STOP_GRACE_S (see live_deployment)."""
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(grace=STOP_GRACE_S)
 
 
 @pytest.fixture

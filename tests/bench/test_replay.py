@@ -5,7 +5,6 @@ counters for the same requests."""
 from __future__ import annotations
 
 import pytest
-from triton_support import live_deployment
 
 from toolkit.bench.api import bench
 from toolkit.bench.measure.inprocess import encode, load_runtime
@@ -14,8 +13,6 @@ from toolkit.bench.measure.replay import replay_acceptance, replayable
 from toolkit.bench.measure.workloads import load_workload
 from toolkit.bench.targets import deployed_address
 from toolkit.recipe import load_recipe
-
-from .conftest import tritonserver_missing
 
 
 def test_replay_sums_the_runtimes_own_statistics():
@@ -41,27 +38,25 @@ def test_replay_sums_the_runtimes_own_statistics():
 
 @pytest.mark.tritonserver
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["tiny-ngram", "tiny-draft-target"])
-def test_replay_equals_the_servers_counters(name, tmp_path):
+@pytest.mark.parametrize("served", ["tiny-ngram", "tiny-draft-target"], indirect=True)
+def test_replay_equals_the_servers_counters(served, tmp_path):
     """tiny-draft-target: the replay runs the BLS loop (target decodes len(draft) + 1 tokens per
-    iteration), which proposes fewer drafts than the in-process speculator would."""
-    missing = tritonserver_missing()
-    if missing:
-        pytest.skip(missing)
-    rec = load_recipe(name)
-    with live_deployment(rec, tmp_path) as d:
-        url, model = deployed_address(d, "grpc")
-        res = bench(
-            url,
-            model=model,
-            workload="code",
-            max_tokens=32,
-            concurrency=[1],
-            requests=4,
-            warmup=0,
-            progress=False,
-            tokenizer=str(rec.local_path(rec.models.target)),
-        )
+    iteration), which proposes fewer drafts than the in-process speculator would. The deployment
+    is shared (tests/conftest.py `served`): acceptance is per request, whatever ran before."""
+    rec, d = served
+    url, model = deployed_address(d, "grpc")
+    res = bench(
+        url,
+        model=model,
+        workload="code",
+        max_tokens=32,
+        concurrency=[1],
+        requests=4,
+        warmup=0,
+        progress=False,
+        tokenizer=str(rec.local_path(rec.models.target)),
+        report_dir=tmp_path / "reports",
+    )
     prompts = load_workload("code", max_tokens=32, seed=0).sample(4, 0)
     rp = replay_acceptance(rec, prompts, res.levels[0].records)
     assert rp.server_draft_tokens == sum(r.draft_tokens for r in res.levels[0].records) > 0

@@ -22,7 +22,6 @@ import statistics
 from pathlib import Path
 
 import pytest
-from triton_support import live_deployment
 
 from toolkit.bench.api import bench
 from toolkit.bench.measure.metrics import request_metrics
@@ -86,32 +85,33 @@ def _tpot_attempt(wd: Path, client: SSEClient, tmp_path: Path, source: str) -> t
     return statistics.mean(bench_tpot), statistics.mean(client_tpot)
 
 
-@pytest.mark.parametrize("recipe", RECIPES)
-def test_bench_matches_independent_client(recipe, tmp_path):
+@pytest.mark.parametrize("served", RECIPES, indirect=True)
+def test_bench_matches_independent_client(served, request, tmp_path):
+    _, dep = served  # shared with the stress and replay tests of the same recipe
+    recipe = request.node.callspec.params["served"]
     prompts = load_workload("code", max_tokens=MAX_TOKENS, seed=0).sample(N, 0)  # bench's order
-    with live_deployment(recipe, tmp_path / "wd") as dep:
-        wd = dep.workdir
-        client = SSEClient(dep.http_url, dep.model, str(TINY / "target"))
-        client.run(prompts[0].text, 8)  # warm the connection path like bench's warm-up
-        truth = [client.run(p.text, p.max_tokens) for p in prompts]
-        assert all(m.tokens > 0 for m in truth)
-        # The LLM-API model returns no token counts: bench counts with the deployment's tokenizer.
-        llmapi = recipe.endswith("-llmapi")
-        assert ("return_num_output_tokens" in client.inputs) is not llmapi
-        source = "tokenizer" if llmapi else "server"
-        for protocol in ("http", "grpc"):
-            recs, s = _bench(wd, protocol, tmp_path / protocol, source=source)
-            assert [r.index for r in recs] == list(range(N))
-            assert [r.output_tokens for r in recs] == [m.tokens for m in truth], protocol
-            if recipe != "tiny-baseline":  # bench asked for perf metrics under the model's input names
-                assert s["acceptance"]["draft_tokens"] > 0, (protocol, s["acceptance"])
-        if recipe not in TPOT_RECIPES:
-            return
-        attempts = []
-        for _ in range(ATTEMPTS):
-            b, c = _tpot_attempt(wd, client, tmp_path, source)
-            attempts.append((b, c))
-            if abs(b / c - 1) <= 0.05:
-                break
-        b, c = attempts[-1]
-        assert abs(b / c - 1) <= 0.05, f"{recipe}: mean TPOT bench vs client (s): {attempts}"
+    wd = dep.workdir
+    client = SSEClient(dep.http_url, dep.model, str(TINY / "target"))
+    client.run(prompts[0].text, 8)  # warm the connection path like bench's warm-up
+    truth = [client.run(p.text, p.max_tokens) for p in prompts]
+    assert all(m.tokens > 0 for m in truth)
+    # The LLM-API model returns no token counts: bench counts with the deployment's tokenizer.
+    llmapi = recipe.endswith("-llmapi")
+    assert ("return_num_output_tokens" in client.inputs) is not llmapi
+    source = "tokenizer" if llmapi else "server"
+    for protocol in ("http", "grpc"):
+        recs, s = _bench(wd, protocol, tmp_path / protocol, source=source)
+        assert [r.index for r in recs] == list(range(N))
+        assert [r.output_tokens for r in recs] == [m.tokens for m in truth], protocol
+        if recipe != "tiny-baseline":  # bench asked for perf metrics under the model's input names
+            assert s["acceptance"]["draft_tokens"] > 0, (protocol, s["acceptance"])
+    if recipe not in TPOT_RECIPES:
+        return
+    attempts = []
+    for _ in range(ATTEMPTS):
+        b, c = _tpot_attempt(wd, client, tmp_path, source)
+        attempts.append((b, c))
+        if abs(b / c - 1) <= 0.05:
+            break
+    b, c = attempts[-1]
+    assert abs(b / c - 1) <= 0.05, f"{recipe}: mean TPOT bench vs client (s): {attempts}"

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from triton_support import serving
 
 from .test_triton_integration import _post, _serve, tiny  # noqa: F401 - tiny is a fixture
 
@@ -98,7 +99,7 @@ def test_batched_serving_is_lossless(tiny, tmp_path, hf_expected, mode, spec):  
     result, server = _serve(tmp_path, tiny, mode, spec, decoupled=True)
     prompts = list(hf_expected)
     assert len(prompts) >= 20
-    with server:
+    with serving(server):
         base = server.http_url
         for c in CONCURRENCY:
             if mode == "draft_target":

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from triton_support import tritonserver_missing
+from triton_support import serving, tritonserver_missing
 
 pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
 
@@ -146,7 +146,7 @@ def draft_target(tiny: Path, tmp_path_factory) -> Any:
         {"mode": "draft_target", "max_draft_len": 4},
         True,
     )
-    with server:
+    with serving(server):
         yield result, server.http_url
 
 
@@ -224,7 +224,7 @@ def test_ensemble_speculation_is_lossless(tiny, tmp_path, expected, mode, spec):
             "medusa_choices": [c for c in MEDUSA_MC_SIM_7B_63 if len(c) <= heads],
         }
     result, server = _serve(tmp_path, tiny, mode, spec, decoupled=False)
-    with server:
+    with serving(server):
         base = server.http_url
         for prompt in PROMPTS:
             out = _post(

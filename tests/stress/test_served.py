@@ -29,9 +29,10 @@ TINY_RECIPES = (
 )
 
 
-@pytest.mark.parametrize("deployment", TINY_RECIPES, indirect=True)
-def test_mixed_traffic(deployment):
-    recipe, result = deployment
+@pytest.mark.parametrize("served", TINY_RECIPES, indirect=True)
+def test_mixed_traffic(served):
+    """On the deployment the bench yardstick and replay tests share (tests/conftest.py `served`)."""
+    recipe, result = served
     requests = stress.plan(30, seed=1)
     traffic = stress.Traffic(
         result.http_url,
