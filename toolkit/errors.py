@@ -13,6 +13,19 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     return matches[0] if matches else None
 
 
+def check_names(given: Iterable[str], names: Iterable[str], what: str) -> None:
+    """UsageError (with a did-you-mean) for the first of `given` not in `names`, e.g. a keyword
+    argument that names no field of an options record."""
+    allowed = list(names)
+    for name in given:
+        if name not in allowed:
+            near = did_you_mean(name, allowed)
+            raise UsageError(
+                f"unknown {what} '{name}'" + (f"; did you mean '{near}'?" if near else ""),
+                hint=f"{what}s: " + ", ".join(allowed),
+            )
+
+
 class SdtkError(Exception):
     """Base of every error sdtk reports to a user. `hint` says what to do about it."""
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolkit.errors import UsageError, did_you_mean
+from toolkit.errors import UsageError, check_names
 
 if TYPE_CHECKING:
     from toolkit.bench.measure.workloads import Workload
@@ -57,14 +57,7 @@ class RunOptions:
     @classmethod
     def of(cls, opts: RunOptions | None = None, /, **changes: Any) -> RunOptions:
         """`opts` (default: the defaults) with `changes`; an unknown name is a UsageError."""
-        names = [f.name for f in dataclasses.fields(cls)]
-        for name in changes:
-            if name not in names:
-                near = did_you_mean(name, names)
-                raise UsageError(
-                    f"unknown run option '{name}'" + (f"; did you mean '{near}'?" if near else ""),
-                    hint="run options: " + ", ".join(names),
-                )
+        check_names(changes, (f.name for f in dataclasses.fields(cls)), "run option")
         return dataclasses.replace(opts or cls(), **changes)
 
     def out_dir(self, kind: str, deployment: Path | str | None = None) -> Path:

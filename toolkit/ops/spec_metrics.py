@@ -38,6 +38,7 @@ Acceptance length (τ) has one formula, `acceptance_length`, used by `sdtk bench
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,7 +204,7 @@ def _int(v: Any) -> int | None:
     return int(f) if f is not None else None
 
 
-class Sink:
+class Sink(ABC):
     """What every sdtk_spec_* sink shares: the one `observe` signature (lenient, keyword-only).
 
     A sink is bound to one model; a subclass says how it `record`s an Observation:
@@ -227,8 +228,8 @@ class Sink:
         self.record(obs)
         return obs
 
-    def record(self, obs: Observation) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def record(self, obs: Observation) -> None: ...
 
 
 class TritonSpecMetrics(Sink):

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from toolkit.errors import UsageError, did_you_mean
+from toolkit.errors import UsageError, check_names
 from toolkit.shellsafe import check_line
 
 Prepare = Literal["build", "pull", "none"]
@@ -86,14 +86,7 @@ class K8sOptions:
     @classmethod
     def of(cls, opts: K8sOptions | None = None, /, **changes: Any) -> K8sOptions:
         """`opts` (default: the defaults) with `changes`; an unknown name is a UsageError."""
-        names = [f.name for f in dataclasses.fields(cls)]
-        for name in changes:
-            if name not in names:
-                near = did_you_mean(name, names)
-                raise UsageError(
-                    f"unknown Kubernetes option '{name}'" + (f"; did you mean '{near}'?" if near else ""),
-                    hint="options: " + ", ".join(names),
-                )
+        check_names(changes, (f.name for f in dataclasses.fields(cls)), "Kubernetes option")
         return dataclasses.replace(opts or cls(), **changes)
 
 
