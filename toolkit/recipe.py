@@ -573,7 +573,12 @@ class Serving(_Strict):
     max_queue_size: int = Field(0, ge=0)
     preprocessing_instance_count: int = Field(1, ge=1)
     postprocessing_instance_count: int = Field(1, ge=1)
-    bls_instance_count: int = Field(1, ge=1)
+    bls_instance_count: int | None = Field(
+        None,
+        ge=1,
+        description="tensorrt_llm_bls instances; default: the engine's max batch size, as upstream's "
+        "docs/model_config.md asks, so that concurrent requests do not queue behind one instance.",
+    )
     model_instance_count: int = Field(1, ge=1, description="Reference backend: instances of the LLM model.")
     kv_cache_free_gpu_mem_fraction: float = Field(0.9, gt=0, le=1)
     enable_kv_cache_reuse: bool = False

@@ -269,14 +269,15 @@ def selftest_recipe(mode: str, backend: str, paths: dict[str, Path], version: st
         "speculative": _spec(mode),
         "dtype": "float32" if _reference(backend) else "float16",
         "build": {"max_batch_size": 2, "max_input_len": 128, "max_seq_len": 256, "max_num_tokens": 512},
-        "serving": {"decoupled": not (backend == "engine" and mode == DRAFT_TARGET)},
+        # Draft-target's BLS and both LLM models are non-decoupled on the GPU path, and so on its twin.
+        "serving": {"decoupled": not (backend in ("engine", "reference") and mode == DRAFT_TARGET)},
     }
     if backend == REFERENCE_LLMAPI:
         data["serving"]["repository"] = "llmapi"
     if not _reference(backend):  # the baseline deployment runs alongside: leave GPU memory for both
         data["serving"]["kv_cache_free_gpu_mem_fraction"] = 0.2
-    if version is not None and not _reference(backend):
-        data["trtllm_version"] = version
+    # The twin declares the version it stands in for, so that it serves that version's repository.
+    data["trtllm_version"] = version if version is not None else WOULD_RUN
     return parse_recipe(data)
 
 

@@ -43,8 +43,6 @@ SDTK_EXTRAS: dict[str, dict[str, dict[str, str]]] = {
         "inputs": {
             "return_num_input_tokens": "sdtk's BLS counts tokens itself",
             "return_num_output_tokens": "sdtk's BLS counts tokens itself",
-            "min_tokens": "sdtk's BLS keeps the client-facing name of 0.20+ (lead-owned model.py)",
-            "seed": "sdtk's BLS keeps the client-facing name of 0.20+ (lead-owned model.py)",
         },
         "outputs": {
             "num_input_tokens": "sdtk's BLS counts tokens itself",
@@ -59,8 +57,6 @@ SDTK_EXTRAS: dict[str, dict[str, dict[str, str]]] = {
         },
     },
 }
-# Upstream inputs sdtk's BLS spells differently (≤ 0.19 names; reported to the BLS owner).
-BLS_RENAMED = {"min_length", "random_seed"}
 
 
 def fixture(version: str) -> dict:
@@ -88,7 +84,7 @@ def check_model(cfg: model_config_pb2.ModelConfig, facts: dict, model: str) -> N
         assert set(got) - set(want) <= allowed, (
             f"{model} {kind} not upstream: {sorted(set(got) - set(want) - allowed)}"
         )
-        missing = set(want) - set(got) - (BLS_RENAMED if model == "tensorrt_llm_bls" else set())
+        missing = set(want) - set(got)
         assert not missing, f"{model}: upstream {kind} not rendered: {sorted(missing)}"
         for name in set(want) & set(got):
             w, g = want[name], got[name]
@@ -224,3 +220,52 @@ def test_bundled_recipe_build_plans_match_their_declared_version(name, tmp_path)
         spec = options.get("speculative_config")
         if spec is not None:
             assert set(spec) <= set(facts["llmapi_options"]["speculative_config"][spec["decoding_type"]])
+
+
+TWIN_MODES = ["none", "draft_target", "medusa", "lookahead"]  # the engine path's modes the twin serves
+
+
+def _normalized(path: Path, engine_dir: Path) -> model_config_pb2.ModelConfig:
+    cfg = _cfg(path)
+    for key, value in cfg.parameters.items():
+        value.string_value = value.string_value.replace(str(engine_dir), "<engines>")
+    return cfg
+
+
+@pytest.mark.parametrize("mode", TWIN_MODES)
+@pytest.mark.parametrize("version", [*sorted(VERSIONS), None])
+def test_twin_renders_the_gpu_repository(version, mode, tmp_path):
+    """The reference backend serves exactly the repository the engine path renders for the declared
+    TensorRT-LLM version: every config.pbtxt is the same ModelConfig (V's input names, outputs,
+    parameters, transaction policy, instance counts), except the `backend` of tensorrt_llm and
+    tensorrt_llm_draft (python instead of tensorrtllm); every Python model's code (preprocessing,
+    postprocessing, BLS) is the same file. Only the two LLM models' implementation differs."""
+    declared = {"trtllm_version": VERSIONS[version]} if version else {}
+    repos = {}
+    for backend in ("engine", "reference"):
+        recipe = make_recipe(backend, mode, **declared)
+        engines = engines_for(tmp_path / backend, recipe, backend)
+        if backend == "engine":
+            for path in engines.values():  # trtllm-build records its version in config.json
+                cfg = json.loads((path / "config.json").read_text())
+                cfg["version"] = VERSIONS[version] if version else "1.2.0"  # newest: 1.2's contract
+                (path / "config.json").write_text(json.dumps(cfg))
+        r = render_repository(recipe, engines, tmp_path / backend / "repo", backend=backend, tokenizer_dir="/tok")
+        repos[backend] = (r, tmp_path / backend / "engines")
+    (eng, eng_dir), (ref, ref_dir) = repos["engine"], repos["reference"]
+    assert eng.models == ref.models and eng.entry_model == ref.entry_model and eng.decoupled == ref.decoupled
+    llm_models = {"tensorrt_llm", "tensorrt_llm_draft"}
+    for name in eng.models:
+        e = _normalized(eng.path / name / "config.pbtxt", eng_dir)
+        f = _normalized(ref.path / name / "config.pbtxt", ref_dir)
+        if name in llm_models:
+            assert (e.backend, f.backend) == ("tensorrtllm", "python"), name
+            f.backend = e.backend
+        assert e == f, f"{name}: the twin's config.pbtxt differs from the engine path's for {version or 'newest'}"
+    for rel in ref.files:
+        model = rel.split("/", 1)[0]
+        if rel.endswith(".py") and model not in llm_models:
+            assert (ref.path / rel).read_bytes() == (eng.path / rel).read_bytes(), rel
+    if version in ("0.19",):
+        names = {i.name for i in _cfg(ref.path / "tensorrt_llm" / "config.pbtxt").input}
+        assert {"min_length", "random_seed"} <= names and not {"min_tokens", "seed"} & names

@@ -56,7 +56,7 @@ def make_recipe(backend: str, mode: str, **sections: Any) -> Recipe:
         "speculative": dict(_SPECS[mode]),
         "build": {"max_batch_size": 6},
     }
-    if backend == "engine" and mode == "draft_target":
+    if backend in ("engine", "reference") and mode == "draft_target":  # the twin renders the GPU repository
         data["serving"] = {"decoupled": False}
     for key, value in sections.items():
         if key != "speculative" and isinstance(value, dict) and isinstance(data.get(key), dict):

@@ -176,15 +176,21 @@ def test_preprocessing_model(load_model, pb, tokenizer, tokenizer_dir):
 
 
 def test_postprocessing(load_model, pb, tokenizer, tokenizer_dir):
+    """OUTPUT is flat, one entry per beam, rows first: upstream's `np.array(req_outputs)`
+    (tensorrtllm_backend v0.19.0 all_models/inflight_batcher_llm/postprocessing/1/model.py), which
+    its clients read as `output[0].decode()` (inflight_batcher_llm/client/end_to_end_grpc_client.py,
+    e2e_grpc_speculative_decoding_client.py)."""
     module = load_model("inflight_batcher_llm/postprocessing/1/model.py")
     ids = tokenizer.encode("Hello world!")
     tokens = np.array([[ids + [0, 0], ids[1:] + [0, 0, 0]]], dtype=np.int32)  # [1, 2 beams, L]
     out = module.Postprocessor(tokenizer)(tokens, np.array([[len(ids), len(ids) - 1]]))
-    assert out.shape == (1, 2) and out[0, 0] == b"Hello world!" and out[0, 1] == b"Hello world!"
+    assert out.shape == (2,) and out[0] == b"Hello world!" and out[1] == b"Hello world!"
     keep = module.Postprocessor(tokenizer, skip_special_tokens=False)(
         np.array([ids], np.int32), np.array([len(ids)])
     )
-    assert keep[0, 0] == b"<s>Hello world!"
+    assert keep.shape == (1,) and keep[0] == b"<s>Hello world!"
+    two_rows = module.Postprocessor(tokenizer)(np.concatenate([tokens, tokens]), np.array([[len(ids), 1]] * 2))
+    assert two_rows.shape == (4,) and two_rows[2] == b"Hello world!"
     model = module.TritonPythonModel()
     model.initialize(
         args(
@@ -196,7 +202,7 @@ def test_postprocessing(load_model, pb, tokenizer, tokenizer_dir):
     (response,) = model.execute(
         [pb.Request({"TOKENS_BATCH": tokens[:, :1], "SEQUENCE_LENGTH": np.array([[len(ids)]])})]
     )
-    assert response.as_dict()["OUTPUT"].tolist() == [[b"Hello world!"]]
+    assert response.as_dict()["OUTPUT"].tolist() == [b"Hello world!"]
 
 
 # --------------------------------------------------------------------------- fake models for the BLS
@@ -409,7 +415,7 @@ def test_bls_detokenizes_an_empty_closing_chunk(bls_module):
     """The reference LLM closes a perf-metrics stream with an empty chunk ([1, 1, 0] ids)."""
     bls = make_bls(bls_module, decoupled=True)
     text = bls._detokenize(np.zeros((1, 1, 0), np.int32), np.zeros((1, 1), np.int32))
-    assert text.shape == (1, 1) and text[0, 0] == b""
+    assert text.shape == (1,) and text[0] == b""  # [beams], as postprocessing's OUTPUT
 
 
 def test_bls_plain_returns_every_beam(bls_module, pb):
@@ -424,11 +430,11 @@ def test_bls_plain_returns_every_beam(bls_module, pb):
     def post(inputs, requested, decoupled):
         tokens, lengths = inputs["TOKENS_BATCH"], inputs["SEQUENCE_LENGTH"]
         beams = [" ".join(map(str, tokens[0, k, : lengths[0, k]])).encode() for k in range(tokens.shape[1])]
-        return [{"OUTPUT": np.array([beams], dtype=object)}]
+        return [{"OUTPUT": np.array(beams, dtype=object)}]  # upstream's flat [beams]
 
     pb.MODELS.update(tensorrt_llm=two_beams, postprocessing=post)
     (out,) = list(make_bls(bls_module)(request(beam_width=2, num_draft_tokens=0)))
-    assert out["text_output"].tolist() == [[b"7 8 9", b"7 4"]]
+    assert out["text_output"].tolist() == [b"7 8 9", b"7 4"]
 
 
 def test_bls_batch_of_rows(bls_module):
@@ -439,7 +445,7 @@ def test_bls_batch_of_rows(bls_module):
         "num_draft_tokens": np.array([[2], [2]], np.int32),
     }
     (out,) = list(bls(batch))
-    assert out["text_output"].shape == (2, 1)
+    assert out["text_output"].shape == (2,)  # upstream's postprocessing: every row's beams, flat
     assert ids_of(out["text_output"][0:1]) == greedy(prompt_of("abc"), 5)
     assert ids_of(out["text_output"][1:2]) == greedy(prompt_of("hello"), 3)
 

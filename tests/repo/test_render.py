@@ -169,7 +169,10 @@ def test_draft_target_wiring(render, backend):
         cfgs[n].model_transaction_policy.decoupled
         for n in ("tensorrt_llm", "tensorrt_llm_draft", "tensorrt_llm_bls")
     }
-    assert decoupled == {backend == "reference"}
+    assert decoupled == {False}  # the twin's too: it serves the GPU repository
+    # One BLS instance per sequence the engine batches (tensorrtllm_backend docs/model_config.md,
+    # tensorrt_llm_bls: "set the number of model instances to the maximum batch size").
+    assert [g.count for g in cfgs["tensorrt_llm_bls"].instance_group] == [cfgs["tensorrt_llm"].max_batch_size]
 
 
 def test_non_draft_bls_has_no_draft_model(render):
@@ -277,9 +280,19 @@ def test_engine_draft_target_must_not_be_decoupled(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_reference_draft_target_may_stream(render):
-    result = render("reference", "draft_target", sections={"serving": {"decoupled": True}})
-    assert result.decoupled and configs(result.path)["tensorrt_llm_bls"].model_transaction_policy.decoupled
+@pytest.mark.parametrize("backend", ["engine", "reference"])
+def test_draft_target_is_never_decoupled(render, backend):
+    """Upstream's draft-target deployment runs tensorrt_llm, tensorrt_llm_draft and the BLS with
+    decoupled_mode:False (TensorRT-LLM examples/draft_target_model/README.md @11925f6; the BLS's
+    `_exec_triton_request_single` uses exec(decoupled=False), tensorrtllm_backend v0.19.0
+    tensorrt_llm_bls/1/lib/triton_decoder.py). The twin refuses what the GPU path refuses."""
+    with pytest.raises(CompatError, match="serving.decoupled must be false") as err:
+        render(backend, "draft_target", sections={"serving": {"decoupled": True}})
+    assert err.value.hint and "decoupled: false" in err.value.hint
+    result = render(backend, "draft_target")
+    cfgs = configs(result.path)
+    assert not result.decoupled
+    assert [cfgs[m].model_transaction_policy.decoupled for m in ("tensorrt_llm", "tensorrt_llm_draft", "tensorrt_llm_bls")] == [False] * 3
 
 
 def test_incompatible_pair_is_refused(tmp_path):

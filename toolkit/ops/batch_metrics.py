@@ -7,8 +7,10 @@ same dashboards, alerts and HPA metric (`request_type="waiting"`) work on a CPU 
 - `sdtk_reference_batch_size_max`: the largest batch one iteration has run since load, sdtk's own
   (upstream has none), so a client can tell that requests really shared a forward.
 
-A sampler thread copies the batcher's state every `period_s`: one IPC round trip per changed
-gauge, never one per iteration on the batching path.
+The batcher's state is copied every `period_s`: one IPC round trip per changed gauge, never one per
+iteration on the batching path. By a sampler thread of its own, or (`thread=False`) by whoever
+calls `flush()` every `period` seconds: the reference model makes every custom-metric call from
+one thread, since concurrent ones crash tritonserver 2.51.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ PEAK_HELP = "Largest number of sequences one in-flight batching iteration has ru
 
 
 class BatchMetrics:
-    def __init__(self, pb_utils: Any, *, model: str, batcher: Any, period_s: float = 0.25):
+    def __init__(
+        self, pb_utils: Any, *, model: str, batcher: Any, period_s: float = 0.25, thread: bool = True
+    ):
         mf = pb_utils.MetricFamily
         self.batcher = batcher
         labels = {"model": model, "version": "1"}
@@ -45,10 +49,12 @@ class BatchMetrics:
             PEAK: peak.Metric(labels={"model": model}),
         }
         self._last: dict[str, float] = {}
-        self._period = period_s
+        self.period = period_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sdtk-batch-metrics", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if thread:
+            self._thread = threading.Thread(target=self._run, name="sdtk-batch-metrics", daemon=True)
+            self._thread.start()
 
     def sample(self) -> dict[str, float]:
         b = self.batcher
@@ -69,13 +75,14 @@ class BatchMetrics:
                 self._last[name] = value
 
     def _run(self) -> None:
-        while not self._stop.wait(self._period):
+        while not self._stop.wait(self.period):
             self.flush()
 
     def close(self) -> None:
         """Stop sampling and free the metric objects (from the model's `finalize`, while the stub
         can still talk to the server)."""
         self._stop.set()
-        self._thread.join(timeout=2)
+        if self._thread is not None:
+            self._thread.join(timeout=2)
         self._gauges.clear()
         self._families.clear()

@@ -317,25 +317,36 @@ def _spec_params(recipe: Recipe, backend: str, role: str) -> dict[str, str]:
     return out
 
 
-def _gpu_device_ids(recipe: Recipe, backend: str, role: str) -> str:
+def bls_instance_count(recipe: Recipe, target: EngineInfo) -> int:
+    """tensorrt_llm_bls instances: serving.bls_instance_count, else the engine's max batch size.
+
+    tensorrtllm_backend docs/model_config.md (tensorrt_llm_bls): "When using the BLS model instead of
+    the ensemble, you should set the number of model instances to the maximum batch size supported
+    by the TRT engine to allow concurrent request execution." A non-decoupled BLS instance serves one
+    request at a time, so fewer instances queue the rest."""
+    return recipe.serving.bls_instance_count or target.max_batch_size
+
+
+def _gpu_device_ids(recipe: Recipe, role: str) -> str:
     """gpu_device_ids of one C++ model: filled per model for draft-target (upstream fills
     `gpu_device_ids:${TARGET_DEVICE_IDS}` / `${DRAFT_DEVICE_IDS}`, examples/draft_target_model/README.md
-    @11925f6) or when the recipe names devices; otherwise empty (the backend's default)."""
+    @11925f6) or when the recipe names devices; otherwise empty (the backend's default). The
+    reference twin renders the same value (its model ignores it)."""
     p = recipe.parallel
-    if backend != "engine":
-        return ""
     if modes.info(recipe.mode).two_model or p.target_device_ids is not None:
         return ",".join(str(i) for i in p.devices(role))
     return ""
 
 
-def _contract_names(recipe: Recipe, backend: str, target: EngineInfo) -> dict[str, Any]:
-    """Version-dependent tensor names of tensorrt_llm (toolkit/repo/versions.py). The reference
-    model implements the newest contract; the C++ backend reads what its version reads."""
+def _contract_names(recipe: Recipe, target: EngineInfo) -> dict[str, Any]:
+    """Version-dependent tensor names of tensorrt_llm (toolkit/repo/versions.py), for the version the
+    engine directory records (trtllm-build writes it) or else the recipe's `trtllm_version` (None:
+    the newest contract). Every backend renders the same: the reference twin serves exactly the
+    repository the engine path renders for that version, and its tensorrt_llm model reads whatever
+    that config declares."""
     from toolkit.repo.versions import engine_version, tensor_names
 
-    version = None if backend == "reference" else (engine_version(target.config) or recipe.trtllm_version)
-    names = tensor_names(version)
+    names = tensor_names(engine_version(target.config) or recipe.trtllm_version)
     return {
         "input_names": {"min_tokens": names.min_tokens, "seed": names.seed},
         "token_counts": names.token_counts,
@@ -376,7 +387,7 @@ def _llm_context(
         "enable_kv_cache_reuse": _b(s.enable_kv_cache_reuse),
         "normalize_log_probs": "",
         "enable_chunked_context": _b(s.enable_chunked_context),
-        "gpu_device_ids": _gpu_device_ids(recipe, backend, engine.role),
+        "gpu_device_ids": _gpu_device_ids(recipe, engine.role),
         "participant_ids": "",
         "num_nodes": "",
         "lora_cache_optimal_adapter_size": "",
@@ -505,7 +516,7 @@ def _plan_inflight(
         "max_queue_delay_microseconds": s.max_queue_delay_microseconds,
         "max_queue_size": s.max_queue_size,
         "logits_datatype": "TYPE_FP32",
-        **_contract_names(recipe, backend, target),
+        **_contract_names(recipe, target),
     }
     files: list[_File] = []
 
@@ -576,7 +587,7 @@ def _plan_inflight(
             "exclude_input_in_output": _b(s.exclude_input_in_output),
             "max_input_len": str(recipe.build.max_input_len),
             "max_seq_len": str(recipe.build.max_seq_len),
-            "bls_instance_count": s.bls_instance_count,
+            "bls_instance_count": bls_instance_count(recipe, target),
         },
     )
     _python_model(root, files, bls, f"{base}/tensorrt_llm_bls/1/model.py")
@@ -819,13 +830,19 @@ def render_repository(
     if backend not in BACKENDS:
         raise RenderError(f"backend must be one of {', '.join(BACKENDS)}, not '{backend}'")
     check(recipe.mode, backend)  # CompatError for pairs the support matrix rules out
-    if backend == "engine" and modes.info(recipe.mode).two_model and recipe.serving.decoupled:
+    if (
+        recipe.repository_layout(backend) == "inflight_batcher_llm"
+        and modes.info(recipe.mode).two_model
+        and recipe.serving.decoupled
+    ):
+        # The reference twin refuses it too: it serves the repository a GPU user gets.
         raise CompatError(
-            "the official draft-target deployment on the engine backend runs tensorrt_llm, tensorrt_llm_draft "
-            "and the BLS non-decoupled, so serving.decoupled must be false",
+            "the official draft-target deployment runs tensorrt_llm, tensorrt_llm_draft and the BLS "
+            "non-decoupled (TensorRT-LLM examples/draft_target_model/README.md: decoupled_mode:False; the "
+            "BLS calls both with exec(decoupled=False)), so serving.decoupled must be false",
             mode=recipe.mode,
-            backend="engine",
-            hint="set serving.decoupled: false",
+            backend=backend,
+            hint="set serving.decoupled: false (the draft-target BLS does not stream)",
         )
     out = Path(out_dir).expanduser().absolute()
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not _is_repository(out))):

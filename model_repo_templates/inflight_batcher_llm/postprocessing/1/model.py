@@ -1,8 +1,11 @@
 """sdtk postprocessing model: token ids → text, the last step of the ensemble and of the BLS.
 
 Serves the tensor contract of the official inflight_batcher_llm `postprocessing` model:
-TOKENS_BATCH [B, beams, L] and SEQUENCE_LENGTH [B, beams] in, OUTPUT [B, beams] (UTF-8) out.
-Each beam is decoded up to its sequence length, honouring `skip_special_tokens`.
+TOKENS_BATCH [B, beams, L] and SEQUENCE_LENGTH [B, beams] in, OUTPUT [B * beams] (UTF-8) out: one
+flat entry per beam, rows first, as upstream's `np.array(req_outputs)` (tensorrtllm_backend v0.19.0
+all_models/inflight_batcher_llm/postprocessing/1/model.py), so that a single-beam request's
+`text_output` is [1] and upstream's clients' `output[0].decode()` reads it. Each beam is decoded up
+to its sequence length, honouring `skip_special_tokens`.
 
 sdtk's own code (not upstream's model.py); it needs numpy and transformers only.
 """
@@ -31,14 +34,14 @@ class Postprocessor:
             tokens = tokens[:, None, :]
         batch, beams = tokens.shape[:2]
         lengths = np.asarray(lengths).reshape(batch, -1)
-        out = np.empty((batch, beams), dtype=np.object_)
+        out = np.empty((batch * beams,), dtype=np.object_)
         for b in range(batch):
             for k in range(beams):
                 n = int(lengths[b, min(k, lengths.shape[1] - 1)])
                 text = self.tokenizer.decode(
                     tokens[b, k, :n].tolist(), skip_special_tokens=self.skip_special_tokens
                 )
-                out[b, k] = text.encode("utf-8")
+                out[b * beams + k] = text.encode("utf-8")
         return out
 
 

@@ -23,7 +23,19 @@ Differences from upstream, all deliberate:
 - Requests with batch size > 1 are served row by row (not streamed).
 
 The LLM models are called with this model's own transaction policy: toolkit.repo renders the
-BLS, tensorrt_llm and tensorrt_llm_draft with the same `decoupled` value.
+BLS, tensorrt_llm and tensorrt_llm_draft with the same `decoupled` value (false for draft-target,
+as upstream's example).
+
+Per TensorRT-LLM version: the BLS asks the LLM models only for outputs every version's
+tensorrt_llm declares (LLM_OUTPUTS; Triton core refuses a request for an undeclared output,
+"unexpected inference output", triton-inference-server/core src/infer_request.cc `Normalize`),
+and passes the min-length and seed inputs under the name its own config declares, which is the
+name tensorrt_llm declares at the same version (min_length / random_seed up to 0.19). Token
+counts (`num_input_tokens`, `num_output_tokens`) are counted here, never asked of the LLM
+models: tensorrt_llm declares them only from TensorRT-LLM 1.2.
+
+`text_output` has upstream's shape: postprocessing's OUTPUT as it comes, one entry per beam
+([beams]; upstream's clients read `output[0]`).
 
 sdtk's own code (not upstream's model.py); it needs numpy only.
 """
@@ -71,16 +83,16 @@ PASSTHROUGH = {
     "temperature": "temperature",
     "length_penalty": "len_penalty",
     "repetition_penalty": "repetition_penalty",
-    "min_tokens": "min_tokens",
+    "min_tokens": "min_tokens",  # TensorRT-LLM >= 0.20
+    "min_length": "min_length",  # <= 0.19: the name both configs declare then
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
-    "seed": "seed",
+    "seed": "seed",  # >= 0.20
+    "random_seed": "random_seed",  # <= 0.19
     "return_log_probs": "return_log_probs",
     "return_context_logits": "return_context_logits",
     "return_generation_logits": "return_generation_logits",
     "return_perf_metrics": "return_perf_metrics",
-    "return_num_input_tokens": "return_num_input_tokens",
-    "return_num_output_tokens": "return_num_output_tokens",
     "num_return_sequences": "num_return_sequences",
     "beam_width": "beam_width",
     "prompt_embedding_table": "prompt_embedding_table",
@@ -92,9 +104,12 @@ PASSTHROUGH = {
     "guided_decoding_guide": "guided_decoding_guide",
 }
 MATRIX_INPUTS = ("prompt_embedding_table", "lora_weights", "lora_config")  # not [1]-shaped
-BLS_INPUTS = (*PRE_INPUTS, *PASSTHROUGH, "stream", "num_draft_tokens", "use_draft_logits")
+# Token counts: the BLS's own inputs and outputs (it counts; the LLM models are never asked).
+COUNT_INPUTS = ("return_num_input_tokens", "return_num_output_tokens")
+BLS_INPUTS = (*PRE_INPUTS, *PASSTHROUGH, *COUNT_INPUTS, "stream", "num_draft_tokens", "use_draft_logits")
 MULTIMODAL_INPUTS = ("image_input", "image_bytes_input", "image_url_input", "video_bytes_input")
-# LLM outputs the BLS returns under the same name.
+# LLM outputs the BLS asks for and returns under the same name: those tensorrt_llm declares at every
+# supported version (tests/contracts/trtllm-*.json), so no version is asked for an undeclared output.
 LLM_OUTPUTS = (
     "cum_log_probs",
     "output_log_probs",
@@ -112,8 +127,6 @@ LLM_OUTPUTS = (
     "acceptance_rate",
     "total_accepted_draft_tokens",
     "total_draft_tokens",
-    "num_input_tokens",
-    "num_output_tokens",
 )
 # The draft model sees the ids and the sampling settings only.
 DRAFT_INPUTS = ("end_id", "pad_id", "temperature", "runtime_top_k", "runtime_top_p", "seed")
@@ -125,8 +138,6 @@ LOOP_INPUTS = (
     "streaming",
     "exclude_input_in_output",
     "return_perf_metrics",
-    "return_num_input_tokens",
-    "return_num_output_tokens",
 )
 
 
@@ -224,11 +235,14 @@ class Bls:
             for i in range(batch)
         ]
         names = [n for n in rows[0] if all(n in r for r in rows)]
-        yield {n: st.stack_rows([r[n] for r in rows], b"" if n == "text_output" else 0) for n in names}
+        out = {n: st.stack_rows([r[n] for r in rows]) for n in names if n != "text_output"}
+        # Upstream's postprocessing OUTPUT for a batch: every row's beams in one flat list.
+        yield {"text_output": np.concatenate([r["text_output"].reshape(-1) for r in rows]), **out}
 
     def _one(self, inputs: dict[str, np.ndarray], stream: bool, num_draft: int):
         llm = self._preprocess(inputs)
         self._check_lengths(int(llm["input_lengths"][0, 0]), int(llm["request_output_len"][0, 0]))
+        counts = {k: bool(st.scalar(inputs, k, False)) for k in COUNT_INPUTS}
         for bls_name, llm_name in PASSTHROUGH.items():
             if bls_name in inputs:
                 value = inputs[bls_name]
@@ -237,7 +251,7 @@ class Bls:
         if num_draft > 0:
             yield from self._speculate(inputs, llm, num_draft, stream)
         else:
-            yield from self._plain(llm, stream)
+            yield from self._plain(llm, stream, counts)
 
     def _check_lengths(self, length: int, max_new: int) -> None:
         """The engine's limits, checked on the client's prompt before any LLM call."""
@@ -273,10 +287,11 @@ class Bls:
         return llm
 
     def _detokenize(self, tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """Token ids [1, beams, L] and lengths [1, beams] → text [1, beams], by postprocessing."""
+        """Token ids [1, beams, L] and lengths [1, beams] → text [beams], by postprocessing (whose
+        OUTPUT is upstream's: one entry per beam)."""
         if tokens.size == 0:  # e.g. the closing chunk of a stream: no tokens, no text
             beams = max(1, int(np.prod(lengths.shape[1:])) if lengths.ndim > 1 else 1)
-            return np.full((1, beams), b"", dtype=object)
+            return np.full((beams,), b"", dtype=object)
         post_in = {
             "TOKENS_BATCH": tokens.astype(np.int32).reshape(1, -1, tokens.shape[-1]),
             "SEQUENCE_LENGTH": lengths.astype(np.int32).reshape(1, -1),
@@ -294,8 +309,12 @@ class Bls:
             raise RuntimeError(f"{model} returned no response")
         return outs[-1]
 
-    def _plain(self, llm: dict[str, np.ndarray], stream: bool):
+    def _plain(self, llm: dict[str, np.ndarray], stream: bool, counts: dict[str, bool]):
         llm["streaming"] = _flag(stream)
+        prompt_len = int(llm["input_lengths"].reshape(-1)[0])
+        # Without the prompt, a response's beam-0 sequence length is the tokens it carries (a
+        # streamed chunk: its new tokens); with it, the prompt comes first.
+        prompt_in_output = not stream and not bool(llm["exclude_input_in_output"].reshape(-1)[0])
         so_far: list[int] = []
         requested = ["output_ids", "sequence_length", *LLM_OUTPUTS]
         for out in self.call(self.target, llm, requested, self.decoupled):
@@ -304,7 +323,13 @@ class Bls:
                 text = self._text(so_far)
             else:
                 text = self._detokenize(out["output_ids"], out["sequence_length"])
-            yield {"text_output": text, **{k: out[k] for k in LLM_OUTPUTS if k in out}}
+            result = {"text_output": text, **{k: out[k] for k in LLM_OUTPUTS if k in out}}
+            if counts["return_num_input_tokens"]:
+                result["num_input_tokens"] = _int32(prompt_len)
+            if counts["return_num_output_tokens"]:
+                n = int(out["sequence_length"].reshape(-1)[0]) if out["output_ids"].size else 0
+                result["num_output_tokens"] = _int32(max(0, n - prompt_len) if prompt_in_output else n)
+            yield result
 
     def _speculate(
         self, inputs: dict[str, np.ndarray], llm: dict[str, np.ndarray], num_draft: int, stream: bool
@@ -331,8 +356,7 @@ class Bls:
         use_logits = bool(st.scalar(inputs, "use_draft_logits", self.default_use_draft_logits))
         perf = bool(st.scalar(inputs, "return_perf_metrics", False))
         exclude = bool(st.scalar(inputs, "exclude_input_in_output", self.exclude_input_in_output))
-        count_in = bool(st.scalar(inputs, "return_num_input_tokens", False))
-        count_out = bool(st.scalar(inputs, "return_num_output_tokens", False))
+        count_in, count_out = (bool(st.scalar(inputs, k, False)) for k in COUNT_INPUTS)
 
         prompt = llm["input_ids"][0].tolist()
         max_new = int(llm["request_output_len"].reshape(-1)[0])

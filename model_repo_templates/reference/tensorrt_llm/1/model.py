@@ -13,7 +13,11 @@ config.pbtxt template as the engine backend; this model reads the same parameter
   `lookahead_ngram_size`, `lookahead_verification_set_size` override the built values.
 - `exclude_input_in_output`, `max_beam_width` (must be 1).
 
-Requests follow the C++ backend: `input_ids`/`input_lengths`/`request_output_len`, `end_id`
+Requests follow the C++ backend of the TensorRT-LLM version the repository was rendered for: it
+reads whatever that config.pbtxt declares (`seed`/`min_tokens`, or `random_seed`/`min_length` up
+to 0.19; `num_*_tokens` only where declared), and Triton core refuses any input or output the
+config does not declare, as it does in front of the C++ backend.
+`input_ids`/`input_lengths`/`request_output_len`, `end_id`
 (the end token is left out of the output), `temperature`/`runtime_top_k`/`runtime_top_p`/`seed`,
 `streaming` (decoupled deployments only; each chunk carries the new tokens as they come, and the
 perf outputs follow in a last, empty chunk), `stop_words_list`,
@@ -75,7 +79,9 @@ INPUTS = (
     "runtime_top_k",
     "runtime_top_p",
     "seed",
+    "random_seed",  # the seed's name up to TensorRT-LLM 0.19 (the config declares one of the two)
     "min_tokens",
+    "min_length",  # min_tokens' name up to 0.19
     "repetition_penalty",
     "presence_penalty",
     "frequency_penalty",
@@ -108,6 +114,7 @@ NEUTRAL = {
     "presence_penalty": (0.0,),
     "frequency_penalty": (0.0,),
     "min_tokens": (0, 1),
+    "min_length": (0, 1),
     "beam_width": (1, 0),
     "num_return_sequences": (1, 0),
     "return_log_probs": (False,),
@@ -156,6 +163,14 @@ def resolve_spec(built: dict, params: dict[str, str]) -> dict | None:
     return spec
 
 
+def _seed(inputs: dict[str, np.ndarray], i: int) -> int | None:
+    """The request's seed, under the name its version's config declares (`random_seed` up to 0.19)."""
+    for name in ("seed", "random_seed"):
+        if name in inputs:
+            return int(st.scalar(inputs, name, 0, i))
+    return None
+
+
 def build_limits(engine_dir: Path) -> tuple[int | None, int | None]:
     """(max_input_len, max_seq_len) of the engine directory's build_config."""
     build = json.loads((engine_dir / "config.json").read_text()).get("build_config") or {}
@@ -172,15 +187,21 @@ def build_batch_size(engine_dir: Path, default: int) -> int:
 class Responder(Sink):
     """The one thread that touches Triton objects after execute() has handed a request over:
     it sends what the generation threads produce, asks `is_cancelled()` for every request in
-    flight at most once per CANCEL_CHECK_S, and records the sdtk_spec_* metrics.
+    flight at most once per CANCEL_CHECK_S, and makes every custom-metric call of the stub: the
+    sdtk_spec_* observations and, every `batch_metrics.period` seconds, the batch gauges.
 
     Generation threads (one per request, batched by the runtime) only put numpy dicts on the
     outbox and read an Event, so Triton's objects are never used from two threads at once, and
-    each request's objects are released on this thread."""
+    each request's objects are released on this thread. Not decoupled, only the metrics go
+    through it: custom-metric calls made from several generation threads at once crash
+    tritonserver 2.51 (Signal 11 in libtriton_python; reproduced with four concurrent BLS
+    instances calling a non-decoupled tensorrt_llm, tests/stress/test_faithful_twin.py)."""
 
-    def __init__(self, name: str, metrics=None):
+    def __init__(self, name: str, metrics=None, batch_metrics=None):
         self.name = name
         self.metrics = metrics
+        self.batch_metrics = batch_metrics
+        self._flushed = 0.0
         self.outbox: queue.Queue = queue.Queue()
         self.flight: dict[int, tuple] = {}  # key -> (sender, stop Event, cancel probe)
         self._next = 0
@@ -217,6 +238,9 @@ class Responder(Sink):
                 kind = None
             if kind == "close":
                 return
+            if self.batch_metrics is not None and time.monotonic() - self._flushed >= self.batch_metrics.period:
+                self._flushed = time.monotonic()
+                self.batch_metrics.flush()
             if kind == "open":
                 self.flight[key] = value
             elif kind == "metrics":
@@ -407,7 +431,7 @@ class Generator:
             temperature=float(st.scalar(inputs, "temperature", 0.0, i)),
             top_k=int(st.scalar(inputs, "runtime_top_k", 0, i)),
             top_p=float(st.scalar(inputs, "runtime_top_p", 1.0, i)) or 1.0,
-            seed=int(st.scalar(inputs, "seed", 0, i)) if "seed" in inputs else None,
+            seed=_seed(inputs, i),
         )
         exclude = bool(st.scalar(inputs, "exclude_input_in_output", self.exclude_input_in_output, i))
         stops = st.word_lists(inputs["stop_words_list"][i]) if "stop_words_list" in inputs else []
@@ -577,7 +601,7 @@ def _batch_metrics(model: str, batcher):
         return None
     from toolkit.ops.batch_metrics import BatchMetrics
 
-    return BatchMetrics(pb_utils, model=model, batcher=batcher)
+    return BatchMetrics(pb_utils, model=model, batcher=batcher, thread=False)  # the Responder flushes
 
 
 class TritonPythonModel:
@@ -614,14 +638,14 @@ class TritonPythonModel:
         # The draft of a draft-target deployment never speculates, and each of its requests is one
         # BLS iteration: sdtk_spec_* would count iterations as requests, at a round trip apiece.
         metrics = None if name == "tensorrt_llm_draft" else _spec_metrics(name)
-        self.responder = Responder(name, metrics) if self.decoupled else None
+        # Both modes: every custom-metric call goes through the responder's one thread.
+        self.responder = Responder(name, metrics, self.batch_metrics)
         self.generate = Generator(
             runtime,
             parse_speculative(spec) if spec is not None else None,
             exclude_input_in_output=st.param_bool(params, "exclude_input_in_output", False),
             decoupled=self.decoupled,
-            # Decoupled: recorded on the responder thread, like every other Triton call.
-            metrics=self.responder if self.responder is not None else metrics,
+            metrics=self.responder,
             **dict(zip(("max_input_len", "max_seq_len"), limits, strict=True)),
         )
 
@@ -672,18 +696,15 @@ class TritonPythonModel:
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Whether every handed-over request has sent its final response (for tests)."""
         deadline = time.monotonic() + timeout
-        while self.responder is not None and not self.responder.idle():
+        while not self.responder.idle():
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.01)
         return True
 
     def finalize(self):
-        if self.responder is not None:
-            self.responder.close()
-            metrics, self.responder.metrics = self.responder.metrics, None
-        else:
-            metrics = self.generate.metrics
+        self.responder.close()
+        metrics, self.responder.metrics, self.responder.batch_metrics = self.responder.metrics, None, None
         if self.batch_metrics is not None:
             self.batch_metrics.close()
             self.batch_metrics = None
