@@ -45,7 +45,11 @@ def test_offline_dry_run_of_every_real_recipe(path, tmp_path, no_network):
     assert not [c for c in r.preflight if c["status"] == "failed"]
     json.dumps(r.to_dict())  # JSON-able for --json
     if r.backend == "engine":
-        assert 'TRTLLM_EXAMPLES_DIR="${TRTLLM_EXAMPLES_DIR:-/app/tensorrt_llm/examples}"' in r.script
+        # tritonserver:<yy.mm>-trtllm-python-py3 has them at /app/examples (tensorrtllm_backend
+        # dockerfile/Dockerfile.triton.trt_llm_backend @r25.12: `WORKDIR /app`, `COPY …/examples examples`)
+        assert 'TRTLLM_EXAMPLES_DIR="${TRTLLM_EXAMPLES_DIR:-/app/examples}"' in r.script
+        conv = [c for c in r.preflight if c["name"].startswith("converter:")]
+        assert conv and all(c["status"] == "skipped" and "/app/examples/" in c["detail"] for c in conv)
         assert "trtllm-build \\\n" in r.script
     if r.backend == "llmapi":
         assert "extra_llm_api_options.yaml <<" in r.script and "trtllm-serve " in r.script

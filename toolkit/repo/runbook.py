@@ -8,13 +8,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolkit import containers
 from toolkit.modes import LOOKAHEAD, info
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
     from toolkit.repo.render import RenderResult
 
-NGC_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
+# the newest container's (toolkit/data/containers/; the same path in every one from 25.06 on)
+NGC_TRITONSERVER = containers.newest().tritonserver.value
 PROMPT = "Speculative decoding is"
 
 
