@@ -243,3 +243,13 @@ def test_converter_resolves_against_a_container_root(make_recipe, monkeypatch, t
     rec = next(c for c in r.preflight if c["name"] == "converter:target")
     assert rec["status"] == "passed" and str(script) in rec["detail"] and "container 25.10" in rec["detail"]
     assert r.commands[0][:2] == ["python3", "/app/examples/models/core/llama/convert_checkpoint.py"]
+
+
+def test_a_missing_trtllm_build_fails_and_names_the_path_searched(make_recipe, standins, monkeypatch):
+    """Stand-in TensorRT-LLM 1.1.0 (standins.py) with trtllm-build removed from PATH."""
+    (standins.bin / "trtllm-build").unlink()
+    with pytest.raises(PreflightFailed) as e:
+        build(make_recipe("none", backend="engine"), progress=quiet)
+    rec = _failed(e.value, "tool:trtllm-build")
+    assert rec["status"] == "failed" and str(standins.bin) in rec["detail"]
+    assert standins.calls() == [], "nothing ran"

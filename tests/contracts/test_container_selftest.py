@@ -105,3 +105,22 @@ def test_text_output_prints_argv_and_paths(tmp_path):
 def test_container_root_needs_dry_run(tmp_path):
     r = CliRunner().invoke(cli, ["selftest", "--container-root", str(tmp_path)])
     assert r.exit_code != 0 and "--dry-run" in r.output
+
+
+def test_deploy_dry_run_shows_the_converter_under_app_examples(tmp_path):
+    """Issue 22 "done when": `sdtk deploy recipes/llama-3.3-70b-draft-target.yaml --backend engine --dry-run`
+    shows the converter under /app/examples (tensorrtllm_backend dockerfile/Dockerfile.triton.trt_llm_backend
+    @r25.12: `WORKDIR /app`, `COPY --from=tensorrt_llm_code /workspace/tensorrt_llm/examples examples`)."""
+    repo = Path(__file__).resolve().parents[2]
+    r = CliRunner().invoke(
+        cli,
+        ["deploy", str(repo / "recipes/llama-3.3-70b-draft-target.yaml"), "--backend", "engine", "--dry-run",
+         "--workdir", str(tmp_path / "wd"), "--json"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    script = json.loads(r.stdout)["build_script"]
+    assert 'TRTLLM_EXAMPLES_DIR="${TRTLLM_EXAMPLES_DIR:-/app/examples}"' in script
+    assert script.count('python3 "${TRTLLM_EXAMPLES_DIR}/models/core/llama/convert_checkpoint.py"') == 2
+    assert "/app/tensorrt_llm/examples" not in script
+    # the preflight says where it looked, and that a dry run outside the container did not find it
+    assert "converter:target: skipped (dry run: /app/examples/models/core/llama/convert_checkpoint.py" in script

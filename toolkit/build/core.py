@@ -265,6 +265,7 @@ def build(
     results += preflight.run_checks(ctx, gpus=gpus)
     if ctx.backend == "engine":
         results += engine.check_converter(ctx)
+        results.append(engine.check_trtllm_build(ctx))
     if ctx.backend == "llmapi":
         results.append(llmapi.check_fields(ctx))
     for r in results:

@@ -20,6 +20,8 @@ runs is there, and says where it looked.
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 from toolkit import modes
@@ -39,6 +41,7 @@ CONVERTERS = {
 }
 MEDUSA_CONVERTER = modes.MEDUSA  # the keys of the container facts' `converters`
 EAGLE_CONVERTER = modes.EAGLE
+TRTLLM_BUILD = "trtllm-build"
 _HINT_TOOLS = (
     "run inside the TensorRT-LLM container (nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3) "
     "and check $TRTLLM_EXAMPLES_DIR"
@@ -113,6 +116,26 @@ def check_converter(ctx: BuildContext) -> list[CheckResult]:
     return out
 
 
+def check_trtllm_build(ctx: BuildContext) -> CheckResult:
+    """`trtllm-build` (a console script of the tensorrt_llm wheel) is on PATH; a dry run only reports."""
+    found = shutil.which(TRTLLM_BUILD)
+    if found:
+        return CheckResult(f"tool:{TRTLLM_BUILD}", PASSED, f"{found} (on PATH)")
+    searched = os.environ.get("PATH", "")
+    if ctx.dry_run:
+        return CheckResult(
+            f"tool:{TRTLLM_BUILD}",
+            SKIPPED,
+            f"skipped (dry run: {TRTLLM_BUILD} is not on this machine's PATH; the tensorrt_llm wheel installs it)",
+        )
+    return CheckResult(
+        f"tool:{TRTLLM_BUILD}",
+        FAILED,
+        f"{TRTLLM_BUILD} not found on PATH (searched: {searched})",
+        _HINT_TOOLS,
+    )
+
+
 def parallel_of(ctx: BuildContext, role: str) -> tuple[int, int]:
     """(tp, pp) of one model: the draft may have its own tp (parallel.draft_tp)."""
     p = ctx.recipe.parallel
@@ -156,7 +179,7 @@ def convert_argv(ctx: BuildContext, role: str, out: Path) -> list[str]:
 def build_argv(ctx: BuildContext, role: str, ckpt: Path, out: Path) -> list[str]:
     lim = ctx.recipe.build
     argv = [
-        "trtllm-build",
+        TRTLLM_BUILD,
         "--checkpoint_dir", str(ckpt),
         "--output_dir", str(out),
         "--gemm_plugin", ctx.dtype,
