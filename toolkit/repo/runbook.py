@@ -69,8 +69,10 @@ def _launch(recipe: Recipe, r: RenderResult) -> tuple[str, list[str]]:
             host=s.host,
         )
         names = ",".join(r.tensorrt_llm_models)
+        # /app/scripts in the container (toolkit/data/containers/: `COPY …/triton_backend/scripts scripts`)
+        scripts = containers.layout(trtllm_version=recipe.trtllm_version).facts.scripts_dir.value
         upstream = (
-            "python3 $TRTLLM_DIR/triton_backend/scripts/launch_triton_server.py "
+            f"python3 {scripts}/launch_triton_server.py "
             f"{shlex.quote(f'--model_repo={r.path}')} "
             f"--world_size={r.world_size} "
             f"{shlex.quote(f'--tensorrt_llm_model_name={names}')}"
