@@ -466,17 +466,53 @@ def deploy(
 @click.option(
     "--bench-requests", default=2, show_default=True, type=int, help="Requests in each short bench."
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Run nothing: print every step's argv and resolve every container path it needs.",
+)
+@click.option(
+    "--container",
+    metavar="YY.MM",
+    help="With --dry-run: the tritonserver:<yy.mm>-trtllm-python-py3 to plan for "
+    "(default: $NVIDIA_TRITON_SERVER_VERSION, else the newest known).",
+)
+@click.option(
+    "--container-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="With --dry-run: resolve container paths under this directory tree instead of /.",
+)
 @json_option
 def selftest(
-    modes: tuple[str, ...], reference: bool, workdir: Path | None, bench_requests: int, as_json: bool
+    modes: tuple[str, ...],
+    reference: bool,
+    workdir: Path | None,
+    bench_requests: int,
+    dry_run: bool,
+    container: str | None,
+    container_root: Path | None,
+    as_json: bool,
 ) -> None:
     """Random-weight tiny checkpoints → build, deploy, validate, bench, stop for every supported mode.
 
     The first thing to run on a GPU box, inside NVIDIA's tritonserver:<yy.mm>-trtllm-python-py3
     container. Without TensorRT-LLM it runs the reference backend (CPU). Exits 1 if any mode fails.
+    With --dry-run it runs nothing and exits 1 if a path the plan needs is missing.
     """
     from toolkit.selftest import selftest as run_selftest
 
+    if dry_run:
+        from toolkit.selftest_dry_run import dry_run as plan
+
+        planned = plan(container=container, root=container_root, modes=list(modes) or None)
+        emit(planned.to_dict(), as_json, lambda: click.echo(planned.text(), nl=False))
+        if not planned.ok:
+            sys.exit(1)
+        return
+    if container or container_root:
+        from toolkit.errors import UsageError
+
+        raise UsageError("--container and --container-root go with --dry-run")
     result = run_selftest(
         modes=modes or None, workdir=workdir, force_reference=reference, bench_requests=bench_requests
     )

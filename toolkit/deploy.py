@@ -334,12 +334,15 @@ def plan_deploy(
     backend: str | None = None,
     workdir: Path | None = None,
     tritonserver: str | None = None,
+    container: str | None = None,
+    container_root: Path | str | None = None,
 ) -> DeployPlan:
     """`sdtk deploy --dry-run`: the build runbook (as `sdtk build --dry-run`), then the launch that
     `deploy` would run for the repository it would render. Builds, renders and launches nothing.
 
-    The engine and llmapi launches use the NGC container's /opt/tritonserver/bin/tritonserver unless
-    --tritonserver names another; the reference backend uses the tritonserver `deploy` would pick.
+    The engine and llmapi launches use the container's tritonserver (toolkit/data/containers/:
+    /opt/tritonserver/bin/tritonserver) unless --tritonserver names another; the reference backend
+    uses the tritonserver `deploy` would pick. `container` / `container_root`: as for `build`.
     """
     from types import SimpleNamespace
 
@@ -349,7 +352,15 @@ def plan_deploy(
     from toolkit.server.mpi import container_version, orchestrator_env
 
     root = deployment_dir(recipe, workdir)
-    built = build(recipe, backend=backend, workdir=root.parent, dry_run=True, progress=quiet)
+    built = build(
+        recipe,
+        backend=backend,
+        workdir=root.parent,
+        dry_run=True,
+        progress=quiet,
+        container=container,
+        container_root=container_root,
+    )
     entry, _kind = entry_point(recipe, built.backend)
     p = recipe.parallel
     multi_model = built.backend == "engine" and modes.info(recipe.mode).two_model
@@ -372,9 +383,10 @@ def plan_deploy(
     )
     binary: Any = tritonserver
     if binary is None and built.backend != "reference":
-        from toolkit.repo.runbook import NGC_TRITONSERVER
+        from toolkit import containers
 
-        binary = Candidate("ngc", Path(NGC_TRITONSERVER), True)
+        lay = containers.layout(trtllm_version=built.trtllm_version, container=container)
+        binary = Candidate("ngc", Path(lay.tritonserver), True)
     server = _server(recipe, rendered, root, tritonserver=binary)
     server.shm_prefix = "sdtk_"  # a fixed prefix for the plan; deploy picks a unique one
     notes = []

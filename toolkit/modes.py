@@ -152,7 +152,8 @@ REGISTRY: tuple[ModeInfo, ...] = (
         engine_decoding_mode=EAGLE,
         chain=True,
         engine_name="eagle3",
-        # "Eagle" is the backward-compatible alias of 1.0-era from_dict (gpu-paths-audit.md).
+        # Accepted spellings: "Eagle3" (1.2+) and "Eagle" (1.0/1.1-era llm_args.py from_dict, kept as an
+        # alias later; gpu-paths-audit.md row 13). Which one is written: toolkit.build.llmapi.schema_for.
         llmapi_types=("Eagle3", "Eagle"),
         draft_len_rule="len(eagle_choices) for a static tree, else max_total_draft_tokens or max_draft_len",
         engine=_no(
@@ -161,8 +162,9 @@ REGISTRY: tuple[ModeInfo, ...] = (
         ),
         llmapi=Support(
             True,
-            "speculative_config decoding_type Eagle3; verified pairs include Llama-3.1-8B, Llama-4 Maverick, "
-            "gpt-oss, Qwen3",
+            # No decoding_type here: it depends on the version (Eagle up to 1.1, Eagle3 from 1.2), and
+            # toolkit.build.llmapi.schema_for names it where the plan is written (issue 22, finding 4).
+            "speculative_config (EAGLE-3); verified pairs include Llama-3.1-8B, Llama-4 Maverick, gpt-oss, Qwen3",
         ),
         reference=_batched(
             "chain and static-tree verification (per-row tree masks); the head drafts per sequence"

@@ -262,11 +262,18 @@ def selftest_recipe(mode: str, backend: str, paths: dict[str, Path], version: st
     source = info(mode).source
     if source is not None:
         models[source] = {"path": str(paths[source])}
+    spec = _spec(mode)
+    if mode == EAGLE3 and backend == "llmapi" and version is not None:
+        from toolkit.build.llmapi import schema_for
+
+        if not schema_for(version).tree_fields:
+            # 1.0's EagleDecodingConfig has no eagle3_layers_to_capture; CAPTURE is its default anyway
+            spec.pop("layers_to_capture")
     data: dict[str, Any] = {
         "name": f"selftest-{backend}-{mode}".replace("_", "-"),
         "backend": "reference" if _reference(backend) else backend,
         "models": models,
-        "speculative": _spec(mode),
+        "speculative": spec,
         "dtype": "float32" if _reference(backend) else "float16",
         "build": {"max_batch_size": 2, "max_input_len": 128, "max_seq_len": 256, "max_num_tokens": 512},
         # Draft-target's BLS and both LLM models are non-decoupled on the GPU path, and so on its twin.

@@ -45,7 +45,11 @@ def test_offline_dry_run_of_every_real_recipe(path, tmp_path, no_network):
     assert not [c for c in r.preflight if c["status"] == "failed"]
     json.dumps(r.to_dict())  # JSON-able for --json
     if r.backend == "engine":
-        assert 'TRTLLM_EXAMPLES_DIR="${TRTLLM_EXAMPLES_DIR:-/app/tensorrt_llm/examples}"' in r.script
+        # tritonserver:<yy.mm>-trtllm-python-py3 has them at /app/examples (tensorrtllm_backend
+        # dockerfile/Dockerfile.triton.trt_llm_backend @r25.12: `WORKDIR /app`, `COPY …/examples examples`)
+        assert 'TRTLLM_EXAMPLES_DIR="${TRTLLM_EXAMPLES_DIR:-/app/examples}"' in r.script
+        conv = [c for c in r.preflight if c["name"].startswith("converter:")]
+        assert conv and all(c["status"] == "skipped" and "/app/examples/" in c["detail"] for c in conv)
         assert "trtllm-build \\\n" in r.script
     if r.backend == "llmapi":
         assert "extra_llm_api_options.yaml <<" in r.script and "trtllm-serve " in r.script
@@ -88,6 +92,28 @@ def test_eagle3_recipe_field_names_follow_the_declared_version():
                       "speculative_model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "eagle3_one_model": True}  # fmt: skip
     assert "decoding_type: Eagle3" in r12.script
 
+
+
+@pytest.mark.parametrize(
+    ("version", "written"), [("1.0.0", "Eagle"), ("1.1.0", "Eagle"), ("1.2.0", "Eagle3"), (None, "Eagle3")]
+)
+def test_eagle3_runbook_text_names_the_decoding_type_it_writes(version, written):
+    """Issue 22, finding 4: for 1.1 the runbook said `decoding_type Eagle3` (toolkit/modes.py's reason,
+    in the `backend:` header line) while the YAML it writes says `Eagle`. The 1.1-era
+    NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py `DecodingBaseConfig.from_dict` accepts `Eagle`
+    ("Eagle3" raises "Invalid decoding type"); `Eagle3` arrived on the 1.2 line (PR #10124), with `Eagle`
+    kept as an alias (shared/reference/gpu-paths-audit.md row 13). Every `decoding_type` the runbook
+    names, in comments and in the files it writes, is the one in the YAML."""
+    import re
+
+    recipe = load_recipe(REPO / "recipes/llama-3.1-8b-eagle3.yaml")
+    recipe = recipe.model_copy(update={"trtllm_version": version})
+    r = build(recipe, dry_run=True, progress=quiet)
+    for text in (r.llmapi["extra_llm_api_options"], r.llmapi["model_yaml"]):
+        assert yaml.safe_load(text)["speculative_config"]["decoding_type"] == written
+    named = set(re.findall(r"decoding_type:? (\w+)", r.script))
+    assert named == {written}, named
+    assert f"decoding_type {written}" in r.script.split("set -euo pipefail")[0]  # said in the header
 
 def test_engine_runbook_runs(make_recipe, standins, tmp_path):
     """Stand-in tools: the dry-run script, run by bash, builds the same engine sdtk would."""

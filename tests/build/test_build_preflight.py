@@ -189,3 +189,67 @@ def test_memory_formula():
     est = pf.memory_estimate(ctx)
     assert est["parts"]["target_kv_cache"] == 2 * 32 * 8 * 128 * 2 * 8 * 8192 == 8 * 2**30
     assert est["parts"]["target_weights"] == 2 * 8_030_261_248
+
+
+# --------------------------------------------------------------------------- converter scripts (issue 22, finding 2)
+
+
+def test_a_missing_converter_fails_and_says_where_it_looked(make_recipe, standins, monkeypatch, tmp_path):
+    """The preflight checks that each convert_checkpoint.py the plan runs exists (before: PASSED
+    without looking). Stand-in TensorRT-LLM 1.1.0 (standins.py); $TRTLLM_EXAMPLES_DIR names an
+    empty directory."""
+    empty = tmp_path / "no-examples"
+    empty.mkdir()
+    monkeypatch.setenv("TRTLLM_EXAMPLES_DIR", str(empty))
+    with pytest.raises(PreflightFailed) as e:
+        build(make_recipe("draft_target", backend="engine"), progress=quiet)
+    for role in ("target", "draft"):
+        rec = _failed(e.value, f"converter:{role}")
+        assert rec["status"] == "failed"
+        assert str(empty / "models/core/llama/convert_checkpoint.py") in rec["detail"]
+        assert "$TRTLLM_EXAMPLES_DIR" in rec["detail"] and rec["hint"]
+    assert standins.calls() == [], "nothing ran"
+
+
+def test_converter_default_is_the_container_layout(make_recipe, standins, monkeypatch):
+    """Without $TRTLLM_EXAMPLES_DIR the scripts are looked for where tritonserver:25.12-trtllm-python-py3
+    has them: /app/examples (tensorrtllm_backend dockerfile/Dockerfile.triton.trt_llm_backend @r25.12:
+    `WORKDIR /app`, `COPY --from=tensorrt_llm_code /workspace/tensorrt_llm/examples examples`)."""
+    monkeypatch.delenv("TRTLLM_EXAMPLES_DIR")
+    monkeypatch.delenv("NVIDIA_TRITON_SERVER_VERSION", raising=False)
+    if __import__("pathlib").Path("/app/examples/models/core/medusa").exists():
+        pytest.skip("running inside a TensorRT-LLM container")
+    with pytest.raises(PreflightFailed) as e:
+        build(make_recipe("medusa", backend="engine"), progress=quiet)
+    rec = _failed(e.value, "converter:target")
+    assert "/app/examples/medusa/convert_checkpoint.py" in rec["detail"]
+    assert "container 25.12" in rec["detail"] and "r25.12" in rec["detail"]
+
+
+def test_converter_resolves_against_a_container_root(make_recipe, monkeypatch, tmp_path):
+    """`container_root`: a directory tree stands in for the container; the commands keep the
+    in-container path, the check reads the tree."""
+    monkeypatch.delenv("NVIDIA_TRITON_SERVER_VERSION", raising=False)
+    root = tmp_path / "ct"
+    script = root / "app/examples/models/core/llama/convert_checkpoint.py"
+    with pytest.raises(PreflightFailed) as e:  # strict even in a dry run: the tree was asked for
+        build(make_recipe("none", backend="engine"), dry_run=True, container="25.10", container_root=root,
+              progress=quiet)  # fmt: skip
+    assert e.value.check == "converter:target" and str(script) in str(e.value)
+    script.parent.mkdir(parents=True)
+    script.write_text("")
+    r = build(make_recipe("none", backend="engine"), dry_run=True, container="25.10", container_root=root,
+              progress=quiet)  # fmt: skip
+    rec = next(c for c in r.preflight if c["name"] == "converter:target")
+    assert rec["status"] == "passed" and str(script) in rec["detail"] and "container 25.10" in rec["detail"]
+    assert r.commands[0][:2] == ["python3", "/app/examples/models/core/llama/convert_checkpoint.py"]
+
+
+def test_a_missing_trtllm_build_fails_and_names_the_path_searched(make_recipe, standins, monkeypatch):
+    """Stand-in TensorRT-LLM 1.1.0 (standins.py) with trtllm-build removed from PATH."""
+    (standins.bin / "trtllm-build").unlink()
+    with pytest.raises(PreflightFailed) as e:
+        build(make_recipe("none", backend="engine"), progress=quiet)
+    rec = _failed(e.value, "tool:trtllm-build")
+    assert rec["status"] == "failed" and str(standins.bin) in rec["detail"]
+    assert standins.calls() == [], "nothing ran"

@@ -8,14 +8,14 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit import modes
+from toolkit import containers, modes
 from toolkit.hub import Resolved
 from toolkit.recipe import Recipe
 
-# NGC `nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3` and the TensorRT-LLM release
-# containers put the examples at /app/tensorrt_llm/examples. Pip installs ship no examples:
-# there, clone the matching TensorRT-LLM tag and set TRTLLM_EXAMPLES_DIR to its examples/.
-DEFAULT_EXAMPLES_DIR = "/app/tensorrt_llm/examples"
+# Where the convert_checkpoint.py scripts are: the container's facts (toolkit/data/containers/; NGC
+# `tritonserver:<yy.mm>-trtllm-python-py3` has them at /app/examples: tensorrtllm_backend
+# dockerfile/Dockerfile.triton.trt_llm_backend, `WORKDIR /app … COPY …/examples examples`). Pip installs
+# ship no examples: there, clone the matching TensorRT-LLM tag and set TRTLLM_EXAMPLES_DIR to its examples/.
 EXAMPLES_ENV = "TRTLLM_EXAMPLES_DIR"
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -25,12 +25,28 @@ DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 SPEC_MODE_NAMES = modes.SPEC_MODE_NAMES
 
 
-def examples_dir() -> tuple[Path, str]:
-    """Where TensorRT-LLM's examples (the convert_checkpoint.py scripts) live, and why."""
+@dataclass(frozen=True)
+class Examples:
+    """TensorRT-LLM's examples dir: as commands name it, where it is on this machine, and why."""
+
+    path: Path  # in the commands (inside the container)
+    host: Path  # where its files are checked (under --container-root when one is given)
+    why: str
+
+
+def examples_dir(layout: containers.Layout | None = None) -> Examples:
+    """Where TensorRT-LLM's examples (the convert_checkpoint.py scripts) live: $TRTLLM_EXAMPLES_DIR,
+    else the container's facts."""
     env = os.environ.get(EXAMPLES_ENV)
     if env:
-        return Path(env).expanduser(), f"${EXAMPLES_ENV}"
-    return Path(DEFAULT_EXAMPLES_DIR), "default (NGC container layout); set $TRTLLM_EXAMPLES_DIR to override"
+        p = Path(env).expanduser()
+        return Examples(p, p, f"${EXAMPLES_ENV}")
+    lay = layout or containers.layout()
+    return Examples(
+        Path(lay.examples_dir),
+        lay.host(lay.examples_dir),
+        f"{lay.describe()}: {lay.facts.cite('examples_dir')}; set ${EXAMPLES_ENV} to override",
+    )
 
 
 @dataclass
@@ -54,11 +70,16 @@ class BuildContext:
     version_source: str  # "installed" | "recipe" | "none"
     installed_version: str | None
     root: Path  # workdir/<recipe name>
+    # where scripts and binaries are (toolkit/data/containers/)
+    container: containers.Layout = field(default_factory=lambda: containers.layout())
     sources: dict[str, Resolved] = field(default_factory=dict)
     dtype: str = "float16"
     dtype_source: str = "default"
     script_vars: dict[str, ScriptVar] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+    def examples(self) -> Examples:
+        return examples_dir(self.container)
 
     @property
     def mode(self) -> str:

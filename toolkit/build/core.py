@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from toolkit import __version__, compat
+from toolkit import __version__, compat, containers
 from toolkit import progress as prog
 from toolkit._fs import atomic_write
 from toolkit.build import engine, llmapi, preflight, reference
-from toolkit.build.context import EXAMPLES_ENV, BuildContext, examples_dir
+from toolkit.build.context import EXAMPLES_ENV, BuildContext
 from toolkit.build.preflight import PASSED, SKIPPED, CheckResult
 from toolkit.build.steps import Step, StepRecord, execute, render_script
 from toolkit.errors import CompatError, PreflightError
@@ -189,11 +189,15 @@ def build(
     workdir: Path | str | None = None,
     dry_run: bool = False,
     progress: Progress | None = None,
+    container: str | None = None,
+    container_root: Path | str | None = None,
 ) -> BuildResult:
     """Build the artifacts of one recipe (or, with dry_run, plan them and return the runbook).
 
     `backend` overrides the recipe's (auto|engine|llmapi|reference); `workdir` defaults to
-    ./workdir; outputs go to <workdir>/<recipe name>/engines/{target,draft}. Raises
+    ./workdir; outputs go to <workdir>/<recipe name>/engines/{target,draft}. Scripts are looked for
+    in the layout of `container` (<yy.mm>; default: toolkit.containers.layout's choice), under
+    `container_root` when given (a directory tree standing in for the container). Raises
     PreflightError (incl. PreflightFailed), StepFailed, ToolNotFound or RecipeError.
     """
     t0 = time.monotonic()
@@ -238,6 +242,7 @@ def build(
         version_source=res.version_source,
         installed_version=installed,
         root=root,
+        container=containers.layout(trtllm_version=res.version, container=container, root=container_root),
     )
     say(f"{name}: {recipe.mode} on {res.backend} ({res.why})")
 
@@ -260,6 +265,7 @@ def build(
     results += preflight.run_checks(ctx, gpus=gpus)
     if ctx.backend == "engine":
         results += engine.check_converter(ctx)
+        results.append(engine.check_trtllm_build(ctx))
     if ctx.backend == "llmapi":
         results.append(llmapi.check_fields(ctx))
     for r in results:
@@ -287,8 +293,8 @@ def build(
         }
         commands.append(llmapi.serve_argv(ctx))
     if ctx.backend == "engine":
-        ex, why = examples_dir()
-        ctx.notes.append(f"converter scripts under {ex} ({why})")
+        ex = ctx.examples()
+        ctx.notes.append(f"converter scripts under {ex.path} ({ex.why})")
 
     result = BuildResult(
         recipe=name,
@@ -369,15 +375,15 @@ def _lock(root: Path) -> Iterator[None]:
 
 def runbook(ctx: BuildContext, steps: list[Step], results: list[CheckResult]) -> str:
     """The plan as a bash script: `set -euo pipefail`, variables, one commented block per step."""
-    ex, ex_why = examples_dir()
+    ex = ctx.examples()
     variables: list[tuple[str, str, str]] = []
     prefixes: dict[str, str] = {}
     if ctx.backend == "engine":
         variables.append(
-            (EXAMPLES_ENV, f'"${{{EXAMPLES_ENV}:-{ex}}}"',
-             "TensorRT-LLM examples (convert_checkpoint.py scripts); version/container dependent")
+            (EXAMPLES_ENV, f'"${{{EXAMPLES_ENV}:-{ex.path}}}"',
+             f"TensorRT-LLM examples (convert_checkpoint.py scripts) of container {ctx.container.container}")
         )  # fmt: skip
-        prefixes[str(ex)] = EXAMPLES_ENV
+        prefixes[str(ex.path)] = EXAMPLES_ENV
     for var in ctx.script_vars.values():
         variables.append((var.name, var.expr, var.comment))
     skipped = [r for r in results if r.status == SKIPPED]
@@ -389,7 +395,9 @@ def runbook(ctx: BuildContext, steps: list[Step], results: list[CheckResult]) ->
         "outputs: " + ", ".join(str(s.dest) for s in steps if s.dest.parent == ctx.engines),
     ]
     if ctx.backend == "engine":
-        header.append(f"converter scripts: {ex} ({ex_why})")
+        header.append(f"converter scripts: {ex.path} ({ex.why})")
+    if ctx.backend == "llmapi":  # the field names written below, from the same table (issue 22, finding 4)
+        header.append(f"speculative_config field names: {llmapi.schema(ctx).why}")
     if skipped:
         header.append("preflight checks skipped in this plan (rerun without --dry-run to check them):")
         header += [f"  {r.name}: {r.detail}" for r in skipped]

@@ -12,30 +12,36 @@ Commands follow shared/reference/trtllm-speculative.md §1 and the upstream exam
   and both draft-target engines (examples/draft_target_model/README.md); `--gather_generation_logits`
   on both draft-target engines when draft logits are used for acceptance.
 
-Where the converter scripts live depends on the container: `$TRTLLM_EXAMPLES_DIR`, default
-/app/tensorrt_llm/examples (NGC layout).
+Where the converter scripts live depends on the container: `$TRTLLM_EXAMPLES_DIR`, else the
+container's facts (toolkit/data/containers/<yy.mm>.json: /app/examples in every
+`tritonserver:<yy.mm>-trtllm-python-py3` from 25.06 on). The preflight checks that every script the plan
+runs is there, and says where it looked.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 from toolkit import modes
-from toolkit.build.context import SPEC_MODE_NAMES, BuildContext, examples_dir
+from toolkit.build.context import SPEC_MODE_NAMES, BuildContext
 from toolkit.build.preflight import FAILED, PASSED, SKIPPED, CheckResult
 from toolkit.build.steps import Step
 from toolkit.recipe import DraftTarget, Eagle, Medusa
 
-# HF model_type → converter under <examples>; Mixtral converts with the Llama script
-# (examples/models/core/mixtral/README.md uses ../llama/convert_checkpoint.py).
+# HF model_type → the converter (a key of the container facts' `converters`, a path under <examples>);
+# Mixtral converts with the Llama script (examples/models/core/mixtral/README.md uses
+# ../llama/convert_checkpoint.py).
 CONVERTERS = {
-    "llama": "models/core/llama/convert_checkpoint.py",
-    "mistral": "models/core/llama/convert_checkpoint.py",
-    "mixtral": "models/core/llama/convert_checkpoint.py",
-    "qwen2": "models/core/qwen/convert_checkpoint.py",
+    "llama": "llama",
+    "mistral": "llama",
+    "mixtral": "llama",
+    "qwen2": "qwen",
 }
-MEDUSA_CONVERTER = "medusa/convert_checkpoint.py"
-EAGLE_CONVERTER = "eagle/convert_checkpoint.py"
+MEDUSA_CONVERTER = modes.MEDUSA  # the keys of the container facts' `converters`
+EAGLE_CONVERTER = modes.EAGLE
+TRTLLM_BUILD = "trtllm-build"
 _HINT_TOOLS = (
     "run inside the TensorRT-LLM container (nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3) "
     "and check $TRTLLM_EXAMPLES_DIR"
@@ -46,42 +52,88 @@ def family(ctx: BuildContext, role: str) -> str | None:
     return ctx.sources[role].facts.model_type
 
 
-def check_converter(ctx: BuildContext) -> list[CheckResult]:
-    out = []
-    ex, why = examples_dir()
-    for role in ("target", "draft"):
-        if role not in ctx.sources:
-            continue
-        fam = family(ctx, role)
-        if fam is None:
-            out.append(
-                CheckResult(
-                    f"converter:{role}",
-                    SKIPPED,
-                    f"skipped (not resolved: model_type of "
-                    f"{ctx.sources[role].ref} unknown; planning with the Llama converter)",
-                )
-            )
-        elif fam not in CONVERTERS:
-            out.append(
-                CheckResult(
-                    f"converter:{role}",
-                    FAILED,
-                    f"no TensorRT-LLM converter known to sdtk for model_type '{fam}' ({ctx.sources[role].ref})",
-                    "supported: " + ", ".join(sorted(CONVERTERS)) + "; or use backend llmapi/reference",
-                )
-            )
-        else:
-            out.append(CheckResult(f"converter:{role}", PASSED, f"{fam} → {ex / _script(ctx, role)} ({why})"))
-    return out
+def roles(ctx: BuildContext) -> list[str]:
+    return ["target"] + (["draft"] if modes.info(ctx.mode).two_model else [])
 
 
-def _script(ctx: BuildContext, role: str) -> str:
+def _converter_key(ctx: BuildContext, role: str) -> str:
     if role == "target" and ctx.mode == modes.MEDUSA:
         return MEDUSA_CONVERTER
     if role == "target" and ctx.mode == modes.EAGLE:
         return EAGLE_CONVERTER
     return CONVERTERS.get(family(ctx, role) or "llama", CONVERTERS["llama"])
+
+
+def _script(ctx: BuildContext, role: str) -> str:
+    """The converter of one role, relative to the examples dir (from the container's facts)."""
+    return ctx.container.converter(_converter_key(ctx, role))
+
+
+def check_converter(ctx: BuildContext) -> list[CheckResult]:
+    """One record per conversion the plan runs: the model family has a converter, and the script is
+    there. A missing script fails, naming where it looked; in a dry run without --container-root it
+    is only reported (the plan is written to run elsewhere)."""
+    out = []
+    ex = ctx.examples()
+    strict = not ctx.dry_run or ctx.container.root is not None
+    for role in roles(ctx):
+        name = f"converter:{role}"
+        fam = family(ctx, role)
+        if fam is not None and fam not in CONVERTERS:
+            out.append(
+                CheckResult(
+                    name,
+                    FAILED,
+                    f"no TensorRT-LLM converter known to sdtk for model_type '{fam}' ({ctx.sources[role].ref})",
+                    "supported: " + ", ".join(sorted(CONVERTERS)) + "; or use backend llmapi/reference",
+                )
+            )
+            continue
+        rel = _script(ctx, role)
+        script, host = ex.path / rel, ex.host / rel
+        where = f"{host}" + (f" (in the container: {script})" if host != script else "")
+        fam_text = fam or "model_type unknown, planning with the Llama converter"
+        if host.is_file():
+            out.append(CheckResult(name, PASSED, f"{fam_text} → {where} exists ({ex.why})"))
+        elif strict:
+            out.append(
+                CheckResult(
+                    name,
+                    FAILED,
+                    f"converter script for the {role} ({fam_text}) not found: looked for {where} ({ex.why})",
+                    f"run inside the tritonserver:{ctx.container.container}-trtllm-python-py3 container, or set "
+                    "$TRTLLM_EXAMPLES_DIR to the examples/ of the matching TensorRT-LLM checkout",
+                )
+            )
+        else:
+            out.append(
+                CheckResult(
+                    name,
+                    SKIPPED,
+                    f"skipped (dry run: {where} is not on this machine; the plan expects it there: {ex.why})",
+                )
+            )
+    return out
+
+
+def check_trtllm_build(ctx: BuildContext) -> CheckResult:
+    """`trtllm-build` (a console script of the tensorrt_llm wheel) is on PATH; a dry run only reports."""
+    found = shutil.which(TRTLLM_BUILD)
+    if found:
+        return CheckResult(f"tool:{TRTLLM_BUILD}", PASSED, f"{found} (on PATH)")
+    searched = os.environ.get("PATH", "")
+    if ctx.dry_run:
+        return CheckResult(
+            f"tool:{TRTLLM_BUILD}",
+            SKIPPED,
+            f"skipped (dry run: {TRTLLM_BUILD} is not on this machine's PATH; the tensorrt_llm wheel installs it)",
+        )
+    return CheckResult(
+        f"tool:{TRTLLM_BUILD}",
+        FAILED,
+        f"{TRTLLM_BUILD} not found on PATH (searched: {searched})",
+        _HINT_TOOLS,
+    )
 
 
 def parallel_of(ctx: BuildContext, role: str) -> tuple[int, int]:
@@ -93,9 +145,8 @@ def parallel_of(ctx: BuildContext, role: str) -> tuple[int, int]:
 
 
 def convert_argv(ctx: BuildContext, role: str, out: Path) -> list[str]:
-    ex, _ = examples_dir()
     tp, pp = parallel_of(ctx, role)
-    argv = ["python3", str(ex / _script(ctx, role)), "--model_dir", ctx.source_arg(role)]
+    argv = ["python3", str(ctx.examples().path / _script(ctx, role)), "--model_dir", ctx.source_arg(role)]
     spec = ctx.recipe.speculative
     if role == "target" and isinstance(spec, Medusa):
         argv += ["--medusa_model_dir", ctx.source_arg("medusa_heads")]
@@ -128,7 +179,7 @@ def convert_argv(ctx: BuildContext, role: str, out: Path) -> list[str]:
 def build_argv(ctx: BuildContext, role: str, ckpt: Path, out: Path) -> list[str]:
     lim = ctx.recipe.build
     argv = [
-        "trtllm-build",
+        TRTLLM_BUILD,
         "--checkpoint_dir", str(ckpt),
         "--output_dir", str(out),
         "--gemm_plugin", ctx.dtype,
@@ -165,9 +216,8 @@ def _inputs(ctx: BuildContext, role: str) -> list[Path]:
 
 
 def plan(ctx: BuildContext) -> list[Step]:
-    roles = ["target"] + (["draft"] if modes.info(ctx.mode).two_model else [])
     steps: list[Step] = []
-    for role in roles:
+    for role in roles(ctx):
         ckpt = ctx.checkpoints / role
         eng = ctx.engines / role
         steps.append(

@@ -79,7 +79,8 @@ def schema_for(version: str | None) -> LlmapiSchema:
     if version is None:
         return LlmapiSchema(
             "1.2+", "Eagle3", "speculative_model", True, True,
-            "no TensorRT-LLM version installed or declared: newest field names (set trtllm_version to pin)",
+            "no TensorRT-LLM version installed or declared: newest field names (decoding_type Eagle3, "
+            "speculative_model; set trtllm_version to pin)",
         )  # fmt: skip
     v = Version(version)
     if v < Version("1.1"):

@@ -18,14 +18,15 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from toolkit import compat, modes
+from toolkit import compat, containers, modes
 from toolkit.errors import UsageError
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
 
 DEFAULT_GPUS_PER_NODE = 8
-NGC_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
+# the newest container's (toolkit/data/containers/; the same path in every one from 25.06 on)
+NGC_TRITONSERVER = containers.newest().tritonserver.value
 
 
 @dataclass(frozen=True)

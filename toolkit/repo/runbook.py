@@ -8,13 +8,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toolkit import containers
 from toolkit.modes import LOOKAHEAD, info
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
     from toolkit.repo.render import RenderResult
 
-NGC_TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
+# the newest container's (toolkit/data/containers/; the same path in every one from 25.06 on)
+NGC_TRITONSERVER = containers.newest().tritonserver.value
 PROMPT = "Speculative decoding is"
 
 
@@ -67,8 +69,10 @@ def _launch(recipe: Recipe, r: RenderResult) -> tuple[str, list[str]]:
             host=s.host,
         )
         names = ",".join(r.tensorrt_llm_models)
+        # /app/scripts in the container (toolkit/data/containers/: `COPY …/triton_backend/scripts scripts`)
+        scripts = containers.layout(trtllm_version=recipe.trtllm_version).facts.scripts_dir.value
         upstream = (
-            "python3 $TRTLLM_DIR/triton_backend/scripts/launch_triton_server.py "
+            f"python3 {scripts}/launch_triton_server.py "
             f"{shlex.quote(f'--model_repo={r.path}')} "
             f"--world_size={r.world_size} "
             f"{shlex.quote(f'--tensorrt_llm_model_name={names}')}"

@@ -26,13 +26,24 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-# NGC -trtllm-python-py3 containers ship the llmapi model here (first match wins after $TRTLLM_DIR):
+from toolkit import containers
+
+# The TensorRT-LLM release image installs the Triton models here: NVIDIA/TensorRT-LLM
+# docker/Dockerfile.multi @00f74ad (`tritonrelease` stage installs /app/tensorrt_llm/triton_backend/all_models).
+RELEASE_IMAGE_LLMAPI_MODEL_DIR = "/app/tensorrt_llm/triton_backend/all_models/llmapi/tensorrt_llm/1"
+# Where the llmapi model is looked for (first match wins after $TRTLLM_DIR): the current container's
+# (toolkit/data/containers/: /app/all_models/llmapi/tensorrt_llm/1, tensorrtllm_backend
+# dockerfile/Dockerfile.triton.trt_llm_backend `COPY …/triton_backend/all_models all_models`; also
 # triton-inference-server/tutorials Feature_Guide/Speculative_Decoding/TRT-LLM/README.md
-# (`cp -R /app/all_models/llmapi/ ...`) and NVIDIA/TensorRT-LLM docker/Dockerfile.multi @00f74ad
-# (`tritonrelease` stage installs /app/tensorrt_llm/triton_backend/all_models).
-LLMAPI_MODEL_DIRS = (
-    "/app/all_models/llmapi/tensorrt_llm/1",
-    "/app/tensorrt_llm/triton_backend/all_models/llmapi/tensorrt_llm/1",
+# `cp -R /app/all_models/llmapi/ ...`), every other known container's, then the release image's.
+LLMAPI_MODEL_DIRS = tuple(
+    dict.fromkeys(
+        [
+            str(containers.layout().llmapi_model_dir),
+            *(str(containers.Layout(c, "").llmapi_model_dir) for c in containers.all_facts().values()),
+            RELEASE_IMAGE_LLMAPI_MODEL_DIR,
+        ]
+    )
 )
 
 

@@ -1,7 +1,8 @@
 """Which tritonserver sdtk uses, and from where.
 
-Order: `--tritonserver`, `$TRITONSERVER`, PATH, `/opt/tritonserver/bin/tritonserver`
-(NGC containers), then the CPU build embedded in the nvidia-pytriton wheel.
+Order: `--tritonserver`, `$TRITONSERVER`, PATH, the container's tritonserver
+(`/opt/tritonserver/bin/tritonserver` in NGC containers: toolkit/data/containers/), then the CPU
+build embedded in the nvidia-pytriton wheel.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-NGC_TRITONSERVER = Path("/opt/tritonserver/bin/tritonserver")
+from toolkit import containers
+
+NGC_TRITONSERVER = Path(containers.newest().tritonserver.value)
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,8 @@ def find_tritonserver_candidates(flag: str | None = None) -> list[Candidate]:
         out.append(Candidate("env", p, _executable(p)))
     which = shutil.which("tritonserver")
     out.append(Candidate("path", Path(which) if which else None, which is not None))
-    out.append(Candidate("ngc", NGC_TRITONSERVER, _executable(NGC_TRITONSERVER)))
+    ngc = Path(containers.layout().facts.tritonserver.value)
+    out.append(Candidate("ngc", ngc, _executable(ngc)))
     root = pytriton_root()
     emb = root / "bin" / "tritonserver" if root else None
     out.append(Candidate("embedded", emb, _executable(emb)))

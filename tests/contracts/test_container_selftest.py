@@ -1,0 +1,126 @@
+"""`sdtk selftest --dry-run --container-root DIR`, per container (issue 22, deliverable 4).
+
+Stand-in for the container: a directory tree built from `containers/<yy.mm>.json` with empty files at
+the recorded paths (TensorRT-LLM and the NGC images are not available here). The dry run must print
+every step's argv and resolve every path against that tree, for each container. The commands name
+the in-container paths, which come from tensorrtllm_backend `dockerfile/Dockerfile.triton.trt_llm_backend`
+(`WORKDIR /app`, `COPY …/examples examples`) and server `build.py` (`/opt/tritonserver`) at each tag.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path, PurePosixPath
+
+import pytest
+from click.testing import CliRunner
+
+from toolkit import containers
+from toolkit.cli import cli
+from toolkit.selftest import plan_modes
+
+FACTS = containers.all_facts()
+
+
+def make_tree(root: Path, facts: containers.ContainerFacts) -> Path:
+    """Empty files at every recorded file path, directories at every recorded directory."""
+    for d in facts.dirs():
+        (root / PurePosixPath(d).relative_to("/")).mkdir(parents=True, exist_ok=True)
+    for f in facts.files():
+        p = root / PurePosixPath(f).relative_to("/")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("")
+    return root
+
+
+def run(tag: str, root: Path, *extra: str):
+    return CliRunner().invoke(
+        cli, ["selftest", "--dry-run", "--container", tag, "--container-root", str(root), "--json", *extra]
+    )
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch, tmp_path):
+    for var in ("TRTLLM_EXAMPLES_DIR", "NVIDIA_TRITON_SERVER_VERSION", "TRITONSERVER", "TRTLLM_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+
+
+@pytest.mark.parametrize("tag", list(FACTS))
+def test_dry_run_resolves_every_path_of_each_container(tag, tmp_path):
+    facts = FACTS[tag]
+    root = make_tree(tmp_path / "container", facts)
+    r = run(tag, root)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["ok"] and out["container"] == tag and out["trtllm_version"] == facts.trtllm_version.value
+    want = plan_modes(facts.trtllm_version.value)
+    assert [(row["mode"], row["backend"]) for row in out["rows"]] == want and want
+    examples = facts.examples_dir.value
+    for row in out["rows"]:
+        assert row["ok"] and row["error"] is None, row
+        assert row["steps"] and all(s.get("argv") or s.get("files") for s in row["steps"])
+        assert row["launch_argv"] and facts.tritonserver.value in row["launch_argv"]
+        for p in row["paths"]:
+            assert p["found"] and Path(p["host"]) == root / PurePosixPath(p["path"]).relative_to("/")
+        resolved = {p["path"] for p in row["paths"]}
+        assert facts.tritonserver.value in resolved
+        if row["backend"] == "engine":
+            convs = [s["argv"] for s in row["steps"] if s["name"].startswith("convert-")]
+            assert convs and all(a[0] == "python3" and a[1].startswith(examples + "/") for a in convs)
+            assert {a[1] for a in convs} <= resolved
+            assert facts.tensorrtllm_backend_dir.value in resolved
+        if row["backend"] == "llmapi":
+            assert facts.llmapi_model_py.value in resolved
+
+
+def test_dry_run_names_a_missing_converter(tmp_path):
+    facts = FACTS["25.12"]
+    root = make_tree(tmp_path / "container", facts)
+    medusa = root / "app/examples" / facts.converters["medusa"].value
+    medusa.unlink()
+    r = run("25.12", root)
+    assert r.exit_code == 1
+    out = json.loads(r.output)
+    bad = [row for row in out["rows"] if not row["ok"]]
+    assert [(row["mode"], row["backend"]) for row in bad] == [("medusa", "engine")]
+    assert str(medusa) in bad[0]["error"]  # the preflight says where it looked
+    assert [p["host"] for p in bad[0]["paths"] if not p["found"]] == [str(medusa)]
+    assert bad[0]["steps"][0]["argv"][1] == "/app/examples/medusa/convert_checkpoint.py"
+
+
+def test_text_output_prints_argv_and_paths(tmp_path):
+    facts = FACTS["25.10"]
+    root = make_tree(tmp_path / "container", facts)
+    r = CliRunner().invoke(
+        cli, ["selftest", "--dry-run", "--container", "25.10", "--container-root", str(root), "--mode", "medusa"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "step convert-target: python3 /app/examples/medusa/convert_checkpoint.py --model_dir" in r.output
+    assert "launch: " in r.output and "/opt/tritonserver/bin/tritonserver" in r.output
+    assert f"{root}/app/examples/medusa/convert_checkpoint.py (in the container: " in r.output
+
+
+def test_container_root_needs_dry_run(tmp_path):
+    r = CliRunner().invoke(cli, ["selftest", "--container-root", str(tmp_path)])
+    assert r.exit_code != 0 and "--dry-run" in r.output
+
+
+def test_deploy_dry_run_shows_the_converter_under_app_examples(tmp_path):
+    """Issue 22 "done when": `sdtk deploy recipes/llama-3.3-70b-draft-target.yaml --backend engine --dry-run`
+    shows the converter under /app/examples (tensorrtllm_backend dockerfile/Dockerfile.triton.trt_llm_backend
+    @r25.12: `WORKDIR /app`, `COPY --from=tensorrt_llm_code /workspace/tensorrt_llm/examples examples`)."""
+    repo = Path(__file__).resolve().parents[2]
+    r = CliRunner().invoke(
+        cli,
+        ["deploy", str(repo / "recipes/llama-3.3-70b-draft-target.yaml"), "--backend", "engine", "--dry-run",
+         "--workdir", str(tmp_path / "wd"), "--json"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    script = json.loads(r.stdout)["build_script"]
+    assert 'TRTLLM_EXAMPLES_DIR="${TRTLLM_EXAMPLES_DIR:-/app/examples}"' in script
+    assert script.count('python3 "${TRTLLM_EXAMPLES_DIR}/models/core/llama/convert_checkpoint.py"') == 2
+    assert "/app/tensorrt_llm/examples" not in script
+    # the preflight says where it looked, and that a dry run outside the container did not find it
+    assert "converter:target: skipped (dry run: /app/examples/models/core/llama/convert_checkpoint.py" in script
