@@ -227,7 +227,7 @@ TWIN_MODES = ["none", "draft_target", "medusa", "lookahead"]  # the engine path'
 
 def _normalized(path: Path, engine_dir: Path) -> model_config_pb2.ModelConfig:
     cfg = _cfg(path)
-    for key, value in cfg.parameters.items():
+    for value in cfg.parameters.values():
         value.string_value = value.string_value.replace(str(engine_dir), "<engines>")
     return cfg
 
