@@ -128,6 +128,7 @@ LLM_OUTPUTS = (
     "total_accepted_draft_tokens",
     "total_draft_tokens",
 )
+KV_OUTPUTS = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks")
 # The draft model sees the ids and the sampling settings only.
 DRAFT_INPUTS = ("end_id", "pad_id", "temperature", "runtime_top_k", "runtime_top_p", "seed")
 # Inputs the draft-target loop sets itself on every target call.
@@ -365,6 +366,7 @@ class Bls:
         base = {k: v for k, v in llm.items() if k not in LOOP_INPUTS}
         draft_base = {k: llm[k] for k in DRAFT_INPUTS if k in llm}
         stats = {"arrival": time.time_ns(), "first": 0, "drafted": 0, "accepted": 0}
+        kv_blocks: dict[str, np.ndarray] = {}  # the last target call's KV-cache counters, as upstream
 
         def outputs(ids: list[int], count: int) -> dict[str, np.ndarray]:
             """`count`: the tokens this response carries (num_output_tokens is per response)."""
@@ -377,6 +379,7 @@ class Bls:
                 )
                 out["total_accepted_draft_tokens"] = _int32(accepted)
                 out["total_draft_tokens"] = _int32(drafted)
+                out.update(kv_blocks)
                 for name, value in (
                     ("arrival_time_ns", stats["arrival"]),
                     ("first_scheduled_time_ns", stats["arrival"]),
@@ -424,6 +427,7 @@ class Bls:
                 if draft_logits is not None:
                     t_in["draft_logits"] = draft_logits
             t = self._run(self.target, t_in)
+            kv_blocks.update({k: t[k] for k in KV_OUTPUTS if k in t})
             new = _tokens_of(t)
             if "total_accepted_draft_tokens" in t:
                 accepted = int(t["total_accepted_draft_tokens"].reshape(-1)[0])

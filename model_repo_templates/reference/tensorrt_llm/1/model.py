@@ -21,7 +21,7 @@ config does not declare, as it does in front of the C++ backend.
 (the end token is left out of the output), `temperature`/`runtime_top_k`/`runtime_top_p`/`seed`,
 `streaming` (decoupled deployments only; each chunk carries the new tokens as they come, and the
 perf outputs follow in a last, empty chunk), `stop_words_list`,
-`exclude_input_in_output`, `return_perf_metrics` (acceptance and timing outputs),
+`exclude_input_in_output`, `return_perf_metrics` (acceptance, timing and KV-cache block outputs),
 `return_num_input_tokens`/`return_num_output_tokens`, per-request `lookahead_*` (speculation
 is off when they give no draft tokens, e.g. (1, 1, 0)). With `draft_input_ids` (the BLS
 draft-target loop) the target verifies the draft (`ReferenceRuntime.verify_draft`) and, like
@@ -55,6 +55,11 @@ import triton_python_backend_utils as pb_utils
 from toolkit.ops.spec_metrics import Sink, TritonSpecMetrics
 
 INT32_MAX = 2**31 - 1
+# The perf outputs' KV-cache counters, in sdtk's accounting: the reference runtime keeps each
+# sequence's cache contiguous and reuses nothing, so a request reports the 64-token blocks its
+# prompt + output span as allocated (all new) and 0 reused. Clients that read the counters
+# (upstream's end_to_end_grpc_client.py --return-perf-metrics reads `[0][0]` of each) get them.
+TOKENS_PER_BLOCK = 64
 PLAIN = ("top_k", "top_p", "top_k_top_p")
 MODES = {
     "medusa": "medusa",
@@ -530,6 +535,10 @@ class Generator:
                 )
                 result["total_accepted_draft_tokens"] = np.array([[accepted]], dtype=np.int32)
                 result["total_draft_tokens"] = np.array([[drafted]], dtype=np.int32)
+                blocks = -(-(len(prompt) + len(out)) // TOKENS_PER_BLOCK)
+                result["kv_cache_alloc_new_blocks"] = np.array([[blocks]], dtype=np.int32)
+                result["kv_cache_reused_blocks"] = np.array([[0]], dtype=np.int32)
+                result["kv_cache_alloc_total_blocks"] = np.array([[blocks]], dtype=np.int32)
                 for name, value in (
                     ("arrival_time_ns", arrival),
                     ("first_scheduled_time_ns", arrival),
