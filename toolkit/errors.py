@@ -109,6 +109,26 @@ class ModelError(SdtkError):
     """Model files that are missing, unreadable or inconsistent."""
 
 
+class TieProneCheckpoint(ModelError):
+    """A test checkpoint whose greedy choices are not decisive: at some step the top-1 logit beats
+    the runner-up by less than `threshold` (a fraction of that step's largest |logit|), so a
+    rounding difference between two correct kernels could flip the token."""
+
+    def __init__(
+        self, path: Path, *, margin: float, threshold: float, prompt: str, step: int, hint: str | None = None
+    ):
+        self.path = Path(path)
+        self.margin = margin
+        self.threshold = threshold
+        self.prompt = prompt
+        self.step = step
+        super().__init__(
+            f"{self.path}: greedy top-1 margin {margin:.4f} of the largest |logit| at step {step} of "
+            f"prompt {prompt!r} is below {threshold}: fp16/bf16 rounding could flip that token",
+            hint=hint,
+        )
+
+
 class GenerationError(SdtkError):
     """A generation request that cannot be served as asked (empty prompt, too long, ...)."""
 

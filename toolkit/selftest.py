@@ -13,7 +13,8 @@ Without TensorRT-LLM it says so and runs the same flow on the reference backend 
 CI tests: the (mode, repository) pairs TensorRT-LLM 1.1 would run, with the engine path's modes on the
 reference ensemble repository and the llmapi path's on the reference llmapi flavour (the same
 config.pbtxt/model.yaml, backend label `reference-llmapi`). Random weights make acceptance low;
-correctness (lossless greedy) is what is checked.
+correctness (lossless greedy) is what is checked, on a target whose greedy choices rounding cannot
+flip (MIN_MARGIN, checked before anything is deployed).
 
 Checkpoint shapes fit TensorRT-LLM's kernels: every attention head is 64 wide (its decoder
 attention kernels are instantiated for head sizes 32-256 only: NVIDIA/TensorRT-LLM
@@ -49,6 +50,29 @@ CORPUS = [
     "class Stack:\n    def __init__(self):\n        self.items = []\n",
 ] * 8
 PROMPTS = ("def fibonacci(n):", "The quick brown fox", "import os\n")
+VALIDATE_TOKENS = 16  # tokens per prompt the greedy-equality check compares
+# Decisive greedy choices. Validation demands token-for-token equality between two deployments
+# whose kernels differ (speculative verification runs other shapes than plain decoding), so every
+# greedy choice of the target must survive fp16/bf16 rounding. Rounding is relative to the
+# magnitudes involved (unit roundoff 2^-11 for fp16, 2^-8 for bf16, compounded over the layers),
+# so the margin is measured relative to the step's largest |logit|: (top-1 - top-2) / max|logit|.
+# Measured on the plain random checkpoints this replaced (all weights N(0, 0.02)): casting fp32 → bf16
+# moved logits by up to ~1% of max|logit| (fp16: ~0.14%), while their smallest margin over these
+# prompts was 0.02%-0.8% (seeds 0-4), and a cast changed a greedy token in 3 of 5 seeds (bf16) and
+# in 1 of 5 (fp16).
+# MIN_MARGIN is 10x that bf16 drift (~25x bf16's unit roundoff, ~200x fp16's).
+MIN_MARGIN = 0.1
+# The target's construction (make_checkpoints): token embeddings of norm ~sqrt(hidden), so each
+# position's own embedding dominates the residual stream (every decoder layer still adds its random
+# attention/MLP output, ~0.1 of it), and an lm_head whose row for token pi(x) holds the unit
+# embedding of x (pi: seeded, onto the tokens that decode to printable ASCII), scaled so the top logit
+# is ~PEAK_LOGIT. The greedy choice after x is then pi(x) with a margin of ~0.45-0.5 of the top
+# logit (measured, seeds 0-4, in float32 and in bf16/fp16 casts), since random
+# unit embeddings in 128 dimensions overlap by at most ~0.35. The price: the choice follows from the
+# current token, so validation catches speculative-decoding errors (tokens wrongly accepted, dropped,
+# repeated or misplaced) but not a target attention error that leaves every winner unchanged.
+PEAK_LOGIT = 10.0
+SPECIAL_TOKENS = 3  # <s>, </s>, <pad>: never a greedy choice
 
 
 @dataclass
@@ -154,6 +178,8 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
     paths = {role: root / role for role in ("target", "draft", "medusa_heads", "eagle_head")}
     for role, cfg in (("target", llama(2, 1, TARGET_LAYERS)), ("draft", llama(1, 1, 1))):
         model = LlamaForCausalLM(cfg)
+        if role == "target":
+            _make_decisive(model, fast)
         model.save_pretrained(paths[role])
         fast.save_pretrained(paths[role])
 
@@ -229,6 +255,105 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
         )
     )
     return paths
+
+
+def _make_decisive(model: Any, tokenizer: Any) -> None:
+    """Give a random Llama target decisive greedy choices (see MIN_MARGIN and PEAK_LOGIT).
+
+    Successors are tokens that decode, alone, to printable ASCII: streamed chunks then decode to
+    the same text as the whole output (a lone byte of a multi-byte character would not)."""
+    import torch
+
+    vocab = len(tokenizer)
+    text = [tokenizer.decode([t]) for t in range(vocab)]
+    printable = [
+        t for t in range(SPECIAL_TOKENS, vocab) if text[t] and text[t].isascii() and text[t].isprintable()
+    ]
+    others = [t for t in range(SPECIAL_TOKENS, vocab) if t not in set(printable)]
+    with torch.no_grad():
+        embed = model.model.embed_tokens.weight
+        hidden = embed.shape[1]
+        embed.normal_(0.0, 1.0)  # norm ~sqrt(hidden): dominates the ~0.1-sized layer outputs
+        unit = embed / embed.norm(dim=1, keepdim=True)
+        head = torch.zeros(vocab, hidden)
+        # a permutation of the printable tokens; every other token leads to a random printable one
+        succ = dict(
+            zip(printable, torch.tensor(printable)[torch.randperm(len(printable))].tolist(), strict=True)
+        )
+        succ |= dict(
+            zip(
+                others,
+                torch.tensor(printable)[torch.randint(len(printable), (len(others),))].tolist(),
+                strict=True,
+            )
+        )
+        for token, nxt in succ.items():
+            head[nxt] += unit[token]
+        # the final RMSNorm leaves a hidden state of norm ~sqrt(hidden): row · h ≈ PEAK_LOGIT · cos
+        head *= PEAK_LOGIT / hidden**0.5
+        head[:SPECIAL_TOKENS] = torch.randn(SPECIAL_TOKENS, hidden) * 0.02  # never a greedy choice
+        model.lm_head.weight.copy_(head)
+
+
+@dataclass(frozen=True)
+class Margins:
+    """The smallest greedy top-1 margin (a fraction of the step's largest |logit|) over the
+    selftest's prompts and token budget, and where it occurred."""
+
+    min_margin: float
+    prompt: str
+    step: int
+    tokens: dict[str, list[int]]  # prompt → greedy token ids
+
+
+def greedy_margins(
+    target: Path,
+    *,
+    dtype: str = "float32",
+    prompts: Sequence[str] = PROMPTS,
+    max_tokens: int = VALIDATE_TOKENS,
+) -> Margins:
+    """Greedy-decode each prompt on the target with transformers (in `dtype`: a cast of the stored
+    weights, which simulates that precision's rounding), measuring each step's top-1 margin."""
+    import torch
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(target)
+    model = LlamaForCausalLM.from_pretrained(target, dtype=torch.float32).to(getattr(torch, dtype)).eval()
+    worst = (float("inf"), "", 0)
+    tokens: dict[str, list[int]] = {}
+    with torch.no_grad():
+        for prompt in prompts:
+            ids = tok(prompt, return_tensors="pt").input_ids
+            out: list[int] = []
+            for step in range(max_tokens):
+                logits = model(ids).logits[0, -1].float()
+                top = torch.topk(logits, 2)
+                margin = float(top.values[0] - top.values[1]) / float(logits.abs().max())
+                worst = min(worst, (margin, prompt, step))
+                out.append(int(top.indices[0]))
+                if out[-1] == tok.eos_token_id:
+                    break
+                ids = torch.cat([ids, top.indices[:1].view(1, 1)], dim=1)
+            tokens[prompt] = out
+    return Margins(worst[0], worst[1], worst[2], tokens)
+
+
+def check_margins(target: Path) -> Margins:
+    """The target's greedy margins in float32; TieProneCheckpoint below MIN_MARGIN."""
+    from toolkit.errors import TieProneCheckpoint
+
+    m = greedy_margins(target)
+    if m.min_margin < MIN_MARGIN:
+        raise TieProneCheckpoint(
+            target,
+            margin=m.min_margin,
+            threshold=MIN_MARGIN,
+            prompt=m.prompt,
+            step=m.step,
+            hint="write the checkpoints with toolkit.selftest.make_checkpoints, which builds a decisive target",
+        )
+    return m
 
 
 # --------------------------------------------------------------------------- plan
@@ -364,7 +489,7 @@ def run_mode(
             model=deployed.model,
             recipe=recipe,
             prompts=PROMPTS,
-            max_tokens=16,
+            max_tokens=VALIDATE_TOKENS,
             baseline_url=baseline_url,
             progress=None,
         )
@@ -469,6 +594,10 @@ def selftest(
         root = Path(root).resolve()
         say(f"writing random-weight checkpoints under {root / 'checkpoints'}")
         paths = make_checkpoints(root / "checkpoints")
+        margins = check_margins(paths["target"])
+        say(
+            f"target's smallest greedy margin: {margins.min_margin:.2f} of max|logit| (at least {MIN_MARGIN})"
+        )
         results: list[ModeResult] = []
         baselines: dict[str, Any] = {}
         try:

@@ -7,6 +7,11 @@ path and tag or commit under `sources`): tensor names, types and dims and parame
 files (TensorRT-LLM cannot be installed here); rendering reads nothing else from them.
 
 What sdtk renders on top of upstream, on purpose, is listed in SDTK_EXTRAS, each with its reason.
+
+Where a fact was read at a commit other than the release tag, the fixture says so per tensor:
+`models.llmapi_tensorrt_llm.at_tag` of trtllm-1.0/1.1.json (`bracketed`, `unverified` with the
+reason, `absent` with the upstream change that added it after the tag), checked by
+test_llmapi_facts_state_their_standing_at_the_tag.
 """
 
 from __future__ import annotations
@@ -128,6 +133,31 @@ def test_engine_repository_matches_its_version(version, mode, tmp_path):
         check_model(_cfg(r.path / name / "config.pbtxt"), facts["models"][upstream], upstream)
 
 
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_llmapi_facts_state_their_standing_at_the_tag(version):
+    """The llmapi model's facts were read at commits other than the release tag (the tag's file
+    could not be read here). `at_tag` says, for each tensor, which it is: `bracketed` (the same
+    before the tag, at tensorrtllm_backend c2e65b8, and after it), `unverified` (absent before the
+    tag, present after it: name -> reason, with the upstream change that added it) or `absent`
+    (added after the tag: name -> reason; left out of the fixture and of what sdtk renders)."""
+    from toolkit.repo.versions import LLMAPI_LATE_INPUTS
+
+    facts = fixture(version)["models"]["llmapi_tensorrt_llm"]
+    at = facts["at_tag"]
+    assert f"v{VERSIONS[version]}" in at["tag"] and "NVIDIA/TensorRT-LLM" in at["tag"]
+    if not at["read"]:
+        assert at["not_read"]
+    listed = [t["name"] for t in facts["inputs"] + facts["outputs"]]
+    bracketed, unverified, absent = set(at["bracketed"]["names"]), set(at["unverified"]), set(at["absent"])
+    assert not bracketed & unverified, sorted(bracketed & unverified)
+    assert bracketed | unverified == set(listed), sorted(set(listed) ^ (bracketed | unverified))
+    assert not absent & set(listed), sorted(absent & set(listed))
+    assert absent == set(LLMAPI_LATE_INPUTS)  # what the renderer leaves out below 1.3
+    assert "c2e65b8" in at["bracketed"]["why"] and "0a71057" in at["bracketed"]["why"]
+    for name, why in {**at["unverified"], **at["absent"]}.items():
+        assert "NVIDIA/TensorRT-LLM" in why and "PR #" in why and "20" in why, name  # the change, its date
+
+
 @pytest.mark.parametrize("mode", LLMAPI_MODES)
 @pytest.mark.parametrize("version", ["1.0", "1.1"])
 def test_llmapi_repository_matches_its_version(version, mode, tmp_path):
@@ -141,7 +171,10 @@ def test_llmapi_repository_matches_its_version(version, mode, tmp_path):
         llmapi_options=llmapi_options(recipe),
         trtllm_dir=tmp_path / "none",
     )
-    check_model(_cfg(r.path / "tensorrt_llm/config.pbtxt"), facts["models"]["llmapi_tensorrt_llm"], "llmapi")
+    cfg = _cfg(r.path / "tensorrt_llm/config.pbtxt")
+    check_model(cfg, facts["models"]["llmapi_tensorrt_llm"], "llmapi")
+    absent = set(facts["models"]["llmapi_tensorrt_llm"]["at_tag"]["absent"])
+    assert not absent & {t.name for t in cfg.input}, "inputs added after the tag are rendered"
     model = yaml.safe_load((r.path / "tensorrt_llm/1/model.yaml").read_text())
     assert set(model["triton_config"]) <= set(facts["llmapi_options"]["triton_config"])
 

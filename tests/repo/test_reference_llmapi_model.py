@@ -5,6 +5,7 @@ in tests/integration/test_reference_llmapi.py."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -16,8 +17,36 @@ TINY = ROOT / "models" / "tiny"
 MODEL = "reference_llmapi/tensorrt_llm/1/model.py"
 
 
+def model_config(tmp_path: Path, version: str | None = None) -> str:
+    """Triton's `model_config` JSON of the llmapi config.pbtxt sdtk renders for `version` (None: newest)."""
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2
+
+    from tests.repo.conftest import engines_for, llmapi_options, make_recipe
+    from toolkit.repo import render_repository
+
+    recipe = make_recipe("llmapi", "none", **({"trtllm_version": version} if version else {}))
+    r = render_repository(
+        recipe,
+        engines_for(tmp_path, recipe, "llmapi"),
+        tmp_path / "repo",
+        backend="llmapi",
+        llmapi_options=llmapi_options(recipe),
+        trtllm_dir=tmp_path / "none",
+    )
+    cfg = text_format.Parse(
+        (r.path / "tensorrt_llm/config.pbtxt").read_text(), model_config_pb2.ModelConfig()
+    )
+    return json.dumps(json_format.MessageToDict(cfg, preserving_proto_field_name=True))
+
+
+@pytest.fixture(scope="module")
+def newest_config(tmp_path_factory) -> str:
+    return model_config(tmp_path_factory.mktemp("newest"))
+
+
 @pytest.fixture
-def model(load_model, monkeypatch):
+def model(load_model, monkeypatch, newest_config):
     mod = load_model(MODEL)
     args = {
         "model": str(TINY / "target"),
@@ -29,7 +58,7 @@ def model(load_model, monkeypatch):
     }
     monkeypatch.setattr(mod, "model_yaml", lambda: args)
     m = mod.TritonPythonModel()
-    m.initialize({"model_config": "{}"})
+    m.initialize({"model_config": newest_config})
     return mod, m
 
 
@@ -114,7 +143,7 @@ def test_cancellation_is_checked_every_step(pb, model):
     assert len(sent) <= 3  # at most the streamed chunks before the check fired, then the error
 
 
-def test_streaming_needs_decoupled(pb, load_model, monkeypatch):
+def test_streaming_needs_decoupled(pb, load_model, monkeypatch, newest_config):
     mod = load_model(MODEL)
     args = {
         "model": str(TINY / "target"),
@@ -123,7 +152,7 @@ def test_streaming_needs_decoupled(pb, load_model, monkeypatch):
     }
     monkeypatch.setattr(mod, "model_yaml", lambda: args)
     m = mod.TritonPythonModel()
-    m.initialize({"model_config": "{}"})
+    m.initialize({"model_config": newest_config})
     req = _request(pb, {"text_input": np.array([b"x"], dtype=object), "streaming": np.array([True])})
     (resp,) = m.execute([req])
     assert resp.has_error() and "Streaming is only supported in decoupled mode." in resp.error().message()
@@ -188,3 +217,35 @@ def test_requests_are_batched_in_flight(pb, model):
     assert len(_finished(pb, a)) > 1
     assert b.sender.sent[-1][0].as_dict()["text_output"][0].decode() == alone
     assert m.runtime.batcher.batch_sizes.get(2, 0) > 0  # iterations that ran both sequences
+
+
+@pytest.mark.parametrize("version", ["1.1.0", None])
+def test_reads_only_the_inputs_its_config_declares(pb, load_model, monkeypatch, tmp_path, version):
+    """The config of a declared TensorRT-LLM 1.1 has no image_url or lora_* input
+    (tests/contracts/trtllm-1.1.json `at_tag.absent`): the model never asks a request for them
+    (Triton core refuses undeclared inputs before the model sees the request). The newest config
+    declares them, and the model refuses them as features the reference runtime lacks."""
+    from toolkit.repo.versions import LLMAPI_LATE_INPUTS
+
+    mod = load_model(MODEL)
+    args = {"model": str(TINY / "target"), "max_seq_len": 64,
+            "triton_config": {"max_batch_size": 0, "decoupled": False}}  # fmt: skip
+    monkeypatch.setattr(mod, "model_yaml", lambda: args)
+    config = model_config(tmp_path, version)
+    declared = {t["name"] for t in json.loads(config)["input"]}
+    asked: list[str] = []
+    real = pb.get_input_tensor_by_name
+    monkeypatch.setattr(pb, "get_input_tensor_by_name", lambda r, n: asked.append(n) or real(r, n))
+    m = mod.TritonPythonModel()
+    m.initialize({"model_config": config})
+    req = _request(pb, {"text_input": np.array([b"x"], dtype=object),
+                        "sampling_param_max_tokens": np.array([2], np.int32),
+                        "lora_id": np.array([7], np.uint64)})  # fmt: skip
+    (resp,) = m.execute([req])
+    assert set(asked) <= declared, sorted(set(asked) - declared)
+    if version is None:
+        assert set(LLMAPI_LATE_INPUTS) <= declared
+        assert resp.has_error() and "input lora_id is not supported" in resp.error().message()
+    else:
+        assert not set(LLMAPI_LATE_INPUTS) & declared
+        assert not resp.has_error() and resp.as_dict()["text_output"].size == 1

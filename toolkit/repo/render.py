@@ -34,7 +34,7 @@ from toolkit.errors import CompatError
 from toolkit.recipe import DraftTarget, Eagle, Eagle3, Lookahead, Medusa, Recipe, lookahead_max_draft_len
 from toolkit.repo.engines import TRITON_DTYPES, EngineInfo, read_engine
 from toolkit.repo.errors import RenderError
-from toolkit.repo.versions import LLMAPI_MODEL_DIRS
+from toolkit.repo.versions import LLMAPI_MODEL_DIRS, llmapi_late_inputs
 from toolkit.resources import templates_dir
 from toolkit.trees import to_triton_string
 
@@ -621,6 +621,7 @@ def _plan_llmapi(
         "model_name": entry,
         "decoupled": recipe.serving.decoupled,
         "llm_args": _llm_args(recipe, target, options),
+        "late_inputs": llmapi_late_inputs(recipe.trtllm_version),
     }
     files = [
         _File(

@@ -9,6 +9,7 @@ contract fixtures under tests/contracts/ hold the full tensor lists.
 | tensorrt_llm min-length input | `min_length` | `min_tokens` | `min_tokens` |
 | tensorrt_llm seed input | `random_seed` | `seed` | `seed` |
 | `return_num_{input,output}_tokens` / `num_*_tokens` | no | no (unverified for 1.0/1.1) | yes |
+| llmapi `image_url`, `lora_*` inputs (`llmapi_late_inputs`) | – | no (also 1.2) | yes (≥ 1.3 / not declared) |
 
 Sources: triton-inference-server/tensorrtllm_backend tag v0.19.0 `inflight_batcher_llm/src/utils.h`
 (`minLength = "min_length"`, `randomSeed = "random_seed"`) and
@@ -79,6 +80,24 @@ def tensor_names(version: str | None) -> TensorNames:
             "min_tokens", "seed", False, f"TensorRT-LLM {version}: min_tokens/seed, no num_*_tokens (14c3afe)"
         )
     return TensorNames("min_tokens", "seed", True, f"TensorRT-LLM {version or 'newest'}: template 0c8de69")
+
+
+# Inputs of the llmapi `tensorrt_llm` model (NVIDIA/TensorRT-LLM
+# triton_backend/all_models/llmapi/tensorrt_llm/config.pbtxt) that no release up to 1.2 declares:
+# LoRA came with NVIDIA/TensorRT-LLM PR #14079 (opened 2026-05-13), image_url with PR #18381
+# (opened 2026-08-28), both after 1.0.0 (tensorrtllm_backend tag v1.0.0, 2025-09-24) and 1.1.0
+# (tensorrtllm_backend b9cc224, 2025-12-19); triton-inference-server/server issue #8945 lists
+# v1.2.1's inputs (text_input, streaming, stop, 11 sampling_param_*, 3 return_*) without them.
+# tests/contracts/trtllm-1.0.json and trtllm-1.1.json record them under `at_tag.absent`.
+LLMAPI_LATE_INPUTS = ("image_url", "lora_id", "lora_name", "lora_path", "lora_ckpt_source")
+
+
+def llmapi_late_inputs(version: str | None) -> bool:
+    """Whether the llmapi config of TensorRT-LLM `version` (None: newest) declares
+    LLMAPI_LATE_INPUTS. Which release first ships them is unverified, so only an undeclared (newest)
+    or >= 1.3 version gets them."""
+    v = _parse(version)
+    return v is None or v >= Version("1.3")
 
 
 def engine_version(config: dict) -> str | None:

@@ -36,6 +36,11 @@ returns; the runtime batches their steps, up to the LLM argument `max_batch_size
 iteration, and requests that arrive meanwhile join at the next one. Not decoupled, the requests of
 one execute() call are answered in order.
 
+Only the inputs and outputs the model's config.pbtxt declares are read and written (Triton passes
+that config to `initialize`): the rendered config is TensorRT-LLM's for the recipe's declared version
+(toolkit/repo/versions.py `llmapi_late_inputs`: no `image_url` or `lora_*` up to 1.2), so this model
+reads exactly what that version's model would be sent.
+
 Also checked per request, with an error naming the input: sampling_param_max_tokens < 1 or
 > int32; prompt + sampling_param_max_tokens > max_seq_len. Cancellation (`request.is_cancelled()` /
 the response sender's) is checked at every generation step. Features the reference runtime lacks
@@ -47,6 +52,7 @@ Python backend.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -154,8 +160,23 @@ def load_runtime(args: dict):
     return runtime, spec["mode"] != "none"
 
 
-def _scalar(request, name: str):
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
+class Declared:
+    """The input and output names of the model's config.pbtxt (Triton's `model_config`)."""
+
+    def __init__(self, model_config: dict):
+        self.inputs = frozenset(t["name"] for t in model_config.get("input", []))
+        self.outputs = frozenset(t["name"] for t in model_config.get("output", []))
+
+
+def _input(request, declared: Declared, name: str):
+    """The request's tensor `name`, read only if the config declares that input."""
+    if name not in declared.inputs:
+        return None
+    return pb_utils.get_input_tensor_by_name(request, name)
+
+
+def _scalar(request, declared: Declared, name: str):
+    tensor = _input(request, declared, name)
     if tensor is None:
         return None
     array = tensor.as_numpy()
@@ -165,8 +186,8 @@ def _scalar(request, name: str):
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def _strings(request, name: str) -> list[str]:
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
+def _strings(request, declared: Declared, name: str) -> list[str]:
+    tensor = _input(request, declared, name)
     if tensor is None:
         return []
     return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in tensor.as_numpy().reshape(-1)]
@@ -175,8 +196,9 @@ def _strings(request, name: str) -> list[str]:
 class Request:
     """One request's inputs, read and checked as upstream's _convert_request reads them."""
 
-    def __init__(self, request, *, max_seq_len: int | None, decoupled: bool):
-        text = pb_utils.get_input_tensor_by_name(request, "text_input")
+    def __init__(self, request, *, declared: Declared, max_seq_len: int | None, decoupled: bool):
+        self.declared = declared
+        text = _input(request, declared, "text_input")
         if text is None:
             raise RequestError("text_input is missing from the request")
         array = text.as_numpy()
@@ -185,9 +207,9 @@ class Request:
         prompt = array.reshape(-1)[0]
         self.prompt = prompt.decode("utf-8") if isinstance(prompt, bytes) else str(prompt)
         for name in UNSUPPORTED:
-            if pb_utils.get_input_tensor_by_name(request, name) is not None:
+            if _input(request, declared, name) is not None:
                 raise RequestError(f"input {name} is not supported by the reference backend")
-        p = {k: _scalar(request, f"sampling_param_{k}") for k in SCALARS}
+        p = {k: _scalar(request, declared, f"sampling_param_{k}") for k in SCALARS}
         self.max_tokens = DEFAULT_MAX_TOKENS if p["max_tokens"] is None else int(p["max_tokens"])
         if self.max_tokens < 1:
             raise RequestError(f"sampling_param_max_tokens must be at least 1, got {self.max_tokens}")
@@ -210,9 +232,9 @@ class Request:
         self.seed = int(p["seed"]) if p["seed"] is not None else None
         self.exclude_input = bool(p["exclude_input_from_output"] or False)
         self.perf = bool(p["return_perf_metrics"] or False)
-        self.stop_strings = [s for s in _strings(request, "sampling_param_stop") if s]
-        self.outputs = {flag: bool(_scalar(request, flag) or False) for flag in OUTPUT_FLAGS}
-        self.streaming = bool(_scalar(request, "streaming") or False)
+        self.stop_strings = [s for s in _strings(request, declared, "sampling_param_stop") if s]
+        self.outputs = {flag: bool(_scalar(request, declared, flag) or False) for flag in OUTPUT_FLAGS}
+        self.streaming = bool(_scalar(request, declared, "streaming") or False)
         if self.streaming and not decoupled:
             raise RequestError("Streaming is only supported in decoupled mode.")
         self.max_seq_len = max_seq_len
@@ -305,7 +327,8 @@ class Generation:
                 "total_draft_tokens": drafted,
             }
             for name in PERF:
-                final[name] = np.asarray([values[name]], dtype=np.object_)
+                if name in req.declared.outputs:
+                    final[name] = np.asarray([values[name]], dtype=np.object_)
         yield final, True
 
     def _run(self, prompt_ids, sampling, end_id, on_tokens, pending):
@@ -351,7 +374,7 @@ class Generation:
             "cumulative_logprob": None,
         }
         for flag, name in OUTPUT_FLAGS.items():
-            if self.req.outputs[flag]:
+            if self.req.outputs[flag] and name in self.req.declared.outputs:
                 out[name] = np.asarray([str(values[name]).encode("utf-8")], dtype=np.object_)
         return out
 
@@ -393,6 +416,7 @@ class TritonPythonModel:
         from toolkit.generate import set_torch_threads
 
         set_torch_threads()
+        self.declared = Declared(json.loads(args["model_config"]))
         data = model_yaml()
         triton = data["triton_config"]
         self.decoupled = bool(triton["decoupled"])
@@ -413,7 +437,7 @@ class TritonPythonModel:
             checks = [getattr(request, "is_cancelled", None), getattr(sender, "is_cancelled", None)]
             return any(c() for c in checks if c is not None)
 
-        req = Request(request, max_seq_len=self.max_seq_len, decoupled=self.decoupled)
+        req = Request(request, declared=self.declared, max_seq_len=self.max_seq_len, decoupled=self.decoupled)
         return Generation(self.runtime, self.speculative, req, is_cancelled)
 
     def _stop(self, request):
@@ -427,7 +451,7 @@ class TritonPythonModel:
             responses = []
             for request in requests:
                 try:
-                    if _scalar(request, "stop"):
+                    if _scalar(request, self.declared, "stop"):
                         responses.append(self._stop(request))
                         continue
                     responses.append(_tensors(list(self._generation(request))[-1][0]))
@@ -450,7 +474,7 @@ class TritonPythonModel:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         sender = request.get_response_sender()
         try:
-            if _scalar(request, "stop"):
+            if _scalar(request, self.declared, "stop"):
                 sender.send(self._stop(request), flags=final)
                 return
             # each streamed step goes out at once (TTFT is the first step's time)
