@@ -290,9 +290,11 @@ class DeployPlan:
     multi_model: bool
     num_gpus: int
     notes: list[str] = field(default_factory=list)
+    repository: list[str] = field(default_factory=list)  # what the rendered repository will hold
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "repository": self.repository,
             "recipe": self.recipe,
             "backend": self.backend,
             "mode": self.mode,
@@ -318,6 +320,7 @@ class DeployPlan:
             f"# --- render: the {self.backend} model repository ({self.mode}); entry model '{self.entry_model}'",
             f"sdtk deploy {shlex.quote(self.recipe)} --backend {self.backend} --render-only",
             f"#     -> {self.model_repo}",
+            *(f"#     {line}" for line in self.repository),
             "",
             f"# --- launch: {self.world_size} tritonserver rank(s)"
             + (", orchestrator mode (--multi-model)" if self.multi_model else "")
@@ -347,7 +350,7 @@ def plan_deploy(
     from types import SimpleNamespace
 
     from toolkit.build import build
-    from toolkit.repo.render import entry_point, launch_world_size
+    from toolkit.repo.render import bls_instance_count, entry_point, launch_world_size
     from toolkit.server.discover import Candidate
     from toolkit.server.mpi import container_version, orchestrator_env
 
@@ -389,6 +392,15 @@ def plan_deploy(
         binary = Candidate("ngc", Path(lay.tritonserver), True)
     server = _server(recipe, rendered, root, tritonserver=binary)
     server.shm_prefix = "sdtk_"  # a fixed prefix for the plan; deploy picks a unique one
+    repository = []
+    if recipe.repository_layout(built.backend) == "inflight_batcher_llm":
+        n = bls_instance_count(recipe, recipe.build.max_batch_size)
+        repository.append(
+            f"tensorrt_llm_bls: {n} instance(s) ("
+            + ("serving.bls_instance_count" if recipe.serving.bls_instance_count else "the engine's max_batch_size")
+            + "; tensorrtllm_backend docs/model_config.md: as many BLS instances as the engine's max batch "
+            "size, so that concurrent requests do not queue)"
+        )
     notes = []
     if built.backend == "llmapi":
         notes.append(
@@ -417,4 +429,5 @@ def plan_deploy(
         multi_model=multi_model,
         num_gpus=num_gpus,
         notes=notes,
+        repository=repository,
     )

@@ -124,3 +124,23 @@ def test_deploy_dry_run_shows_the_converter_under_app_examples(tmp_path):
     assert "/app/tensorrt_llm/examples" not in script
     # the preflight says where it looked, and that a dry run outside the container did not find it
     assert "converter:target: skipped (dry run: /app/examples/models/core/llama/convert_checkpoint.py" in script
+
+
+def test_deploy_dry_run_shows_one_bls_instance_per_batch_slot(tmp_path):
+    """Issue 22 "done when": the dry run shows `bls_instance_count` equal to the engine's max batch size
+    (tensorrtllm_backend docs/model_config.md, tensorrt_llm_bls: "When using the BLS model instead of the
+    ensemble, you should set the number of model instances to the maximum batch size supported by the
+    TRT engine to allow concurrent request execution."), and the rendered BLS config has that count."""
+    from toolkit.recipe import load_recipe
+
+    repo = Path(__file__).resolve().parents[2]
+    recipe_path = repo / "recipes/llama-3.3-70b-draft-target.yaml"
+    args = ["deploy", str(recipe_path), "--backend", "engine", "--dry-run", "--workdir", str(tmp_path / "wd")]
+    r = CliRunner().invoke(cli, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    batch = load_recipe(recipe_path).build.max_batch_size
+    assert f"tensorrt_llm_bls: {batch} instance(s) (the engine's max_batch_size" in json.loads(r.stdout)["repository"][0]
+    text = CliRunner().invoke(cli, args)
+    assert f"#     tensorrt_llm_bls: {batch} instance(s)" in text.stdout
+    r = CliRunner().invoke(cli, [*args, "--set", "serving.bls_instance_count=3", "--json"])
+    assert "tensorrt_llm_bls: 3 instance(s) (serving.bls_instance_count" in json.loads(r.stdout)["repository"][0]

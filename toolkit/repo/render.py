@@ -317,14 +317,14 @@ def _spec_params(recipe: Recipe, backend: str, role: str) -> dict[str, str]:
     return out
 
 
-def bls_instance_count(recipe: Recipe, target: EngineInfo) -> int:
+def bls_instance_count(recipe: Recipe, engine_max_batch_size: int) -> int:
     """tensorrt_llm_bls instances: serving.bls_instance_count, else the engine's max batch size.
 
     tensorrtllm_backend docs/model_config.md (tensorrt_llm_bls): "When using the BLS model instead of
     the ensemble, you should set the number of model instances to the maximum batch size supported
     by the TRT engine to allow concurrent request execution." A non-decoupled BLS instance serves one
     request at a time, so fewer instances queue the rest."""
-    return recipe.serving.bls_instance_count or target.max_batch_size
+    return recipe.serving.bls_instance_count or engine_max_batch_size
 
 
 def _gpu_device_ids(recipe: Recipe, role: str) -> str:
@@ -587,7 +587,7 @@ def _plan_inflight(
             "exclude_input_in_output": _b(s.exclude_input_in_output),
             "max_input_len": str(recipe.build.max_input_len),
             "max_seq_len": str(recipe.build.max_seq_len),
-            "bls_instance_count": bls_instance_count(recipe, target),
+            "bls_instance_count": bls_instance_count(recipe, target.max_batch_size),
         },
     )
     _python_model(root, files, bls, f"{base}/tensorrt_llm_bls/1/model.py")
