@@ -397,7 +397,11 @@ def plan_deploy(
         n = bls_instance_count(recipe, recipe.build.max_batch_size)
         repository.append(
             f"tensorrt_llm_bls: {n} instance(s) ("
-            + ("serving.bls_instance_count" if recipe.serving.bls_instance_count else "the engine's max_batch_size")
+            + (
+                "serving.bls_instance_count"
+                if recipe.serving.bls_instance_count
+                else "the engine's max_batch_size"
+            )
             + "; tensorrtllm_backend docs/model_config.md: as many BLS instances as the engine's max batch "
             "size, so that concurrent requests do not queue)"
         )
