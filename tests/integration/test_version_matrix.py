@@ -225,3 +225,33 @@ def test_text_output_shape_is_upstreams(matrix):
     (out,) = [o for o in r.json()["outputs"] if o["name"] == "text_output"]
     assert out["shape"] == [1]
     assert np.array(out["data"]).shape == (1,)
+
+
+def test_reverting_finding_1_fails_as_triton_fails_on_a_gpu(tmp_path):
+    """Mutation proof of issue 22 finding 1. Stands for the upstream fact that Triton core refuses a
+    request for an output the model does not declare ("unexpected inference output",
+    triton-inference-server/core src/infer_request.cc `Normalize`), and that TensorRT-LLM < 1.2's
+    tensorrt_llm declares no `num_input_tokens` / `num_output_tokens` (tests/contracts/trtllm-1.1.json,
+    from tensorrtllm_backend c2e65b8). The 1.1 draft-target twin, with the BLS asking the LLM models
+    for the token counts again (the code before the fix), fails with Triton's own message."""
+    import re
+
+    from toolkit.deploy import render
+    from toolkit.progress import quiet
+    from toolkit.server.launch import TritonServer
+
+    recipe = _recipe("inflight_batcher_llm", "draft_target", "1.1.0")
+    _, rendered = render(recipe, backend=None, workdir=tmp_path / "wd", progress=quiet)
+    bls = rendered.path / "tensorrt_llm_bls" / "1" / "model.py"
+    code = bls.read_text()
+    reverted, n = re.subn(r'(\nLLM_OUTPUTS = \([^)]*"total_draft_tokens",\n)\)', r'\1    "num_input_tokens",\n    "num_output_tokens",\n)', code)
+    assert n == 1, "the BLS's LLM_OUTPUTS tuple moved: update the mutation"
+    bls.write_text(reverted)
+    with TritonServer(rendered.path, workdir=tmp_path / "srv", model_name="tensorrt_llm_bls", auto_ports=True) as server:
+        r = httpx.post(
+            f"{server.http_url}/v2/models/tensorrt_llm_bls/generate",
+            json={"text_input": PROMPT, "max_tokens": 8},
+            timeout=60,
+        )
+    assert r.status_code >= 400
+    assert "unexpected inference output 'num_input_tokens' for model 'tensorrt_llm_draft'" in r.text, r.text
