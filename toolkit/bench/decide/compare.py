@@ -32,7 +32,7 @@ from toolkit.bench.targets import DeployFn, Side, deployed_recipe, side_endpoint
 def count_steps_from_chunks(result: Any) -> None:
     for level in getattr(result, "levels", []):
         for rec in level.records:
-            if rec.ok and rec.steps is None and rec.draft_tokens is not None:
+            if rec.ok and rec.steps is None and rec.draft_tokens is not None and rec.streamed:
                 rec.steps = sum(1 for k in rec.chunk_tokens if k > 0)
                 rec.steps_source = "streamed chunks (one per step)"
 

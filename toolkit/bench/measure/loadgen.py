@@ -40,6 +40,11 @@ INEXACT_WARNING = (
     "tok/s, TPOT and ITL are underestimated by the tokens per chunk"
 )
 
+NOT_STREAMED_WARNING = (
+    "{endpoint} is not decoupled (as draft-target's BLS on the GPU path), so each response came whole: "
+    "TTFT is the whole latency there, and TPOT/ITL are not measured"
+)
+
 
 # --------------------------------------------------------------------------- transport
 
@@ -68,6 +73,9 @@ class Sampling:
 
 class Endpoint(Protocol):
     name: str  # for reports: "grpc://127.0.0.1:8001/ensemble"
+    # False for a model that is not decoupled (e.g. draft-target's BLS, as on the GPU path): each
+    # request then comes back whole, as one chunk, and no per-token timing exists for it.
+    streams: bool
 
     async def check(self) -> None:
         """Raise a ServerError quickly if the server or model is not there."""
@@ -82,7 +90,8 @@ class Endpoint(Protocol):
 
 
 class TritonEndpoint:
-    """Streaming requests through toolkit.client.AsyncTritonClient."""
+    """Streaming requests through toolkit.client.AsyncTritonClient; whole ones (one chunk each) to
+    a model that is not decoupled, which cannot stream."""
 
     def __init__(
         self,
@@ -105,15 +114,14 @@ class TritonEndpoint:
         )
         self.name = f"{protocol}://{self.client.url.split('://')[-1]}/{model}"
         self._inputs: set[str] = set()
+        self.streams = True
 
     async def check(self) -> None:
         info = await self.client.model_info()
         self._inputs = set(info.inputs)
-        if not info.decoupled:
-            raise ServerError(
-                f"model '{self.model}' at {self.url} is not decoupled, so it cannot stream tokens",
-                hint="deploy with serving.decoupled: true; streaming is what TTFT/ITL are measured on",
-            )
+        # Not decoupled ("Streaming is only supported if model is deployed using decoupled mode"):
+        # measured whole; TTFT is then the whole latency and TPOT/ITL do not exist.
+        self.streams = info.decoupled
         if not await self.client.is_ready():
             raise ServerError(f"model '{self.model}' at {self.url} is not ready", hint="check `sdtk status`")
 
@@ -152,6 +160,10 @@ class TritonEndpoint:
             num_draft_tokens=sampling.num_draft_tokens,
             extra_inputs=extra,
         )
+        if not self.streams:
+            r = await self.client.generate(req)
+            yield Chunk(time=time.monotonic(), text=r.text, outputs=r.outputs)
+            return
         s = await self.client.stream(req)
         try:
             async for c in s:
@@ -313,6 +325,7 @@ async def run_request(
         concurrency=concurrency,
         max_tokens=prompt.max_tokens,
         draft_len=sampling.num_draft_tokens,
+        streamed=getattr(endpoint, "streams", True),
     )
     chunks: list[Chunk] = []
 
@@ -560,6 +573,8 @@ async def run_load(
             f"{endpoint.name} did not answer within {CHECK_TIMEOUT:g}s",
             hint="is the address right and the server up? `sdtk status`",
         ) from None
+    if not getattr(endpoint, "streams", True):
+        result.warnings.append(NOT_STREAMED_WARNING.format(endpoint=endpoint.name))
     inputs = getattr(endpoint, "inputs", None)
     if inputs is not None and "return_num_output_tokens" not in inputs and count_tokens is None:
         if not allow_inexact:

@@ -60,6 +60,7 @@ class RequestRecord:
     token_counts_exact: bool = True  # False when chunk token counts were estimated
     token_count_source: str | None = None  # server | tokenizer | estimate (loadgen.chunk_token_counts)
     chunk_texts: list[str] | None = None  # kept until a tokenizer has counted them; not reported
+    streamed: bool = True  # False: the model is not decoupled; the response came whole, in one chunk
 
     @property
     def ok(self) -> bool:
@@ -177,6 +178,8 @@ def request_metrics(rec: RequestRecord) -> RequestMetrics:
     end = rec.end if rec.end is not None else (rec.chunk_times[-1] if rec.chunk_times else None)
     e2e = end - rec.start if end is not None else None
     t1 = ttft(rec.start, rec.chunk_times, rec.chunk_tokens)
+    if not rec.streamed:  # the first token reaches the client with the last: TTFT is the latency
+        t1 = e2e
     rate = None
     if rec.draft_tokens and rec.accepted_draft_tokens is not None:
         rate = rec.accepted_draft_tokens / rec.draft_tokens
@@ -192,9 +195,10 @@ def request_metrics(rec: RequestRecord) -> RequestMetrics:
         output_tokens=n,
         e2e=e2e,
         ttft=t1,
-        tpot=tpot(e2e, t1, n) if e2e is not None else None,
-        itl=itl_gaps(rec.chunk_times, rec.chunk_tokens),
-        chunk_intervals=chunk_intervals(rec.chunk_times, rec.chunk_tokens),
+        # No per-token timing for a response that came whole.
+        tpot=tpot(e2e, t1, n) if e2e is not None and rec.streamed else None,
+        itl=itl_gaps(rec.chunk_times, rec.chunk_tokens) if rec.streamed else [],
+        chunk_intervals=chunk_intervals(rec.chunk_times, rec.chunk_tokens) if rec.streamed else [],
         tokens_per_chunk=_tokens_per_chunk(rec),
         user_tok_s=(n / e2e) if (e2e and e2e > 0 and n > 0) else None,
         acceptance_rate=rate,
