@@ -13,6 +13,9 @@ carries the whole text so far, tensorrtllm_backend docs/llmapi.md).
 Per request: TTFT = first event with text − send; e2e = end of stream − send;
 N = tokenizer count of the concatenated text_output; TPOT = (e2e − TTFT) / (N − 1);
 mean ITL over a run = Σ(last text event − first text event) / Σ(N − 1).
+
+A model that is not decoupled (draft-target's BLS, as on the GPU path) cannot stream: the request
+goes to /generate and comes back whole; TTFT is then the latency, and there is no TPOT.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class Measured:
     last: float | None = None
     end: float = 0.0
     event_times: list[float] = field(default_factory=list)
+    streamed: bool = True
 
     @property
     def ttft(self) -> float | None:
@@ -54,7 +58,7 @@ class Measured:
 
     @property
     def tpot(self) -> float | None:
-        if self.ttft is None or self.tokens < 2:
+        if self.ttft is None or self.tokens < 2 or not self.streamed:
             return None
         return (self.e2e - self.ttft) / (self.tokens - 1)
 
@@ -68,7 +72,7 @@ class SSEClient:
         self.model = model
         self.timeout = timeout
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-        self.inputs = self._inputs()
+        self.inputs, self.decoupled = self._inputs()
 
     def _request(self, method: str, path: str, body: bytes | None = None) -> http.client.HTTPResponse:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
@@ -76,10 +80,12 @@ class SSEClient:
         conn.request(method, path, body=body, headers=headers)
         return conn.getresponse()
 
-    def _inputs(self) -> set[str]:
+    def _inputs(self) -> tuple[set[str], bool]:
         r = self._request("GET", f"/v2/models/{self.model}/config")
         assert r.status == 200, r.read()
-        return {i["name"] for i in json.loads(r.read()).get("input", [])}
+        cfg = json.loads(r.read())
+        policy = cfg.get("model_transaction_policy") or {}
+        return {i["name"] for i in cfg.get("input", [])}, bool(policy.get("decoupled"))
 
     def count(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -89,7 +95,7 @@ class SSEClient:
         if llmapi:
             body: dict = {"text_input": prompt, "sampling_param_max_tokens": max_tokens, "streaming": True}
         else:
-            body = {"text_input": prompt, "max_tokens": max_tokens, "stream": True}
+            body = {"text_input": prompt, "max_tokens": max_tokens, "stream": self.decoupled}
         # The same request as sdtk bench sends, so the server does the same work (asking for perf
         # metrics costs the reference backend ~5-10% of TPOT); every output but text is ignored.
         for name in SAME_AS_BENCH_LLMAPI if llmapi else SAME_AS_BENCH:
@@ -98,6 +104,15 @@ class SSEClient:
         m = Measured(prompt)
         payload = json.dumps(body).encode()
         m.start = time.monotonic()
+        if not self.decoupled:  # one whole response
+            r = self._request("POST", f"/v2/models/{self.model}/generate", payload)
+            data = r.read()
+            m.end = m.first = m.last = time.monotonic()
+            assert r.status == 200, data
+            m.text = json.loads(data).get("text_output", "")
+            m.events, m.event_times, m.tokens = 1, [m.end], self.count(m.text)
+            m.streamed = False
+            return m
         r = self._request("POST", f"/v2/models/{self.model}/generate_stream", payload)
         assert r.status == 200, r.read()
         texts = []

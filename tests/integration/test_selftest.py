@@ -28,9 +28,11 @@ def test_selftest_reference_two_modes(tmp_path):
         assert row["steps"] == {s: "passed" for s in ("build", "deploy", "validate", "bench", "stop")}
         checks = {c["name"]: c["status"] for c in row["details"]["validation"]["checks"]}
         assert checks["correctness"] == "passed"  # greedy speculative == target-only
-    # The llmapi model returns no token counts (as on a GPU): the bench counts with the tokenizer.
+    # The twin serves TensorRT-LLM 1.1's repository (the version it stands in for): neither the llmapi
+    # model nor 1.1's tensorrt_llm returns token counts (as on a GPU), so the bench counts with the
+    # tokenizer.
     assert rows[("eagle3", "reference-llmapi")]["details"]["bench_token_counts"] == ["tokenizer"]
-    assert rows[("medusa", "reference")]["details"]["bench_token_counts"] == ["server"]
+    assert rows[("medusa", "reference")]["details"]["bench_token_counts"] == ["tokenizer"]
     model_yaml = tmp_path / "work/selftest-reference-llmapi-eagle3/triton_repo/tensorrt_llm/1/model.yaml"
     assert "decoding_type: Eagle" in model_yaml.read_text()
     # What a TensorRT-LLM 1.1 container would run instead.
