@@ -12,12 +12,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit import modes
 from toolkit.errors import SdtkError
 from toolkit.progress import Step, quiet, steps
 from toolkit.recipe import Recipe
+
+if TYPE_CHECKING:
+    from toolkit.server.lock import WorkdirLock
 
 REPO_SUBDIR = "triton_repo"  # also used by toolkit/ops/k8s.py
 DEFAULT_WORKDIR = Path("workdir")
@@ -172,7 +175,51 @@ def deploy(
 
     `on_ready` runs once the server is ready and validated (the CLI prints the URLs there).
     """
+    from toolkit.server.launch import check_workdir_free
+    from toolkit.server.lock import WorkdirLock
+
     root = deployment_dir(recipe, workdir)
+    # One deploy per deployment directory, refused before anything is built or rendered; the
+    # server inherits the lock (toolkit.server.lock), this process drops its copy on return.
+    with WorkdirLock.acquire(root, f"sdtk deploy {recipe.display_name}") as lock:
+        check_workdir_free(root)
+        return _deploy(
+            recipe,
+            root,
+            lock,
+            backend=backend,
+            workdir=workdir,
+            render_only=render_only,
+            detach=detach,
+            auto_ports=auto_ports,
+            tritonserver=tritonserver,
+            validate=validate,
+            ready_timeout=ready_timeout,
+            progress=progress,
+            on_ready=on_ready,
+            restart_on_failure=restart_on_failure,
+            burst=burst,
+        )
+
+
+def _deploy(
+    recipe: Recipe,
+    root: Path,
+    lock: WorkdirLock,
+    *,
+    backend: str | None,
+    workdir: Path | None,
+    render_only: bool,
+    detach: bool,
+    auto_ports: bool,
+    tritonserver: str | None,
+    validate: bool,
+    ready_timeout: float,
+    progress: Step,
+    on_ready: Callable[[DeployResult], None] | None,
+    restart_on_failure: bool,
+    burst: bool,
+) -> DeployResult:
     built, rendered = render(recipe, backend=backend, workdir=workdir, progress=progress)
     result = DeployResult(
         recipe=recipe.display_name,
@@ -195,7 +242,7 @@ def deploy(
         f"launching {server.binary.path} ({server.binary.source}); log: {root / 'logs' / 'tritonserver.log'}"
     )
     t0 = time.monotonic()
-    server.start(detach=detach)
+    server.start(detach=detach, lock=lock)
     try:
         result.ready_seconds = round(time.monotonic() - t0, 2)
         result.command = server.command()  # after start: auto ports are chosen there

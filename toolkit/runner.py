@@ -77,12 +77,14 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     hint: str | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen:
     """Start a long-running process (a server) and return at once.
 
     As `run`: argv only, stdin closed, a new session (its own process group, for `kill_group`),
     stdout and stderr into `log_path` after a first line with the redacted command. The caller
-    waits for it and stops it (`kill_group`)."""
+    waits for it and stops it (`kill_group`). `pass_fds`: descriptors the process inherits (the
+    workdir lock, toolkit.server.lock); every other one is closed."""
     argv = [str(a) for a in argv]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", encoding="utf-8") as log:
@@ -98,6 +100,7 @@ def spawn(
                 cwd=cwd,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=tuple(pass_fds),
             )
         except FileNotFoundError:
             raise ToolNotFound(argv[0], hint=hint) from None

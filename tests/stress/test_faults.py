@@ -1,8 +1,10 @@
-"""Faults on a served deployment (issue 23): a Python backend stub killed mid-request.
+"""Faults on a served deployment (issue 23): racing deploys, a read-only workdir, a Python
+backend stub killed mid-request.
 
-One tiny-draft-target deployment (its BLS, decoupled, calls `tensorrt_llm` through BLS) is
-shared by the module and broken on purpose; the tests run in file order. Real embedded Triton,
-real stubs, SIGKILL from outside, as an operator's OOM killer would.
+One tiny-draft-target deployment (its BLS, decoupled, calls `tensorrt_llm` through BLS) is made
+by two racing `sdtk deploy` processes, shared by the module and broken on purpose; the tests run
+in file order. Real embedded Triton, real `sdtk` processes, real stubs, SIGKILL from outside, as
+an operator's OOM killer would.
 
 Triton 2.51 never answers the requests a dead stub held (server#8604): without sdtk's watch the
 BLS waited on its sub-request forever, and every later BLS request queued behind it.
@@ -10,27 +12,127 @@ BLS waited on its sub-request forever, and every later BLS request queued behind
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
-from tests.stress.conftest import diagnosis, live
-from toolkit.server.state import python_stubs
+from tests.stress.conftest import diagnosis
+from toolkit.server import procs
+from toolkit.server.state import python_stubs, stop_server
 
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = str(ROOT / "recipes" / "tiny-draft-target.yaml")
 pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
 DEADLINE_S = 5.0  # "ends with an error within 5 s" (behavioural; the watch checks every 0.2 s)
 
 
+def deploy_cmd(workdir: Path) -> list[str]:
+    return [sys.executable, "-m", "toolkit.cli", "deploy", RECIPE, "--workdir", str(workdir), "--detach",
+            "--auto-ports", "--no-validate"]  # fmt: skip
+
+
+def sdtk(argv: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=ROOT
+    )
+
+
 @pytest.fixture(scope="module")
-def broken(tmp_path_factory):
-    with live("tiny-draft-target", tmp_path_factory.mktemp("faults")) as (recipe, result):
-        yield recipe, result
+def raced(tmp_path_factory):
+    """Two `sdtk deploy --detach` racing into one workdir: (their CompletedProcesses, the
+    winner's deployment as a DeployResult-like namespace)."""
+    workdir = tmp_path_factory.mktemp("faults")
+    dep = workdir / "tiny-draft-target"
+    procs_ = [
+        subprocess.Popen(deploy_cmd(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         stdin=subprocess.DEVNULL, cwd=ROOT)
+        for _ in range(2)
+    ]  # fmt: skip
+    try:
+        done = [subprocess.CompletedProcess(p.args, p.wait(300), *p.communicate()) for p in procs_]
+        for p, r in zip(procs_, done, strict=True):
+            r.pid = p.pid  # type: ignore[attr-defined]
+        st = json.loads((dep / "state.json").read_text()) if (dep / "state.json").is_file() else {}
+        result = SimpleNamespace(
+            pid=st.get("pid"), workdir=dep, http_url=st.get("http_url"), model=st.get("model_name")
+        )
+        yield done, result
+    finally:
+        for p in procs_:
+            if p.poll() is None:
+                p.kill()
+        with contextlib.suppress(Exception):
+            stop_server(dep, grace=0.5)
+
+
+def servers_of(repo: Path) -> list[int]:
+    """The tritonserver processes that serve `repo`."""
+    flag = f"--model-repository={repo}"
+    return [pid for pid in procs.find_processes("tritonserver") if flag in procs.cmdline(pid)]
+
+
+def test_racing_deploys_one_wins_and_the_other_names_it(raced):
+    done, result = raced
+    codes = sorted(r.returncode for r in done)
+    assert codes == [0, 1], [(r.returncode, r.stderr[-500:]) for r in done]
+    loser, winner = sorted(done, key=lambda r: -r.returncode)
+    # The loser names the winner: its sdtk deploy (the lock's holder), or the server it started.
+    named = (f"sdtk deploy tiny-draft-target (pid {winner.pid})", f"tritonserver (pid {result.pid})")
+    assert "is in use by" in loser.stderr and any(n in loser.stderr for n in named), loser.stderr
+    assert "Traceback" not in loser.stderr
+    assert servers_of(result.workdir / "triton_repo") == [result.pid]
+    r = httpx.post(
+        f"{result.http_url}/v2/models/{result.model}/generate",
+        json={"text_input": "def f(x):", "max_tokens": 8},
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+
+
+def test_deploy_into_a_live_workdir_is_refused_before_touching_it(raced):
+    _, result = raced
+    dep = result.workdir
+    before = {p: p.stat().st_mtime_ns for p in dep.rglob("*") if p.is_file() and p.name != "tritonserver.log"}
+    again = sdtk(deploy_cmd(dep.parent))
+    assert again.returncode == 1, again.stderr
+    assert f"tritonserver (pid {result.pid}) still runs" in again.stderr, again.stderr
+    after = {p: p.stat().st_mtime_ns for p in dep.rglob("*") if p.is_file() and p.name != "tritonserver.log"}
+    assert after == before  # nothing rebuilt, re-rendered or rewritten (state.json, recipe.json)
+
+
+@contextlib.contextmanager
+def read_only_dir(path: Path):
+    """`path`, unwritable: a read-only bind mount as root (root ignores permissions), else mode 555."""
+    path.mkdir()
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        yield path
+        return
+    if subprocess.run(["mount", "-o", "bind,ro", str(path), str(path)], capture_output=True).returncode:
+        pytest.skip("root without the right to mount: no way to make a read-only directory here")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_read_only_workdir_is_a_clear_error(tmp_path):
+    with read_only_dir(tmp_path / "ro") as ro:
+        r = sdtk(deploy_cmd(ro))
+    assert r.returncode == 1, r.stderr
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+    reason = "read-only file system" if os.geteuid() == 0 else "not writable"
+    assert f"the workdir {ro / 'tiny-draft-target'}" in r.stderr and reason in r.stderr, r.stderr
 
 
 def stream_events(url: str, body: dict, first: threading.Event, events: list, timeout: float = 60) -> None:
@@ -47,8 +149,8 @@ def stream_events(url: str, body: dict, first: threading.Event, events: list, ti
         first.set()
 
 
-def test_bls_stream_ends_with_an_error_when_its_model_dies_mid_request(broken):
-    _, result = broken
+def test_bls_stream_ends_with_an_error_when_its_model_dies_mid_request(raced):
+    _, result = raced
     stubs = python_stubs(result.pid)
     url = f"{result.http_url}/v2/models/{result.model}/generate_stream"
     # num_draft_tokens 0: one streamed call of tensorrt_llm for 1000 tokens, so the kill lands

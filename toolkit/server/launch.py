@@ -34,6 +34,7 @@ from toolkit.errors import ServerError, ToolNotFound, did_you_mean
 from toolkit.server import logscan, procs
 from toolkit.server.discover import Candidate, choose_tritonserver
 from toolkit.server.embedded import is_embedded, prepare_embedded
+from toolkit.server.lock import WorkdirLock
 from toolkit.server.mpi import mpirun_argv, orchestrator_env
 from toolkit.server.ports import PORT_FIELDS, PortInUseError, Ports, auto_ports, check_free
 from toolkit.server.state import (
@@ -172,6 +173,20 @@ class _LogFollower(threading.Thread):
         self.join(timeout=2)
 
 
+def check_workdir_free(workdir: Path) -> None:
+    """ServerError if a server recorded in `workdir` still runs; a stale record is removed."""
+    st = read_state(workdir)
+    if st is None:
+        return
+    status = server_status(workdir, timeout=1.0)
+    if status.running:
+        raise ServerError(
+            f"a server already runs from {workdir} (pid {st.pid}, {st.http_url})",
+            hint=f"stop it first (sdtk stop --workdir {workdir}) or use another --workdir",
+        )
+    remove_state(workdir)  # stale record of a server that is gone
+
+
 class TritonServer:
     """One tritonserver process (or an `mpirun` of several ranks) with its ports, log and state.
 
@@ -241,6 +256,8 @@ class TritonServer:
         self._proc: subprocess.Popen | None = None
         self._binary: Candidate | None = None
         self._follower: _LogFollower | None = None
+        self._lock: WorkdirLock | None = None
+        self._own_lock = False
 
     @classmethod
     def from_serving(
@@ -354,16 +371,7 @@ class TritonServer:
     # ------------------------------------------------------------------ lifecycle
 
     def _check_workdir_free(self) -> None:
-        st = read_state(self.workdir)
-        if st is None:
-            return
-        status = server_status(self.workdir, timeout=1.0)
-        if status.running:
-            raise ServerError(
-                f"a server already runs from {self.workdir} (pid {st.pid}, {st.http_url})",
-                hint=f"stop it first (sdtk stop --workdir {self.workdir}) or use another --workdir",
-            )
-        remove_state(self.workdir)  # stale record of a server that is gone
+        check_workdir_free(self.workdir)
 
     def _launch_once(self) -> None:
         if not self.model_repo.is_dir():
@@ -391,7 +399,12 @@ class TritonServer:
             if self.argv[0] == "mpirun"
             else "pass --tritonserver with a valid path"
         )
-        self._proc = runner.spawn(self.argv, log_path=self.log_path, env=env, cwd=self.workdir, hint=hint)
+        lock_fds = (self._lock.fd,) if self._lock is not None else ()
+        self._proc = runner.spawn(
+            self.argv, log_path=self.log_path, env=env, cwd=self.workdir, hint=hint, pass_fds=lock_fds
+        )
+        if self._lock is not None:
+            self._lock.record(server_pid=self._proc.pid)
         self.started_at = time.time()
         if self._record:
             # At once, before READY: a deploy killed while waiting leaves a server that
@@ -408,6 +421,7 @@ class TritonServer:
         wait: bool = True,
         ready_timeout: float | None = None,
         record: bool = True,
+        lock: WorkdirLock | None = None,
     ) -> TritonServer:
         """Check ports, launch, and (by default) wait until the server and model are ready.
 
@@ -415,11 +429,29 @@ class TritonServer:
         error propagates. Once started it is recorded in `<workdir>/state.json` (`record`), so
         `sdtk status | logs | stop | infer` find it from another shell; `stop()` removes the
         record. With `detach`, the server is left running when this process exits.
+
+        The workdir is locked (toolkit.server.lock) for as long as the server lives: the server
+        inherits `lock` (the caller's, e.g. `sdtk deploy`'s) or one taken here.
         """
         if self.running:
             raise ServerError(f"this server is already running (pid {self.pid})")
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self._check_workdir_free()
+        if lock is not None:
+            self._lock, self._own_lock = lock, False
+        elif self._lock is None or self._lock.fd < 0:
+            self._lock, self._own_lock = (
+                WorkdirLock.acquire(self.workdir, "a tritonserver launch (sdtk)"),
+                True,
+            )
+        try:
+            self._check_workdir_free()
+            self._start(detach, wait, ready_timeout, record)
+        except BaseException:
+            if not self.running:
+                self._release_lock()
+            raise
+        return self
+
+    def _start(self, detach: bool, wait: bool, ready_timeout: float | None, record: bool) -> None:
         self._record = record or detach
         attempts = _PORT_RETRIES if self.auto_ports else 1
         with _signals_interrupt():
@@ -447,7 +479,6 @@ class TritonServer:
                     raise
         if detach:
             self.detach()
-        return self
 
     def detach(self) -> ServerState:
         """Record the server in `<workdir>/state.json` and let it outlive this process."""
@@ -456,6 +487,7 @@ class TritonServer:
         self.detached = True
         state = self.state()
         write_state(self.workdir, state)
+        self._release_lock()  # the server holds its inherited copy
         if self._follower is not None:
             self._follower.stop()
             self._follower = None
@@ -630,6 +662,7 @@ class TritonServer:
         """
         proc = self._proc
         if proc is None:
+            self._release_lock()
             return None
         runner.kill_group(proc, grace, leader_only=True)
         procs.kill_group_now(proc.pid)  # Python backend stubs that outlived their server
@@ -643,7 +676,13 @@ class TritonServer:
         if st is not None and st.pid == proc.pid:
             remove_state(self.workdir)
         self.detached = False
+        self._release_lock()
         return proc.returncode
+
+    def _release_lock(self) -> None:
+        if self._lock is not None and self._own_lock:
+            self._lock.close()
+            self._lock = None
 
     def _supervise(self, restart_on_failure: bool, poll_s: float) -> int:
         """Wait for the server to exit, checking its Python stubs every `poll_s` s: Triton never

@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from toolkit._fs import atomic_write
-from toolkit.errors import ServerError
+from toolkit.errors import ServerError, WorkdirError
 from toolkit.server import logscan, procs
+from toolkit.server.lock import WorkdirLock
 
 STATE_FILE = "state.json"
+STOP_LOCK_WAIT_S = 3.0  # how long `stop` waits for the workdir lock once the server is gone
 LOG_NAME = "tritonserver.log"
 
 
@@ -391,8 +393,16 @@ def stop_server(workdir: Path | str, grace: float = 15.0) -> StopResult:
             f"processes of the server's group {st.pgid} survived SIGKILL: {left}",
             hint=f"check them with `ps -o pid,stat,cmd -g {st.pgid}`",
         )
-    remove_shm(st.shm_prefix)
-    remove_state(workdir)
+    # Once the server is gone its lock is free: hold it while cleaning up, so that no deploy
+    # starts in between (a foreground `sdtk deploy` may take a moment to exit and drop it).
+    with contextlib.ExitStack() as stack:
+        with contextlib.suppress(WorkdirError):
+            stack.enter_context(WorkdirLock.acquire(workdir, "sdtk stop", wait_s=STOP_LOCK_WAIT_S))
+        remove_shm(st.shm_prefix)
+        with contextlib.suppress(ServerError):
+            now = read_state(workdir)
+            if now is not None and now.pid == st.pid:  # not a newer deploy's record
+                remove_state(workdir)
     if not ours:
         msg = f"server pid {st.pid} was not running; removed {state_path(workdir)}"
     elif graceful:
