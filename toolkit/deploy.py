@@ -175,10 +175,12 @@ def deploy(
 
     `on_ready` runs once the server is ready and validated (the CLI prints the URLs there).
     """
-    from toolkit.server.launch import check_workdir_free
+    from toolkit.server.launch import check_launch_path, check_workdir_free
     from toolkit.server.lock import WorkdirLock
 
     root = deployment_dir(recipe, workdir)
+    if not render_only:
+        check_launch_path(root, "workdir")
     # One deploy per deployment directory, refused before anything is built or rendered; the
     # server inherits the lock (toolkit.server.lock), this process drops its copy on return.
     with WorkdirLock.acquire(root, f"sdtk deploy {recipe.display_name}") as lock:

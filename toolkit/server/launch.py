@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from toolkit import log, runner
-from toolkit.errors import ServerError, ToolNotFound, did_you_mean
+from toolkit.errors import ServerError, ToolNotFound, WorkdirError, did_you_mean
 from toolkit.server import logscan, procs
 from toolkit.server.discover import Candidate, choose_tritonserver
 from toolkit.server.embedded import is_embedded, prepare_embedded
@@ -59,7 +60,8 @@ _PORT_RETRIES = 3  # with auto_ports, relaunch on a port lost to a race
 
 class ServerStartError(ServerError):
     """tritonserver did not become ready. `reason`: "exited" (the process ended early),
-    "timeout" (the readiness deadline passed), "missing_model" (the server is up but the
+    "stub_failed" (bash could not start a Python backend stub: the log says so long before
+    Triton gives up on it), "timeout" (the readiness deadline passed), "missing_model" (the server is up but the
     repository has no such model), "load_failed" (the model is UNAVAILABLE while the server
     stays up). `errors` holds Triton's own messages found in the log."""
 
@@ -171,6 +173,29 @@ class _LogFollower(threading.Thread):
     def stop(self) -> None:
         self._stop_event.set()
         self.join(timeout=2)
+
+
+# What python_backend's stub launch survives in a path: it runs `bash -c` on the paths unquoted
+# (src/stub_launcher.cc, r24.10), and the stub's embedded Python reads them as ASCII whatever the
+# locale (PYTHONUTF8=1 and LC_ALL=C.UTF-8 do not help: measured on Triton 2.51).
+_LAUNCH_SAFE = re.compile(r"[A-Za-z0-9_./+,:@%=~-]*")
+
+
+def check_launch_path(path: Path | str, what: str) -> None:
+    """WorkdirError, before anything is launched, for a path the Python backend cannot start
+    stubs from: a space, a quote or another character bash treats specially, or non-ASCII."""
+    text = str(path)
+    if _LAUNCH_SAFE.fullmatch(text):
+        return
+    bad = sorted({c for c in text if not _LAUNCH_SAFE.fullmatch(c)})
+    shown = ", ".join(repr(c) for c in bad)
+    raise WorkdirError(
+        f"the {what} {text!r} has characters Triton's Python backend cannot start its stubs from: {shown}",
+        path=path,
+        hint="use a --workdir made of ASCII letters, digits and . _ - + / , : @ % = ~: the Python "
+        "backend runs `bash -c` on its paths unquoted (python_backend src/stub_launcher.cc) and "
+        "its stubs read paths as ASCII",
+    )
 
 
 def check_workdir_free(workdir: Path) -> None:
@@ -379,6 +404,8 @@ class TritonServer:
                 f"model repository {self.model_repo} does not exist",
                 hint="build it first (sdtk deploy writes it), or check the path",
             )
+        check_launch_path(self.model_repo, "model repository")
+        check_launch_path(self.workdir, "workdir")
         if self.auto_ports:
             self.ports = auto_ports(self.host)
         check_free(self.host, self.ports)
@@ -607,6 +634,7 @@ class TritonServer:
                 if time.monotonic() >= next_index_check:
                     next_index_check = time.monotonic() + 2.0
                     self._check_index(model, elapsed)
+            self._check_stub_launch(elapsed)
             if time.monotonic() >= deadline:
                 raise self._fail(
                     "timeout",
@@ -617,6 +645,21 @@ class TritonServer:
                     f"or see the log {self.log_path}",
                 )
             time.sleep(interval)
+
+    def _check_stub_launch(self, elapsed: float) -> None:
+        """A Python backend stub that bash could not start: Triton would wait for it for minutes
+        (until its stub timeout, or our ready timeout); the log says so at once."""
+        failures = logscan.stub_launch_failures(logscan.tail(self.log_path, 400))
+        if failures:
+            raise self._fail(
+                "stub_failed",
+                f"a Python backend stub could not be started {elapsed:.1f}s after launch "
+                f"(pid {self.pid}): {failures[0]}",
+                elapsed,
+                "Triton's Python backend starts each stub with `bash -c` on unquoted paths "
+                "(python_backend src/stub_launcher.cc): check that the paths of the model "
+                f"repository and backends have no spaces, quotes or non-ASCII; full log: {self.log_path}",
+            )
 
     def _check_index(self, model: str, elapsed: float) -> None:
         """The server is live but `model` is not ready. In the default model-control mode
