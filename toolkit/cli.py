@@ -583,7 +583,7 @@ def validate(
     from toolkit.recipe import load_recipe
     from toolkit.validate import validate_deployment
 
-    grpc_url = None
+    grpc_url, served = None, None
     rec = load_recipe(recipe) if recipe else None
     if url:
         http_url = url
@@ -593,11 +593,11 @@ def validate(
         from toolkit.server.state import dead_stubs, stub_message
 
         wd, st = _running_deployment(workdir)
-        dead = dead_stubs(st)
+        dead = dead_stubs(st, server_ready=True)
         if dead:  # requests would fail with "Stub process ... is not healthy"; say which model
             raise ServerError(stub_message(dead), hint="redeploy: sdtk stop, then sdtk deploy")
         http_url, grpc_url, model = st.http_url, st.grpc_url, model or st.model_name
-        rec = rec or load_deployed_recipe(wd)
+        rec, served = rec or load_deployed_recipe(wd), (wd, st.pid)
     report = validate_deployment(
         http_url=http_url,
         grpc_url=grpc_url,
@@ -613,6 +613,10 @@ def validate(
 
     emit(report.to_dict(), as_json, human)
     report.raise_if_failed()
+    if served is not None:  # `sdtk status` stops calling a deploy's unfinished validation out
+        from toolkit.server.state import update_state
+
+        update_state(*served, validation="passed")
 
 
 @cli.command()

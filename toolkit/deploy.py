@@ -240,6 +240,7 @@ def _deploy(
 
     server = _server(recipe, rendered, root, tritonserver=tritonserver, auto_ports=auto_ports)
     server.ready_timeout = ready_timeout
+    server.validation = "pending" if validate else "skipped"  # status tells an unfinished one
     progress(
         f"launching {server.binary.path} ({server.binary.source}); log: {root / 'logs' / 'tritonserver.log'}"
     )
@@ -256,6 +257,7 @@ def _deploy(
         )
         progress(f"ready in {result.ready_seconds:.1f}s: {result.http_url} (model '{result.model}')")
         if validate:
+            from toolkit.server.state import update_state
             from toolkit.validate import validate_deployment
 
             report = validate_deployment(
@@ -267,6 +269,9 @@ def _deploy(
             )
             result.validation = report.to_dict()
             report.raise_if_failed()
+            server.validation = "passed"
+            if server.pid is not None:
+                update_state(root, server.pid, validation="passed")
             if burst:
                 from toolkit.stress import survive_burst
 

@@ -274,6 +274,7 @@ class TritonServer:
         self.ready_timeout = ready_timeout
         self.shm_prefix = f"sdtk{uuid.uuid4().hex[:8]}_"
         self.restarts = 0
+        self.validation = ""  # recorded in state.json: `sdtk deploy` sets pending / skipped / passed
         self._record = True
         self.argv: list[str] = []
         self.started_at: float | None = None
@@ -550,6 +551,7 @@ class TritonServer:
             shm_prefix=self.shm_prefix,
             stubs=python_stubs(self._proc.pid) if status == "ready" else {},
             restarts=self.restarts,
+            validation=self.validation,
         )
 
     def health(self, timeout: float = 2.0) -> Health:

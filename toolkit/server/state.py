@@ -15,12 +15,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,8 @@ class ServerState:
     shm_prefix: str = ""  # the Python backend's /dev/shm region prefix (removed by stop)
     stubs: dict[str, list[int]] = field(default_factory=dict)  # model → stub pids at READY
     restarts: int = 0  # restarts by a supervising `sdtk deploy --restart-on-failure`
+    # `sdtk deploy`'s validation: pending (to run after READY) | passed | skipped | "" (unknown)
+    validation: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -115,6 +118,15 @@ def write_state(workdir: Path | str, state: ServerState) -> Path:
     return atomic_write(path, state.to_json())
 
 
+def update_state(workdir: Path | str, pid: int, **changes: Any) -> bool:
+    """Change fields of the record of server `pid` (atomically); False if it records another."""
+    st = read_state(workdir)
+    if st is None or st.pid != pid:
+        return False
+    write_state(workdir, replace(st, **changes))
+    return True
+
+
 def read_state(workdir: Path | str) -> ServerState | None:
     path = state_path(workdir)
     try:
@@ -150,18 +162,42 @@ def python_stubs(pgid: int) -> dict[str, list[int]]:
     return {model: sorted(pids) for model, pids in sorted(out.items())}
 
 
-def dead_stubs(st: ServerState) -> dict[str, list[int]]:
-    """Recorded stubs that are gone (died, or replaced by a restarted one), by model."""
+_PYTHON_BACKEND = re.compile(r'^\s*backend\s*:\s*"python"', re.M)
+
+
+def python_models(model_repo: Path | str) -> list[str]:
+    """The models of a repository that Triton's Python backend serves (one stub per instance)."""
+    out = []
+    with contextlib.suppress(OSError):
+        for config in sorted(Path(model_repo).glob("*/config.pbtxt")):
+            with contextlib.suppress(OSError):
+                if _PYTHON_BACKEND.search(config.read_text(errors="replace")):
+                    out.append(config.parent.name)
+    return out
+
+
+def dead_stubs(st: ServerState, server_ready: bool | None = None) -> dict[str, list[int]]:
+    """Stubs that are gone, by model: recorded ones that died (or were replaced by a restarted
+    one), and, once the server is ready (`server_ready`, default: state.json says so), every
+    Python-backend model of its repository without a live stub among the server's processes,
+    whether or not its stubs were ever recorded (a deploy killed before READY records none)."""
     live = python_stubs(st.pgid)
-    return {
+    dead = {
         model: gone
         for model, pids in st.stubs.items()
         if (gone := [p for p in pids if p not in live.get(model, [])])
     }
+    if server_ready if server_ready is not None else st.status == "ready":
+        for model in python_models(st.model_repo):
+            if not live.get(model):
+                dead.setdefault(model, [])
+    return dead
 
 
 def stub_message(dead: dict[str, list[int]]) -> str:
-    models = ", ".join(f"'{m}' (pid {', '.join(map(str, p))})" for m, p in dead.items())
+    models = ", ".join(
+        f"'{m}' (pid {', '.join(map(str, p))})" if p else f"'{m}' (no stub running)" for m, p in dead.items()
+    )
     return (
         f"the Python backend stub of model {models} died: requests to it fail with "
         "'Stub process is not healthy' while Triton's health endpoints still answer ready"
@@ -195,7 +231,8 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
 
 @dataclass
 class ServerStatus:
-    """What `sdtk status` reports. `state`: running | starting | unhealthy | dead | stopped."""
+    """What `sdtk status` reports. `state`: running | starting | unhealthy | unvalidated (serving,
+    but the deploy that started it died before its validation finished) | dead | stopped."""
 
     state: str
     workdir: str
@@ -214,6 +251,7 @@ class ServerStatus:
     processes: list[int] = field(default_factory=list)  # members of the server's process group
     dead_stubs: dict[str, list[int]] = field(default_factory=dict)
     restarts: int = 0
+    validation: str = ""  # as recorded (ServerState.validation); "unfinished": its deploy died first
 
     @property
     def running(self) -> bool:
@@ -261,11 +299,21 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
     live = http_ok(f"{st.http_url}/v2/health/live", timeout)
     ready = live and http_ok(f"{st.http_url}/v2/health/ready", timeout)
     model_ready = ready and http_ok(f"{st.http_url}/v2/models/{st.model_name}/ready", timeout)
-    dead = dead_stubs(st)
+    dead = dead_stubs(st, server_ready=ready or None)
+    validation = st.validation
     if dead:
         state, msg = "unhealthy", stub_message(dead) + "; redeploy (`sdtk stop`, then `sdtk deploy`)"
     elif live and ready and model_ready:
         state, msg = "running", f"serving '{st.model_name}' at {st.http_url} (gRPC {st.grpc_url})"
+        if st.validation == "pending" and st.owner_pid and procs.alive(st.owner_pid):
+            msg += f"; sdtk deploy (pid {st.owner_pid}) is validating it"
+        elif st.validation == "pending":
+            validation = "unfinished"
+            state = "unvalidated"
+            msg += (
+                f", but its validation never finished: the sdtk deploy that started it (pid "
+                f"{st.owner_pid}) is gone; check it with `sdtk validate --workdir {workdir}`"
+            )
     elif st.status == "starting":
         state, msg = "starting", f"pid {st.pid} is starting (not READY yet); see `sdtk logs`"
     else:
@@ -284,6 +332,7 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
         processes=procs.group_members(st.pgid),
         dead_stubs=dead,
         restarts=st.restarts,
+        validation=validation,
         **base,
     )
 
