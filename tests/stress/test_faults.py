@@ -149,36 +149,66 @@ def stream_events(url: str, body: dict, first: threading.Event, events: list, ti
         first.set()
 
 
-def test_bls_stream_ends_with_an_error_when_its_model_dies_mid_request(raced):
+def generate(url: str, body: dict, events: list, timeout: float = 60) -> None:
+    """POST a generate request; its JSON answer (or the exception) goes to `events`."""
+    try:
+        events.append(httpx.post(url, json=body, timeout=timeout).json())
+    except Exception as e:
+        events.append({"exception": repr(e)})
+
+
+def infer_body(prompt: str, max_tokens: int) -> dict:
+    return {
+        "inputs": [
+            {"name": "text_input", "shape": [1, 1], "datatype": "BYTES", "data": [prompt]},
+            {"name": "max_tokens", "shape": [1, 1], "datatype": "INT32", "data": [max_tokens]},
+        ]
+    }
+
+
+def test_bls_request_ends_with_an_error_when_its_model_dies_mid_request(raced):
     _, result = raced
     stubs = python_stubs(result.pid)
-    url = f"{result.http_url}/v2/models/{result.model}/generate_stream"
-    # num_draft_tokens 0: one streamed call of tensorrt_llm for 1000 tokens, so the kill lands
-    # while the BLS waits on that sub-request (the case that hung).
-    body = {"text_input": "import os\n", "max_tokens": 1000, "stream": True, "num_draft_tokens": 0}
+    bls_config = (result.workdir / "triton_repo" / result.model / "config.pbtxt").read_text()
+    decoupled = "decoupled: true" in bls_config
+    # num_draft_tokens 0: one call of tensorrt_llm for 1000 tokens, so the kill lands while the
+    # BLS waits on that sub-request (the case that hung).
+    body = {"text_input": "import os\n", "max_tokens": 1000, "num_draft_tokens": 0}
     first, events = threading.Event(), []
-    client = threading.Thread(target=stream_events, args=(url, body, first, events))
+    if decoupled:
+        url = f"{result.http_url}/v2/models/{result.model}/generate_stream"
+        client = threading.Thread(target=stream_events, args=(url, {**body, "stream": True}, first, events))
+    else:
+        url = f"{result.http_url}/v2/models/{result.model}/generate"
+        client = threading.Thread(target=generate, args=(url, body, events))
     client.start()
-    assert first.wait(120), diagnosis(result)
-    assert "error" not in events[0] and "exception" not in events[0], events[0]
+    if decoupled:
+        assert first.wait(120), diagnosis(result)
+        assert "error" not in events[0] and "exception" not in events[0], events[0]
+    else:
+        time.sleep(1.5)  # well into the 1000 tokens
+        assert not events, events
     os.kill(stubs["tensorrt_llm"][0], signal.SIGKILL)
     killed = time.monotonic()
     client.join(timeout=DEADLINE_S + 30)
     ended = time.monotonic() - killed
     assert ended < DEADLINE_S, (
-        f"the stream ran {ended:.1f}s after the kill: {events[-1]}\n{diagnosis(result)}"
+        f"the request ran {ended:.1f}s after the kill: {events[-1]}\n{diagnosis(result)}"
     )
     assert "'tensorrt_llm' is down" in events[-1].get("error", ""), events[-1]
 
-    # Later BLS requests are answered at once (they used to queue behind the hung one).
+    # Later BLS requests are answered at once (they used to queue behind the hung one), as a
+    # server fault: UNAVAILABLE, which KServe's /infer answers with 503. (Triton 2.51's generate
+    # endpoint answers every model error with 400, and /infer refuses decoupled models.)
     t0 = time.monotonic()
-    r = httpx.post(
-        f"{result.http_url}/v2/models/{result.model}/generate",
-        json={"text_input": "def f(x):", "max_tokens": 8},
-        timeout=60,
-    )
+    if decoupled:
+        r = httpx.post(f"{result.http_url}/v2/models/{result.model}/generate", json=body, timeout=60)
+        assert r.status_code == 400
+    else:
+        r = httpx.post(
+            f"{result.http_url}/v2/models/{result.model}/infer", json=infer_body("def f", 8), timeout=60
+        )
+        assert r.status_code == 503
     assert time.monotonic() - t0 < DEADLINE_S
-    # Triton 2.51's generate endpoint answers every model error with 400; the BLS sends it as
-    # UNAVAILABLE (a 503 where the frontend maps codes: KServe /infer of a non-decoupled model).
-    assert r.status_code >= 400 and "'tensorrt_llm' is down" in r.json()["error"], r.text
-    assert set(python_stubs(result.pid)) == set(stubs) - {"tensorrt_llm"}, Path(result.workdir)
+    assert "'tensorrt_llm' is down" in r.json()["error"], r.text
+    assert set(python_stubs(result.pid)) == set(stubs) - {"tensorrt_llm"}
