@@ -538,6 +538,21 @@ def stop(workdir: Path | None, grace: float, as_json: bool) -> None:
     emit(asdict(res), as_json, lambda: click.echo(res.message))
 
 
+@cli.command()
+@click.argument("model")
+@workdir_option
+@json_option
+def restart(model: str, workdir: Path | None, as_json: bool) -> None:
+    """Reload one model of the running deployment (e.g. one whose Python stub died), leaving the
+    others serving, through Triton's model-control API and the deployment's key."""
+    from dataclasses import asdict
+
+    from toolkit.server.state import find_deployment, restart_model
+
+    res = restart_model(find_deployment(workdir), model)
+    emit(asdict(res), as_json, lambda: click.echo(res.message))
+
+
 def _running_deployment(workdir: Path | None):
     """(deployment dir, its ServerState) for --workdir, or a one-line error."""
     from toolkit.errors import UsageError

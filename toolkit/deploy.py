@@ -7,6 +7,7 @@ and, while a server runs, `state.json`.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -241,6 +242,8 @@ def _deploy(
     server = _server(recipe, rendered, root, tritonserver=tritonserver, auto_ports=auto_ports)
     server.ready_timeout = ready_timeout
     server.validation = "pending" if validate else "skipped"  # status tells an unfinished one
+    if server.world_size == 1 and not server.multi_model:  # `sdtk restart MODEL` (one process)
+        server.repo_key = secrets.token_urlsafe(24)
     progress(
         f"launching {server.binary.path} ({server.binary.source}); log: {root / 'logs' / 'tritonserver.log'}"
     )
@@ -248,7 +251,7 @@ def _deploy(
     server.start(detach=detach, lock=lock)
     try:
         result.ready_seconds = round(time.monotonic() - t0, 2)
-        result.command = server.command()  # after start: auto ports are chosen there
+        result.command = [server.redact(a) for a in server.command()]  # auto ports are chosen at start
         result.pid = server.pid
         result.http_url, result.grpc_url, result.metrics_url = (
             server.http_url,

@@ -78,17 +78,22 @@ def spawn(
     cwd: Path | None = None,
     hint: str | None = None,
     pass_fds: Sequence[int] = (),
+    secrets: Sequence[str] = (),
 ) -> subprocess.Popen:
     """Start a long-running process (a server) and return at once.
 
     As `run`: argv only, stdin closed, a new session (its own process group, for `kill_group`),
     stdout and stderr into `log_path` after a first line with the redacted command. The caller
     waits for it and stops it (`kill_group`). `pass_fds`: descriptors the process inherits (the
-    workdir lock, toolkit.server.lock); every other one is closed."""
+    workdir lock, toolkit.server.lock); every other one is closed. `secrets`: arguments'
+    values that the log's first line shows as ***."""
     argv = [str(a) for a in argv]
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    shown = redact(" ".join(argv))
+    for secret in secrets:
+        shown = shown.replace(secret, "***")
     with open(log_path, "w", encoding="utf-8") as log:
-        log.write("$ " + redact(" ".join(argv)) + "\n")
+        log.write("$ " + shown + "\n")
         log.flush()
         try:
             return subprocess.Popen(

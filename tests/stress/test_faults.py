@@ -91,12 +91,39 @@ def test_racing_deploys_one_wins_and_the_other_names_it(raced):
     assert "is in use by" in loser.stderr and any(n in loser.stderr for n in named), loser.stderr
     assert "Traceback" not in loser.stderr
     assert servers_of(result.workdir / "triton_repo") == [result.pid]
+    # Greedy outputs before any fault, for the recovery test.
+    result.before = {m: greedy(result, m) for m in (result.model, "ensemble")}
+
+
+def greedy(result, model: str) -> str:
     r = httpx.post(
-        f"{result.http_url}/v2/models/{result.model}/generate",
-        json={"text_input": "def f(x):", "max_tokens": 8},
+        f"{result.http_url}/v2/models/{model}/generate",
+        json={"text_input": "def f(x):", "max_tokens": 16},
         timeout=120,
     )
     assert r.status_code == 200, r.text
+    return r.json()["text_output"]
+
+
+def test_model_control_is_refused_without_the_deployments_key(raced):
+    _, result = raced
+    for path in ("models/tensorrt_llm/unload", "models/tensorrt_llm/load", "index"):
+        r = httpx.post(f"{result.http_url}/v2/repository/{path}", json={}, timeout=30)
+        assert r.status_code == 403 and "restricted" in r.text, (path, r.status_code, r.text)
+    r = httpx.post(
+        f"{result.http_url}/v2/repository/models/tensorrt_llm/unload",
+        json={},
+        headers={"sdtk-repo-key": "guess"},
+        timeout=30,
+    )
+    assert r.status_code == 403
+    assert greedy(result, result.model) == result.before[result.model]  # nothing was unloaded
+    state_file = result.workdir / "state.json"
+    key = json.loads(state_file.read_text())["repo_key"]
+    assert len(key) >= 24 and state_file.stat().st_mode & 0o777 == 0o600
+    status = sdtk([sys.executable, "-m", "toolkit.cli", "status", "--workdir", str(result.workdir), "--json"])
+    assert status.returncode == 0 and key not in status.stdout
+    assert key not in (result.workdir / "logs" / "tritonserver.log").read_text(errors="replace")
 
 
 def test_deploy_into_a_live_workdir_is_refused_before_touching_it(raced):
@@ -212,3 +239,23 @@ def test_bls_request_ends_with_an_error_when_its_model_dies_mid_request(raced):
     assert time.monotonic() - t0 < DEADLINE_S
     assert "'tensorrt_llm' is down" in r.json()["error"], r.text
     assert set(python_stubs(result.pid)) == set(stubs) - {"tensorrt_llm"}
+
+
+def test_restart_brings_the_dead_model_back_without_touching_the_others(raced):
+    _, result = raced
+    dep = str(result.workdir)
+    status = sdtk([sys.executable, "-m", "toolkit.cli", "status", "--workdir", dep])
+    assert status.returncode == 1 and f"sdtk restart tensorrt_llm --workdir {dep}" in status.stdout
+    others = {m: p for m, p in python_stubs(result.pid).items() if m != "tensorrt_llm"}
+    r = sdtk([sys.executable, "-m", "toolkit.cli", "restart", "tensorrt_llm", "--workdir", dep, "--json"])
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["restarts"] == 1
+    stubs = python_stubs(result.pid)
+    assert stubs["tensorrt_llm"] and {m: p for m, p in stubs.items() if m != "tensorrt_llm"} == others
+    status = sdtk([sys.executable, "-m", "toolkit.cli", "status", "--workdir", dep, "--json"])
+    assert status.returncode == 0, status.stdout
+    assert json.loads(status.stdout)["model_restarts"] == {"tensorrt_llm": 1}
+    assert "restarted: 'tensorrt_llm' ×1" in json.loads(status.stdout)["message"]
+    assert {m: greedy(result, m) for m in result.before} == result.before  # the same greedy outputs
+    bad = sdtk([sys.executable, "-m", "toolkit.cli", "restart", "tensorrt_llmm", "--workdir", dep])
+    assert bad.returncode == 2 and "did you mean 'tensorrt_llm'" in bad.stderr

@@ -39,6 +39,7 @@ from toolkit.server.lock import WorkdirLock
 from toolkit.server.mpi import mpirun_argv, orchestrator_env
 from toolkit.server.ports import PORT_FIELDS, PortInUseError, Ports, auto_ports, check_free
 from toolkit.server.state import (
+    REPO_KEY_HEADER,
     ServerState,
     dead_stubs,
     default_log_path,
@@ -198,6 +199,17 @@ def check_launch_path(path: Path | str, what: str) -> None:
     )
 
 
+def model_control_args(key: str) -> list[str]:
+    """Explicit model control, every model loaded at start, and the model-repository API (load,
+    unload, index) only for requests that carry header REPO_KEY_HEADER: KEY (HTTP and gRPC)."""
+    return [
+        "--model-control-mode=explicit",
+        "--load-model=*",
+        f"--http-restricted-api=model-repository:{REPO_KEY_HEADER}={key}",
+        f"--grpc-restricted-protocol=model-repository:{REPO_KEY_HEADER}={key}",
+    ]
+
+
 def check_workdir_free(workdir: Path) -> None:
     """ServerError if a server recorded in `workdir` still runs; a stale record is removed."""
     st = read_state(workdir)
@@ -275,6 +287,9 @@ class TritonServer:
         self.shm_prefix = f"sdtk{uuid.uuid4().hex[:8]}_"
         self.restarts = 0
         self.validation = ""  # recorded in state.json: `sdtk deploy` sets pending / skipped / passed
+        # Set (single-process launches): explicit model control, so that `sdtk restart MODEL`
+        # can reload one model, with Triton's model-repository API restricted to this key.
+        self.repo_key: str | None = None
         self._record = True
         self.argv: list[str] = []
         self.started_at: float | None = None
@@ -392,7 +407,14 @@ class TritonServer:
             argv.append(f"--exit-timeout-secs={self.exit_timeout_s}")
         if self.disable_auto_complete_config:
             argv.append("--disable-auto-complete-config")
+        if self.repo_key:
+            argv += model_control_args(self.repo_key)
         return argv + self.extra_args
+
+    def redact(self, text: str) -> str:
+        """`text` without the repository key (or a token from the environment)."""
+        text = runner.redact(text)
+        return text.replace(self.repo_key, "***") if self.repo_key else text
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -429,7 +451,13 @@ class TritonServer:
         )
         lock_fds = (self._lock.fd,) if self._lock is not None else ()
         self._proc = runner.spawn(
-            self.argv, log_path=self.log_path, env=env, cwd=self.workdir, hint=hint, pass_fds=lock_fds
+            self.argv,
+            log_path=self.log_path,
+            env=env,
+            cwd=self.workdir,
+            hint=hint,
+            pass_fds=lock_fds,
+            secrets=[self.repo_key] if self.repo_key else [],
         )
         if self._lock is not None:
             self._lock.record(server_pid=self._proc.pid)
@@ -535,7 +563,7 @@ class TritonServer:
             metrics_url=self.metrics_url,
             model_name=self.model_name,
             model_repo=str(self.model_repo),
-            argv=[runner.redact(a) for a in self.argv],
+            argv=[self.redact(a) for a in self.argv],
             log_path=str(self.log_path),
             workdir=str(self.workdir),
             host=self.host,
@@ -552,6 +580,7 @@ class TritonServer:
             stubs=python_stubs(self._proc.pid) if status == "ready" else {},
             restarts=self.restarts,
             validation=self.validation,
+            repo_key=self.repo_key or "",
         )
 
     def health(self, timeout: float = 2.0) -> Health:
@@ -563,7 +592,10 @@ class TritonServer:
 
     def repository_index(self, timeout: float = 2.0) -> list[dict] | None:
         """Triton's view of the repository: [{"name", "version", "state", "reason"}]."""
-        req = urllib.request.Request(f"{self.http_url}/v2/repository/index", data=b"{}", method="POST")
+        headers = {REPO_KEY_HEADER: self.repo_key} if self.repo_key else {}
+        req = urllib.request.Request(
+            f"{self.http_url}/v2/repository/index", data=b"{}", method="POST", headers=headers
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - our own server
                 return json.loads(r.read())

@@ -31,6 +31,7 @@ from toolkit.server import logscan, procs
 from toolkit.server.lock import WorkdirLock
 
 STATE_FILE = "state.json"
+REPO_KEY_HEADER = "sdtk-repo-key"  # the header that opens Triton's model-repository API
 STOP_LOCK_WAIT_S = 3.0  # how long `stop` waits for the workdir lock once the server is gone
 LOG_NAME = "tritonserver.log"
 
@@ -71,6 +72,10 @@ class ServerState:
     restarts: int = 0  # restarts by a supervising `sdtk deploy --restart-on-failure`
     # `sdtk deploy`'s validation: pending (to run after READY) | passed | skipped | "" (unknown)
     validation: str = ""
+    # The key of Triton's model-repository API (explicit model control; "" = launched without):
+    # kept only here, in a file readable by its owner alone.
+    repo_key: str = ""
+    model_restarts: dict[str, int] = field(default_factory=dict)  # `sdtk restart MODEL` counts
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -114,8 +119,9 @@ def find_deployment(workdir: Path | str | None, *, default: Path = DEFAULT_WORKD
 
 
 def write_state(workdir: Path | str, state: ServerState) -> Path:
+    """Atomically, readable and writable by its owner only (it holds the repository key)."""
     path = state_path(workdir)
-    return atomic_write(path, state.to_json())
+    return atomic_write(path, state.to_json(), mode=0o600)
 
 
 def update_state(workdir: Path | str, pid: int, **changes: Any) -> bool:
@@ -251,6 +257,7 @@ class ServerStatus:
     processes: list[int] = field(default_factory=list)  # members of the server's process group
     dead_stubs: dict[str, list[int]] = field(default_factory=dict)
     restarts: int = 0
+    model_restarts: dict[str, int] = field(default_factory=dict)  # by `sdtk restart MODEL`
     validation: str = ""  # as recorded (ServerState.validation); "unfinished": its deploy died first
 
     @property
@@ -302,9 +309,16 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
     dead = dead_stubs(st, server_ready=ready or None)
     validation = st.validation
     if dead:
-        state, msg = "unhealthy", stub_message(dead) + "; redeploy (`sdtk stop`, then `sdtk deploy`)"
+        fix = (
+            f"restart it: `sdtk restart {next(iter(dead))} --workdir {workdir}`"
+            if st.repo_key
+            else "redeploy (`sdtk stop`, then `sdtk deploy`)"
+        )
+        state, msg = "unhealthy", stub_message(dead) + "; " + fix
     elif live and ready and model_ready:
         state, msg = "running", f"serving '{st.model_name}' at {st.http_url} (gRPC {st.grpc_url})"
+        if st.model_restarts:
+            msg += "; restarted: " + ", ".join(f"'{m}' ×{n}" for m, n in sorted(st.model_restarts.items()))
         if st.validation == "pending" and st.owner_pid and procs.alive(st.owner_pid):
             msg += f"; sdtk deploy (pid {st.owner_pid}) is validating it"
         elif st.validation == "pending":
@@ -332,6 +346,7 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
         processes=procs.group_members(st.pgid),
         dead_stubs=dead,
         restarts=st.restarts,
+        model_restarts=dict(st.model_restarts),
         validation=validation,
         **base,
     )
@@ -459,3 +474,78 @@ def stop_server(workdir: Path | str, grace: float = 15.0) -> StopResult:
     else:
         msg = f"tritonserver (pid {st.pid}) ignored SIGTERM for {grace:.0f}s and was killed"
     return StopResult(workdir, ours, st.pid, graceful, msg)
+
+
+@dataclass
+class RestartResult:
+    workdir: str
+    model: str
+    seconds: float
+    stubs: list[int]  # the model's new stub pids
+    restarts: int  # of this model, this one included
+    message: str
+
+
+def _repository(st: ServerState, action: str, timeout: float) -> tuple[int, str]:
+    """POST /v2/repository/<action> with the deployment's key: (HTTP status, body)."""
+    req = urllib.request.Request(
+        f"{st.http_url}/v2/repository/{action}",
+        data=b"{}",
+        method="POST",
+        headers={REPO_KEY_HEADER: st.repo_key, "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - our own server
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        with e:
+            return e.code, e.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError) as e:
+        raise ServerError(f"no answer from {st.http_url}: {e}", hint="check `sdtk status`") from None
+
+
+def restart_model(workdir: Path | str, model: str, timeout: float = 600.0) -> RestartResult:
+    """Reload one model of a running deployment through Triton's model-control API (unload,
+    then load: a fresh stub; its dependents, e.g. the ensemble, follow), without touching the
+    others. Recorded in state.json (its new stubs, `model_restarts`)."""
+    from toolkit.errors import UsageError, did_you_mean
+
+    st = read_state(workdir)
+    if st is None or not _alive_and_ours(st):
+        raise ServerError(
+            f"no running server recorded in {state_path(workdir)}", hint="start it with `sdtk deploy`"
+        )
+    if not st.repo_key:
+        raise ServerError(
+            f"the server in {workdir} was launched without model control, so one model cannot be reloaded",
+            hint="redeploy (`sdtk stop`, then `sdtk deploy`); new deploys support `sdtk restart`",
+        )
+    models = sorted(p.parent.name for p in Path(st.model_repo).glob("*/config.pbtxt"))
+    if model not in models:
+        guess = did_you_mean(model, models)
+        raise UsageError(
+            f"no model '{model}' in {st.model_repo}" + (f"; did you mean '{guess}'?" if guess else ""),
+            hint="models: " + ", ".join(models),
+        )
+    t0 = time.monotonic()
+    for action in ("unload", "load"):
+        code, body = _repository(st, f"models/{model}/{action}", timeout)
+        if code != 200:
+            raise ServerError(
+                f"Triton refused to {action} '{model}' (HTTP {code}): {body[:300]}",
+                hint=f"see `sdtk logs --workdir {workdir}`",
+            )
+    stubs = python_stubs(st.pgid)
+    st = read_state(workdir) or st
+    counts = dict(st.model_restarts)
+    counts[model] = counts.get(model, 0) + 1
+    write_state(workdir, replace(st, stubs=stubs, model_restarts=counts))
+    seconds = time.monotonic() - t0
+    return RestartResult(
+        str(workdir),
+        model,
+        round(seconds, 2),
+        stubs.get(model, []),
+        counts[model],
+        f"restarted '{model}' in {seconds:.1f}s (restart {counts[model]})",
+    )
