@@ -259,3 +259,25 @@ def test_restart_brings_the_dead_model_back_without_touching_the_others(raced):
     assert {m: greedy(result, m) for m in result.before} == result.before  # the same greedy outputs
     bad = sdtk([sys.executable, "-m", "toolkit.cli", "restart", "tensorrt_llmm", "--workdir", dep])
     assert bad.returncode == 2 and "did you mean 'tensorrt_llm'" in bad.stderr
+
+
+def test_status_reports_the_crash_of_a_large_form_encoded_request(raced):
+    """Finding 1, upstream (server#5840, libevhtp#118): Triton 2.51's HTTP frontend parses a
+    form-encoded body as query arguments and segfaults on a large one, before any model runs.
+    sdtk cannot patch it (docs/runbooks/troubleshooting.md has the proxy); status names the crash."""
+    _, result = raced
+    body = json.dumps({"text_input": "y" * 5_000_000, "max_tokens": 4})
+    with contextlib.suppress(httpx.HTTPError):  # the connection dies with the server
+        httpx.post(
+            f"{result.http_url}/v2/models/{result.model}/generate",
+            content=body,
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+            timeout=60,
+        )
+    deadline = time.monotonic() + 30
+    while procs.alive(result.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    status = sdtk([sys.executable, "-m", "toolkit.cli", "status", "--workdir", str(result.workdir), "--json"])
+    report = json.loads(status.stdout)
+    assert status.returncode == 1 and report["state"] == "dead", report
+    assert "crashed: Signal (11) received at" in report["message"], report["message"]

@@ -90,6 +90,11 @@ class WorkdirLock:
                     time.sleep(0.1)
                     continue
                 holder = _read(fd)
+                for _ in range(10):  # the holder writes its record just after it locks
+                    if holder:
+                        break
+                    time.sleep(0.05)
+                    holder = _read(fd)
                 os.close(fd)
                 who, pid = _describe(holder)
                 raise WorkdirError(

@@ -277,6 +277,23 @@ def _alive_and_ours(st: ServerState) -> bool:
     return procs.same_process(st.pid, st.start_ticks, st.executable)
 
 
+_SIGNAL = re.compile(r"Signal \((\d+)\) received")
+
+
+def _crash(st: ServerState) -> str:
+    """', crashed: Signal (11) received at <log mtime> (see <log>)' when the log ends in a crash
+    (Triton prints the signal and a backtrace), else ""."""
+    text = logscan.tail(st.log_path, 200)
+    found = _SIGNAL.findall(text)
+    if not found:
+        return ""
+    try:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.stat(st.log_path).st_mtime))
+    except OSError:
+        when = "an unknown time"
+    return f", crashed: Signal ({found[-1]}) received at {when} (backtrace: `sdtk logs -n 40`)"
+
+
 def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
     """Read state.json, check that its pid is still our tritonserver, and ask it for health."""
     workdir = str(workdir)
@@ -299,7 +316,7 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
         extra = f" ({len(left)} of its processes are left)" if left else ""
         return ServerStatus(
             "dead",
-            message=f"the server recorded with pid {st.pid} {why}{extra}; `sdtk stop` cleans up",
+            message=f"the server recorded with pid {st.pid} {why}{extra}{_crash(st)}; `sdtk stop` cleans up",
             processes=left,
             **base,
         )
