@@ -309,7 +309,13 @@ def run_faults(name: str, workdir: Path) -> list[dict]:
                          stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, cwd=ROOT)
         for _ in range(2)
     ]  # fmt: skip
-    outs = [(p.wait(600), p.communicate()[1], time.monotonic() - t0) for p in racers]
+    ended: dict[int, float] = {}
+    while len(ended) < len(racers) and time.monotonic() - t0 < 600:
+        for i, p in enumerate(racers):
+            if i not in ended and p.poll() is not None:
+                ended[i] = time.monotonic() - t0
+        time.sleep(0.05)
+    outs = [(p.wait(), p.communicate()[1], ended.get(i, 600.0)) for i, p in enumerate(racers)]
     loser = [o for o in outs if o[0]]
     row("two `sdtk deploy` racing into one workdir", "one wins; the other refused, naming the holder",
         f"exit codes {sorted(o[0] for o in outs)}; loser: {_line(loser[0][1]) if loser else '-'}",
@@ -411,8 +417,10 @@ def write_faults(results: dict[str, list[dict]], argv: list[str]) -> None:
         "",
         f"Machine: {platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores; "
         f"{time.strftime('%Y-%m-%d')}. Command: `{' '.join(['python', 'scripts/stress_served.py', *argv])}`. "
-        "Streams are read with a 15 s client timeout (an ensemble stream in flight when its stub dies "
-        "hangs on Triton 2.51: docs/runbooks/troubleshooting.md).",
+        "Streams are read with a 15 s client timeout. The `ensemble` rows are Triton 2.51's limit, not "
+        "sdtk's: an ensemble request in flight when its stub dies is never answered "
+        "(docs/runbooks/troubleshooting.md); the BLS entry ends with an error. Detect for the racing "
+        "deploys: when the loser exited.",
     ]
     for name, rows in results.items():
         lines += [
