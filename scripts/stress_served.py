@@ -283,7 +283,15 @@ def _post_until_error(url: str, body: dict, first: threading.Event, out: dict, t
 
 
 def run_faults(name: str, workdir: Path) -> list[dict]:
-    """Break one deployment of `name` in every way of issue 23; one row per fault."""
+    """Break one deployment of `name` in every way of issue 23; one row per fault. The deployment
+    is stopped whatever happens."""
+    try:
+        return _run_faults(name, workdir)
+    finally:
+        _sdtk("stop", "--workdir", str(workdir / name), "--grace", "1")
+
+
+def _run_faults(name: str, workdir: Path) -> list[dict]:
     import os
     import signal
 
