@@ -15,6 +15,10 @@ Per recipe: deploy (detached, free ports), warm up, then `--requests` mixed requ
     .venv/bin/python scripts/stress_served.py                      # all tiny recipes, 300 each
     .venv/bin/python scripts/stress_served.py --recipes tiny-draft-target --requests 60 --no-write
     .venv/bin/python scripts/stress_served.py --bls-repro naive    # the upstream crash, reproduced
+    .venv/bin/python scripts/stress_served.py --faults --recipes tiny-draft-target tiny-eagle3
+
+`--faults` breaks one deployment per recipe on purpose (issue 23) and prints a table: fault,
+expected, observed, time to detect, time to recover (written into docs/benchmarks.md too).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ RECIPES = (
 )
 LEVELS = (1, 2, 4, 8)
 MARK = "<!-- stress_served.py -->"
+FAULTS_MARK = "<!-- stress_served.py --faults -->"
 
 
 def segfaults(pids: set[int]) -> list[str]:
@@ -235,15 +240,240 @@ def write(results: list[dict], argv: list[str]) -> None:
     path.write_text(text)
 
 
+def _sdtk(*args: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "toolkit.cli", *args],
+        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, cwd=ROOT,
+    )  # fmt: skip
+    return r, time.monotonic() - t0
+
+
+def _line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0][:110].replace("|", "\\|")
+
+
+def _stream_until_error(url: str, body: dict, first: threading.Event, out: dict, timeout: float) -> None:
+    import httpx
+
+    try:
+        with httpx.Client(timeout=timeout) as c, c.stream("POST", url, json=body) as r:
+            for line in r.iter_lines():
+                if line.startswith("data:"):
+                    first.set()
+                    if '"error"' in line:
+                        out["error"] = line[5:].strip()
+    except Exception as e:  # a hang ends as the client's timeout
+        out["error"] = f"{type(e).__name__} (client timeout {timeout:.0f}s)"
+    out["end"] = time.monotonic()
+    first.set()
+
+
+def _post_until_error(url: str, body: dict, first: threading.Event, out: dict, timeout: float) -> None:
+    import httpx
+
+    first.set()
+    try:
+        r = httpx.post(url, json=body, timeout=timeout)
+        if r.status_code != 200:
+            out["error"] = f"HTTP {r.status_code}: {r.text}"
+    except Exception as e:  # a hang ends as the client's timeout
+        out["error"] = f"{type(e).__name__} (client timeout {timeout:.0f}s)"
+    out["end"] = time.monotonic()
+
+
+def run_faults(name: str, workdir: Path) -> list[dict]:
+    """Break one deployment of `name` in every way of issue 23; one row per fault. The deployment
+    is stopped whatever happens."""
+    try:
+        return _run_faults(name, workdir)
+    finally:
+        _sdtk("stop", "--workdir", str(workdir / name), "--grace", "1")
+
+
+def _run_faults(name: str, workdir: Path) -> list[dict]:
+    import os
+    import signal
+
+    import httpx
+
+    from toolkit.server.state import python_stubs
+
+    rows: list[dict] = []
+    recipe = str(ROOT / "recipes" / f"{name}.yaml")
+    dep = workdir / name
+    deploy = ["deploy", recipe, "--workdir", str(workdir), "--detach", "--auto-ports", "--no-validate"]
+
+    def row(fault: str, expected: str, observed: str, detect: float | None, recover: float | None) -> None:
+        rows.append(
+            dict(fault=fault, expected=expected, observed=observed, detect_s=detect, recover_s=recover)
+        )
+        print(json.dumps(rows[-1]), flush=True)
+
+    # Two racing deploys into one workdir.
+    t0 = time.monotonic()
+    racers = [
+        subprocess.Popen([sys.executable, "-m", "toolkit.cli", *deploy], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, cwd=ROOT)
+        for _ in range(2)
+    ]  # fmt: skip
+    ended: dict[int, float] = {}
+    while len(ended) < len(racers) and time.monotonic() - t0 < 600:
+        for i, p in enumerate(racers):
+            if i not in ended and p.poll() is not None:
+                ended[i] = time.monotonic() - t0
+        time.sleep(0.05)
+    outs = [(p.wait(), p.communicate()[1], ended.get(i, 600.0)) for i, p in enumerate(racers)]
+    loser = [o for o in outs if o[0]]
+    row("two `sdtk deploy` racing into one workdir", "one wins; the other refused, naming the holder",
+        f"exit codes {sorted(o[0] for o in outs)}; loser: {_line(loser[0][1]) if loser else '-'}",
+        round(min(o[2] for o in loser), 1) if loser else None, None)  # fmt: skip
+    st = json.loads((dep / "state.json").read_text())
+    url, model = st["http_url"], st["model_name"]
+
+    def greedy(m: str) -> str:
+        r = httpx.post(
+            f"{url}/v2/models/{m}/generate", json={"text_input": "def f(x):", "max_tokens": 16}, timeout=120
+        )
+        return r.json().get("text_output", r.text)
+
+    repo = dep / "triton_repo"
+    entries = sorted({model} | {m for m in ("ensemble", "tensorrt_llm_bls") if (repo / m).is_dir()})
+    before = {m: greedy(m) for m in entries}
+
+    r, secs = _sdtk(*deploy)
+    row(
+        "second `sdtk deploy` into the live workdir",
+        "refused before touching it",
+        _line(r.stderr),
+        round(secs, 1),
+        None,
+    )
+
+    r = httpx.post(f"{url}/v2/repository/models/tensorrt_llm/unload", json={}, timeout=30)
+    row(
+        "unkeyed `POST /v2/repository/models/tensorrt_llm/unload`",
+        "refused (403)",
+        f"HTTP {r.status_code}: {_line(r.text)}",
+        None,
+        None,
+    )
+
+    # The tensorrt_llm stub killed while a request of each entry is in flight (streamed where
+    # the entry is decoupled: killed at its first chunk), then brought back by `sdtk restart`.
+    for m in entries:
+        first, out = threading.Event(), {}
+        body = {"text_input": "import os\n", "max_tokens": 1000}
+        if m == "tensorrt_llm_bls":
+            body["num_draft_tokens"] = 0  # one long sub-request: the kill lands inside it
+        decoupled = "decoupled: true" in (repo / m / "config.pbtxt").read_text()
+        if decoupled:
+            args = (f"{url}/v2/models/{m}/generate_stream", {**body, "stream": True}, first, out, 15.0)
+            t = threading.Thread(target=_stream_until_error, args=args)
+        else:
+            args = (f"{url}/v2/models/{m}/generate", body, first, out, 15.0)
+            t = threading.Thread(target=_post_until_error, args=args)
+        t.start()
+        first.wait(120)
+        if not decoupled:
+            time.sleep(1.0)  # well into its 1000 tokens
+        kill = time.monotonic()
+        os.kill(python_stubs(st["pgid"])["tensorrt_llm"][0], signal.SIGKILL)
+        t.join()
+        row(f"`tensorrt_llm` stub killed mid-request ({m})", "an error naming the model within 5 s",
+            _line(out.get("error", "ended without an error")), round(out["end"] - kill, 1), None)  # fmt: skip
+        r, secs = _sdtk("status", "--workdir", str(dep))
+        row("`sdtk status` after the kill", "exit 1, names the dead model",
+            f"exit {r.returncode}: {_line(r.stdout)}", round(secs, 1), None)  # fmt: skip
+        r, secs = _sdtk("restart", "tensorrt_llm", "--workdir", str(dep))
+        after = {e: greedy(e) for e in entries}
+        same = "identical" if after == before else f"DIFFERENT: {after} vs {before}"
+        row("`sdtk restart tensorrt_llm`", "serves again, same greedy outputs",
+            f"exit {r.returncode}; outputs {same}", None, round(secs, 1))  # fmt: skip
+
+    # Finding 1: one large form-encoded body (upstream crash of the HTTP frontend).
+    big = json.dumps({"text_input": "y" * 5_000_000, "max_tokens": 4})
+    try:
+        r = httpx.post(f"{url}/v2/models/{model}/generate", content=big, timeout=30,
+                       headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+        answer = f"HTTP {r.status_code}"
+    except httpx.HTTPError as e:
+        answer = type(e).__name__
+    time.sleep(1.0)
+    r, secs = _sdtk("status", "--workdir", str(dep))
+    row("5 MB form-encoded POST (curl's default content type)", "upstream: server#5840 crash; keep it away from Triton",
+        f"client: {answer}; status: {_line(r.stdout)}", round(secs, 1), None)  # fmt: skip
+    _sdtk("stop", "--workdir", str(dep), "--grace", "1")
+
+    # Workdirs that cannot work.
+    spaced = workdir / "with space"
+    r, secs = _sdtk(*deploy[:3], str(spaced), *deploy[4:])
+    row(
+        "workdir with a space",
+        "refused before launch, naming the cause",
+        _line(r.stderr),
+        round(secs, 1),
+        None,
+    )
+    return rows
+
+
+def write_faults(results: dict[str, list[dict]], argv: list[str]) -> None:
+    lines = [
+        FAULTS_MARK,
+        "## Faults on a served deployment (`scripts/stress_served.py --faults`)",
+        "",
+        f"Machine: {platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores; "
+        f"{time.strftime('%Y-%m-%d')}. Command: `{' '.join(['python', 'scripts/stress_served.py', *argv])}`. "
+        "Streams are read with a 15 s client timeout. The `ensemble` rows are Triton 2.51's limit, not "
+        "sdtk's: an ensemble request in flight when its stub dies is never answered "
+        "(docs/runbooks/troubleshooting.md); the BLS entry ends with an error. Detect for the racing "
+        "deploys: when the loser exited.",
+    ]
+    for name, rows in results.items():
+        lines += [
+            "",
+            f"**{name}**",
+            "",
+            "| fault | expected | observed | detect (s) | recover (s) |",
+            "|---|---|---|---:|---:|",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r['fault']} | {r['expected']} | {r['observed']} | "
+                f"{'' if r['detect_s'] is None else r['detect_s']} | {'' if r['recover_s'] is None else r['recover_s']} |"
+            )
+    lines.append(FAULTS_MARK)
+    section = "\n".join(lines)
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text()
+    if FAULTS_MARK in text:
+        text = re.sub(
+            re.escape(FAULTS_MARK) + ".*?" + re.escape(FAULTS_MARK), lambda m: section, text, flags=re.S
+        )
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    path.write_text(text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipes", nargs="+", default=list(RECIPES))
     ap.add_argument("--requests", type=int, default=300, help="per recipe")
     ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     ap.add_argument("--bls-repro", choices=("naive", "fixed"), help="run the minimal BLS reproduction only")
+    ap.add_argument(
+        "--faults", action="store_true", help="break a deployment per recipe on purpose (issue 23)"
+    )
     args = ap.parse_args()
     if args.bls_repro:
         print(json.dumps(bls_repro(args.bls_repro, 60)))
+        return
+    if args.faults:
+        with tempfile.TemporaryDirectory(prefix="sdtk-faults-") as tmp:
+            faults = {name: run_faults(name, Path(tmp) / name) for name in args.recipes}
+        if not args.no_write:
+            write_faults(faults, sys.argv[1:])
         return
     results = []
     with tempfile.TemporaryDirectory(prefix="sdtk-stress-") as tmp:

@@ -574,6 +574,21 @@ def stop(workdir: Path | None, grace: float, as_json: bool) -> None:
     emit(asdict(res), as_json, lambda: click.echo(res.message))
 
 
+@cli.command()
+@click.argument("model")
+@workdir_option
+@json_option
+def restart(model: str, workdir: Path | None, as_json: bool) -> None:
+    """Reload one model of the running deployment (e.g. one whose Python stub died), leaving the
+    others serving, through Triton's model-control API and the deployment's key."""
+    from dataclasses import asdict
+
+    from toolkit.server.state import find_deployment, restart_model
+
+    res = restart_model(find_deployment(workdir), model)
+    emit(asdict(res), as_json, lambda: click.echo(res.message))
+
+
 def _running_deployment(workdir: Path | None):
     """(deployment dir, its ServerState) for --workdir, or a one-line error."""
     from toolkit.errors import UsageError
@@ -619,7 +634,7 @@ def validate(
     from toolkit.recipe import load_recipe
     from toolkit.validate import validate_deployment
 
-    grpc_url = None
+    grpc_url, served = None, None
     rec = load_recipe(recipe) if recipe else None
     if url:
         http_url = url
@@ -629,11 +644,11 @@ def validate(
         from toolkit.server.state import dead_stubs, stub_message
 
         wd, st = _running_deployment(workdir)
-        dead = dead_stubs(st)
+        dead = dead_stubs(st, server_ready=True)
         if dead:  # requests would fail with "Stub process ... is not healthy"; say which model
             raise ServerError(stub_message(dead), hint="redeploy: sdtk stop, then sdtk deploy")
         http_url, grpc_url, model = st.http_url, st.grpc_url, model or st.model_name
-        rec = rec or load_deployed_recipe(wd)
+        rec, served = rec or load_deployed_recipe(wd), (wd, st.pid)
     report = validate_deployment(
         http_url=http_url,
         grpc_url=grpc_url,
@@ -649,6 +664,10 @@ def validate(
 
     emit(report.to_dict(), as_json, human)
     report.raise_if_failed()
+    if served is not None:  # `sdtk status` stops calling a deploy's unfinished validation out
+        from toolkit.server.state import update_state
+
+        update_state(*served, validation="passed")
 
 
 @cli.command()

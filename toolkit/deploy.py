@@ -7,17 +7,21 @@ and, while a server runs, `state.json`.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit import modes
 from toolkit.errors import SdtkError
 from toolkit.progress import Step, quiet, steps
 from toolkit.recipe import Recipe
+
+if TYPE_CHECKING:
+    from toolkit.server.lock import WorkdirLock
 
 REPO_SUBDIR = "triton_repo"  # also used by toolkit/ops/k8s.py
 DEFAULT_WORKDIR = Path("workdir")
@@ -172,7 +176,53 @@ def deploy(
 
     `on_ready` runs once the server is ready and validated (the CLI prints the URLs there).
     """
+    from toolkit.server.launch import check_launch_path, check_workdir_free
+    from toolkit.server.lock import WorkdirLock
+
     root = deployment_dir(recipe, workdir)
+    if not render_only:
+        check_launch_path(root, "workdir")
+    # One deploy per deployment directory, refused before anything is built or rendered; the
+    # server inherits the lock (toolkit.server.lock), this process drops its copy on return.
+    with WorkdirLock.acquire(root, f"sdtk deploy {recipe.display_name}") as lock:
+        check_workdir_free(root)
+        return _deploy(
+            recipe,
+            root,
+            lock,
+            backend=backend,
+            workdir=workdir,
+            render_only=render_only,
+            detach=detach,
+            auto_ports=auto_ports,
+            tritonserver=tritonserver,
+            validate=validate,
+            ready_timeout=ready_timeout,
+            progress=progress,
+            on_ready=on_ready,
+            restart_on_failure=restart_on_failure,
+            burst=burst,
+        )
+
+
+def _deploy(
+    recipe: Recipe,
+    root: Path,
+    lock: WorkdirLock,
+    *,
+    backend: str | None,
+    workdir: Path | None,
+    render_only: bool,
+    detach: bool,
+    auto_ports: bool,
+    tritonserver: str | None,
+    validate: bool,
+    ready_timeout: float,
+    progress: Step,
+    on_ready: Callable[[DeployResult], None] | None,
+    restart_on_failure: bool,
+    burst: bool,
+) -> DeployResult:
     built, rendered = render(recipe, backend=backend, workdir=workdir, progress=progress)
     result = DeployResult(
         recipe=recipe.display_name,
@@ -191,14 +241,17 @@ def deploy(
 
     server = _server(recipe, rendered, root, tritonserver=tritonserver, auto_ports=auto_ports)
     server.ready_timeout = ready_timeout
+    server.validation = "pending" if validate else "skipped"  # status tells an unfinished one
+    if server.world_size == 1 and not server.multi_model:  # `sdtk restart MODEL` (one process)
+        server.repo_key = secrets.token_urlsafe(24)
     progress(
         f"launching {server.binary.path} ({server.binary.source}); log: {root / 'logs' / 'tritonserver.log'}"
     )
     t0 = time.monotonic()
-    server.start(detach=detach)
+    server.start(detach=detach, lock=lock)
     try:
         result.ready_seconds = round(time.monotonic() - t0, 2)
-        result.command = server.command()  # after start: auto ports are chosen there
+        result.command = [server.redact(a) for a in server.command()]  # auto ports are chosen at start
         result.pid = server.pid
         result.http_url, result.grpc_url, result.metrics_url = (
             server.http_url,
@@ -207,6 +260,7 @@ def deploy(
         )
         progress(f"ready in {result.ready_seconds:.1f}s: {result.http_url} (model '{result.model}')")
         if validate:
+            from toolkit.server.state import update_state
             from toolkit.validate import validate_deployment
 
             report = validate_deployment(
@@ -218,6 +272,9 @@ def deploy(
             )
             result.validation = report.to_dict()
             report.raise_if_failed()
+            server.validation = "passed"
+            if server.pid is not None:
+                update_state(root, server.pid, validation="passed")
             if burst:
                 from toolkit.stress import survive_burst
 

@@ -142,3 +142,15 @@ class ServerError(SdtkError):
         self.log_tail = log_tail
         self.log_path = log_path
         super().__init__(message, hint=hint)
+
+
+class WorkdirError(SdtkError):
+    """A deployment directory sdtk cannot use: unwritable (read-only, no permission, not a
+    directory), or held by another deploy or server (`holder_pid`)."""
+
+    def __init__(
+        self, message: str, *, path: Path | str, holder_pid: int | None = None, hint: str | None = None
+    ):
+        self.path = Path(path)
+        self.holder_pid = holder_pid
+        super().__init__(message, hint=hint)

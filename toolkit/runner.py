@@ -77,16 +77,23 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     hint: str | None = None,
+    pass_fds: Sequence[int] = (),
+    secrets: Sequence[str] = (),
 ) -> subprocess.Popen:
     """Start a long-running process (a server) and return at once.
 
     As `run`: argv only, stdin closed, a new session (its own process group, for `kill_group`),
     stdout and stderr into `log_path` after a first line with the redacted command. The caller
-    waits for it and stops it (`kill_group`)."""
+    waits for it and stops it (`kill_group`). `pass_fds`: descriptors the process inherits (the
+    workdir lock, toolkit.server.lock); every other one is closed. `secrets`: arguments'
+    values that the log's first line shows as ***."""
     argv = [str(a) for a in argv]
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    shown = redact(" ".join(argv))
+    for secret in secrets:
+        shown = shown.replace(secret, "***")
     with open(log_path, "w", encoding="utf-8") as log:
-        log.write("$ " + redact(" ".join(argv)) + "\n")
+        log.write("$ " + shown + "\n")
         log.flush()
         try:
             return subprocess.Popen(
@@ -98,6 +105,7 @@ def spawn(
                 cwd=cwd,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=tuple(pass_fds),
             )
         except FileNotFoundError:
             raise ToolNotFound(argv[0], hint=hint) from None

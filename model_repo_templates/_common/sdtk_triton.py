@@ -8,6 +8,9 @@ repository's Python models run inside NVIDIA's container, which need not have sd
 from __future__ import annotations
 
 import json
+import os
+import queue
+import threading
 import time
 
 import numpy as np
@@ -177,13 +180,26 @@ class Cancelled(Exception):
     """The client cancelled the request (or went away): stop generating."""
 
 
+class ModelDown(RuntimeError):
+    """A model this one calls has lost its Python backend stub (killed, crashed): Triton 2.51
+    never answers the requests that stub held, and fails later ones with "Stub process ... is not
+    healthy". Sent as UNAVAILABLE, which Triton's HTTP frontend answers with 503 (a server fault,
+    not the client's). `model` is the dead model's name."""
+
+    def __init__(self, model: str, message: str):
+        self.model = model
+        super().__init__(message)
+
+
 class BadRequest(ValueError):
     """The client's request is refused; the message names the input. Sent as INVALID_ARG, which
     Triton's HTTP frontend answers with 400 (a plain TritonError is INTERNAL: HTTP 500)."""
 
 
-def error_response(message: str, cancelled: bool = False, bad: bool = False) -> pb_utils.InferenceResponse:
-    code = "CANCELLED" if cancelled else "INVALID_ARG" if bad else None
+def error_response(
+    message: str, cancelled: bool = False, bad: bool = False, down: bool = False
+) -> pb_utils.InferenceResponse:
+    code = "CANCELLED" if cancelled else "INVALID_ARG" if bad else "UNAVAILABLE" if down else None
     if code is not None and hasattr(pb_utils.TritonError, code):
         error = pb_utils.TritonError(message, getattr(pb_utils.TritonError, code))
     else:
@@ -195,7 +211,7 @@ def failure(what: str, e: Exception) -> pb_utils.InferenceResponse:
     """The error response for exception `e` raised while serving `what`."""
     if isinstance(e, Cancelled):
         return error_response(f"{what}: request cancelled", cancelled=True)
-    return error_response(f"{what}: {e}", bad=isinstance(e, BadRequest))
+    return error_response(f"{what}: {e}", bad=isinstance(e, BadRequest), down=isinstance(e, ModelDown))
 
 
 def is_bad_request(error) -> bool:
@@ -224,3 +240,162 @@ def send_all(sender, outputs, what: str) -> None:
         sender.send(failure(what, e), flags=final)
         return
     sender.send(flags=final)
+
+
+# --------------------------------------------------------------------------- stub health
+#
+# A BLS request waits on its sub-requests with no timeout, and Triton 2.51 never answers the
+# requests a dead stub held (server#8604: no restart, no error; its health endpoints stay 200).
+# So the BLS reads each sub-request's responses through `StubWatch.wait`, which checks every
+# WATCH_S that the called model's stubs still live. They are found as children of the server
+# (this stub's parent) whose argv[1] is `<repository>/<model>/<version>/model.py`.
+
+STUB_EXE = "triton_python_backend_stub"
+WATCH_S = 0.2  # how often a waiting sub-request checks the called model's stubs
+RESCAN_S = 5.0  # how often the stubs of a model seen without any are looked for again
+NOT_HEALTHY = ("is not healthy", "has exited unexpectedly")  # the parent's words for a dead stub
+
+
+def _proc_alive(pid: int) -> bool:
+    """The process runs and is not a zombie (a killed stub stays one until Triton reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+def server_stubs(server_pid: int) -> dict[str, list[int]]:
+    """The live Python backend stubs that are children of `server_pid`, by model name."""
+    out: dict[str, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+            if int(fields[1]) != server_pid or fields[0] in (b"Z", b"X"):
+                continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if len(argv) > 1 and os.path.basename(argv[0]).decode(errors="replace") == STUB_EXE:
+            model = os.path.basename(os.path.dirname(os.path.dirname(argv[1].decode(errors="replace"))))
+            out.setdefault(model, []).append(int(entry.name))
+    return out
+
+
+def is_model_down(error) -> bool:
+    """Whether a sub-request's TritonError says the called model's stub is dead."""
+    return any(words in error.message() for words in NOT_HEALTHY)
+
+
+class StubWatch:
+    """Waits for a sub-request of a model while watching that model's stubs.
+
+    `wait(model, produce)` runs `produce()` (an iterable of responses: `request.exec` wrapped in
+    a list, or a decoupled response iterator) on a worker thread and yields what it yields; when
+    a stub of `model` that lived at the start dies first, it raises ModelDown within WATCH_S.
+    The worker blocked on the dead model is abandoned (Triton never ends that wait) and a new
+    one serves the next call. A model without stubs (e.g. TensorRT-LLM's C++ backend) is read
+    directly."""
+
+    def __init__(self, server_pid: int | None = None):
+        self.server_pid = server_pid or os.getppid()
+        self._stubs: dict[str, list[int]] = {}
+        self._scanned = 0.0
+        self._jobs: queue.Queue | None = None
+        self.abandoned: list = []  # what the abandoned workers hold: never freed off the GIL
+
+    def stubs(self, model: str) -> list[int]:
+        """`model`'s live stubs, from a cache that is refreshed when one of them is gone (or,
+        for a model without any, every RESCAN_S: a reloaded model has new stubs)."""
+        pids = self._stubs.get(model)
+        stale = pids is None or not all(_proc_alive(p) for p in pids)
+        if stale or (not pids and time.monotonic() - self._scanned > RESCAN_S):
+            self._stubs, self._scanned = server_stubs(self.server_pid), time.monotonic()
+            pids = self._stubs.setdefault(model, [])
+        return pids
+
+    @staticmethod
+    def _work(jobs: queue.Queue) -> None:
+        while True:
+            produce, out = jobs.get()
+            try:
+                items = produce()
+                for item in items:
+                    out.put(("item", item))
+                out.put(("end", items))  # the waiting thread keeps (and frees) it
+            except BaseException as e:  # handed to the waiting thread
+                out.put(("error", e))
+            items = produce = out = None
+
+    def wait(self, model: str, produce, keep: list | None = None):
+        """Yield what the iterable `produce()` yields; `produce` itself runs on the worker (a
+        decoupled `exec` blocks until the model takes the request). When the consumer stops
+        early (or fails on a response), the rest is still read to the end: an unfinished BLS
+        iterator is never cleaned up. The iterable, read to its end, is appended to `keep`."""
+        pids = self.stubs(model)
+        if not pids:
+            items = produce()
+            try:
+                yield from items
+            finally:
+                for _ in items:
+                    pass
+                if keep is not None:
+                    keep.append(items)
+            return
+        if self._jobs is None:
+            self._jobs = queue.Queue()
+            threading.Thread(target=self._work, args=(self._jobs,), name="sdtk-bls-wait", daemon=True).start()
+        out: queue.Queue = queue.Queue()
+        self._jobs.put((produce, out))
+        finished = False
+        try:
+            while not finished:
+                kind, value = self._next(model, pids, produce, out)
+                finished = kind != "item"
+                if kind == "item":
+                    yield value
+                    continue
+                if kind == "error":
+                    raise value
+                if keep is not None:
+                    keep.append(value)
+                # Triton may end a dead stub's request with an empty final response: a stream
+                # cut short, not a finished one.
+                self._check(model, pids, produce, out)
+        except ModelDown:
+            finished = True
+            raise
+        finally:
+            while not finished:
+                try:
+                    kind, value = self._next(model, pids, produce, out)
+                except ModelDown:
+                    break
+                finished = kind != "item"
+                if kind == "end" and keep is not None:
+                    keep.append(value)
+
+    def _next(self, model: str, pids: list[int], produce, out: queue.Queue):
+        while True:
+            try:
+                return out.get(timeout=WATCH_S)
+            except queue.Empty:
+                pass
+            self._check(model, pids, produce, out)
+
+    def _check(self, model: str, pids: list[int], produce, out: queue.Queue) -> None:
+        dead = [p for p in pids if not _proc_alive(p)]
+        if dead:
+            self.abandoned.append((produce, out))
+            self._jobs = None  # that worker may wait forever: the next call starts another
+            raise ModelDown(
+                model,
+                f"model '{model}' is down: its Python backend stub (pid "
+                f"{', '.join(map(str, dead))}) died during the request",
+            )

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.client import TritonClient
-from toolkit.errors import ServerError
+from toolkit.errors import WorkdirError
 from toolkit.server import procs
 from toolkit.server.launch import TritonServer
 from toolkit.server.state import (
@@ -98,7 +98,8 @@ def test_detach_status_logs_stop_cycles(make_repo, tmp_path):
         assert len([next(follow), next(follow)]) == 2
         follow.close()
 
-        with pytest.raises(ServerError, match="already runs from"):
+        # The detached server holds the workdir lock it inherited (toolkit.server.lock).
+        with pytest.raises(WorkdirError, match=rf"is in use by .*tritonserver \(pid {pid}\) still runs"):
             TritonServer(repo, workdir=wd, auto_ports=True).start()
 
         res = stop_server(wd)

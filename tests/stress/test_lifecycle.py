@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.server import procs
+from toolkit.server.state import python_stubs as procs_stubs
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = str(ROOT / "recipes" / "tiny-eagle3.yaml")
@@ -27,10 +28,10 @@ def sdtk(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def spawn_deploy(workdir: Path, *extra: str) -> subprocess.Popen:
+def spawn_deploy(workdir: Path, *extra: str, validate: bool = False) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "toolkit.cli", "deploy", RECIPE, "--workdir", str(workdir), "--auto-ports",
-         "--no-validate", *extra],
+         *([] if validate else ["--no-validate"]), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, cwd=ROOT,
     )  # fmt: skip
 
@@ -82,7 +83,7 @@ def test_killed_stub_makes_status_fail_and_stop_cleans_shm(tmp_path):
 
 def test_deploy_killed_before_ready_leaves_no_orphan(tmp_path):
     dep = tmp_path / "tiny-eagle3"
-    proc = spawn_deploy(tmp_path)
+    proc = spawn_deploy(tmp_path, validate=True)
     st = wait_for(lambda: (dep / "state.json").is_file() and state(dep), 60, "state.json")
     assert st["status"] == "starting" and procs.alive(st["pid"])
     proc.send_signal(signal.SIGKILL)  # before READY: no handler runs
@@ -96,6 +97,16 @@ def test_deploy_killed_before_ready_leaves_no_orphan(tmp_path):
     again = sdtk("deploy", RECIPE, "--workdir", str(tmp_path), "--detach", "--auto-ports", "--no-validate")
     assert again.returncode != 0 and str(st["pid"]) in again.stderr
     assert log.stat().st_size >= size
+    # Once the orphan is READY, status says its validation never finished (issue 23, finding 4)...
+    wait_for(lambda: "unvalidated" in sdtk("status", "--workdir", str(dep)).stdout, 120, "READY")
+    report = json.loads(sdtk("status", "--workdir", str(dep), "--json").stdout)
+    assert report["validation"] == "unfinished" and f"(pid {st['owner_pid']}) is gone" in report["message"]
+    # ... and finds the server's stubs itself (none were recorded): a dead one makes it unhealthy.
+    assert state(dep)["stubs"] == {}
+    os.kill(procs_stubs(st["pgid"])["tensorrt_llm"][0], signal.SIGKILL)
+    status = sdtk("status", "--workdir", str(dep), "--json")
+    assert status.returncode == 1 and json.loads(status.stdout)["dead_stubs"] == {"tensorrt_llm": []}
+    assert "'tensorrt_llm' (no stub running)" in json.loads(status.stdout)["message"]
     assert sdtk("stop", "--workdir", str(dep)).returncode == 0
     assert not procs.alive(st["pid"]) and not procs.group_members(st["pgid"])
     assert not list(Path("/dev/shm").glob(st["shm_prefix"] + "*"))

@@ -218,6 +218,14 @@ def _safe(http: Any, method: str, path: str, **kw: Any) -> Any:
 
 def _check_index(http: Any, model: str) -> Check:
     r = _safe(http, "POST", "/v2/repository/index", json={})
+    if r is not None and r.status_code == 403:
+        # `sdtk deploy` restricts the model-repository API to its key (`sdtk restart`): ask the
+        # model itself.
+        ready = _safe(http, "GET", f"/v2/models/{model}/ready")
+        if ready is not None and ready.status_code == 200:
+            return _check("models", OK, f"'{model}' ready", "the repository index is restricted to its key")
+        code = "no answer" if ready is None else f"HTTP {ready.status_code}"
+        return _check("models", FAIL, f"'{model}' not ready ({code})", "the repository index is restricted")
     if r is None or r.status_code != 200:
         code = "no answer" if r is None else f"HTTP {r.status_code}"
         return _check("models", WARN, code, "the repository index is not available")

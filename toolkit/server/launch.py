@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -30,13 +31,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from toolkit import log, runner
-from toolkit.errors import ServerError, ToolNotFound, did_you_mean
+from toolkit.errors import ServerError, ToolNotFound, WorkdirError, did_you_mean
 from toolkit.server import logscan, procs
 from toolkit.server.discover import Candidate, choose_tritonserver
 from toolkit.server.embedded import is_embedded, prepare_embedded
+from toolkit.server.lock import WorkdirLock
 from toolkit.server.mpi import mpirun_argv, orchestrator_env
 from toolkit.server.ports import PORT_FIELDS, PortInUseError, Ports, auto_ports, check_free
 from toolkit.server.state import (
+    REPO_KEY_HEADER,
     ServerState,
     dead_stubs,
     default_log_path,
@@ -58,7 +61,8 @@ _PORT_RETRIES = 3  # with auto_ports, relaunch on a port lost to a race
 
 class ServerStartError(ServerError):
     """tritonserver did not become ready. `reason`: "exited" (the process ended early),
-    "timeout" (the readiness deadline passed), "missing_model" (the server is up but the
+    "stub_failed" (bash could not start a Python backend stub: the log says so long before
+    Triton gives up on it), "timeout" (the readiness deadline passed), "missing_model" (the server is up but the
     repository has no such model), "load_failed" (the model is UNAVAILABLE while the server
     stays up). `errors` holds Triton's own messages found in the log."""
 
@@ -172,6 +176,54 @@ class _LogFollower(threading.Thread):
         self.join(timeout=2)
 
 
+# What python_backend's stub launch survives in a path: it runs `bash -c` on the paths unquoted
+# (src/stub_launcher.cc, r24.10), and the stub's embedded Python reads them as ASCII whatever the
+# locale (PYTHONUTF8=1 and LC_ALL=C.UTF-8 do not help: measured on Triton 2.51).
+_LAUNCH_SAFE = re.compile(r"[A-Za-z0-9_./+,:@%=~-]*")
+
+
+def check_launch_path(path: Path | str, what: str) -> None:
+    """WorkdirError, before anything is launched, for a path the Python backend cannot start
+    stubs from: a space, a quote or another character bash treats specially, or non-ASCII."""
+    text = str(path)
+    if _LAUNCH_SAFE.fullmatch(text):
+        return
+    bad = sorted({c for c in text if not _LAUNCH_SAFE.fullmatch(c)})
+    shown = ", ".join(repr(c) for c in bad)
+    raise WorkdirError(
+        f"the {what} {text!r} has characters Triton's Python backend cannot start its stubs from: {shown}",
+        path=path,
+        hint="use a --workdir made of ASCII letters, digits and . _ - + / , : @ % = ~: the Python "
+        "backend runs `bash -c` on its paths unquoted (python_backend src/stub_launcher.cc) and "
+        "its stubs read paths as ASCII",
+    )
+
+
+def model_control_args(key: str) -> list[str]:
+    """Explicit model control, every model loaded at start, and the model-repository API (load,
+    unload, index) only for requests that carry header REPO_KEY_HEADER: KEY (HTTP and gRPC)."""
+    return [
+        "--model-control-mode=explicit",
+        "--load-model=*",
+        f"--http-restricted-api=model-repository:{REPO_KEY_HEADER}={key}",
+        f"--grpc-restricted-protocol=model-repository:{REPO_KEY_HEADER}={key}",
+    ]
+
+
+def check_workdir_free(workdir: Path) -> None:
+    """ServerError if a server recorded in `workdir` still runs; a stale record is removed."""
+    st = read_state(workdir)
+    if st is None:
+        return
+    status = server_status(workdir, timeout=1.0)
+    if status.running:
+        raise ServerError(
+            f"a server already runs from {workdir} (pid {st.pid}, {st.http_url})",
+            hint=f"stop it first (sdtk stop --workdir {workdir}) or use another --workdir",
+        )
+    remove_state(workdir)  # stale record of a server that is gone
+
+
 class TritonServer:
     """One tritonserver process (or an `mpirun` of several ranks) with its ports, log and state.
 
@@ -234,6 +286,10 @@ class TritonServer:
         self.ready_timeout = ready_timeout
         self.shm_prefix = f"sdtk{uuid.uuid4().hex[:8]}_"
         self.restarts = 0
+        self.validation = ""  # recorded in state.json: `sdtk deploy` sets pending / skipped / passed
+        # Set (single-process launches): explicit model control, so that `sdtk restart MODEL`
+        # can reload one model, with Triton's model-repository API restricted to this key.
+        self.repo_key: str | None = None
         self._record = True
         self.argv: list[str] = []
         self.started_at: float | None = None
@@ -241,6 +297,8 @@ class TritonServer:
         self._proc: subprocess.Popen | None = None
         self._binary: Candidate | None = None
         self._follower: _LogFollower | None = None
+        self._lock: WorkdirLock | None = None
+        self._own_lock = False
 
     @classmethod
     def from_serving(
@@ -349,21 +407,19 @@ class TritonServer:
             argv.append(f"--exit-timeout-secs={self.exit_timeout_s}")
         if self.disable_auto_complete_config:
             argv.append("--disable-auto-complete-config")
+        if self.repo_key:
+            argv += model_control_args(self.repo_key)
         return argv + self.extra_args
+
+    def redact(self, text: str) -> str:
+        """`text` without the repository key (or a token from the environment)."""
+        text = runner.redact(text)
+        return text.replace(self.repo_key, "***") if self.repo_key else text
 
     # ------------------------------------------------------------------ lifecycle
 
     def _check_workdir_free(self) -> None:
-        st = read_state(self.workdir)
-        if st is None:
-            return
-        status = server_status(self.workdir, timeout=1.0)
-        if status.running:
-            raise ServerError(
-                f"a server already runs from {self.workdir} (pid {st.pid}, {st.http_url})",
-                hint=f"stop it first (sdtk stop --workdir {self.workdir}) or use another --workdir",
-            )
-        remove_state(self.workdir)  # stale record of a server that is gone
+        check_workdir_free(self.workdir)
 
     def _launch_once(self) -> None:
         if not self.model_repo.is_dir():
@@ -371,6 +427,8 @@ class TritonServer:
                 f"model repository {self.model_repo} does not exist",
                 hint="build it first (sdtk deploy writes it), or check the path",
             )
+        check_launch_path(self.model_repo, "model repository")
+        check_launch_path(self.workdir, "workdir")
         if self.auto_ports:
             self.ports = auto_ports(self.host)
         check_free(self.host, self.ports)
@@ -391,7 +449,18 @@ class TritonServer:
             if self.argv[0] == "mpirun"
             else "pass --tritonserver with a valid path"
         )
-        self._proc = runner.spawn(self.argv, log_path=self.log_path, env=env, cwd=self.workdir, hint=hint)
+        lock_fds = (self._lock.fd,) if self._lock is not None else ()
+        self._proc = runner.spawn(
+            self.argv,
+            log_path=self.log_path,
+            env=env,
+            cwd=self.workdir,
+            hint=hint,
+            pass_fds=lock_fds,
+            secrets=[self.repo_key] if self.repo_key else [],
+        )
+        if self._lock is not None:
+            self._lock.record(server_pid=self._proc.pid)
         self.started_at = time.time()
         if self._record:
             # At once, before READY: a deploy killed while waiting leaves a server that
@@ -408,6 +477,7 @@ class TritonServer:
         wait: bool = True,
         ready_timeout: float | None = None,
         record: bool = True,
+        lock: WorkdirLock | None = None,
     ) -> TritonServer:
         """Check ports, launch, and (by default) wait until the server and model are ready.
 
@@ -415,11 +485,29 @@ class TritonServer:
         error propagates. Once started it is recorded in `<workdir>/state.json` (`record`), so
         `sdtk status | logs | stop | infer` find it from another shell; `stop()` removes the
         record. With `detach`, the server is left running when this process exits.
+
+        The workdir is locked (toolkit.server.lock) for as long as the server lives: the server
+        inherits `lock` (the caller's, e.g. `sdtk deploy`'s) or one taken here.
         """
         if self.running:
             raise ServerError(f"this server is already running (pid {self.pid})")
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self._check_workdir_free()
+        if lock is not None:
+            self._lock, self._own_lock = lock, False
+        elif self._lock is None or self._lock.fd < 0:
+            self._lock, self._own_lock = (
+                WorkdirLock.acquire(self.workdir, "a tritonserver launch (sdtk)"),
+                True,
+            )
+        try:
+            self._check_workdir_free()
+            self._start(detach, wait, ready_timeout, record)
+        except BaseException:
+            if not self.running:
+                self._release_lock()
+            raise
+        return self
+
+    def _start(self, detach: bool, wait: bool, ready_timeout: float | None, record: bool) -> None:
         self._record = record or detach
         attempts = _PORT_RETRIES if self.auto_ports else 1
         with _signals_interrupt():
@@ -447,7 +535,6 @@ class TritonServer:
                     raise
         if detach:
             self.detach()
-        return self
 
     def detach(self) -> ServerState:
         """Record the server in `<workdir>/state.json` and let it outlive this process."""
@@ -456,6 +543,7 @@ class TritonServer:
         self.detached = True
         state = self.state()
         write_state(self.workdir, state)
+        self._release_lock()  # the server holds its inherited copy
         if self._follower is not None:
             self._follower.stop()
             self._follower = None
@@ -475,7 +563,7 @@ class TritonServer:
             metrics_url=self.metrics_url,
             model_name=self.model_name,
             model_repo=str(self.model_repo),
-            argv=[runner.redact(a) for a in self.argv],
+            argv=[self.redact(a) for a in self.argv],
             log_path=str(self.log_path),
             workdir=str(self.workdir),
             host=self.host,
@@ -491,6 +579,8 @@ class TritonServer:
             shm_prefix=self.shm_prefix,
             stubs=python_stubs(self._proc.pid) if status == "ready" else {},
             restarts=self.restarts,
+            validation=self.validation,
+            repo_key=self.repo_key or "",
         )
 
     def health(self, timeout: float = 2.0) -> Health:
@@ -502,7 +592,10 @@ class TritonServer:
 
     def repository_index(self, timeout: float = 2.0) -> list[dict] | None:
         """Triton's view of the repository: [{"name", "version", "state", "reason"}]."""
-        req = urllib.request.Request(f"{self.http_url}/v2/repository/index", data=b"{}", method="POST")
+        headers = {REPO_KEY_HEADER: self.repo_key} if self.repo_key else {}
+        req = urllib.request.Request(
+            f"{self.http_url}/v2/repository/index", data=b"{}", method="POST", headers=headers
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - our own server
                 return json.loads(r.read())
@@ -575,6 +668,7 @@ class TritonServer:
                 if time.monotonic() >= next_index_check:
                     next_index_check = time.monotonic() + 2.0
                     self._check_index(model, elapsed)
+            self._check_stub_launch(elapsed)
             if time.monotonic() >= deadline:
                 raise self._fail(
                     "timeout",
@@ -585,6 +679,21 @@ class TritonServer:
                     f"or see the log {self.log_path}",
                 )
             time.sleep(interval)
+
+    def _check_stub_launch(self, elapsed: float) -> None:
+        """A Python backend stub that bash could not start: Triton would wait for it for minutes
+        (until its stub timeout, or our ready timeout); the log says so at once."""
+        failures = logscan.stub_launch_failures(logscan.tail(self.log_path, 400))
+        if failures:
+            raise self._fail(
+                "stub_failed",
+                f"a Python backend stub could not be started {elapsed:.1f}s after launch "
+                f"(pid {self.pid}): {failures[0]}",
+                elapsed,
+                "Triton's Python backend starts each stub with `bash -c` on unquoted paths "
+                "(python_backend src/stub_launcher.cc): check that the paths of the model "
+                f"repository and backends have no spaces, quotes or non-ASCII; full log: {self.log_path}",
+            )
 
     def _check_index(self, model: str, elapsed: float) -> None:
         """The server is live but `model` is not ready. In the default model-control mode
@@ -630,6 +739,7 @@ class TritonServer:
         """
         proc = self._proc
         if proc is None:
+            self._release_lock()
             return None
         runner.kill_group(proc, grace, leader_only=True)
         procs.kill_group_now(proc.pid)  # Python backend stubs that outlived their server
@@ -643,7 +753,13 @@ class TritonServer:
         if st is not None and st.pid == proc.pid:
             remove_state(self.workdir)
         self.detached = False
+        self._release_lock()
         return proc.returncode
+
+    def _release_lock(self) -> None:
+        if self._lock is not None and self._own_lock:
+            self._lock.close()
+            self._lock = None
 
     def _supervise(self, restart_on_failure: bool, poll_s: float) -> int:
         """Wait for the server to exit, checking its Python stubs every `poll_s` s: Triton never

@@ -20,7 +20,17 @@ _PATTERNS = [
     re.compile(r"(unable to load shared library: .*)"),
     re.compile(r"(unrecognized option '[^']*')"),
     re.compile(r"(error while loading shared libraries: .*)"),
+    re.compile(r"^(bash: .*)$"),
 ]
+# The Python backend starts each stub with `bash -c "exec <stub> <model.py> ..."`, paths unquoted
+# (python_backend src/stub_launcher.cc): a path bash splits or cannot run shows up as a `bash:`
+# line, and Triton then waits for that stub until its own timeout.
+_STUB_LAUNCH = re.compile(r"^bash: (?:line \d+: )?(.*)$", re.M)
+
+
+def stub_launch_failures(text: str) -> list[str]:
+    """What bash said when it could not start a Python backend stub, deduplicated."""
+    return list(dict.fromkeys(m.group(0).strip() for m in _STUB_LAUNCH.finditer(text)))
 
 
 def tail(path: Path | str | None, lines: int = TAIL_LINES, max_bytes: int = 1 << 20) -> str:

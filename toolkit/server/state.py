@@ -15,20 +15,24 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from toolkit._fs import atomic_write
-from toolkit.errors import ServerError
+from toolkit.errors import ServerError, WorkdirError
 from toolkit.server import logscan, procs
+from toolkit.server.lock import WorkdirLock
 
 STATE_FILE = "state.json"
+REPO_KEY_HEADER = "sdtk-repo-key"  # the header that opens Triton's model-repository API
+STOP_LOCK_WAIT_S = 3.0  # how long `stop` waits for the workdir lock once the server is gone
 LOG_NAME = "tritonserver.log"
 
 
@@ -66,6 +70,12 @@ class ServerState:
     shm_prefix: str = ""  # the Python backend's /dev/shm region prefix (removed by stop)
     stubs: dict[str, list[int]] = field(default_factory=dict)  # model → stub pids at READY
     restarts: int = 0  # restarts by a supervising `sdtk deploy --restart-on-failure`
+    # `sdtk deploy`'s validation: pending (to run after READY) | passed | skipped | "" (unknown)
+    validation: str = ""
+    # The key of Triton's model-repository API (explicit model control; "" = launched without):
+    # kept only here, in a file readable by its owner alone.
+    repo_key: str = ""
+    model_restarts: dict[str, int] = field(default_factory=dict)  # `sdtk restart MODEL` counts
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -109,8 +119,18 @@ def find_deployment(workdir: Path | str | None, *, default: Path = DEFAULT_WORKD
 
 
 def write_state(workdir: Path | str, state: ServerState) -> Path:
+    """Atomically, readable and writable by its owner only (it holds the repository key)."""
     path = state_path(workdir)
-    return atomic_write(path, state.to_json())
+    return atomic_write(path, state.to_json(), mode=0o600)
+
+
+def update_state(workdir: Path | str, pid: int, **changes: Any) -> bool:
+    """Change fields of the record of server `pid` (atomically); False if it records another."""
+    st = read_state(workdir)
+    if st is None or st.pid != pid:
+        return False
+    write_state(workdir, replace(st, **changes))
+    return True
 
 
 def read_state(workdir: Path | str) -> ServerState | None:
@@ -148,18 +168,42 @@ def python_stubs(pgid: int) -> dict[str, list[int]]:
     return {model: sorted(pids) for model, pids in sorted(out.items())}
 
 
-def dead_stubs(st: ServerState) -> dict[str, list[int]]:
-    """Recorded stubs that are gone (died, or replaced by a restarted one), by model."""
+_PYTHON_BACKEND = re.compile(r'^\s*backend\s*:\s*"python"', re.M)
+
+
+def python_models(model_repo: Path | str) -> list[str]:
+    """The models of a repository that Triton's Python backend serves (one stub per instance)."""
+    out = []
+    with contextlib.suppress(OSError):
+        for config in sorted(Path(model_repo).glob("*/config.pbtxt")):
+            with contextlib.suppress(OSError):
+                if _PYTHON_BACKEND.search(config.read_text(errors="replace")):
+                    out.append(config.parent.name)
+    return out
+
+
+def dead_stubs(st: ServerState, server_ready: bool | None = None) -> dict[str, list[int]]:
+    """Stubs that are gone, by model: recorded ones that died (or were replaced by a restarted
+    one), and, once the server is ready (`server_ready`, default: state.json says so), every
+    Python-backend model of its repository without a live stub among the server's processes,
+    whether or not its stubs were ever recorded (a deploy killed before READY records none)."""
     live = python_stubs(st.pgid)
-    return {
+    dead = {
         model: gone
         for model, pids in st.stubs.items()
         if (gone := [p for p in pids if p not in live.get(model, [])])
     }
+    if server_ready if server_ready is not None else st.status == "ready":
+        for model in python_models(st.model_repo):
+            if not live.get(model):
+                dead.setdefault(model, [])
+    return dead
 
 
 def stub_message(dead: dict[str, list[int]]) -> str:
-    models = ", ".join(f"'{m}' (pid {', '.join(map(str, p))})" for m, p in dead.items())
+    models = ", ".join(
+        f"'{m}' (pid {', '.join(map(str, p))})" if p else f"'{m}' (no stub running)" for m, p in dead.items()
+    )
     return (
         f"the Python backend stub of model {models} died: requests to it fail with "
         "'Stub process is not healthy' while Triton's health endpoints still answer ready"
@@ -193,7 +237,8 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
 
 @dataclass
 class ServerStatus:
-    """What `sdtk status` reports. `state`: running | starting | unhealthy | dead | stopped."""
+    """What `sdtk status` reports. `state`: running | starting | unhealthy | unvalidated (serving,
+    but the deploy that started it died before its validation finished) | dead | stopped."""
 
     state: str
     workdir: str
@@ -212,6 +257,8 @@ class ServerStatus:
     processes: list[int] = field(default_factory=list)  # members of the server's process group
     dead_stubs: dict[str, list[int]] = field(default_factory=dict)
     restarts: int = 0
+    model_restarts: dict[str, int] = field(default_factory=dict)  # by `sdtk restart MODEL`
+    validation: str = ""  # as recorded (ServerState.validation); "unfinished": its deploy died first
 
     @property
     def running(self) -> bool:
@@ -228,6 +275,23 @@ class ServerStatus:
 
 def _alive_and_ours(st: ServerState) -> bool:
     return procs.same_process(st.pid, st.start_ticks, st.executable)
+
+
+_SIGNAL = re.compile(r"Signal \((\d+)\) received")
+
+
+def _crash(st: ServerState) -> str:
+    """', crashed: Signal (11) received at <log mtime> (see <log>)' when the log ends in a crash
+    (Triton prints the signal and a backtrace), else ""."""
+    text = logscan.tail(st.log_path, 200)
+    found = _SIGNAL.findall(text)
+    if not found:
+        return ""
+    try:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.stat(st.log_path).st_mtime))
+    except OSError:
+        when = "an unknown time"
+    return f", crashed: Signal ({found[-1]}) received at {when} (backtrace: `sdtk logs -n 40`)"
 
 
 def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
@@ -252,18 +316,35 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
         extra = f" ({len(left)} of its processes are left)" if left else ""
         return ServerStatus(
             "dead",
-            message=f"the server recorded with pid {st.pid} {why}{extra}; `sdtk stop` cleans up",
+            message=f"the server recorded with pid {st.pid} {why}{extra}{_crash(st)}; `sdtk stop` cleans up",
             processes=left,
             **base,
         )
     live = http_ok(f"{st.http_url}/v2/health/live", timeout)
     ready = live and http_ok(f"{st.http_url}/v2/health/ready", timeout)
     model_ready = ready and http_ok(f"{st.http_url}/v2/models/{st.model_name}/ready", timeout)
-    dead = dead_stubs(st)
+    dead = dead_stubs(st, server_ready=ready or None)
+    validation = st.validation
     if dead:
-        state, msg = "unhealthy", stub_message(dead) + "; redeploy (`sdtk stop`, then `sdtk deploy`)"
+        fix = (
+            f"restart it: `sdtk restart {next(iter(dead))} --workdir {workdir}`"
+            if st.repo_key
+            else "redeploy (`sdtk stop`, then `sdtk deploy`)"
+        )
+        state, msg = "unhealthy", stub_message(dead) + "; " + fix
     elif live and ready and model_ready:
         state, msg = "running", f"serving '{st.model_name}' at {st.http_url} (gRPC {st.grpc_url})"
+        if st.model_restarts:
+            msg += "; restarted: " + ", ".join(f"'{m}' ×{n}" for m, n in sorted(st.model_restarts.items()))
+        if st.validation == "pending" and st.owner_pid and procs.alive(st.owner_pid):
+            msg += f"; sdtk deploy (pid {st.owner_pid}) is validating it"
+        elif st.validation == "pending":
+            validation = "unfinished"
+            state = "unvalidated"
+            msg += (
+                f", but its validation never finished: the sdtk deploy that started it (pid "
+                f"{st.owner_pid}) is gone; check it with `sdtk validate --workdir {workdir}`"
+            )
     elif st.status == "starting":
         state, msg = "starting", f"pid {st.pid} is starting (not READY yet); see `sdtk logs`"
     else:
@@ -282,6 +363,8 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
         processes=procs.group_members(st.pgid),
         dead_stubs=dead,
         restarts=st.restarts,
+        model_restarts=dict(st.model_restarts),
+        validation=validation,
         **base,
     )
 
@@ -391,8 +474,16 @@ def stop_server(workdir: Path | str, grace: float = 15.0) -> StopResult:
             f"processes of the server's group {st.pgid} survived SIGKILL: {left}",
             hint=f"check them with `ps -o pid,stat,cmd -g {st.pgid}`",
         )
-    remove_shm(st.shm_prefix)
-    remove_state(workdir)
+    # Once the server is gone its lock is free: hold it while cleaning up, so that no deploy
+    # starts in between (a foreground `sdtk deploy` may take a moment to exit and drop it).
+    with contextlib.ExitStack() as stack:
+        with contextlib.suppress(WorkdirError):
+            stack.enter_context(WorkdirLock.acquire(workdir, "sdtk stop", wait_s=STOP_LOCK_WAIT_S))
+        remove_shm(st.shm_prefix)
+        with contextlib.suppress(ServerError):
+            now = read_state(workdir)
+            if now is not None and now.pid == st.pid:  # not a newer deploy's record
+                remove_state(workdir)
     if not ours:
         msg = f"server pid {st.pid} was not running; removed {state_path(workdir)}"
     elif graceful:
@@ -400,3 +491,78 @@ def stop_server(workdir: Path | str, grace: float = 15.0) -> StopResult:
     else:
         msg = f"tritonserver (pid {st.pid}) ignored SIGTERM for {grace:.0f}s and was killed"
     return StopResult(workdir, ours, st.pid, graceful, msg)
+
+
+@dataclass
+class RestartResult:
+    workdir: str
+    model: str
+    seconds: float
+    stubs: list[int]  # the model's new stub pids
+    restarts: int  # of this model, this one included
+    message: str
+
+
+def _repository(st: ServerState, action: str, timeout: float) -> tuple[int, str]:
+    """POST /v2/repository/<action> with the deployment's key: (HTTP status, body)."""
+    req = urllib.request.Request(
+        f"{st.http_url}/v2/repository/{action}",
+        data=b"{}",
+        method="POST",
+        headers={REPO_KEY_HEADER: st.repo_key, "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - our own server
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        with e:
+            return e.code, e.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError) as e:
+        raise ServerError(f"no answer from {st.http_url}: {e}", hint="check `sdtk status`") from None
+
+
+def restart_model(workdir: Path | str, model: str, timeout: float = 600.0) -> RestartResult:
+    """Reload one model of a running deployment through Triton's model-control API (unload,
+    then load: a fresh stub; its dependents, e.g. the ensemble, follow), without touching the
+    others. Recorded in state.json (its new stubs, `model_restarts`)."""
+    from toolkit.errors import UsageError, did_you_mean
+
+    st = read_state(workdir)
+    if st is None or not _alive_and_ours(st):
+        raise ServerError(
+            f"no running server recorded in {state_path(workdir)}", hint="start it with `sdtk deploy`"
+        )
+    if not st.repo_key:
+        raise ServerError(
+            f"the server in {workdir} was launched without model control, so one model cannot be reloaded",
+            hint="redeploy (`sdtk stop`, then `sdtk deploy`); new deploys support `sdtk restart`",
+        )
+    models = sorted(p.parent.name for p in Path(st.model_repo).glob("*/config.pbtxt"))
+    if model not in models:
+        guess = did_you_mean(model, models)
+        raise UsageError(
+            f"no model '{model}' in {st.model_repo}" + (f"; did you mean '{guess}'?" if guess else ""),
+            hint="models: " + ", ".join(models),
+        )
+    t0 = time.monotonic()
+    for action in ("unload", "load"):
+        code, body = _repository(st, f"models/{model}/{action}", timeout)
+        if code != 200:
+            raise ServerError(
+                f"Triton refused to {action} '{model}' (HTTP {code}): {body[:300]}",
+                hint=f"see `sdtk logs --workdir {workdir}`",
+            )
+    stubs = python_stubs(st.pgid)
+    st = read_state(workdir) or st
+    counts = dict(st.model_restarts)
+    counts[model] = counts.get(model, 0) + 1
+    write_state(workdir, replace(st, stubs=stubs, model_restarts=counts))
+    seconds = time.monotonic() - t0
+    return RestartResult(
+        str(workdir),
+        model,
+        round(seconds, 2),
+        stubs.get(model, []),
+        counts[model],
+        f"restarted '{model}' in {seconds:.1f}s (restart {counts[model]})",
+    )

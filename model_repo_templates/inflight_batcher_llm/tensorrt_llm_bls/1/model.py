@@ -500,6 +500,9 @@ def cancel_check(probe):
     return check
 
 
+WATCH = st.StubWatch()  # the sub-requests' models' stubs (this stub's parent is the server)
+
+
 def triton_call(
     model: str,
     inputs: dict[str, np.ndarray],
@@ -517,25 +520,23 @@ def triton_call(
         requested_output_names=list(outputs),
         **kwargs,
     )
+    # WATCH runs the call on a worker while it watches the model's stubs: a dead one raises
+    # ModelDown instead of waiting forever. It reads to the final response even when the caller
+    # stops early or a response carries an error (an unfinished iterator is never cleaned up by
+    # the stub, and r24.10 cannot cancel a BLS sub-request), then retires the iterator.
     if not decoupled:
-        yield from _outputs(model, [request.exec()])
+        yield from _outputs(model, WATCH.wait(model, lambda: [request.exec()]))
         return
-    responses = request.exec(decoupled=True)
-    try:
-        yield from _outputs(model, responses)
-    finally:
-        # Read to the final response even when the caller stops early or a response carries an
-        # error: an unfinished iterator is never cleaned up by the stub (and r24.10 cannot
-        # cancel a BLS sub-request).
-        for _ in responses:
-            pass
-        _RETIRED.append(responses)
+    yield from _outputs(model, WATCH.wait(model, lambda: request.exec(decoupled=True), keep=_RETIRED))
 
 
 def _outputs(model: str, responses):
     for response in responses:
         if response.has_error():
-            # A sub-model's refusal of the request stays a refusal (HTTP 400), not a BLS failure.
+            # A sub-model's refusal of the request stays a refusal (HTTP 400), not a BLS failure;
+            # a dead sub-model is a server fault (UNAVAILABLE).
+            if st.is_model_down(response.error()):
+                raise st.ModelDown(model, f"model '{model}' is down: {response.error().message()}")
             kind = st.BadRequest if st.is_bad_request(response.error()) else RuntimeError
             raise kind(f"{model}: {response.error().message()}")
         tensors = {t.name(): t.as_numpy() for t in response.output_tensors()}
