@@ -167,7 +167,9 @@ def speculative(
                 draft_ids, draft_len = ids_of(_infer(client, draft, llm_inputs(input_ids, k, None)))
                 tokens = draft_ids[len(input_ids) : draft_len]
             n = len(tokens) + 1 if k > 0 and tokens is not None else 1
-            target_ids, _ = ids_of(_infer(client, target, llm_inputs(input_ids, n, tokens if k > 0 else None)))
+            target_ids, _ = ids_of(
+                _infer(client, target, llm_inputs(input_ids, n, tokens if k > 0 else None))
+            )
             last, input_ids = input_ids, target_ids
             if (
                 len(input_ids) >= len(prompt_ids) + output_len
@@ -191,7 +193,13 @@ def speculative(
 
 
 def inflight_streaming(
-    url: str, input_ids: list[int], *, end_id: int, pad_id: int, output_len: int = 16, model: str = "tensorrt_llm"
+    url: str,
+    input_ids: list[int],
+    *,
+    end_id: int,
+    pad_id: int,
+    output_len: int = 16,
+    model: str = "tensorrt_llm",
 ) -> list[int]:
     """inflight_batcher_llm_client.py --streaming: the token ids its chunks carry, in order."""
     inputs = {

@@ -157,7 +157,9 @@ def _check_inflight(result: Any, mode: str, version: str | None) -> None:
         alone, _ = upstream.end_to_end(grpc, model, PROMPT, output_len=TOKENS, exclude_input_in_output=True)
         assert alone and not alone.startswith(PROMPT), (model, alone)
         _, perf = upstream.end_to_end(grpc, model, PROMPT, output_len=TOKENS, perf=True)
-        assert perf["kv_cache_alloc_total_blocks"] >= 1 and perf["last_token_time_ns"] >= perf["arrival_time_ns"]
+        assert (
+            perf["kv_cache_alloc_total_blocks"] >= 1 and perf["last_token_time_ns"] >= perf["arrival_time_ns"]
+        )
         if mode == "draft_target" and model == "tensorrt_llm_bls":
             assert perf["total_draft_tokens"] > 0  # the BLS loop speculated
         if _decoupled(result, model):
@@ -181,7 +183,9 @@ def _check_inflight(result: Any, mode: str, version: str | None) -> None:
     llm = _config(result, "tensorrt_llm")
     names = {i["name"] for i in llm["input"]}
     outputs = {o["name"] for o in llm["output"]}
-    assert ("min_length" in names) == (version == "0.19.0") and ("random_seed" in names) == (version == "0.19.0")
+    assert ("min_length" in names) == (version == "0.19.0") and ("random_seed" in names) == (
+        version == "0.19.0"
+    )
     assert ("num_output_tokens" in outputs) == (version is None)  # declared from TensorRT-LLM 1.2 only
     if mode == "draft_target":
         assert not _decoupled(result, "tensorrt_llm_bls")  # as upstream's draft-target deployment
@@ -216,7 +220,9 @@ def _check_llmapi(result: Any) -> None:
     assert text and s.response.num_chunks > 1
 
 
-@pytest.mark.parametrize(("layout", "mode", "version"), CELLS, ids=[f"{lay[:3]}-{m}-{v or 'newest'}" for lay, m, v in CELLS])
+@pytest.mark.parametrize(
+    ("layout", "mode", "version"), CELLS, ids=[f"{lay[:3]}-{m}-{v or 'newest'}" for lay, m, v in CELLS]
+)
 def test_cell(matrix, layout, mode, version, request):
     cell = request.node.callspec.id
     result = matrix.deployment(cell, _recipe(layout, mode, version))
@@ -248,10 +254,16 @@ def test_reverting_finding_1_fails_as_triton_fails_on_a_gpu(tmp_path):
     _, rendered = render(recipe, backend=None, workdir=tmp_path / "wd", progress=quiet)
     bls = rendered.path / "tensorrt_llm_bls" / "1" / "model.py"
     code = bls.read_text()
-    reverted, n = re.subn(r'(\nLLM_OUTPUTS = \([^)]*"total_draft_tokens",\n)\)', r'\1    "num_input_tokens",\n    "num_output_tokens",\n)', code)
+    reverted, n = re.subn(
+        r'(\nLLM_OUTPUTS = \([^)]*"total_draft_tokens",\n)\)',
+        r'\1    "num_input_tokens",\n    "num_output_tokens",\n)',
+        code,
+    )
     assert n == 1, "the BLS's LLM_OUTPUTS tuple moved: update the mutation"
     bls.write_text(reverted)
-    with TritonServer(rendered.path, workdir=tmp_path / "srv", model_name="tensorrt_llm_bls", auto_ports=True) as server:
+    with TritonServer(
+        rendered.path, workdir=tmp_path / "srv", model_name="tensorrt_llm_bls", auto_ports=True
+    ) as server:
         r = httpx.post(
             f"{server.http_url}/v2/models/tensorrt_llm_bls/generate",
             json={"text_input": PROMPT, "max_tokens": 8},
