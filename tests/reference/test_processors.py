@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from hf_yardstick import hf_processors
 
 from toolkit.reference import SamplingParams
 from toolkit.reference.processors import Processors, Trace
@@ -16,37 +17,6 @@ from .conftest import MODES
 
 N = 24
 REP, PRES, FREQ = 1.3, 0.4, 0.3
-
-
-def hf_processors(proc: Processors, prompt_len: int, eos: int, temperature: float | None = None) -> Any:
-    """The transformers processors that do what TensorRT-LLM's penalty kernel does: temperature
-    first (when sampling), then repetition, presence, frequency (over prompt and output), then the
-    min-length mask; bad words as transformers bans them."""
-    from transformers import (
-        LogitsProcessor,
-        LogitsProcessorList,
-        MinNewTokensLengthLogitsProcessor,
-        NoBadWordsLogitsProcessor,
-        RepetitionPenaltyLogitsProcessor,
-        TemperatureLogitsWarper,
-    )
-
-    class PresenceFrequency(LogitsProcessor):
-        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-            counts = torch.zeros_like(scores).scatter_add_(
-                1, input_ids, torch.ones_like(input_ids, dtype=scores.dtype)
-            )
-            return scores - proc.presence_penalty * (counts > 0) - proc.frequency_penalty * counts
-
-    out = LogitsProcessorList()
-    if temperature is not None:
-        out.append(TemperatureLogitsWarper(temperature))
-    out.append(RepetitionPenaltyLogitsProcessor(proc.repetition_penalty))
-    out.append(PresenceFrequency())
-    out.append(MinNewTokensLengthLogitsProcessor(prompt_len, proc.min_tokens, eos))
-    if proc.bad_words:
-        out.append(NoBadWordsLogitsProcessor([list(w) for w in proc.bad_words], eos_token_id=eos))
-    return out
 
 
 def request_processors(runtime: Any, ids: list[int], end_id: int) -> Processors:

@@ -539,6 +539,8 @@ class FakeRuntime:
         spec=None,
         end_id=None,
         on_tokens=None,
+        processors=None,
+        trace=None,
     ):
         from toolkit.reference import SpecStats
 
@@ -561,7 +563,7 @@ class FakeRuntime:
                 break
         return type("R", (), {"token_ids": out, "stats": stats, "finish_reason": "length"})()
 
-    def verify_draft(self, input_ids, draft_ids, *, sampling=None, end_id=None):
+    def verify_draft(self, input_ids, draft_ids, *, sampling=None, end_id=None, processors=None, trace=None):
         self.calls.append(("verify", list(input_ids), list(draft_ids)))
         seq, new = list(input_ids), []
         for d in draft_ids:
@@ -709,9 +711,9 @@ def test_reference_per_request_lookahead(ref_module):
     [
         ({"streaming": True}, "decoupled mode"),
         ({"beam_width": 2}, "beam_width other than 1"),
-        ({"return_log_probs": True}, "return_log_probs"),
-        ({"repetition_penalty": 1.3}, "repetition_penalty"),
-        ({"bad_words_list": np.array([[[5], [1]]], np.int32)}, "bad_words_list"),
+        ({"return_context_logits": True}, "return_context_logits"),
+        ({"embedding_bias": np.ones((1, 4), np.float32)}, "embedding_bias"),
+        ({"num_return_sequences": 2}, "needs a decoupled deployment"),
         ({"lora_task_id": 3}, "lora_task_id"),
     ],
 )
