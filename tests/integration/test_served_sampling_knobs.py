@@ -114,3 +114,21 @@ def test_penalties_and_num_return_sequences_as_upstreams_client_sends_them(
     upstream.end_to_end(grpc, "ensemble", PROMPT, output_len=TOKENS, num_return_sequences=2, results=results)
     assert sorted(int(r.as_numpy("sequence_index")[0][0]) for r in results) == [0, 1]
     assert {r.as_numpy("text_output")[0].decode() for r in results} == {_greedy(hf)[2]}
+
+
+def test_gate_scores_a_divergence_with_the_baseline_deployments_logits(
+    deployment: Any, hf: tuple[Any, Any]
+) -> None:
+    """validate's correctness gate, given only a baseline URL: the log-probs at a divergence come
+    from the deployment's generation_logits for that one position, equal to transformers'."""
+    from toolkit.validate import _served_scorer, _tokenizer
+
+    model, _ = hf
+    tok = _tokenizer(None, deployment.http_url)  # the deployment's preprocessing tokenizer_dir
+    assert tok is not None
+    gen, _, _ = _greedy(hf)
+    ids = tok(PROMPT)["input_ids"] + gen[:5]
+    got = _served_scorer(deployment.http_url, "ensemble", tok, True)(ids)
+    with torch.inference_mode():
+        want = torch.log_softmax(model(torch.tensor([ids])).logits[0, -1], -1)
+    assert got is not None and np.allclose(got, want.numpy(), atol=1e-4)
