@@ -5,7 +5,7 @@ In bf16/fp16 a verification forward over γ+1 tokens runs different GEMM shapes 
 decode step, so where the target's two best logits are nearly equal the speculative path may
 legitimately take the other one, and everything after it differs. The gate therefore compares
 token ids up to the first divergence, asks the baseline's log-probs at that position, and passes
-the prompt only when the margin log p(baseline token) - log p(served token) is below the serving
+the prompt only when the margin log p(baseline token) - log p(served token) is within the serving
 dtype's threshold (TIE_MARGIN); otherwise it fails naming the position, both tokens, the margin
 and the prompt. `strict` keeps the exact rule (identical text).
 
@@ -43,7 +43,10 @@ class Divergence:
 
     @property
     def tie(self) -> bool:
-        return self.margin is not None and self.margin <= self.threshold
+        # Symmetric: where the log-probs come from a computation in another dtype than the
+        # baseline's (the float32 target for a bf16 deployment), the served token may even be
+        # the more likely one; either way the two are within the threshold of each other.
+        return self.margin is not None and abs(self.margin) <= self.threshold
 
     def describe(self, decode: Callable[[list[int]], str] | None = None) -> str:
         def tok(t: int) -> str:

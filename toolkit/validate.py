@@ -442,7 +442,7 @@ def _correctness(
     same = len(texts) - len(ties) - len(failures)
     summary = (
         f"{same} of {len(texts)} prompts identical to the baseline, {len(ties)} diverged at a tie "
-        f"(margin ≤ {gate.threshold:g}, {gate.dtype}; log-probs: {gate.source}; baseline: {desc})"
+        f"(|margin| ≤ {gate.threshold:g}, {gate.dtype}; log-probs: {gate.source}; baseline: {desc})"
     )
     if failures:
         return "failed", "not a tie: " + " | ".join(d.describe(tok.decode) for d in failures) + f"; {summary}"
