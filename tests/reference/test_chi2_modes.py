@@ -26,7 +26,7 @@ from toolkit.reference.sampling import generator, probs
 
 from .test_sampling import chi2_pvalue
 
-DRAWS = 2000
+DRAWS = 1500
 SETTINGS = {"t1": SamplingParams(temperature=1.0), "t07_p09": SamplingParams(temperature=0.7, top_p=0.9)}
 # The prompt's last token recurs in it, so that n-gram and lookahead propose from the first step
 # and every drafter's first token is accepted often; draft-target gets one whose first token is

@@ -35,9 +35,9 @@ def request_processors(runtime: Any, ids: list[int], end_id: int) -> Processors:
 
 @pytest.fixture(scope="module")
 def processed_greedy(runtime: Any, hf_target: Any, prompt_ids: list[list[int]], end_id: int) -> list[tuple]:
-    """(prompt, processors, transformers' processed greedy continuation) for three prompts."""
+    """(prompt, processors, transformers' processed greedy continuation) for two prompts."""
     out = []
-    for ids in prompt_ids[:3]:
+    for ids in prompt_ids[:2]:
         proc = request_processors(runtime, ids, end_id)
         with torch.inference_mode():
             seq = hf_target.generate(
@@ -103,7 +103,7 @@ def hf_log_probs(
     return got
 
 
-@pytest.mark.parametrize("mode", ["none", "draft_target", "eagle3_tree"])
+@pytest.mark.parametrize("mode", ["draft_target", "eagle3_tree"])
 def test_log_probs_equal_transformers(
     mode: str, runtime: Any, specs: dict[str, Any], hf_target: Any, prompt_ids: list[list[int]], end_id: int
 ) -> None:
