@@ -323,9 +323,10 @@ def serving_dtype(recipe: Recipe | None) -> str:
 
     local = recipe.local_path(recipe.models.target)
     try:
-        torch_dtype = json.loads((local / "config.json").read_text()).get("torch_dtype") if local else None
+        cfg = json.loads((local / "config.json").read_text()) if local else {}
     except (OSError, ValueError):
-        torch_dtype = None
+        cfg = {}
+    torch_dtype = cfg.get("torch_dtype") or cfg.get("dtype")  # newer transformers write `dtype`
     return torch_dtype if torch_dtype in TIE_MARGIN else "bfloat16"
 
 
