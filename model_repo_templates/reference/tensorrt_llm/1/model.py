@@ -18,7 +18,8 @@ reads whatever that config.pbtxt declares (`seed`/`min_tokens`, or `random_seed`
 to 0.19; `num_*_tokens` only where declared), and Triton core refuses any input or output the
 config does not declare, as it does in front of the C++ backend.
 `input_ids`/`input_lengths`/`request_output_len`, `end_id`
-(the end token is left out of the output), `temperature`/`runtime_top_k`/`runtime_top_p`/`seed`,
+(the end token is left out of the output), `temperature`/`runtime_top_k`/`runtime_top_p`/`seed`
+(with TensorRT-LLM's defaults: neither top_k nor top_p is greedy, no seed is 0; `_sampling`),
 `streaming` (decoupled deployments only; each chunk carries the new tokens as they come, and the
 perf outputs follow in a last, empty chunk), `stop_words_list`,
 `exclude_input_in_output`, `return_perf_metrics` (acceptance, timing and KV-cache block outputs),
