@@ -9,7 +9,11 @@ shape or name the real client would trip on fails here too. Sources, tensorrtllm
   beam_width 1, exclude_input_in_output sent as False unless `--exclude-input-in-output`, stream
   False unless `--streaming`; always through a gRPC stream: start_stream, async_stream_infer,
   stop_stream), then `output[0].decode("utf-8")` of `text_output` and, with
-  `--return-perf-metrics`, `result.as_numpy(name)[0][0]` of eleven perf outputs;
+  `--return-perf-metrics`, `result.as_numpy(name)[0][0]` of eleven perf outputs; with
+  `--return-log-probs` it sends `return_log_probs` and asks for `cum_log_probs` and
+  `output_log_probs`; `--repetition-penalty`, `--presence-penalty`, `--frequency-penalty`,
+  `--bad-words` and `--num-return-sequences` add those inputs (the last also asks for
+  `sequence_index` and reads each response's `[0][0]` of it);
 - `e2e_grpc_speculative_decoding_client.py`: `run_speculative_inference`: ModelInfer (not a stream)
   on preprocessing, the draft and the target `tensorrt_llm` models and postprocessing, with the
   draft/target loop in the client; it relies on `output_ids` carrying the prompt (the deployment's
@@ -82,8 +86,15 @@ def end_to_end(
     streaming: bool = False,
     exclude_input_in_output: bool = False,
     perf: bool = False,
+    log_probs: bool = False,
+    penalties: dict[str, float] | None = None,
+    bad_words: list[str] | None = None,
+    num_return_sequences: int | None = None,
+    results: list[Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """end_to_end_grpc_client.py: (the text as the client assembles it, perf values read [0][0])."""
+    """end_to_end_grpc_client.py: (the text as the client assembles it, perf values read [0][0]).
+    `penalties`: {"repetition_penalty": …} as its --*-penalty flags send them; `results`: filled
+    with every raw result (log probs, sequence_index)."""
     inputs = {
         "text_input": np.array([[prompt]]).astype(object),
         "max_tokens": np.ones_like([[prompt]]).astype(np.int32) * output_len,
@@ -92,11 +103,26 @@ def end_to_end(
         "temperature": np.array([[1.0]], dtype=np.float32),
         "exclude_input_in_output": np.array([[exclude_input_in_output]], dtype=bool),
     }
+    if num_return_sequences is not None:
+        inputs["num_return_sequences"] = np.array([[num_return_sequences]], dtype=np.int32)
+    if bad_words:
+        inputs["bad_words"] = np.array([bad_words], dtype=object)
+    for name, value in (penalties or {}).items():
+        inputs[name] = np.array([[value]], dtype=np.float32)
+    if log_probs:
+        inputs["return_log_probs"] = np.array([[True]], dtype=bool)
     if perf:
         inputs["return_perf_metrics"] = np.array([[True]], dtype=bool)
-    outputs = ["text_output", *(PERF_OUTPUTS if perf else ())]
+    outputs = ["text_output"]
+    if log_probs:
+        outputs += ["cum_log_probs", "output_log_probs"]
+    if num_return_sequences is not None and num_return_sequences > 1:
+        outputs.append("sequence_index")
+    outputs += PERF_OUTPUTS if perf else ()
     text, metrics = "", {}
     for result in _stream(url, model, [_tensor(k, v) for k, v in inputs.items()], outputs):
+        if results is not None:
+            results.append(result)
         output = result.as_numpy("text_output")
         piece = output[0].decode("utf-8")  # the client's own read: [beams] of bytes
         text = text + piece if streaming else piece

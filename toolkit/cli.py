@@ -620,6 +620,12 @@ def _client_target(url: str | None, workdir: Path | None, protocol: str) -> tupl
 @click.option("--recipe", help="Recipe of the deployment (enables the in-process baseline on CPU).")
 @click.option("--baseline-url", help="HTTP URL of a baseline (no speculation) deployment of the same target.")
 @click.option("--max-tokens", default=32, show_default=True, type=int)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Correctness gate: require text identical to the baseline (no near-tie allowance; "
+    "docs/correctness.md).",
+)
 @json_option
 def validate(
     url: str | None,
@@ -628,6 +634,7 @@ def validate(
     recipe: str | None,
     baseline_url: str | None,
     max_tokens: int,
+    strict: bool,
     as_json: bool,
 ) -> None:
     """Validate a served deployment: metadata, HTTP + gRPC smoke, correctness gate, acceptance."""
@@ -657,6 +664,7 @@ def validate(
         max_tokens=max_tokens,
         baseline_url=baseline_url,
         progress=None,
+        strict=strict,
     )
 
     def human() -> None:

@@ -586,6 +586,12 @@ class Serving(_Strict):
     batching_strategy: Literal["inflight_fused_batching", "v1"] = "inflight_fused_batching"
     batch_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] = "guaranteed_no_evict"
     exclude_input_in_output: bool = True
+    normalize_log_probs: bool | None = Field(
+        None,
+        description="tensorrt_llm parameter normalize_log_probs. Default (unset): the backend's, true: "
+        "output_log_probs under the distribution sampled from after top-k/top-p (greedy tokens get 0); "
+        "false: log-softmax of the processed logits over the whole vocabulary.",
+    )
     repository: Literal["inflight_batcher_llm", "llmapi"] | None = Field(
         None,
         description="Triton repository layout. Default: the backend's (engine, reference: inflight_batcher_llm; "

@@ -1,9 +1,11 @@
 """`sdtk validate`: prove that a served deployment works and is lossless.
 
 Checks: server and model metadata; a smoke generation over HTTP generate and over gRPC
-(streaming when the model is decoupled); the correctness gate (greedy speculative output
-equals the baseline greedy output of the same target); acceptance statistics read back
-through `return_perf_metrics`; three malformed requests, each refused with a 4xx naming the input.
+(streaming when the model is decoupled); the correctness gate (greedy speculative token ids equal
+the baseline greedy ids of the same target, or part from them only at a near-tie of the target's
+top choices, toolkit/gate.py and docs/correctness.md; `strict`: identical text); acceptance
+statistics read back through `return_perf_metrics`; three malformed requests, each refused with a
+4xx naming the input.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from toolkit.checks import FAILED, Check, Status
 from toolkit.errors import SdtkError
+from toolkit.gate import TIE_MARGIN, Divergence, Scorer, judge
 from toolkit.progress import Step, steps
 from toolkit.recipe import DraftTarget, Recipe
 
@@ -45,6 +48,9 @@ class ValidationReport:
     checks: list[Check] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
     acceptance: dict[str, Any] = field(default_factory=dict)
+    # The gate's findings: every divergence (ties included), the rule and where log-probs came from.
+    divergences: list[dict[str, Any]] = field(default_factory=list)
+    gate: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -178,7 +184,9 @@ def validate_deployment(
     max_tokens: int = 32,
     baseline_url: str | None = None,
     progress: Step | None = _stderr,
+    strict: bool = False,
 ) -> ValidationReport:
+    """`strict`: the correctness gate requires identical text (no tie allowance)."""
     from toolkit.client import TritonClient
 
     with TritonClient(http_url, protocol="http", model=model) as http:
@@ -243,34 +251,203 @@ def validate_deployment(
             except SdtkError as e:
                 report.add("grpc", "failed", str(e), progress)
 
-        # Correctness gate: greedy speculative output must equal greedy baseline output.
         if baseline is None:
             report.add("correctness", "skipped", f"baseline: {desc}", progress)
         else:
-            mismatches = []
-            for prompt, resp in zip(prompts, served, strict=True):
-                want = baseline(prompt)
-                report.samples.append({"prompt": prompt, "served": resp.text, "baseline": want})
-                if resp.text != want:
-                    mismatches.append(f"prompt {prompt!r}: {_first_difference(resp.text, want)}")
-            if mismatches:
-                report.add(
-                    "correctness",
-                    "failed",
-                    "speculative output differs from the baseline: " + " | ".join(mismatches),
-                    progress,
-                )
-            else:
-                report.add(
-                    "correctness",
-                    "passed",
-                    f"{len(prompts)} prompts identical to the baseline ({desc})",
-                    progress,
-                )
+            texts = [(p, r.text, baseline(p)) for p, r in zip(prompts, served, strict=True)]
+            for prompt, got, want in texts:
+                report.samples.append({"prompt": prompt, "served": got, "baseline": want})
+            gate = _GateSetup.make(recipe, http.url, baseline_url, model, strict)
+            report.add("correctness", *_correctness(report, texts, gate, desc), progress)
 
         _acceptance(report, served, recipe, progress)
         report.add("bad-input", *_bad_input_check(http.url, model, entry_kind_of(info), prompts[0]), progress)
     return report
+
+
+@dataclass
+class _GateSetup:
+    """What the gate needs: the tokenizer (None: compare text), the margin source and threshold."""
+
+    tokenizer: Any
+    scorer: Scorer | None
+    source: str
+    dtype: str
+    strict: bool
+    add_special_tokens: bool = True
+
+    @property
+    def threshold(self) -> float:
+        return TIE_MARGIN[self.dtype]
+
+    @classmethod
+    def make(
+        cls, recipe: Recipe | None, http_url: str, baseline_url: str | None, model: str, strict: bool
+    ) -> _GateSetup:
+        dtype = serving_dtype(recipe)
+        add = recipe.serving.add_special_tokens if recipe is not None else True
+        if strict:
+            return cls(None, None, "strict: identical text", dtype, True, add)
+        tokenizer = _tokenizer(recipe, baseline_url or http_url)
+        if tokenizer is None:
+            return cls(None, None, "no tokenizer at hand: identical text", dtype, True, add)
+        if (
+            recipe is not None
+            and recipe.backend in ("reference", "auto")
+            and recipe.local_path(recipe.models.target)
+        ):
+            return cls(tokenizer, _local_scorer(recipe), "the target in process (float32)", dtype, False, add)
+        if baseline_url:
+            scorer = _served_scorer(baseline_url, model, tokenizer, add)
+            return cls(
+                tokenizer,
+                scorer,
+                f"generation_logits of the baseline deployment {baseline_url}",
+                dtype,
+                False,
+                add,
+            )
+        return cls(tokenizer, None, "no log-probs (pass --baseline-url or --recipe)", dtype, False, add)
+
+
+def serving_dtype(recipe: Recipe | None) -> str:
+    """The dtype the deployment computes in: float32 for the reference runtime, else the recipe's
+    (`auto`: the checkpoint's torch_dtype when it is at hand, else bfloat16)."""
+    if recipe is None:
+        return "bfloat16"
+    if recipe.backend == "reference":
+        return "float32"
+    if recipe.dtype != "auto":
+        return recipe.dtype
+    import json
+
+    local = recipe.local_path(recipe.models.target)
+    try:
+        cfg = json.loads((local / "config.json").read_text()) if local else {}
+    except (OSError, ValueError):
+        cfg = {}
+    torch_dtype = cfg.get("torch_dtype") or cfg.get("dtype")  # newer transformers write `dtype`
+    return torch_dtype if torch_dtype in TIE_MARGIN else "bfloat16"
+
+
+def _tokenizer(recipe: Recipe | None, http_url: str) -> Any:
+    """The target's tokenizer: the recipe's when local, else the deployment's preprocessing
+    tokenizer_dir (readable on this machine), else None."""
+    from transformers import AutoTokenizer
+
+    candidates = []
+    if recipe is not None:
+        for source in (recipe.models.tokenizer, recipe.models.target):
+            if source is not None and recipe.local_path(source):
+                candidates.append(recipe.local_path(source))
+    try:
+        import httpx
+
+        params = (
+            httpx.get(f"{http_url}/v2/models/preprocessing/config", timeout=10).json().get("parameters", {})
+        )
+        candidates.append(params.get("tokenizer_dir", {}).get("string_value"))
+    except (OSError, ValueError, AttributeError, httpx.HTTPError):
+        pass
+    for path in candidates:
+        if path:
+            try:
+                return AutoTokenizer.from_pretrained(str(path))
+            except (OSError, ValueError):
+                continue
+    return None
+
+
+def _local_scorer(recipe: Recipe) -> Scorer:
+    """The target in process (the reference runtime, float32): log-softmax at the next position."""
+
+    def score(ids: list[int]) -> list[float]:
+        import torch
+
+        from toolkit.generate import _runtime
+
+        model = _runtime(recipe).target.model
+        with torch.inference_mode():
+            logits = model(torch.tensor([ids])).logits[0, -1].float()
+        return torch.log_softmax(logits, -1).tolist()
+
+    return score
+
+
+def _served_scorer(url: str, model: str, tokenizer: Any, add_special_tokens: bool) -> Scorer:
+    """The baseline deployment's generation_logits for one token after the text of `ids` (None
+    when that text does not tokenize back to `ids`, or the deployment returns no logits).
+    output_log_probs carries only the chosen token's log-prob (0 for greedy under upstream's
+    normalize_log_probs), so the gate asks for the logits of that one position."""
+
+    def score(ids: list[int]) -> list[float] | None:
+        import math
+
+        import httpx
+
+        # `ids` = the prompt's ids (special tokens included) + the common generated prefix.
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        if tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"] != ids:
+            return None
+        body = {"text_input": text, "max_tokens": 1, "return_generation_logits": True}
+        try:
+            r = httpx.post(f"{url}/v2/models/{model}/generate", json=body, timeout=120)
+            logits = r.json().get("generation_logits") if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        flat = _flatten(logits)
+        if not flat:
+            return None
+        top = max(flat)
+        norm = top + math.log(sum(math.exp(x - top) for x in flat))
+        return [x - norm for x in flat]
+
+    return score
+
+
+def _flatten(value: Any) -> list[float]:
+    if isinstance(value, list):
+        return [x for v in value for x in _flatten(v)]
+    return [] if value is None else [float(value)]
+
+
+def _correctness(
+    report: ValidationReport, texts: list[tuple[str, str, str]], gate: _GateSetup, desc: str
+) -> tuple[str, str]:
+    """The correctness check's status and detail (docs/correctness.md)."""
+    report.gate = {
+        "rule": "strict" if gate.strict else "ids, ties allowed",
+        "dtype": gate.dtype,
+        "tie_threshold": None if gate.strict else gate.threshold,
+        "log_probs": gate.source,
+    }
+    if gate.strict:
+        mismatches = [f"prompt {p!r}: {_first_difference(g, w)}" for p, g, w in texts if g != w]
+        if mismatches:
+            return "failed", f"speculative output differs from the baseline ({gate.source}): " + " | ".join(
+                mismatches
+            )
+        return "passed", f"{len(texts)} prompts identical to the baseline ({desc}; {gate.source})"
+    tok = gate.tokenizer
+    ties: list[Divergence] = []
+    failures: list[Divergence] = []
+    for prompt, got, want in texts:
+        prompt_ids = tok(prompt, add_special_tokens=gate.add_special_tokens)["input_ids"]
+        served_ids = tok(got, add_special_tokens=False)["input_ids"]
+        baseline_ids = tok(want, add_special_tokens=False)["input_ids"]
+        d = judge(prompt, prompt_ids, served_ids, baseline_ids, gate.scorer, gate.threshold, gate.source)
+        if d is None:
+            continue
+        report.divergences.append(d.to_dict())
+        (ties if d.tie else failures).append(d)
+    same = len(texts) - len(ties) - len(failures)
+    summary = (
+        f"{same} of {len(texts)} prompts identical to the baseline, {len(ties)} diverged at a tie "
+        f"(|margin| ≤ {gate.threshold:g}, {gate.dtype}; log-probs: {gate.source}; baseline: {desc})"
+    )
+    if failures:
+        return "failed", "not a tie: " + " | ".join(d.describe(tok.decode) for d in failures) + f"; {summary}"
+    return "passed", summary + "".join(f"; tie: {d.describe(tok.decode)}" for d in ties)
 
 
 def entry_kind_of(info: Any) -> str:

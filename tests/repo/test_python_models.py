@@ -539,6 +539,8 @@ class FakeRuntime:
         spec=None,
         end_id=None,
         on_tokens=None,
+        processors=None,
+        trace=None,
     ):
         from toolkit.reference import SpecStats
 
@@ -561,7 +563,7 @@ class FakeRuntime:
                 break
         return type("R", (), {"token_ids": out, "stats": stats, "finish_reason": "length"})()
 
-    def verify_draft(self, input_ids, draft_ids, *, sampling=None, end_id=None):
+    def verify_draft(self, input_ids, draft_ids, *, sampling=None, end_id=None, processors=None, trace=None):
         self.calls.append(("verify", list(input_ids), list(draft_ids)))
         seq, new = list(input_ids), []
         for d in draft_ids:
@@ -709,9 +711,9 @@ def test_reference_per_request_lookahead(ref_module):
     [
         ({"streaming": True}, "decoupled mode"),
         ({"beam_width": 2}, "beam_width other than 1"),
-        ({"return_log_probs": True}, "return_log_probs"),
-        ({"repetition_penalty": 1.3}, "repetition_penalty"),
-        ({"bad_words_list": np.array([[[5], [1]]], np.int32)}, "bad_words_list"),
+        ({"return_context_logits": True}, "return_context_logits"),
+        ({"embedding_bias": np.ones((1, 4), np.float32)}, "embedding_bias"),
+        ({"num_return_sequences": 2}, "needs a decoupled deployment"),
         ({"lora_task_id": 3}, "lora_task_id"),
     ],
 )
@@ -854,3 +856,59 @@ def test_bls_and_reference_together_are_lossless(bls_module, ref_module, pb):
     (out,) = list(bls(request(max_tokens=25, num_draft_tokens=4, return_perf_metrics=True)))
     assert ids_of(out["text_output"]) == greedy(prompt_of("abc"), 25)
     assert int(out["total_draft_tokens"][0, 0]) > 0
+
+
+@pytest.fixture(scope="module")
+def tiny_runtime():
+    pytest.importorskip("torch")
+    from pathlib import Path
+
+    from toolkit.reference import ReferenceRuntime
+
+    return ReferenceRuntime.load(Path(__file__).resolve().parents[2] / "models" / "tiny" / "target")
+
+
+def test_reference_sampling_knobs_and_outputs(ref_module, tiny_runtime):
+    """With the real runtime: TensorRT-LLM's sampling defaults, the 0.19 names (min_length,
+    random_seed), bad_words_list, log probs / generation logits shapes per response, and
+    num_return_sequences as one response per sequence."""
+    import torch
+
+    rt = tiny_runtime
+    gen = ref_module.Generator(rt, None, exclude_input_in_output=True, decoupled=True)
+    prompt = rt.tokenizer("def read_lines(path):\n")["input_ids"]
+    greedy_ids = rt.generate(prompt, 8, speculative=False, end_id=-1).token_ids
+    # temperature 1 without top_k/top_p is greedy, as TensorRT-LLM's defaults make it.
+    (out,) = list(gen(llm_request(prompt, 8, temperature=np.float32(1.0), end_id=-1)))
+    assert toks(out) == greedy_ids
+    # Sampling without a seed samples with seed 0: the same tokens every time.
+    knobs = dict(temperature=np.float32(1.0), runtime_top_p=np.float32(0.95), end_id=-1)
+    a, b = (toks(list(gen(llm_request(prompt, 8, **knobs)))[0]) for _ in range(2))
+    assert a == b == toks(list(gen(llm_request(prompt, 8, random_seed=np.uint64(0), **knobs)))[0])
+    # bad_words_list ([2, N]: ids, then end offsets) and min_length (0.19's min_tokens).
+    bad = np.array([[[greedy_ids[0], greedy_ids[1], greedy_ids[2]], [1, 3, -1]]], np.int32)
+    (out,) = list(gen(llm_request(prompt, 8, bad_words_list=bad, end_id=-1)))
+    got = toks(out)
+    assert got[0] != greedy_ids[0] and greedy_ids[0] not in got
+    (out,) = list(gen(llm_request(prompt, 4, min_length=np.int32(3), end_id=greedy_ids[0])))
+    assert greedy_ids[0] not in toks(out)[:3]
+    # Log probs and generation logits: [1, beams, tokens] / [1, beams] / [1, beams, tokens, vocab];
+    # normalize_log_probs true (upstream's default) gives greedy tokens 0.
+    (out,) = list(gen(llm_request(prompt, 5, end_id=-1, return_log_probs=True, return_generation_logits=True)))
+    assert out["output_log_probs"].shape == (1, 1, 5) and not out["output_log_probs"].any()
+    assert out["cum_log_probs"].shape == (1, 1)
+    vocab = rt.target.config.vocab_size
+    assert out["generation_logits"].shape == (1, 1, 5, vocab)
+    with torch.inference_mode():
+        logits = rt.target.model(torch.tensor([prompt + greedy_ids[:4]])).logits[0, len(prompt) - 1 :]
+    assert np.allclose(out["generation_logits"][0, 0], logits.numpy(), atol=1e-4)
+    chunks = list(gen(llm_request(prompt, 5, streaming=True, return_log_probs=True, **knobs)))
+    sampled = list(gen(llm_request(prompt, 5, return_log_probs=True, **knobs)))[0]
+    streamed = np.concatenate([c["output_log_probs"][0, 0] for c in chunks])
+    assert np.allclose(streamed, sampled["output_log_probs"][0, 0]) and (streamed < 0).all()
+    assert np.isclose(chunks[-1]["cum_log_probs"][0, 0], streamed.sum(), atol=1e-5)
+    # num_return_sequences: one response per sequence, each with its sequence_index; distinct seeds.
+    outs = list(gen(llm_request(prompt, 8, num_return_sequences=np.int32(3), seed=np.uint64(5), **knobs)))
+    assert [int(o["sequence_index"][0, 0]) for o in outs] == [0, 1, 2]
+    assert len({tuple(toks(o)) for o in outs}) > 1
+    assert toks(outs[0]) == toks(list(gen(llm_request(prompt, 8, seed=np.uint64(5), **knobs)))[0])

@@ -22,6 +22,7 @@ from toolkit.reference.lookahead import LookaheadSpeculator
 from toolkit.reference.medusa import MedusaHeads, MedusaSpeculator, load_medusa_heads
 from toolkit.reference.models import CachedLM, Forward, load_causal_lm
 from toolkit.reference.ngram import NGramSpeculator
+from toolkit.reference.processors import Processors, Trace, tree_prefixes
 from toolkit.reference.sampling import SamplingParams, generator
 from toolkit.reference.stats import SpecStats
 
@@ -287,18 +288,24 @@ class ReferenceRuntime:
         spec: Any = None,
         end_id: int | None = None,
         on_tokens: Callable[[list[int]], None] | None = None,
+        processors: Processors | None = None,
+        trace: Trace | None = None,
     ) -> GenerationResult:
+        """`processors`: the request's penalties, min_tokens and bad words, applied to every
+        verification row with that row's own prefix (lossless in every mode); `trace`: filled
+        with each committed token's log prob / raw logits."""
         prompt = self._check(prompt_ids, max_new_tokens)
         mode_cfg = (spec if spec is not None else self.spec) if speculative else parse_speculative(None)
+        extra = (processors, trace)
         if self.batcher is None:
             self._verified = []
             self.target.reset()
             return self._generate(
-                prompt, max_new_tokens, sampling, mode_cfg, end_id, on_tokens, self.target, None
+                prompt, max_new_tokens, sampling, mode_cfg, end_id, on_tokens, self.target, None, *extra
             )
         with self.batcher.join() as seq:
             return self._generate(
-                prompt, max_new_tokens, sampling, mode_cfg, end_id, on_tokens, seq.target, seq.draft
+                prompt, max_new_tokens, sampling, mode_cfg, end_id, on_tokens, seq.target, seq.draft, *extra
             )
 
     def _generate(
@@ -311,6 +318,8 @@ class ReferenceRuntime:
         on_tokens: Callable[[list[int]], None] | None,
         target: Any,
         draft: Any,
+        processors: Processors | None = None,
+        trace: Trace | None = None,
     ) -> GenerationResult:
         speculator = self._speculator(mode_cfg, sampling, draft)
         eos = self._end_id(end_id)
@@ -330,6 +339,9 @@ class ReferenceRuntime:
                 aux=speculator.needs_aux,
             )
         speculator.prefill(ctx, pre)
+        prompt_len = (
+            len(prompt) if processors is None or processors.prompt_len is None else processors.prompt_len
+        )
         out: list[int] = []
         stats = SpecStats()
         finish = "length"
@@ -348,8 +360,11 @@ class ReferenceRuntime:
                 aux=speculator.needs_aux,
             )
             assert fwd.logits is not None
-            verdict = verify(prop, fwd.logits, sampling, ctx.gen)
+            logits = _process(fwd.logits, prop, ctx.tokens, prompt_len, processors, sampling)
+            verdict = verify(prop, logits, sampling, ctx.gen)
             commit = [prop.tokens[i] for i in verdict.path] + [verdict.token]
+            if trace is not None:
+                trace.record(commit, logits, fwd.logits, [0, *(i + 1 for i in verdict.path)], sampling)
             target.keep(start, [0, *(i + 1 for i in verdict.path)])
             ctx.tokens.extend(commit)
             speculator.update(ctx, prop, fwd, verdict)
@@ -378,12 +393,16 @@ class ReferenceRuntime:
         *,
         sampling: SamplingParams = SamplingParams(),
         end_id: int | None = None,
+        processors: Processors | None = None,
+        trace: Trace | None = None,
     ) -> VerifyResult:
         """TRT-LLM `draft_tokens_external`: verify externally drafted tokens after `input_ids`.
 
         The target cache is reused when `input_ids` extends the previously verified sequence.
         With temperature > 0 each position draws from the target and a draft token is accepted
         iff it equals the draw (lossless for any drafter; needs no draft logits).
+        `processors` / `trace` as in generate(); min_tokens counts from `processors.prompt_len`
+        (None: from `input_ids`).
         """
         ids = self._check(input_ids, 1, extra=len(draft_ids))
         drafts = [int(t) for t in draft_ids]
@@ -391,13 +410,14 @@ class ReferenceRuntime:
         cap = self.draft_len_now(self.verify_spec or self.spec)
         if cap is not None:
             drafts = drafts[:cap]  # load-aware: verify no more than the batch size allows
+        extra = (processors, trace)
         if self.batcher is None:
-            return self._verify(ids, drafts, sampling, end_id, self.target, self)
+            return self._verify(ids, drafts, sampling, end_id, self.target, self, *extra)
         held = getattr(self._held, "seq", None)
         if held is not None:
-            return self._verify(ids, drafts, sampling, end_id, held.target, held.target)
+            return self._verify(ids, drafts, sampling, end_id, held.target, held.target, *extra)
         with self.batcher.join(prefix=ids) as seq:
-            return self._verify(ids, drafts, sampling, end_id, seq.target, seq.target)
+            return self._verify(ids, drafts, sampling, end_id, seq.target, seq.target, *extra)
 
     def _verify(
         self,
@@ -407,6 +427,8 @@ class ReferenceRuntime:
         end_id: int | None,
         target: Any,
         held: Any,
+        processors: Processors | None = None,
+        trace: Trace | None = None,
     ) -> VerifyResult:
         """verify_draft on `target`, whose cache holds `held._verified` (that state's tokens)."""
         common = 0
@@ -418,8 +440,15 @@ class ReferenceRuntime:
         fwd = target.forward(ids[common:] + drafts, logits_from=len(ids) - 1 - common)
         assert fwd.logits is not None
         gen = self._verify_generator(sampling, same_request, held)
-        verdict = verify(Proposal.chain(drafts), fwd.logits, sampling, gen)
+        prop = Proposal.chain(drafts)
+        prompt_len = (
+            len(ids) if processors is None or processors.prompt_len is None else processors.prompt_len
+        )
+        logits = _process(fwd.logits, prop, ids, prompt_len, processors, sampling)
+        verdict = verify(prop, logits, sampling, gen)
         n = len(verdict.path)
+        if trace is not None:
+            trace.record(drafts[:n] + [verdict.token], logits, fwd.logits, range(n + 1), sampling)
         target.crop(len(ids) + n)
         held._verified = ids + drafts[:n]
         new = drafts[:n] + [verdict.token]
@@ -512,6 +541,23 @@ class ReferenceRuntime:
             )
         choices = cfg.eagle_choices or [[0] * d for d in range(1, cfg.max_draft_len + 1)]
         return Eagle3Speculator(self.eagle3, tree_from_choices(choices))
+
+
+def _process(
+    logits: torch.Tensor,
+    prop: Proposal,
+    tokens: list[int],
+    prompt_len: int,
+    processors: Processors | None,
+    sampling: SamplingParams,
+) -> torch.Tensor:
+    """The verification rows (0..num_draft) processed with each row's own prefix; the rows after
+    them (lookahead's Jacobi branch) are not verified and stay raw."""
+    if processors is None or not processors.active:
+        return logits
+    k = prop.num_draft + 1
+    prefixes = tree_prefixes(prop.tokens, prop.parents, prop.num_draft, list(tokens))
+    return torch.cat([processors.rows(logits[:k], prefixes, prompt_len, sampling), logits[k:].float()])
 
 
 def _load_tokenizer(path: Path) -> Any:

@@ -385,7 +385,7 @@ def _llm_context(
         "iter_stats_max_iterations": "",
         "request_stats_max_iterations": "",
         "enable_kv_cache_reuse": _b(s.enable_kv_cache_reuse),
-        "normalize_log_probs": "",
+        "normalize_log_probs": "" if s.normalize_log_probs is None else _b(s.normalize_log_probs),
         "enable_chunked_context": _b(s.enable_chunked_context),
         "gpu_device_ids": _gpu_device_ids(recipe, engine.role),
         "participant_ids": "",

@@ -18,7 +18,8 @@ reads whatever that config.pbtxt declares (`seed`/`min_tokens`, or `random_seed`
 to 0.19; `num_*_tokens` only where declared), and Triton core refuses any input or output the
 config does not declare, as it does in front of the C++ backend.
 `input_ids`/`input_lengths`/`request_output_len`, `end_id`
-(the end token is left out of the output), `temperature`/`runtime_top_k`/`runtime_top_p`/`seed`,
+(the end token is left out of the output), `temperature`/`runtime_top_k`/`runtime_top_p`/`seed`
+(with TensorRT-LLM's defaults: neither top_k nor top_p is greedy, no seed is 0; `_sampling`),
 `streaming` (decoupled deployments only; each chunk carries the new tokens as they come, and the
 perf outputs follow in a last, empty chunk), `stop_words_list`,
 `exclude_input_in_output`, `return_perf_metrics` (acceptance, timing and KV-cache block outputs),
@@ -26,8 +27,16 @@ perf outputs follow in a last, empty chunk), `stop_words_list`,
 is off when they give no draft tokens, e.g. (1, 1, 0)). With `draft_input_ids` (the BLS
 draft-target loop) the target verifies the draft (`ReferenceRuntime.verify_draft`) and, like
 TensorRT-LLM, continues plainly until `request_output_len` tokens or the end id; draft logits are
-not needed (and are ignored). Features the reference runtime lacks (beam search, log probs,
-logits, LoRA, prompt tables, bad words, embedding bias, penalties) are refused per request.
+not needed (and are ignored).
+`repetition_penalty`/`presence_penalty`/`frequency_penalty`, `min_tokens` (`min_length`) and
+`bad_words_list` follow TensorRT-LLM's penalty kernel (toolkit/reference/processors.py), applied to
+every verification row with its own prefix, so speculation stays lossless;
+`return_log_probs` gives `output_log_probs` [1, 1, generated] and `cum_log_probs` [1, 1] (the
+`normalize_log_probs` parameter as upstream: true, the default, gives greedy tokens 0),
+`return_generation_logits` the raw target logits [1, 1, generated, vocab]; `num_return_sequences`
+> 1 (decoupled deployments) sends each sequence as its own response with `sequence_index`, as the
+C++ backend does. Features the reference runtime lacks (beam search, context logits, LoRA, prompt
+tables, embedding bias) are refused per request.
 
 In-flight batching: execute() hands each request to its own thread and returns; the runtime
 (toolkit/reference/batching.py) batches the steps of all running requests into one forward per
@@ -115,16 +124,8 @@ UNSUPPORTED = (
 )
 # Per-request knobs the reference runtime does not implement, with the values that mean "off".
 NEUTRAL = {
-    "repetition_penalty": (1.0,),
-    "presence_penalty": (0.0,),
-    "frequency_penalty": (0.0,),
-    "min_tokens": (0, 1),
-    "min_length": (0, 1),
     "beam_width": (1, 0),
-    "num_return_sequences": (1, 0),
-    "return_log_probs": (False,),
     "return_context_logits": (False,),
-    "return_generation_logits": (False,),
 }
 
 
@@ -168,12 +169,50 @@ def resolve_spec(built: dict, params: dict[str, str]) -> dict | None:
     return spec
 
 
-def _seed(inputs: dict[str, np.ndarray], i: int) -> int | None:
-    """The request's seed, under the name its version's config declares (`random_seed` up to 0.19)."""
+def _seed(inputs: dict[str, np.ndarray], i: int) -> int:
+    """The request's seed, under the name its version's config declares (`random_seed` up to 0.19);
+    TensorRT-LLM's default is 0 (layers/defaultDecodingParams.h `getSeed`): a request without one
+    samples the same way every time (NVIDIA/TensorRT-LLM issue #1000, maintainer's answer)."""
     for name in ("seed", "random_seed"):
         if name in inputs:
             return int(st.scalar(inputs, name, 0, i))
-    return None
+    return 0
+
+
+def _sampling(inputs: dict[str, np.ndarray], i: int, sequence: int = 0):
+    """The request's sampling, with TensorRT-LLM's defaults (defaultDecodingParams.h: temperature 1,
+    top_k 0, top_p 0): top_k 0 with top_p 0 is greedy whatever the temperature, as is top_k 1 or
+    temperature 0 (the sampling kernels' `k == 0 && p == 0 -> k = 1`; "if you don't set topk/topp,
+    the default setting is greedy search", tensorrtllm_backend issue #221); top_p 0 with top_k > 0
+    means top_p 1."""
+    from toolkit.reference import SamplingParams
+
+    temperature = float(st.scalar(inputs, "temperature", 1.0, i))
+    top_k = int(st.scalar(inputs, "runtime_top_k", 0, i))
+    top_p = float(st.scalar(inputs, "runtime_top_p", 0.0, i))
+    if temperature <= 0 or top_k == 1 or (top_k <= 0 and top_p <= 0):
+        return SamplingParams()
+    return SamplingParams(
+        temperature=temperature,
+        top_k=max(top_k, 0),
+        top_p=min(top_p, 1.0) if top_p > 0 else 1.0,
+        seed=_sequence_seed(_seed(inputs, i), sequence),
+    )
+
+
+def _min_tokens(inputs: dict[str, np.ndarray], i: int) -> int:
+    """The request's min_tokens, under the name its version's config declares (`min_length` up to 0.19)."""
+    for name in ("min_tokens", "min_length"):
+        if name in inputs:
+            return int(st.scalar(inputs, name, 0, i))
+    return 0
+
+
+def _sequence_seed(seed: int, k: int) -> int:
+    """The seed of a request's k-th return sequence: the request's for the first, distinct ones after."""
+    if k == 0:
+        return seed
+    return (seed + k * 0x9E3779B97F4A7C15) % 2**63
 
 
 def build_limits(engine_dir: Path) -> tuple[int | None, int | None]:
@@ -243,7 +282,10 @@ class Responder(Sink):
                 kind = None
             if kind == "close":
                 return
-            if self.batch_metrics is not None and time.monotonic() - self._flushed >= self.batch_metrics.period:
+            if (
+                self.batch_metrics is not None
+                and time.monotonic() - self._flushed >= self.batch_metrics.period
+            ):
                 self._flushed = time.monotonic()
                 self.batch_metrics.flush()
             if kind == "open":
@@ -350,8 +392,10 @@ class Generator:
         metrics=None,
         max_input_len: int | None = None,
         max_seq_len: int | None = None,
+        normalize_log_probs: bool = True,
     ):
         self.rt = runtime
+        self.normalize_log_probs = normalize_log_probs  # the config parameter; upstream's default is true
         self.max_input_len = max_input_len  # the engine's build limits (None: unchecked)
         self.max_seq_len = max_seq_len
         self.spec = spec  # typed speculative section, or None for plain decoding
@@ -378,6 +422,19 @@ class Generator:
             return
         if stream and batch > 1:
             raise st.BadRequest(f"streaming needs batch size 1, got {batch}")
+        sequences = int(st.scalar(inputs, "num_return_sequences", 1) or 1)
+        if sequences > 1:
+            # The C++ backend sends each sequence as its own response (with sequence_index), which
+            # only a decoupled model can do.
+            if not self.decoupled:
+                raise st.BadRequest(
+                    "num_return_sequences > 1 needs a decoupled deployment (each sequence is its own response)"
+                )
+            if batch > 1:
+                raise st.BadRequest(f"num_return_sequences > 1 needs batch size 1, got {batch}")
+            for k in range(sequences):
+                yield from self._row(inputs, 0, stream, cancelled, sequence=k)
+            return
         if batch == 1:
             yield from self._row(inputs, 0, stream, cancelled)
             return
@@ -394,8 +451,8 @@ class Generator:
                 raise st.BadRequest(
                     f"{name} other than {neutral[0]} is not supported by the reference backend"
                 )
-        if "bad_words_list" in inputs and any(st.word_lists(r) for r in inputs["bad_words_list"]):
-            raise st.BadRequest("bad_words_list is not supported by the reference backend")
+        if int(st.scalar(inputs, "num_return_sequences", 1) or 1) < 0:
+            raise st.BadRequest("num_return_sequences must be positive")
         if "embedding_bias" in inputs and np.any(inputs["embedding_bias"]):
             raise st.BadRequest("embedding_bias is not supported by the reference backend")
         if "input_ids" not in inputs or "request_output_len" not in inputs:
@@ -421,8 +478,9 @@ class Generator:
                 f"is over the engine's max_seq_len {self.max_seq_len} (build.max_seq_len)"
             )
 
-    def _row(self, inputs: dict[str, np.ndarray], i: int, stream: bool, cancelled):
-        from toolkit.reference import SamplingParams
+    def _row(self, inputs: dict[str, np.ndarray], i: int, stream: bool, cancelled, sequence: int = 0):
+        """One request row's responses; `sequence`: which of its num_return_sequences this is."""
+        from toolkit.reference.processors import Processors, Trace
 
         arrival = time.time_ns()
         length = int(st.scalar(inputs, "input_lengths", inputs["input_ids"].shape[1], i))
@@ -432,11 +490,28 @@ class Generator:
         end_id = int(st.scalar(inputs, "end_id", -2, i))
         if end_id == -2:  # not given: the tokenizer's; a negative end id means none
             end_id = self.rt.eos_token_id if self.rt.eos_token_id is not None else -1
-        sampling = SamplingParams(
-            temperature=float(st.scalar(inputs, "temperature", 0.0, i)),
-            top_k=int(st.scalar(inputs, "runtime_top_k", 0, i)),
-            top_p=float(st.scalar(inputs, "runtime_top_p", 1.0, i)) or 1.0,
-            seed=_seed(inputs, i),
+        sampling = _sampling(inputs, i, sequence)
+        processors = Processors(
+            repetition_penalty=float(st.scalar(inputs, "repetition_penalty", 1.0, i)),
+            presence_penalty=float(st.scalar(inputs, "presence_penalty", 0.0, i)),
+            frequency_penalty=float(st.scalar(inputs, "frequency_penalty", 0.0, i)),
+            min_tokens=_min_tokens(inputs, i),
+            end_id=end_id if end_id >= 0 else None,
+            bad_words=tuple(
+                tuple(w)
+                for w in (st.word_lists(inputs["bad_words_list"][i]) if "bad_words_list" in inputs else [])
+            ),
+            prompt_len=length,
+        )
+        log_probs = bool(st.scalar(inputs, "return_log_probs", False, i))
+        gen_logits = bool(st.scalar(inputs, "return_generation_logits", False, i))
+        trace = (
+            Trace(log_probs=log_probs, normalize=self.normalize_log_probs, logits=gen_logits)
+            if log_probs or gen_logits
+            else None
+        )
+        numbered = (
+            "num_return_sequences" in inputs and int(st.scalar(inputs, "num_return_sequences", 1) or 1) > 1
         )
         exclude = bool(st.scalar(inputs, "exclude_input_in_output", self.exclude_input_in_output, i))
         stops = st.word_lists(inputs["stop_words_list"][i]) if "stop_words_list" in inputs else []
@@ -478,6 +553,8 @@ class Generator:
                     spec=spec,
                     end_id=end_id,
                     on_tokens=on_tokens,
+                    processors=processors,
+                    trace=trace,
                 )
                 state["drafted"], state["accepted"] = result.stats.draft_tokens, result.stats.accepted_tokens
                 state["steps"] = result.stats.steps
@@ -491,7 +568,9 @@ class Generator:
             # One batch membership (and KV slot) for the whole request, not one per step.
             with self.rt.hold(ids):
                 while produced < max_new:
-                    verified = self.rt.verify_draft(ids, proposal, sampling=sampling, end_id=end_id)
+                    verified = self.rt.verify_draft(
+                        ids, proposal, sampling=sampling, end_id=end_id, processors=processors, trace=trace
+                    )
                     state["steps"] += 1
                     new = verified.new_tokens[: max_new - produced]
                     if proposal:
@@ -517,11 +596,31 @@ class Generator:
                         steps=state["steps"],
                     )
 
-        def outputs(tokens: list[int], final: bool = True) -> dict[str, np.ndarray]:
+        def outputs(tokens: list[int], span: tuple[int, int], final: bool = True) -> dict[str, np.ndarray]:
+            """The response for `tokens`, which carry generated tokens out[first:first + n] (`span`)."""
             result = {
                 "output_ids": np.array(tokens, dtype=np.int32).reshape(1, 1, len(tokens)),
                 "sequence_length": np.array([[len(tokens)]], dtype=np.int32),
             }
+            if numbered:
+                result["sequence_index"] = np.array([[sequence]], dtype=np.int32)
+            if trace is not None:
+                # Generated tokens only (not the prompt), as TensorRT-LLM's executor returns them:
+                # output_log_probs [1, beams, tokens], cum_log_probs [1, beams] (the total so far),
+                # generation_logits [1, beams, tokens, vocab].
+                first, n = span
+                if trace.log_probs:
+                    lp = trace.token_log_probs[first : first + n]
+                    result["output_log_probs"] = np.array(lp, dtype=np.float32).reshape(1, 1, n)
+                    total = float(np.sum(trace.token_log_probs[: first + n], dtype=np.float64))
+                    result["cum_log_probs"] = np.array([[total]], dtype=np.float32)
+                if trace.logits:
+                    rows = trace.token_logits[first : first + n]
+                    vocab = self.rt.target.config.vocab_size
+                    stacked = (
+                        np.stack([r.numpy() for r in rows]) if rows else np.zeros((0, vocab), np.float32)
+                    )
+                    result["generation_logits"] = stacked.astype(np.float32).reshape(1, 1, n, vocab)
             if count_out:  # per response: the tokens it carries (a closing chunk: 0)
                 n = len(tokens) if stream else len(out)
                 result["num_output_tokens"] = np.array([[n]], dtype=np.int32)
@@ -558,7 +657,7 @@ class Generator:
                 return keep(tokens)
 
             run_and_observe(keep_unless_cancelled)
-            yield outputs(out if exclude else prompt + out)
+            yield outputs(out if exclude else prompt + out, (0, len(out)))
             return
         # Chunks go out as they come; the totals (known when generation ends) follow in a last,
         # empty chunk, sent when asked for or when nothing else was.
@@ -568,10 +667,10 @@ class Generator:
                 raise st.Cancelled()
             chunk = keep(tokens)
             if chunk:
-                yield outputs(chunk, final=False)
+                yield outputs(chunk, (len(out) - len(chunk), len(chunk)), final=False)
                 sent = True
         if perf or count_in or count_out or not sent:
-            yield outputs([])
+            yield outputs([], (len(out), 0))
 
     def _request_spec(self, inputs: dict[str, np.ndarray], i: int):
         """(spec, speculative) for one request: per-request lookahead sizes override the model's."""
@@ -655,6 +754,7 @@ class TritonPythonModel:
             exclude_input_in_output=st.param_bool(params, "exclude_input_in_output", False),
             decoupled=self.decoupled,
             metrics=self.responder,
+            normalize_log_probs=st.param_bool(params, "normalize_log_probs", True),
             **dict(zip(("max_input_len", "max_seq_len"), limits, strict=True)),
         )
 

@@ -1,0 +1,98 @@
+"""The gate on real bf16 numerics: the tiny target run in bfloat16 (CPU kernels), where a
+verification forward over several tokens and a one-token decode step take different GEMM shapes.
+Lookahead decoding then parts from plain decoding at the target's near-ties (found on the 24 code
+prompts: 4 of 24 diverge in bf16, none in float32), and the gate accepts those as ties; a lossy
+verifier that takes every draft without checking it is rejected."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from toolkit.reference.core import Proposal, Verdict
+from toolkit.reference.models import CachedLM
+from toolkit.reference.prompts import PROMPTS
+from toolkit.validate import ValidationReport, _correctness, _GateSetup
+
+ROOT = Path(__file__).resolve().parents[2]
+N = 32
+# Prompts where bf16 lookahead diverges from bf16 plain decoding (1: token 9, 12: token 19), and
+# one where it does not.
+CHOSEN = (PROMPTS[1], PROMPTS[12], PROMPTS[0])
+
+
+@pytest.fixture(scope="module")
+def bf16(runtime: Any) -> Any:
+    """A copy of the session runtime whose target computes in bfloat16."""
+    rt = copy.copy(runtime)
+    rt.target = CachedLM(copy.deepcopy(runtime.target.model).to(torch.bfloat16))
+    rt.batcher = None
+    return rt
+
+
+@pytest.fixture(scope="module")
+def gate() -> Any:
+    """validate's gate for a bf16 deployment of the tiny target: log-probs from the float32 target
+    in process, the bf16 threshold."""
+    from toolkit.recipe import load_recipe
+
+    recipe = load_recipe(str(ROOT / "recipes" / "tiny-baseline.yaml"))
+    setup = _GateSetup.make(recipe, "http://127.0.0.1:9", None, "ensemble", strict=False)
+    return dataclasses.replace(setup, dtype="bfloat16")
+
+
+def texts(rt: Any, spec: Any) -> list[tuple[str, str, str]]:
+    """(prompt, served = speculative, baseline = plain), both in the runtime's dtype."""
+    out = []
+    for prompt in CHOSEN:
+        ids = rt.tokenizer(prompt)["input_ids"]
+        plain = rt.generate(ids, N, speculative=False, end_id=-1).token_ids
+        served = rt.generate(ids, N, spec=spec, end_id=-1).token_ids
+        out.append((prompt, *(rt.tokenizer.decode(t, skip_special_tokens=True) for t in (served, plain))))
+    return out
+
+
+def test_bf16_tie_divergences_pass_the_gate(bf16: Any, gate: Any, specs: dict[str, Any]) -> None:
+    report = ValidationReport("m", "u", None, "b")
+    status, detail = _correctness(report, texts(bf16, specs["lookahead"]), gate, "bf16 plain decoding")
+    assert status == "passed", detail
+    ties = [d for d in report.divergences if d["tie"]]
+    assert len(ties) >= 1, "no bf16 divergence: the test would prove nothing"
+    assert all(abs(d["margin"]) <= 0.25 for d in ties)
+    assert f"{len(ties)} diverged at a tie (|margin| ≤ 0.25, bfloat16" in detail
+    strict = dataclasses.replace(gate, strict=True)
+    assert (
+        _correctness(ValidationReport("m", "u", None, "b"), texts(bf16, specs["lookahead"]), strict, "")[0]
+        == "failed"
+    )
+
+
+def test_a_lossy_deployment_fails_the_gate(
+    bf16: Any, gate: Any, specs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test-only lossy verifier: every first-child draft is taken without comparing it to the
+    target's choice; the gate must fail, naming a divergence that is no tie."""
+    import toolkit.reference.runtime as runtime_module
+
+    def accept_every_draft(prop: Proposal, logits: torch.Tensor, sp: Any, gen: Any) -> Verdict:
+        first = {}
+        for i in range(prop.num_draft):
+            first.setdefault(prop.parents[i], i)
+        node, path = -1, []
+        while node in first:
+            node = first[node]
+            path.append(node)
+        return Verdict(path, int(logits[node + 1].argmax()))
+
+    monkeypatch.setattr(runtime_module, "verify", accept_every_draft)
+    report = ValidationReport("m", "u", None, "b")
+    status, detail = _correctness(report, texts(bf16, specs["lookahead"]), gate, "bf16 plain decoding")
+    assert status == "failed", detail
+    wrong = [d for d in report.divergences if not d["tie"]]
+    assert wrong and all(d["margin"] > 0.25 for d in wrong)
+    assert detail.startswith("not a tie: prompt ")
