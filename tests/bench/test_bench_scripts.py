@@ -33,6 +33,15 @@ def test_bench_recipes_section(tmp_path, capsys):
     assert "| ngram | γ = 5 |" in rows["tiny-ngram"] and "tree 2 nodes" in rows[next(r for r in rows if "medusa" in r)]
     with pytest.raises(SystemExit):  # recipes must share one target
         mod.main(["tiny-ngram", "llama-3.1-8b-ngram", "--no-write"])
+    # The memory-bound twin (×2 here, for speed) writes its own, labelled section.
+    twin = ["tiny-ngram-membound:reference.inflate=2", "--runs", "1", "--prompts", "1", "--new-tokens", "4"]
+    assert mod.main([*twin, "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "<!-- bench_recipes:end -->\nafter\n" in text and "| tiny-ngram | ngram |" in text
+    section = text.split("<!-- bench_recipes_membound:start -->")[1].split("<!-- bench_recipes_membound:end -->")[0]
+    assert "**memory-bound twin: target padded ×2, " in section and "| tiny-ngram-membound:" in section
+    with pytest.raises(SystemExit):  # ... and one reference.inflate
+        mod.main(["tiny-ngram", "tiny-ngram-membound", "--no-write"])
 
 
 def test_readme_section_from_a_compare_json(tmp_path):

@@ -286,3 +286,18 @@ def test_recommended_overlay_is_a_valid_recipe_change():
     assert load_recipe("tiny-draft-target", sets).speculative.draft_len_schedule == {1: 3, 4: 1, 16: 0}
     never = recommend([pred(2, {1: 0.8, 4: 0.7, 16: 0.6})], "draft_target", levels, "measured")
     assert never is not None and "draft_len_schedule" not in never.overlay["speculative"]
+
+
+def test_plan_on_the_memory_bound_twin_says_so(random_models, tmp_path):
+    body = "models: {target: ./target}\nspeculative: {mode: ngram, max_draft_len: 2}\nreference: {inflate: 2}\n"
+    p = plan(
+        _recipe(random_models, "twin", body),
+        workload="code",
+        probe_prompts=2,
+        probe_tokens=6,
+        gamma_max=1,
+        concurrency=(1,),
+        progress=False,
+    )
+    assert "memory-bound twin: target padded ×2, " in p.basis
+    assert "memory-bound twin: target padded ×2, " in render(p)

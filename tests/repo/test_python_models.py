@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -854,3 +855,15 @@ def test_bls_and_reference_together_are_lossless(bls_module, ref_module, pb):
     (out,) = list(bls(request(max_tokens=25, num_draft_tokens=4, return_perf_metrics=True)))
     assert ids_of(out["text_output"]) == greedy(prompt_of("abc"), 25)
     assert int(out["total_draft_tokens"][0, 0]) > 0
+
+
+def test_reference_draft_target_loader_pads_the_target(ref_module, tmp_path):
+    """A draft-target engine directory loads its checkpoint alone; reference.inflate still pads it."""
+    tiny = Path(__file__).resolve().parents[2] / "models" / "tiny"
+    ref = {"checkpoint": str(tiny / "target"), "tokenizer": None, "inflate": 2}
+    ref["speculative"] = {"mode": "draft_target", "max_draft_len": 2}
+    (tmp_path / "config.json").write_text(json.dumps({"pretrained_config": {"dtype": "float32"}, "reference": ref}))
+    runtime, built = ref_module.load_runtime(tmp_path)
+    assert built["mode"] == "draft_target" and runtime.inflate == 2 and runtime.draft is None
+    width = runtime.target.model.model.layers[0].mlp.gate_proj.out_features
+    assert width == 2 * json.loads((tiny / "target" / "config.json").read_text())["intermediate_size"]

@@ -90,7 +90,7 @@ def bench(
         with side_endpoint(
             side, protocol=opts.protocol, deploy_fn=deploy_fn, timeout=opts.timeout, workdir=opts.workdir
         ) as ep:
-            return asyncio.run(
+            result = asyncio.run(
                 run_with(
                     ep,
                     wl,
@@ -103,6 +103,8 @@ def bench(
                     tokenizer=opts.tokenizer or side.tokenizer,
                 )
             )
+            result.twin = side.twin
+            return result
 
     return _reported(run, opts.out_dir("bench", side.workdir))
 

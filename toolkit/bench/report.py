@@ -179,6 +179,8 @@ def render_bench(result: BenchResult) -> str:
     out = [
         f"sdtk bench: {result.endpoint}  workload {result.workload['name']} ({result.workload['prompts']} prompts)"
     ]
+    if result.twin:
+        out.append(result.twin)
     if result.workload.get("synthetic"):
         out.append(SYNTHETIC_BANNER)
     if not result.token_counts_exact:

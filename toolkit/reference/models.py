@@ -62,6 +62,62 @@ def load_causal_lm(path: Path, what: str) -> torch.nn.Module:
     return model.eval()
 
 
+@torch.no_grad()
+def inflate_mlp(model: torch.nn.Module, factor: int) -> None:
+    """Zero-pad every decoder layer's MLP to `factor` × its intermediate width, in place (the
+    memory-bound twin, toolkit.membound): gate and up projections get zero rows (and zero bias),
+    the down projection zero columns. The new units output silu(0) · 0 = 0, so the function is
+    unchanged up to the order of floating-point sums; the bytes a step reads grow."""
+    if factor <= 1:
+        return
+    layers = getattr(model.get_decoder(), "layers", None)
+    mlps = [getattr(layer, "mlp", None) for layer in layers or ()]
+    if not mlps or not all(all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj")) for m in mlps):
+        raise ModelError(
+            f"cannot pad the MLP of a {type(model).__name__}: not a gate/up/down (Llama-style) MLP",
+            hint="remove reference.inflate, or use a Llama/Qwen/Mistral-style target",
+        )
+    width = 0
+    for mlp in mlps:
+        for name in ("gate_proj", "up_proj"):
+            lin = getattr(mlp, name)
+            w = lin.weight.new_zeros(lin.out_features * factor, lin.in_features)
+            w[: lin.out_features] = lin.weight
+            b = None
+            if lin.bias is not None:
+                b = lin.bias.new_zeros(lin.out_features * factor)
+                b[: lin.out_features] = lin.bias
+            setattr(mlp, name, _linear(w, b))
+        down = mlp.down_proj
+        w = down.weight.new_zeros(down.out_features, down.in_features * factor)
+        w[:, : down.in_features] = down.weight
+        mlp.down_proj = _linear(w, None if down.bias is None else down.bias.clone())
+        width = mlp.gate_proj.out_features
+        if hasattr(mlp, "intermediate_size"):
+            mlp.intermediate_size = width
+    model.config.intermediate_size = width
+    model.eval()
+
+
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Linear:
+    """A Linear holding these tensors (built on the meta device: no random init to overwrite)."""
+    out_f, in_f = weight.shape
+    lin = torch.nn.Linear(in_f, out_f, bias=bias is not None, device="meta")
+    lin.weight = torch.nn.Parameter(weight, requires_grad=False)
+    if bias is not None:
+        lin.bias = torch.nn.Parameter(bias, requires_grad=False)
+    return lin
+
+
+def step_bytes(model: torch.nn.Module) -> int:
+    """Weight bytes one decoding step reads: every parameter but the input embedding (a step
+    gathers only its tokens' rows), unless it is tied to the output head."""
+    embed = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight is embed
+    return sum(p.numel() * p.element_size() for p in model.parameters() if tied or p is not embed)
+
+
 @dataclass
 class Forward:
     """Outputs of one cached forward, one row per input token."""

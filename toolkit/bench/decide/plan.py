@@ -34,6 +34,7 @@ from toolkit.bench.measure.inprocess import probe_possible, torch_threads
 from toolkit.bench.measure.workloads import Workload
 from toolkit.bench.proposers import draft_forwards
 from toolkit.errors import UsageError
+from toolkit.membound import recipe_label
 from toolkit.modes import CHAIN_MODES
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
@@ -165,6 +166,9 @@ def _probe_and_predict(
         alpha=alpha.point if alpha else None,
     )
     result.basis = "measured (reference runtime on this CPU)"
+    twin = recipe_label(rec)
+    if twin:
+        result.basis = f"measured (reference runtime on this CPU; {twin})"
     t = result.probe.timing
     if t.batch_points:
         result.notes.append(

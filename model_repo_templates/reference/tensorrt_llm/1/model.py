@@ -293,6 +293,7 @@ def load_runtime(engine_dir: Path):
             target=Path(ref["checkpoint"]),
             dtype=str(cfg.get("pretrained_config", {}).get("dtype", "float32")),
             tokenizer=Path(tokenizer) if tokenizer else None,
+            inflate=int(ref.get("inflate") or 1),
         )
     else:
         runtime = ReferenceRuntime.from_engine_dir(engine_dir)
