@@ -76,3 +76,27 @@ def test_readme_section_from_a_compare_json(tmp_path):
     assert "| 2 | **1.50×** | [1.20, 1.80] | 1.50× | 1.40× | 0.50 | 2.50 |" in text
     assert "0.60, 0.40" in text and "Verdict: speculative is 1.50× faster" in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_overhead_splits_cpu_time_into_forwards_and_the_rest(tmp_path):
+    import argparse
+
+    mod = _script("bench_overhead")
+    args = argparse.Namespace(
+        models=Path(__file__).resolve().parents[2] / "models" / "tiny",
+        threads=1,
+        prompts=1,
+        new_tokens=6,
+        modes=["none", "eagle3_tree"],
+        runs=1,
+    )
+    one = mod.worker(args)
+    for mode in args.modes:
+        d = one[mode]
+        assert d["tokens"] == 6 and 1 <= d["steps"] <= 6 and 0 < d["forwards"] < d["wall"]
+    # Two trees: the second is reported as a ratio of overhead per step against the first.
+    other = {m: {**d, "wall": d["forwards"] + 2 * (d["wall"] - d["forwards"])} for m, d in one.items()}
+    trees = [tmp_path / "old", mod.REPO]
+    text = mod._section(args, trees, {trees[0]: [one], trees[1]: [other]}, 0.5, 0.6)
+    rows = [line for line in text.splitlines() if line.startswith("| eagle3_tree |")]
+    assert len(rows) == 1 and rows[0].endswith(" 2.00 |") and "--tree old --tree . " in text

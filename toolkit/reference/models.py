@@ -9,6 +9,7 @@ transformers' own mask path.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -128,7 +129,16 @@ class Forward:
 
 
 def tree_mask(parents: Sequence[int]) -> tuple[torch.Tensor, list[int]]:
-    """Ancestor-or-self matrix [q, q] and the depth of each node (roots at depth 0)."""
+    """Ancestor-or-self matrix [q, q] and the depth of each node (roots at depth 0). The matrix
+    is built once per tree shape and shared: read it, never write into it."""
+    mask, depth, _ = _tree(tuple(parents))
+    return mask, list(depth)
+
+
+@functools.lru_cache(maxsize=512)
+def _tree(parents: tuple[int, ...]) -> tuple[torch.Tensor, tuple[int, ...], torch.Tensor]:
+    """(ancestor-or-self matrix, depths, depths as a tensor) of one tree shape, cached: a mode
+    verifies the same few shapes step after step."""
     q = len(parents)
     mask = torch.eye(q, dtype=torch.bool)
     depth = [0] * q
@@ -138,7 +148,7 @@ def tree_mask(parents: Sequence[int]) -> tuple[torch.Tensor, list[int]]:
                 raise ValueError(f"tree node {i} has parent {p}; parents must come first")
             mask[i] |= mask[p]
             depth[i] = depth[p] + 1
-    return mask, depth
+    return mask, tuple(depth), torch.tensor([depth], dtype=torch.long)
 
 
 def is_chain(parents: Sequence[int]) -> bool:
@@ -184,16 +194,18 @@ class CachedLM:
         elif length < self.length:
             self.cache.crop(length)
 
+    @torch.inference_mode()
     def keep(self, start: int, rows: Sequence[int]) -> None:
-        """Keep the first `start` cached entries plus entries start+r for r in `rows` (ascending)."""
+        """Keep the first `start` cached entries plus entries start+r for r in `rows` (ascending).
+        The kept rows move down in place (the context before `start` is not copied)."""
         rows = list(rows)
-        if rows == list(range(len(rows))):
-            self.crop(start + len(rows))
-            return
-        index = torch.cat([torch.arange(start), torch.tensor(rows, dtype=torch.long) + start])
-        for layer in self.cache.layers:
-            layer.keys = layer.keys.index_select(2, index)
-            layer.values = layer.values.index_select(2, index)
+        n = len(rows)
+        if rows != list(range(n)):
+            src = torch.tensor(rows, dtype=torch.long) + start
+            for layer in self.cache.layers:
+                layer.keys[:, :, start : start + n] = layer.keys.index_select(2, src)
+                layer.values[:, :, start : start + n] = layer.values.index_select(2, src)
+        self.crop(start + n)
 
     @torch.inference_mode()
     def forward(
@@ -211,10 +223,10 @@ class CachedLM:
         input_ids = torch.tensor([list(ids)], dtype=torch.long)
         mask = positions = None
         if parents is not None and not is_chain(parents):
-            anc, depth = tree_mask(parents)
+            anc, _, depth = _tree(tuple(parents))
             mask = torch.ones(1, 1, q, past + q, dtype=torch.bool)
             mask[0, 0, :, past:] = anc
-            positions = torch.tensor([depth], dtype=torch.long) + past
+            positions = depth + past
         self._captured.clear()
         self._recording = aux
         out = self.decoder(
