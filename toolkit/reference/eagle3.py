@@ -25,7 +25,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMS
 
 from toolkit.errors import ModelError
 from toolkit.reference.core import Context, Proposal, Verdict
-from toolkit.reference.models import Forward, read_config, require_weights, tree_mask
+from toolkit.reference.models import Forward, preallocated_cache, read_config, require_weights, tree_mask
 
 
 class Eagle3Head(nn.Module):
@@ -51,7 +51,7 @@ class Eagle3Head(nn.Module):
         self.embed: nn.Module | None = None  # the target's embed_tokens, set by the runtime
 
     def new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self.config)
+        return preallocated_cache(self.config)
 
     @torch.inference_mode()
     def step(

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from toolkit.errors import ModelError
 
@@ -151,6 +152,58 @@ def _tree(parents: tuple[int, ...]) -> tuple[torch.Tensor, tuple[int, ...], torc
     return mask, tuple(depth), torch.tensor([depth], dtype=torch.long)
 
 
+class PreallocLayer(DynamicLayer):
+    """A DynamicLayer whose keys and values are views [..., :length, :] of buffers that grow
+    geometrically: a step writes its new entries in place instead of concatenating the whole
+    cache into a new tensor (per layer, per step). Values and their order are the same."""
+
+    MIN_CAPACITY = 256
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self.kbuf: torch.Tensor | None = None
+        self.vbuf: torch.Tensor | None = None
+        self.length = 0
+
+    def update(  # type: ignore[override]
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = self.length + key_states.shape[-2]
+        if self.kbuf is None or self.vbuf is None or n > self.kbuf.shape[-2]:
+            cap = max(n, self.MIN_CAPACITY, 2 * (self.kbuf.shape[-2] if self.kbuf is not None else 0))
+            kbuf = key_states.new_empty(*key_states.shape[:-2], cap, key_states.shape[-1])
+            vbuf = value_states.new_empty(*value_states.shape[:-2], cap, value_states.shape[-1])
+            if self.length:
+                kbuf[..., : self.length, :] = self.keys
+                vbuf[..., : self.length, :] = self.values
+            self.kbuf, self.vbuf = kbuf, vbuf
+        self.kbuf[..., self.length : n, :] = key_states
+        self.vbuf[..., self.length : n, :] = value_states
+        self.length = n
+        self.keys, self.values = self.kbuf[..., :n, :], self.vbuf[..., :n, :]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length if self.is_initialized else 0
+
+    def crop(self, max_length: int) -> None:
+        if max_length <= 0:
+            max_length = self.get_seq_length() - abs(max_length)
+        if self.get_seq_length() <= max_length or self.kbuf is None or self.vbuf is None:
+            return
+        self.length = max(0, max_length)
+        self.keys, self.values = self.kbuf[..., : self.length, :], self.vbuf[..., : self.length, :]
+
+
+def preallocated_cache(config: object) -> DynamicCache:
+    """A DynamicCache whose full-attention layers are PreallocLayers (sliding ones stay as they are)."""
+    cache = DynamicCache(config=config)
+    cache.layers = [PreallocLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
+
+
 def is_chain(parents: Sequence[int]) -> bool:
     return all(p == i - 1 for i, p in enumerate(parents))
 
@@ -164,7 +217,7 @@ class CachedLM:
         self.decoder = model.get_decoder()
         self.lm_head = model.get_output_embeddings()
         self.embed = model.get_input_embeddings()
-        self.cache = DynamicCache(config=model.config)
+        self.cache = preallocated_cache(model.config)
         self._captured: list[torch.Tensor] = []
         self._recording = False
         layers = self.decoder.layers
@@ -186,7 +239,7 @@ class CachedLM:
         return self.cache.get_seq_length()
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.config)
+        self.cache = preallocated_cache(self.config)
 
     def crop(self, length: int) -> None:
         if length <= 0:
