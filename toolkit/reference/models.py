@@ -191,7 +191,7 @@ class PreallocLayer(DynamicLayer):
     def crop(self, max_length: int) -> None:
         if max_length <= 0:
             max_length = self.get_seq_length() - abs(max_length)
-        if self.get_seq_length() <= max_length or self.kbuf is None or self.vbuf is None:
+        if self.get_seq_length() <= max_length or getattr(self, "kbuf", None) is None or self.vbuf is None:
             return
         self.length = max(0, max_length)
         self.keys, self.values = self.kbuf[..., : self.length, :], self.vbuf[..., : self.length, :]
