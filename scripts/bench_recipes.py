@@ -30,6 +30,8 @@ from toolkit.reference.prompts import PROMPTS
 
 REPO = Path(__file__).resolve().parents[1]
 START, END = "<!-- bench_recipes:start -->", "<!-- bench_recipes:end -->"
+# Recipes on the memory-bound twin (reference.inflate > 1) get their own section.
+TWIN_START, TWIN_END = "<!-- bench_recipes_membound:start -->", "<!-- bench_recipes_membound:end -->"
 DEFAULT = ["tiny-ngram", "tiny-lookahead", "tiny-eagle3", "tiny-draft-target", "tiny-medusa"]
 
 
@@ -58,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     targets = {_local(r, "target") for r in recipes.values()}
     if len(targets) != 1:
         ap.error(f"the recipes must share one target, got {sorted(map(str, targets))}")
+    inflates = {r.reference.inflate for r in recipes.values()}
+    if len(inflates) != 1:
+        ap.error(f"the recipes must share one reference.inflate, got {sorted(inflates)}")
     heads: dict[str, Path | None] = {"draft": None, "medusa_heads": None, "eagle_head": None}
     for r in recipes.values():
         for role in heads:
@@ -66,8 +71,14 @@ def main(argv: list[str] | None = None) -> int:
                 ap.error(f"the recipes must share one {role}, got {heads[role]} and {path}")
             heads[role] = heads[role] or path
     rt = ReferenceRuntime.load(
-        targets.pop(), draft=heads["draft"], medusa=heads["medusa_heads"], eagle3=heads["eagle_head"]
+        targets.pop(),
+        draft=heads["draft"],
+        medusa=heads["medusa_heads"],
+        eagle3=heads["eagle_head"],
+        inflate=inflates.pop(),
     )
+    if rt.twin_label:
+        print(f"[bench_recipes] {rt.twin_label}", file=sys.stderr)
     prompts = [rt.tokenizer(p)["input_ids"] for p in PROMPTS[: args.prompts]]
     n = args.new_tokens
     stats: dict[str, tuple[float, float]] = {}
@@ -108,10 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     speedup = {ref: sum(base_t[ref]) / sum(spec_t[ref]) for ref in recipes}
     per_round = {ref: sorted(b / s for b, s in zip(base_t[ref], spec_t[ref], strict=True)) for ref in recipes}
     load = os.getloadavg()[0]
-    section = _section(args, recipes, tps, speedup, stats, per_round, load, len(prompts))
+    section = _section(args, recipes, tps, speedup, stats, per_round, load, len(prompts), rt.twin_label)
     print(section)
     if not args.no_write:
-        _write(args.out, section)
+        _write(args.out, section, twin=rt.twin_label is not None)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
@@ -136,12 +147,15 @@ def _section(
     per_round: dict[str, list[float]],
     load: float,
     prompts: int,
+    twin: str | None = None,
 ) -> str:
     refs = " ".join(args.recipes)
     lines = [
-        START,
-        "## Tiny recipes at their shipped settings (in-process, CPU)",
+        TWIN_START if twin else START,
+        "## Tiny recipes at their shipped settings (in-process, CPU)"
+        + (", on the memory-bound twin" if twin else ""),
         "",
+        *([f"**{twin}** (toolkit.membound; the baseline is the padded target too).", ""] if twin else []),
         f"Measured {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()}, "
         f"{os.cpu_count()} cores **shared with other engineers' tests and benchmarks** (load average "
         f"{load:.1f} at the end), torch {torch.__version__} ({args.threads} thread(s)), float32, batch 1, greedy.",
@@ -170,14 +184,14 @@ def _section(
             f"| {ref} | {r.speculative.mode} | {_settings(r)} | {tps[ref]:.1f} | "
             f"**{speedup[ref]:.2f}×** | {lo:.2f}–{hi:.2f} | {alpha:.2f} | {tau:.2f} |"
         )
-    lines += ["", END]
+    lines += ["", TWIN_END if twin else END]
     return "\n".join(lines)
 
 
-def _write(path: Path, section: str) -> None:
+def _write(path: Path, section: str, twin: bool = False) -> None:
     from toolkit._fs import replace_section
 
-    replace_section(path, START, END, section)
+    replace_section(path, *((TWIN_START, TWIN_END) if twin else (START, END)), section)
 
 
 if __name__ == "__main__":

@@ -31,12 +31,14 @@ from transformers import AutoModelForCausalLM
 
 from toolkit.recipe import DraftTarget, Eagle3, Lookahead, Medusa, NGram, NoSpeculation
 from toolkit.reference import ReferenceRuntime
-from toolkit.reference.models import CachedLM
+from toolkit.reference.models import CachedLM, inflate_mlp
 from toolkit.reference.prompts import PROMPTS
 from toolkit.trees import EAGLE_MC_SIM_7B_63, MEDUSA_MC_SIM_7B_63
 
 REPO = Path(__file__).resolve().parents[1]
 START, END = "<!-- bench_reference:start -->", "<!-- bench_reference:end -->"
+# --inflate N (the memory-bound twin) writes its own section.
+TWIN_START, TWIN_END = "<!-- bench_reference_membound:start -->", "<!-- bench_reference_membound:end -->"
 GAMMA = 4  # draft length for draft-target, n-gram and both HF baselines alike
 
 
@@ -73,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument(
+        "--inflate",
+        type=int,
+        default=1,
+        help="the memory-bound twin: pad the target's MLP N times, in the reference runtime and in HF alike",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave docs alone")
     args = ap.parse_args(argv)
@@ -80,8 +88,13 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     m = args.models
     n = args.new_tokens
-    rt = ReferenceRuntime.load(m / "target", draft=m / "draft", medusa=m / "medusa", eagle3=m / "eagle3")
+    rt = ReferenceRuntime.load(
+        m / "target", draft=m / "draft", medusa=m / "medusa", eagle3=m / "eagle3", inflate=args.inflate
+    )
     hf = AutoModelForCausalLM.from_pretrained(m / "target", dtype=torch.float32).eval()
+    inflate_mlp(hf, args.inflate)  # HF runs the same padded target
+    if rt.twin_label:
+        print(f"[bench_reference] {rt.twin_label}", file=sys.stderr)
     hf_draft = AutoModelForCausalLM.from_pretrained(m / "draft", dtype=torch.float32).eval()
     prompts = [rt.tokenizer(p)["input_ids"] for p in PROMPTS]
     # Every contender generates exactly n tokens: EOS is ignored on both sides.
@@ -172,10 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     ratios[f"best reference ngram variant ({best}) ÷ HF prompt lookup"] = (
         results[best] / results[lookup_label]
     )
-    section = _section(args, rows, results, ratios, c, len(prompts), n)
+    section = _section(args, rows, results, ratios, c, len(prompts), n, rt.twin_label)
     print(section)
     if not args.no_write:
-        _write(args.out, section)
+        _write(args.out, section, twin=rt.twin_label is not None)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
@@ -204,19 +217,23 @@ def _section(
     c: float,
     prompts: int,
     n: int,
+    twin: str | None = None,
 ) -> str:
     base = results["baseline"]
     lines = [
-        START,
-        "## Reference runtime vs HF transformers (CPU, tiny models)",
+        TWIN_START if twin else START,
+        "## Reference runtime vs HF transformers (CPU, tiny models)"
+        + (", on the memory-bound twin" if twin else ""),
         "",
+        *([f"**{twin}**, in the reference runtime and in HF alike (toolkit.membound).", ""] if twin else []),
         f"Measured {datetime.date.today().isoformat()} on {cpu_model()}, {os.cpu_count()} cores, "
         f"torch {torch.__version__} ({_plural(torch.get_num_threads(), 'thread')}), transformers {transformers.__version__}, "
         f"Python {platform.python_version()}; float32, batch 1, greedy.",
         "",
         "```",
         f"python scripts/bench_reference.py --models {_shown(args.models)} --runs {args.runs} --new-tokens {n}"
-        + (f" --threads {args.threads}" if args.threads else ""),
+        + (f" --threads {args.threads}" if args.threads else "")
+        + (f" --inflate {args.inflate}" if args.inflate > 1 else ""),
         "```",
         "",
         f"{prompts} code prompts × {n} new tokens (EOS ignored), median of {args.runs} interleaved runs after a warm-up round. "
@@ -232,14 +249,14 @@ def _section(
     for label, value in ratios.items():
         verdict = "meets" if value >= 1.2 else "misses"
         lines.append(f"- {label}: **{value:.2f}×** ({verdict} the 1.2× goal)")
-    lines += ["", END]
+    lines += ["", TWIN_END if twin else END]
     return "\n".join(lines)
 
 
-def _write(path: Path, section: str) -> None:
+def _write(path: Path, section: str, twin: bool = False) -> None:
     from toolkit._fs import replace_section
 
-    replace_section(path, START, END, section)
+    replace_section(path, *((TWIN_START, TWIN_END) if twin else (START, END)), section)
 
 
 if __name__ == "__main__":

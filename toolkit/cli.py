@@ -923,6 +923,12 @@ def bench(
     show_default=True,
     help="Concurrency levels to predict the speedup at (the batch dimension).",
 )
+@click.option(
+    "--serving-overhead-ms",
+    type=click.FloatRange(min=0),
+    help="What each served step costs beyond its forwards (e.g. the serving_overhead_ms `sdtk tune` "
+    "reports for the deployment): predict the served speedup. Default: the in-process speedup.",
+)
 @set_option
 @json_option
 def plan(
@@ -935,6 +941,7 @@ def plan(
     probe_prompts: int,
     gamma_max: int,
     concurrency: str,
+    serving_overhead_ms: float | None,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -952,6 +959,7 @@ def plan(
         probe_prompts=probe_prompts,
         gamma_max=gamma_max,
         concurrency=_ints(concurrency) or (1,),
+        serving_overhead=serving_overhead_ms / 1e3 if serving_overhead_ms else None,
     )  # the overrides are in the loaded recipe
     from toolkit.bench.report import render
 

@@ -68,7 +68,8 @@ def _runtime(recipe: Recipe) -> Any:
         eagle_head=optional(models.eagle_head if spec.mode == EAGLE3 else None, "EAGLE-3 head"),
         tokenizer=optional(models.tokenizer, "tokenizer"),
     )
-    key = (tuple(sorted((k, str(v)) for k, v in paths.items())), spec.model_dump_json())
+    inflate = recipe.reference.inflate
+    key = (tuple(sorted((k, str(v)) for k, v in paths.items())), spec.model_dump_json(), inflate)
     if key not in _RUNTIMES:
         try:
             from transformers.utils import logging as hf_logging
@@ -87,6 +88,7 @@ def _runtime(recipe: Recipe) -> Any:
             tokenizer=paths["tokenizer"],
             spec=spec,
             dtype="float32",
+            inflate=inflate,
         )
     return _RUNTIMES[key]
 

@@ -560,6 +560,19 @@ class BuildLimits(_Strict):
         return self
 
 
+class ReferenceOptions(_Strict):
+    """Options of the reference (PyTorch, CPU) backend only."""
+
+    inflate: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Memory-bound twin: pad the target's MLP with zeros to N times its width when it is "
+        "loaded (gate/up projections get zero rows, the down projection zero columns). The output is "
+        "unchanged; the bytes each step reads grow, so the target's step dominates as on a GPU. 1: off.",
+    )
+
+
 class Serving(_Strict):
     """How Triton serves the deployment."""
 
@@ -647,6 +660,7 @@ class Recipe(_Strict):
     parallel: Parallel = Field(default_factory=Parallel)
     build: BuildLimits = Field(default_factory=BuildLimits)
     serving: Serving = Field(default_factory=Serving)
+    reference: ReferenceOptions = Field(default_factory=ReferenceOptions)
 
     _source: Path | None = PrivateAttr(None)
 
@@ -682,6 +696,17 @@ class Recipe(_Strict):
                 "serving.repository",
                 f"the LLM-API model serves speculative.mode {', '.join(LLMAPI_MODES)}, not '{mode}'",
             )
+        if self.reference.inflate > 1:
+            if self.backend != "reference":
+                raise FieldError(
+                    "reference.inflate",
+                    f"pads the target for backend reference only; set backend: reference (not '{self.backend}')",
+                )
+            if layout == "llmapi":
+                raise FieldError(
+                    "reference.inflate",
+                    "is not served by the LLM-API layout; remove serving.repository: llmapi or reference.inflate",
+                )
         need = MODE_SOURCES[mode]
         if need is not None and getattr(self.models, need) is None:
             raise FieldError(f"models.{need}", f"is required by speculative.mode '{mode}'")

@@ -215,3 +215,14 @@ def test_deployed_address_accepts_pairs_and_handles():
         deployed_address(("http://127.0.0.1:8000", "ensemble"), "grpc")
     with pytest.raises(UsageError, match="not \\(url, model\\)"):
         deployed_address(object(), "grpc")
+
+
+def test_memory_bound_twin_is_labelled_in_reports():
+    """Numbers measured on a padded target always say so: the side, bench's report and JSON."""
+    label = "memory-bound twin: target padded ×32, 0.46 GB per step"
+    twin = resolve_side("tiny-eagle3-membound", label="speculative")
+    assert twin.twin == label and twin.describe().endswith(f"(recipe; {label})")
+    assert resolve_side("tiny-eagle3", label="speculative").twin is None
+    run = synthetic_run(100.0, levels=(1,))
+    run.twin = twin.twin
+    assert label in render(run).splitlines()[:3] and run.to_dict()["twin"] == label

@@ -33,6 +33,15 @@ def test_bench_recipes_section(tmp_path, capsys):
     assert "| ngram | γ = 5 |" in rows["tiny-ngram"] and "tree 2 nodes" in rows[next(r for r in rows if "medusa" in r)]
     with pytest.raises(SystemExit):  # recipes must share one target
         mod.main(["tiny-ngram", "llama-3.1-8b-ngram", "--no-write"])
+    # The memory-bound twin (×2 here, for speed) writes its own, labelled section.
+    twin = ["tiny-ngram-membound:reference.inflate=2", "--runs", "1", "--prompts", "1", "--new-tokens", "4"]
+    assert mod.main([*twin, "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "<!-- bench_recipes:end -->\nafter\n" in text and "| tiny-ngram | ngram |" in text
+    section = text.split("<!-- bench_recipes_membound:start -->")[1].split("<!-- bench_recipes_membound:end -->")[0]
+    assert "**memory-bound twin: target padded ×2, " in section and "| tiny-ngram-membound:" in section
+    with pytest.raises(SystemExit):  # ... and one reference.inflate
+        mod.main(["tiny-ngram", "tiny-ngram-membound", "--no-write"])
 
 
 def test_readme_section_from_a_compare_json(tmp_path):
@@ -67,3 +76,27 @@ def test_readme_section_from_a_compare_json(tmp_path):
     assert "| 2 | **1.50×** | [1.20, 1.80] | 1.50× | 1.40× | 0.50 | 2.50 |" in text
     assert "0.60, 0.40" in text and "Verdict: speculative is 1.50× faster" in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_overhead_splits_cpu_time_into_forwards_and_the_rest(tmp_path):
+    import argparse
+
+    mod = _script("bench_overhead")
+    args = argparse.Namespace(
+        models=Path(__file__).resolve().parents[2] / "models" / "tiny",
+        threads=1,
+        prompts=1,
+        new_tokens=6,
+        modes=["none", "eagle3_tree"],
+        runs=1,
+    )
+    one = mod.worker(args)
+    for mode in args.modes:
+        d = one[mode]
+        assert d["tokens"] == 6 and 1 <= d["steps"] <= 6 and 0 < d["forwards"] < d["wall"]
+    # Two trees: the second is reported as a ratio of overhead per step against the first.
+    other = {m: {**d, "wall": d["forwards"] + 2 * (d["wall"] - d["forwards"])} for m, d in one.items()}
+    trees = [tmp_path / "old", mod.REPO]
+    text = mod._section(args, trees, {trees[0]: [one], trees[1]: [other]}, 0.5, 0.6)
+    rows = [line for line in text.splitlines() if line.startswith("| eagle3_tree |")]
+    assert len(rows) == 1 and rows[0].endswith(" 2.00 |") and "--tree old --tree . " in text

@@ -286,3 +286,65 @@ def test_recommended_overlay_is_a_valid_recipe_change():
     assert load_recipe("tiny-draft-target", sets).speculative.draft_len_schedule == {1: 3, 4: 1, 16: 0}
     never = recommend([pred(2, {1: 0.8, 4: 0.7, 16: 0.6})], "draft_target", levels, "measured")
     assert never is not None and "draft_len_schedule" not in never.overlay["speculative"]
+
+
+def test_plan_on_the_memory_bound_twin_says_so(random_models, tmp_path):
+    body = "models: {target: ./target}\nspeculative: {mode: ngram, max_draft_len: 2}\nreference: {inflate: 2}\n"
+    p = plan(
+        _recipe(random_models, "twin", body),
+        workload="code",
+        probe_prompts=2,
+        probe_tokens=6,
+        gamma_max=1,
+        concurrency=(1,),
+        progress=False,
+    )
+    assert "memory-bound twin: target padded ×2, " in p.basis
+    assert "memory-bound twin: target padded ×2, " in render(p)
+
+
+def test_served_predictions_amortise_a_per_step_serving_cost():
+    """A served step costs o beyond its forwards, plain or speculative: the served speedup is
+    τ(t_base + o)/(t_step + o), between the in-process one (o = 0) and τ. `tune` measures o
+    once per deployment (served baseline TPOT at c=1 − the probe's plain step) and re-predicts."""
+    from toolkit.bench.decide import costmodel as cm
+    from toolkit.bench.decide.plan import add_serving_overhead
+    from toolkit.bench.decide.predict import PlanResult, Probe, ProbeConfig, predict_measured
+    from toolkit.bench.decide.tune import serving_overhead
+    from toolkit.bench.measure.loadgen import BenchResult, LevelResult
+    from toolkit.recipe import load_recipe
+
+    from .conftest import record
+
+    assert cm.served_speedup(2.0, 1.0, 1.6) == pytest.approx(2.0 / 1.6)
+    assert cm.served_speedup(2.0, 1.0, 1.6, 1000.0) == pytest.approx(2.0, rel=1e-3)
+    with pytest.raises(ValueError, match="≥ 0"):
+        cm.served_speedup(2.0, 1.0, 1.6, -1.0)
+    # The issue's served n-gram: in process 1.58 ms a plain step; γ=4 probed at τ 2.16, 2.46 ms.
+    steps = [[3, 1, 5, 2]] * 4
+    cfg = ProbeConfig(
+        "γ=4", {"max_draft_len": 4}, cm.chain_shape(4, draft_forwards=0), 16, 44, 40, 28,
+        [16, 12, 8, 4], [12, 8, 5, 3], 2.46e-3, steps,
+    )  # fmt: skip
+    timing = StepTiming(t_base=1.58e-3, forward_points=[(1, 1.5e-3)])
+    probe = Probe(4, 11, 0.0, {"name": "code"}, timing, [cfg])
+    rec = load_recipe("tiny-ngram")
+    preds = predict_measured(probe, "ngram", rec.speculative, gamma_max=4, concurrency=[1], alpha=None)
+    result = PlanResult("tiny-ngram", "ngram", "reference", "measured", [1], probe=probe, predictions=preds)
+    result.recommendation = recommend(preds, "ngram", [1], "measured")
+    in_process = {p.draft_len: p.speedup[1] for p in preds}
+    tau4 = next(p.expected_tokens for p in preds if p.draft_len == 4)
+    assert in_process[4] == pytest.approx(tau4 * 1.58 / 2.46)
+    # Served TPOT 4.37 ms at c=1 (docs/benchmarks.md, tiny-baseline): o = 4.37 − 1.58 ms.
+    base = BenchResult("x", {"name": "code"}, {})
+    base.levels.append(LevelResult(1, None, [record(i, gaps=[4.37e-3] * 9) for i in range(3)], 1.0))
+    o = serving_overhead(base, result)
+    assert o == pytest.approx(4.37e-3 - 1.58e-3, rel=1e-6)
+    assert serving_overhead(BenchResult("x", {"name": "code"}, {}), result) is None  # no c=1 level
+    add_serving_overhead(result, rec, o, "served baseline")
+    served = {p.draft_len: p.speedup[1] for p in result.predictions}
+    assert served[4] == pytest.approx(tau4 * 4.37 / (2.46 + 4.37 - 1.58))
+    assert in_process[4] < served[4] < tau4
+    assert "served: + 2.79 ms per step (served baseline)" in result.basis
+    assert result.recommendation is not None and result.recommendation.basis == result.basis
+    assert result.probe is not None and result.probe.timing.serving_overhead == o

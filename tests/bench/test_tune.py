@@ -181,3 +181,32 @@ def test_valid_schedule_follows_trtllm_rules():
     assert valid_schedule({2: 2, 4: 0}) == {1: 2, 2: 2, 4: 0}  # lowest level measured was 2
     assert valid_schedule({1: 0, 2: 0}) is None  # speculation does not pay: no schedule
     assert valid_schedule({}) is None
+
+
+def test_tune_gives_plan_the_deployments_serving_cost(fake_measure, tmp_path, monkeypatch):
+    """On the reference backend, tune measures the per-step serving cost once (its baseline's
+    TPOT at c=1 − the probe's plain step) and plan re-predicts the served speedup with it."""
+    from types import SimpleNamespace
+
+    from toolkit.bench.decide.predict import StepTiming
+
+    calls = []
+    monkeypatch.setattr(tune_mod, "add_serving_overhead", lambda pr, rec, o, src: calls.append((pr, o, src)))
+    pr = PlanResult("tiny-ngram", "ngram", "reference", "measured", list(LEVELS))
+    pr.probe = SimpleNamespace(timing=StepTiming(t_base=0.004, forward_points=[(1, 0.004)]))
+    pr.predictions = [Prediction("γ=2", {"max_draft_len": 2}, 2, 1.0, None, {c: 1.0 for c in LEVELS})]
+    t = tune(
+        "tiny-ngram",
+        method="redeploy",
+        draft_lens=[1, 2],
+        concurrency=LEVELS,
+        deploy_fn=fake_deploy([]),
+        plan_result=pr,
+        report_dir=tmp_path,
+        progress=False,
+    )
+    assert t.baseline is not None
+    tpot = t.baseline.level(1).summary()["tpot_s"]["p50"]
+    assert len(calls) == 1 and calls[0][0] is pr and calls[0][1] == pytest.approx(tpot - 0.004)
+    assert t.settings["serving_overhead_ms"] == pytest.approx((tpot - 0.004) * 1e3, abs=1e-3)
+    assert "plan predicted the served speedup: + " in render(t)

@@ -59,6 +59,7 @@ def _check_engine_dir(d: Path, recipe, role: str) -> dict:
     assert bc["max_draft_len"] == (recipe.speculative.draft_len if target else 0) == pc["max_draft_len"]
     assert ref["role"] == role
     assert ref["speculative"] == recipe.speculative.model_dump(mode="json")
+    assert ref["inflate"] == (recipe.reference.inflate if target else 1)  # the memory-bound twin
     for key in ("checkpoint", "tokenizer", "draft", "medusa_heads", "eagle_head"):
         assert ref[key] is None or (Path(ref[key]).is_absolute() and Path(ref[key]).is_dir()), key
     return cfg

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -912,3 +913,15 @@ def test_reference_sampling_knobs_and_outputs(ref_module, tiny_runtime):
     assert [int(o["sequence_index"][0, 0]) for o in outs] == [0, 1, 2]
     assert len({tuple(toks(o)) for o in outs}) > 1
     assert toks(outs[0]) == toks(list(gen(llm_request(prompt, 8, seed=np.uint64(5), **knobs)))[0])
+
+
+def test_reference_draft_target_loader_pads_the_target(ref_module, tmp_path):
+    """A draft-target engine directory loads its checkpoint alone; reference.inflate still pads it."""
+    tiny = Path(__file__).resolve().parents[2] / "models" / "tiny"
+    ref = {"checkpoint": str(tiny / "target"), "tokenizer": None, "inflate": 2}
+    ref["speculative"] = {"mode": "draft_target", "max_draft_len": 2}
+    (tmp_path / "config.json").write_text(json.dumps({"pretrained_config": {"dtype": "float32"}, "reference": ref}))
+    runtime, built = ref_module.load_runtime(tmp_path)
+    assert built["mode"] == "draft_target" and runtime.inflate == 2 and runtime.draft is None
+    width = runtime.target.model.model.layers[0].mlp.gate_proj.out_features
+    assert width == 2 * json.loads((tiny / "target" / "config.json").read_text())["intermediate_size"]

@@ -109,3 +109,21 @@ def test_build_gpu_backend_without_trtllm_fails_fast():
     r = invoke("build", "llama-3.1-8b-eagle3")
     assert r.exit_code == 1
     assert r.stderr.startswith("error: ") and "hint:" in r.stderr and "--dry-run" in r.stderr
+
+
+def test_plan_passes_the_serving_overhead(monkeypatch):
+    """`sdtk plan --serving-overhead-ms` reaches bench.api.plan in seconds; absent, None."""
+    import toolkit.bench.api as api
+    from toolkit.bench.decide.predict import PlanResult
+
+    seen = []
+
+    def fake_plan(recipe, opts, **kw):
+        seen.append(kw["serving_overhead"])
+        return PlanResult(recipe.display_name, recipe.mode, "reference", "measured", [1])
+
+    monkeypatch.setattr(api, "plan", fake_plan)
+    assert invoke("plan", "tiny-ngram", "--serving-overhead-ms", "2.5", "--json").exit_code == 0
+    assert invoke("plan", "tiny-ngram", "--json").exit_code == 0
+    assert seen == [0.0025, None]
+    assert invoke("plan", "tiny-ngram", "--serving-overhead-ms", "-1").exit_code == 2

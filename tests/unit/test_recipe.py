@@ -136,3 +136,40 @@ def test_schema_is_documented():
     assert "speculative" in schema["properties"]
     props = schema["$defs"]["Lookahead"]["properties"]
     assert "description" in props["window"]
+
+
+@pytest.mark.parametrize(
+    "extra, field, message",
+    [
+        ({"reference": {"inflate": 0}}, "reference.inflate", "greater than or equal to 1"),
+        ({"reference": {"inflate": "4"}}, "reference.inflate", "integer"),
+        ({"reference": {"inflat": 4}}, "reference.inflat", "inflate"),
+        ({"backend": "engine", "reference": {"inflate": 4}}, "reference.inflate", "backend: reference"),
+        (
+            {"serving": {"repository": "llmapi"}, "reference": {"inflate": 4}},
+            "reference.inflate",
+            "serving.repository",
+        ),
+    ],
+)
+def test_reference_inflate_errors_name_the_field(extra, field, message):
+    data = {"backend": "reference", "models": {"target": "./t"}, **extra}
+    with pytest.raises(RecipeError, match=message) as e:
+        parse_recipe(data)
+    assert e.value.field == field
+
+
+def test_membound_recipes_are_their_tiny_twins_padded():
+    """Each tiny-*-membound recipe is its tiny recipe's models with reference.inflate > 1."""
+    from toolkit.membound import recipe_label
+
+    twins = [p for p in RECIPES if p.stem.endswith("-membound")]
+    assert {p.stem.removesuffix("-membound") for p in twins} == {
+        "tiny-baseline", "tiny-draft-target", "tiny-eagle3", "tiny-medusa", "tiny-lookahead", "tiny-ngram",
+    }  # fmt: skip
+    for p in twins:
+        twin, plain = load_recipe(p), load_recipe(p.with_name(p.stem.removesuffix("-membound") + ".yaml"))
+        assert twin.reference.inflate > 1 and plain.reference.inflate == 1
+        assert twin.models == plain.models and twin.mode == plain.mode
+        assert (recipe_label(twin) or "").startswith(f"memory-bound twin: target padded ×{twin.reference.inflate}, ")
+        assert recipe_label(plain) is None

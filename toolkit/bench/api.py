@@ -90,7 +90,7 @@ def bench(
         with side_endpoint(
             side, protocol=opts.protocol, deploy_fn=deploy_fn, timeout=opts.timeout, workdir=opts.workdir
         ) as ep:
-            return asyncio.run(
+            result = asyncio.run(
                 run_with(
                     ep,
                     wl,
@@ -103,6 +103,8 @@ def bench(
                     tokenizer=opts.tokenizer or side.tokenizer,
                 )
             )
+            result.twin = side.twin
+            return result
 
     return _reported(run, opts.out_dir("bench", side.workdir))
 
@@ -175,6 +177,7 @@ def plan(
     fetch: str = "metadata",
     runtime: Any = None,
     threads: int | None = None,
+    serving_overhead: float | None = None,
     **changes: Any,
 ) -> PlanResult:
     """Probe acceptance and costs, size the GPU, and recommend a speculative configuration.
@@ -183,6 +186,8 @@ def plan(
     workload, seed, temperature (default greedy) and progress.
     `threads`: torch intra-op threads during the probe (restored afterwards); None keeps the
     current setting. Tiny models run best, and time most steadily on a busy machine, with 1.
+    `serving_overhead`: seconds each served step costs beyond its forwards (what `tune` reports
+    as serving_overhead_ms): the measured predictions become served ones.
     """
     opts = RunOptions.of(opts, **changes)
     if gamma_max < 1:
@@ -192,7 +197,7 @@ def plan(
     plan_mod.check_concurrency(concurrency)
     rec = load_recipe_any(recipe, overrides)
     wl = workload_for(opts)
-    return plan_mod.plan(
+    result = plan_mod.plan(
         rec,
         wl,
         gpu=gpu,
@@ -211,6 +216,9 @@ def plan(
         threads=threads,
         progress=opts.progress,
     )
+    if serving_overhead:
+        plan_mod.add_serving_overhead(result, rec, serving_overhead, "given")
+    return result
 
 
 TUNE_REQUESTS = 16  # per configuration and level: a sweep runs many of them

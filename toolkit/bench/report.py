@@ -179,6 +179,8 @@ def render_bench(result: BenchResult) -> str:
     out = [
         f"sdtk bench: {result.endpoint}  workload {result.workload['name']} ({result.workload['prompts']} prompts)"
     ]
+    if result.twin:
+        out.append(result.twin)
     if result.workload.get("synthetic"):
         out.append(SYNTHETIC_BANNER)
     if not result.token_counts_exact:
@@ -559,6 +561,11 @@ def render_tune(t: TuneResult) -> str:
             )
     if t.prediction_error is not None:
         out.append(f"plan vs measured: median |predicted − measured| = {t.prediction_error:.3f}")
+        if t.settings.get("serving_overhead_ms"):
+            out.append(
+                f"  plan predicted the served speedup: + {t.settings['serving_overhead_ms']:.2f} ms per step "
+                "(the baseline's TPOT at c=1 − the in-process plain step), amortised over τ tokens"
+            )
     if t.overlay_path:
         out.append(f"recipe overlay: {t.overlay_path}")
     if t.partial:

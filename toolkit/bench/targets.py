@@ -17,6 +17,7 @@ from toolkit.bench.measure.loadgen import TritonEndpoint
 from toolkit.bench.measure.tokens import recipe_tokenizer
 from toolkit.bench.proposers import is_chain, varies_per_step
 from toolkit.errors import ServerError, UsageError
+from toolkit.membound import recipe_label
 
 # deploy_fn(recipe_path, overrides=(), workdir=...) -> context manager yielding (url, model), or a
 # server handle with grpc_url / http_url / model_name (toolkit.server's TritonServer or ServerState).
@@ -50,9 +51,10 @@ class Side:
     # Steps counted from the stream: a reference-backend ensemble streams one chunk per target
     # step, and its mode's draft count varies per step (n-gram), so drafts / γ would undercount.
     steps_from_chunks: bool = False
+    twin: str | None = None  # the memory-bound twin's label (toolkit.membound), when the recipe pads
 
     def describe(self) -> str:
-        return f"{self.ref} ({self.kind})"
+        return f"{self.ref} ({self.kind}{'; ' + self.twin if self.twin else ''})"
 
 
 def deployment_recipe(side: Side, recipe: str | Path | None) -> tuple[Any, Path]:
@@ -111,6 +113,7 @@ def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: 
             draft_len=_chain_draft_len(rec),
             tokenizer=recipe_tokenizer(rec),
             steps_from_chunks=_steps_from_chunks(rec),
+            twin=recipe_label(rec) if rec is not None else None,
         )
     from toolkit.recipe import resolve_recipe_path
 
@@ -132,6 +135,7 @@ def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: 
         draft_len=_chain_draft_len(rec),
         tokenizer=recipe_tokenizer(rec),
         steps_from_chunks=_steps_from_chunks(rec),
+        twin=recipe_label(rec),
     )
 
 

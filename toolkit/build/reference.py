@@ -35,6 +35,8 @@ def engine_config(ctx: BuildContext, role: str) -> dict:
             "draft": _path(ctx, "draft") if role == "target" else None,
             "medusa_heads": _path(ctx, "medusa_heads") if role == "target" else None,
             "eagle_head": _path(ctx, "eagle_head") if role == "target" else None,
+            # The memory-bound twin: the runtime pads the target's MLP on load (toolkit.membound).
+            "inflate": ctx.recipe.reference.inflate if role == "target" else 1,
             "speculative": spec,
         },
     }

@@ -84,6 +84,13 @@ def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.
     """Longest accepted path; `logits` row 0 is the root, row i+1 is node i."""
     if prop.q is not None and not sp.greedy:
         return speculative_sampling(prop.tokens, prop.q, logits, sp, gen)
+    if sp.greedy and prop.num_draft == len(prop.tokens) and _is_chain(prop.parents):
+        # A greedy chain (or no proposal): the longest prefix equal to the target's argmaxes.
+        preds = logits.argmax(-1).tolist()
+        k = 0
+        while k < prop.num_draft and prop.tokens[k] == preds[k]:
+            k += 1
+        return Verdict(list(range(k)), preds[k])
     children: dict[int, dict[int, int]] = {}
     for i in range(prop.num_draft):
         # Tokens are distinct among siblings in every tree we build; keep the first if not.
@@ -105,6 +112,10 @@ def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.
             return Verdict(path, y)
         path.append(nxt)
         node = nxt
+
+
+def _is_chain(parents: list[int]) -> bool:
+    return all(p == i - 1 for i, p in enumerate(parents))
 
 
 def speculative_sampling(

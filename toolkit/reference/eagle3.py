@@ -25,7 +25,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMS
 
 from toolkit.errors import ModelError
 from toolkit.reference.core import Context, Proposal, Verdict
-from toolkit.reference.models import Forward, read_config, require_weights
+from toolkit.reference.models import Forward, preallocated_cache, read_config, require_weights, tree_mask
 
 
 class Eagle3Head(nn.Module):
@@ -51,7 +51,7 @@ class Eagle3Head(nn.Module):
         self.embed: nn.Module | None = None  # the target's embed_tokens, set by the runtime
 
     def new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self.config)
+        return preallocated_cache(self.config)
 
     @torch.inference_mode()
     def step(
@@ -149,16 +149,17 @@ def load_eagle3_head(path: Path, target_config: Any, layers: list[int] | None = 
     return head.eval()
 
 
-def _visible(cached: list[int], anc: list[set[int]], past: int, nodes: list[int]) -> torch.Tensor:
+def _visible(cached: list[int], anc: torch.Tensor, past: int, nodes: list[int]) -> torch.Tensor:
     """Attention rows for draft `nodes`: the verified context (the cache minus the `cached` draft
-    nodes at its end), those cached nodes that are ancestors, and the node itself."""
+    nodes at its end), those cached nodes that are ancestors, and the node itself. `anc` is the
+    tree's ancestor-or-self matrix (anc[i, j]: node j is node i or one of its ancestors)."""
     ctx = past - len(cached)
     mask = torch.zeros(len(nodes), past + len(nodes), dtype=torch.bool)
     mask[:, :ctx] = True
-    for r, node in enumerate(nodes):
-        for c, other in enumerate(cached):
-            mask[r, ctx + c] = other in anc[node]
-        mask[r, past + r] = True
+    rows = torch.tensor(nodes, dtype=torch.long)
+    if cached:
+        mask[:, ctx:past] = anc[rows][:, torch.tensor(cached, dtype=torch.long)]
+    mask[:, past:] = anc[rows][:, rows]  # each node sees itself; siblings do not see each other
     return mask
 
 
@@ -174,11 +175,13 @@ class Eagle3Speculator:
         n = len(self.choices)
         self.depth = [len(c) for c in self.choices]
         self.has_children = [False] * n
-        self.anc: list[set[int]] = []
-        for i, p in enumerate(self.parents):
-            self.anc.append({i} | (self.anc[p] if p >= 0 else set()))
+        for p in self.parents:
             if p >= 0:
                 self.has_children[p] = True
+        self.anc = tree_mask(self.parents)[0] if n else torch.zeros(0, 0, dtype=torch.bool)
+        self.levels = [
+            [i for i in range(n) if self.depth[i] == d] for d in range(1, max(self.depth, default=0) + 1)
+        ]
         # Top-k needed below each parent (-1: the root).
         self.top: dict[int, int] = {}
         for c, p in zip(self.choices, self.parents, strict=True):
@@ -212,7 +215,7 @@ class Eagle3Speculator:
         ranked: dict[int, list[int]] = {}
         cached: list[int] = []
         for d in range(1, limit + 1):
-            level = [i for i in range(count) if self.depth[i] == d]
+            level = self.levels[d - 1]
             for i in level:
                 p = self.parents[i]
                 if p not in ranked:

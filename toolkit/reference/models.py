@@ -9,6 +9,7 @@ transformers' own mask path.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from toolkit.errors import ModelError
 
@@ -62,6 +64,62 @@ def load_causal_lm(path: Path, what: str) -> torch.nn.Module:
     return model.eval()
 
 
+@torch.no_grad()
+def inflate_mlp(model: torch.nn.Module, factor: int) -> None:
+    """Zero-pad every decoder layer's MLP to `factor` × its intermediate width, in place (the
+    memory-bound twin, toolkit.membound): gate and up projections get zero rows (and zero bias),
+    the down projection zero columns. The new units output silu(0) · 0 = 0, so the function is
+    unchanged up to the order of floating-point sums; the bytes a step reads grow."""
+    if factor <= 1:
+        return
+    layers = getattr(model.get_decoder(), "layers", None)
+    mlps = [getattr(layer, "mlp", None) for layer in layers or ()]
+    if not mlps or not all(all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj")) for m in mlps):
+        raise ModelError(
+            f"cannot pad the MLP of a {type(model).__name__}: not a gate/up/down (Llama-style) MLP",
+            hint="remove reference.inflate, or use a Llama/Qwen/Mistral-style target",
+        )
+    width = 0
+    for mlp in mlps:
+        for name in ("gate_proj", "up_proj"):
+            lin = getattr(mlp, name)
+            w = lin.weight.new_zeros(lin.out_features * factor, lin.in_features)
+            w[: lin.out_features] = lin.weight
+            b = None
+            if lin.bias is not None:
+                b = lin.bias.new_zeros(lin.out_features * factor)
+                b[: lin.out_features] = lin.bias
+            setattr(mlp, name, _linear(w, b))
+        down = mlp.down_proj
+        w = down.weight.new_zeros(down.out_features, down.in_features * factor)
+        w[:, : down.in_features] = down.weight
+        mlp.down_proj = _linear(w, None if down.bias is None else down.bias.clone())
+        width = mlp.gate_proj.out_features
+        if hasattr(mlp, "intermediate_size"):
+            mlp.intermediate_size = width
+    model.config.intermediate_size = width
+    model.eval()
+
+
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Linear:
+    """A Linear holding these tensors (built on the meta device: no random init to overwrite)."""
+    out_f, in_f = weight.shape
+    lin = torch.nn.Linear(in_f, out_f, bias=bias is not None, device="meta")
+    lin.weight = torch.nn.Parameter(weight, requires_grad=False)
+    if bias is not None:
+        lin.bias = torch.nn.Parameter(bias, requires_grad=False)
+    return lin
+
+
+def step_bytes(model: torch.nn.Module) -> int:
+    """Weight bytes one decoding step reads: every parameter but the input embedding (a step
+    gathers only its tokens' rows), unless it is tied to the output head."""
+    embed = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight is embed
+    return sum(p.numel() * p.element_size() for p in model.parameters() if tied or p is not embed)
+
+
 @dataclass
 class Forward:
     """Outputs of one cached forward, one row per input token."""
@@ -72,7 +130,16 @@ class Forward:
 
 
 def tree_mask(parents: Sequence[int]) -> tuple[torch.Tensor, list[int]]:
-    """Ancestor-or-self matrix [q, q] and the depth of each node (roots at depth 0)."""
+    """Ancestor-or-self matrix [q, q] and the depth of each node (roots at depth 0). The matrix
+    is built once per tree shape and shared: read it, never write into it."""
+    mask, depth, _ = _tree(tuple(parents))
+    return mask, list(depth)
+
+
+@functools.lru_cache(maxsize=512)
+def _tree(parents: tuple[int, ...]) -> tuple[torch.Tensor, tuple[int, ...], torch.Tensor]:
+    """(ancestor-or-self matrix, depths, depths as a tensor) of one tree shape, cached: a mode
+    verifies the same few shapes step after step."""
     q = len(parents)
     mask = torch.eye(q, dtype=torch.bool)
     depth = [0] * q
@@ -82,7 +149,59 @@ def tree_mask(parents: Sequence[int]) -> tuple[torch.Tensor, list[int]]:
                 raise ValueError(f"tree node {i} has parent {p}; parents must come first")
             mask[i] |= mask[p]
             depth[i] = depth[p] + 1
-    return mask, depth
+    return mask, tuple(depth), torch.tensor([depth], dtype=torch.long)
+
+
+class PreallocLayer(DynamicLayer):
+    """A DynamicLayer whose keys and values are views [..., :length, :] of buffers that grow
+    geometrically: a step writes its new entries in place instead of concatenating the whole
+    cache into a new tensor (per layer, per step). Values and their order are the same."""
+
+    MIN_CAPACITY = 256
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self.kbuf: torch.Tensor | None = None
+        self.vbuf: torch.Tensor | None = None
+        self.length = 0
+
+    def update(  # type: ignore[override]
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = self.length + key_states.shape[-2]
+        if self.kbuf is None or self.vbuf is None or n > self.kbuf.shape[-2]:
+            cap = max(n, self.MIN_CAPACITY, 2 * (self.kbuf.shape[-2] if self.kbuf is not None else 0))
+            kbuf = key_states.new_empty(*key_states.shape[:-2], cap, key_states.shape[-1])
+            vbuf = value_states.new_empty(*value_states.shape[:-2], cap, value_states.shape[-1])
+            if self.length:
+                kbuf[..., : self.length, :] = self.keys
+                vbuf[..., : self.length, :] = self.values
+            self.kbuf, self.vbuf = kbuf, vbuf
+        self.kbuf[..., self.length : n, :] = key_states
+        self.vbuf[..., self.length : n, :] = value_states
+        self.length = n
+        self.keys, self.values = self.kbuf[..., :n, :], self.vbuf[..., :n, :]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length if self.is_initialized else 0
+
+    def crop(self, max_length: int) -> None:
+        if max_length <= 0:
+            max_length = self.get_seq_length() - abs(max_length)
+        if self.get_seq_length() <= max_length or getattr(self, "kbuf", None) is None or self.vbuf is None:
+            return
+        self.length = max(0, max_length)
+        self.keys, self.values = self.kbuf[..., : self.length, :], self.vbuf[..., : self.length, :]
+
+
+def preallocated_cache(config: object) -> DynamicCache:
+    """A DynamicCache whose full-attention layers are PreallocLayers (sliding ones stay as they are)."""
+    cache = DynamicCache(config=config)
+    cache.layers = [PreallocLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
 
 
 def is_chain(parents: Sequence[int]) -> bool:
@@ -98,7 +217,7 @@ class CachedLM:
         self.decoder = model.get_decoder()
         self.lm_head = model.get_output_embeddings()
         self.embed = model.get_input_embeddings()
-        self.cache = DynamicCache(config=model.config)
+        self.cache = preallocated_cache(model.config)
         self._captured: list[torch.Tensor] = []
         self._recording = False
         layers = self.decoder.layers
@@ -120,7 +239,7 @@ class CachedLM:
         return self.cache.get_seq_length()
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.config)
+        self.cache = preallocated_cache(self.config)
 
     def crop(self, length: int) -> None:
         if length <= 0:
@@ -128,16 +247,18 @@ class CachedLM:
         elif length < self.length:
             self.cache.crop(length)
 
+    @torch.inference_mode()
     def keep(self, start: int, rows: Sequence[int]) -> None:
-        """Keep the first `start` cached entries plus entries start+r for r in `rows` (ascending)."""
+        """Keep the first `start` cached entries plus entries start+r for r in `rows` (ascending).
+        The kept rows move down in place (the context before `start` is not copied)."""
         rows = list(rows)
-        if rows == list(range(len(rows))):
-            self.crop(start + len(rows))
-            return
-        index = torch.cat([torch.arange(start), torch.tensor(rows, dtype=torch.long) + start])
-        for layer in self.cache.layers:
-            layer.keys = layer.keys.index_select(2, index)
-            layer.values = layer.values.index_select(2, index)
+        n = len(rows)
+        if rows != list(range(n)):
+            src = torch.tensor(rows, dtype=torch.long) + start
+            for layer in self.cache.layers:
+                layer.keys[:, :, start : start + n] = layer.keys.index_select(2, src)
+                layer.values[:, :, start : start + n] = layer.values.index_select(2, src)
+        self.crop(start + n)
 
     @torch.inference_mode()
     def forward(
@@ -155,10 +276,10 @@ class CachedLM:
         input_ids = torch.tensor([list(ids)], dtype=torch.long)
         mask = positions = None
         if parents is not None and not is_chain(parents):
-            anc, depth = tree_mask(parents)
+            anc, _, depth = _tree(tuple(parents))
             mask = torch.ones(1, 1, q, past + q, dtype=torch.bool)
             mask[0, 0, :, past:] = anc
-            positions = torch.tensor([depth], dtype=torch.long) + past
+            positions = depth + past
         self._captured.clear()
         self._recording = aux
         out = self.decoder(

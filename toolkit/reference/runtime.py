@@ -20,7 +20,7 @@ from toolkit.reference.draft_target import DraftTargetSpeculator
 from toolkit.reference.eagle3 import Eagle3Head, Eagle3Speculator, load_eagle3_head
 from toolkit.reference.lookahead import LookaheadSpeculator
 from toolkit.reference.medusa import MedusaHeads, MedusaSpeculator, load_medusa_heads
-from toolkit.reference.models import CachedLM, Forward, load_causal_lm
+from toolkit.reference.models import CachedLM, Forward, inflate_mlp, load_causal_lm, step_bytes
 from toolkit.reference.ngram import NGramSpeculator
 from toolkit.reference.processors import Processors, Trace, tree_prefixes
 from toolkit.reference.sampling import SamplingParams, generator
@@ -120,6 +120,15 @@ class ReferenceRuntime:
         # The built speculative section whose draft_len_schedule / max_concurrency bound
         # verify_draft (a draft-target target loads without its draft, so self.spec is plain).
         self.verify_spec: Any = None
+        self.inflate = 1  # the target's MLP padding (load(inflate=...)): the memory-bound twin
+
+    @property
+    def twin_label(self) -> str | None:
+        """'memory-bound twin: target padded ×N, F GB per step' when the target is padded, for
+        every report of numbers measured on it; None for the plain target."""
+        from toolkit.membound import label
+
+        return label(self.inflate, step_bytes(self.target.model)) if self.inflate > 1 else None
 
     def enable_batching(self, max_batch_size: int, capacity: int, reuse_slots: int | None = None) -> None:
         """Serve concurrent calls (from threads) with in-flight batching: each call joins the
@@ -176,7 +185,10 @@ class ReferenceRuntime:
         spec: Any = None,
         dtype: str = "float32",
         tokenizer: Path | None = None,
+        inflate: int = 1,
     ) -> ReferenceRuntime:
+        """`inflate` > 1 pads the target's MLP that many times (the memory-bound twin,
+        toolkit.membound); drafts and heads load unchanged."""
         spec = spec if spec is not None else parse_speculative(None)
         if dtype not in ("float32", "auto"):
             raise ModelError(
@@ -197,6 +209,7 @@ class ReferenceRuntime:
                 f"speculative mode {spec.mode} needs a {need} checkpoint", hint=f"pass {need}=<directory>"
             )
         target_model = load_causal_lm(Path(target), "target")
+        inflate_mlp(target_model, inflate)
         tcfg = target_model.config
         draft_lm = None
         if draft is not None:
@@ -217,7 +230,7 @@ class ReferenceRuntime:
             capture = head.capture
             head.embed = target_model.get_input_embeddings()
         target_lm = CachedLM(target_model, capture=capture)
-        return cls(
+        runtime = cls(
             target=target_lm,
             tokenizer=_load_tokenizer(Path(tokenizer) if tokenizer else Path(target)),
             spec=spec,
@@ -225,6 +238,8 @@ class ReferenceRuntime:
             medusa=heads,
             eagle3=head,
         )
+        runtime.inflate = max(1, inflate)
+        return runtime
 
     @classmethod
     def from_engine_dir(cls, path: Path) -> ReferenceRuntime:
@@ -255,6 +270,7 @@ class ReferenceRuntime:
             spec=parse_speculative(ref.get("speculative")),
             dtype=str(cfg.get("pretrained_config", {}).get("dtype", "float32")),
             tokenizer=opt("tokenizer"),
+            inflate=int(ref.get("inflate") or 1),
         )
 
     # ------------------------------------------------------------------ properties

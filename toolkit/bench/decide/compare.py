@@ -172,6 +172,7 @@ def compare(
                         tokenizer=opts.tokenizer or side.tokenizer,
                     )
                 )
+                runs[side.label].twin = side.twin
                 if side.steps_from_chunks:
                     count_steps_from_chunks(runs[side.label])
     except BenchAborted as e:

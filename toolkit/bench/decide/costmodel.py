@@ -9,7 +9,9 @@ formulas (tests pin them to the paper's Table 1) and extend them with
 - a batch term: at concurrency B a step verifies B·n tokens; a `StepCost` says what that
   costs (measured on the reference runtime, or a GPU roofline in `sizing`), so speculation
   stops paying once the target step becomes compute-bound;
-- shapes for trees (n = nodes+1 tokens verified) and lookahead ((W+G)(N−1) tokens).
+- shapes for trees (n = nodes+1 tokens verified) and lookahead ((W+G)(N−1) tokens);
+- a serving cost per step: a served step pays o beyond its forwards (a response through the
+  ensemble, detokenization, IPC per chunk) whether it commits 1 token or τ (`served_speedup`).
 """
 
 from __future__ import annotations
@@ -187,6 +189,17 @@ def step_speedup(
             raise ValueError(f"{shape.label or 'this shape'} drafts with a model but no draft cost was given")
         spec += shape.draft_forwards * draft.time(batch, 1)
     return expected * base / spec
+
+
+def served_speedup(expected: float, t_plain: float, t_spec: float, overhead: float = 0.0) -> float:
+    """τ · (t_plain + o) / (t_spec + o): the speedup of a served deployment whose every step
+    costs `overhead` seconds beyond its forwards, once per response, whether the step commits
+    one token (plain) or τ (speculative). Speculation amortises o over τ tokens, so the served
+    speedup lies between the in-process one (o = 0) and τ (o ≫ the step times)."""
+    if overhead < 0:
+        raise ValueError(f"serving overhead must be ≥ 0 seconds, got {overhead}")
+    den = t_spec + overhead
+    return expected * (t_plain + overhead) / den if den > 0 else 0.0
 
 
 def leviathan_speedup_with_verify(

@@ -34,6 +34,7 @@ from toolkit.bench.measure.inprocess import probe_possible, torch_threads
 from toolkit.bench.measure.workloads import Workload
 from toolkit.bench.proposers import draft_forwards
 from toolkit.errors import UsageError
+from toolkit.membound import recipe_label
 from toolkit.modes import CHAIN_MODES
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
@@ -165,6 +166,9 @@ def _probe_and_predict(
         alpha=alpha.point if alpha else None,
     )
     result.basis = "measured (reference runtime on this CPU)"
+    twin = recipe_label(rec)
+    if twin:
+        result.basis = f"measured (reference runtime on this CPU; {twin})"
     t = result.probe.timing
     if t.batch_points:
         result.notes.append(
@@ -172,6 +176,30 @@ def _probe_and_predict(
             f"rows) ÷ (verify step growth), from batched target forwards at {', '.join(str(b) for b, _ in t.batch_points[1])} rows"
             + (f"; beyond max_batch_size {t.max_batch} requests queue" if t.max_batch else "")
         )
+
+
+def add_serving_overhead(result: PlanResult, rec: Any, overhead: float, source: str) -> None:
+    """Re-predict the measured basis for a served deployment whose every step costs `overhead`
+    seconds beyond its forwards (costmodel.served_speedup), measured once per deployment, e.g.
+    by `tune` from its baseline run (served TPOT at concurrency 1 − the probe's plain step).
+    Nothing changes without a probe or with overhead ≤ 0."""
+    if result.probe is None or not result.predictions or overhead <= 0:
+        return
+    t = result.probe.timing
+    t.serving_overhead, t.serving_source = overhead, source
+    alpha = result.probe.alpha_logits if result.probe.temperature > 0 else result.probe.alpha_greedy
+    old_basis = result.basis
+    result.predictions = predict_measured(
+        result.probe,
+        rec.speculative.mode,
+        rec.speculative,
+        gamma_max=max(p.draft_len for p in result.predictions),
+        concurrency=result.concurrency,
+        alpha=alpha.point if alpha else None,
+    )
+    result.basis = f"{old_basis}, served: + {overhead * 1e3:.2f} ms per step ({source})"
+    if result.recommendation is not None and result.recommendation.basis == old_basis:
+        result.recommendation = recommend(result.predictions, result.mode, result.concurrency, result.basis)
 
 
 def _size_and_roofline(

@@ -39,6 +39,10 @@ class StepTiming:
     # of the reference backend's in-flight batching (empty: not measured).
     batch_points: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
     max_batch: int | None = None  # the engine's build.max_batch_size: concurrency beyond it queues
+    # Seconds each served step costs beyond its forwards (a response, detokenization, IPC),
+    # measured once per deployment (plan.add_serving_overhead); 0: in-process predictions.
+    serving_overhead: float = 0.0
+    serving_source: str | None = None  # how serving_overhead was measured
 
     def batch_scale(self, width: int, batch: int) -> float:
         """How much longer a step verifying `width` tokens per row takes at `batch` rows than at
@@ -346,7 +350,9 @@ def predict_measured(
     the selection effect a per-position average misses (long accepted runs consume the easy
     stretches in few steps); the step time is interpolated between the probes' measured step
     times (each includes the proposer, the verify forward over γ+1 tokens and the bookkeeping).
-    Speedup = τ(γ) · t_base / t_step(γ). Other shapes were each probed directly. Leviathan's
+    Speedup = τ(γ) · (t_base + o) / (t_step(γ) + o), o the serving cost per step when one was
+    measured for the deployment (`StepTiming.serving_overhead`, else 0: the in-process
+    speedup). Other shapes were each probed directly. Leviathan's
     closed form E/(γc + 1 + κγ) with the bare-forward c and κ is kept as a cross-check
     (`speedup_iid` when α is known). The batch dimension: the reference runtime batches in
     flight, so at concurrency b a step runs b rows; the speedup at 1 is scaled by how much a
@@ -368,7 +374,7 @@ def predict_measured(
         for g in range(1, min(gamma_max, gmax) + 1):
             e = simulate_tau(runs, g) if runs else cm.expected_tokens_from_marginals(primary.marginals, g)
             step = interpolate(step_pts, g) if step_pts else t.t_base
-            s = e * t.t_base / step if step > 0 else 0.0
+            s = cm.served_speedup(e, t.t_base, step, t.serving_overhead)
             e_iid = cm.expected_tokens(alpha, g) if alpha is not None else None
             lev = (
                 {b: cm.leviathan_speedup_with_verify(e_iid, g, c_lev, t.kappa, g + 1) for b in concurrency}
@@ -392,7 +398,7 @@ def predict_measured(
         if cfg in chain_cfgs:
             continue
         e = cfg.acceptance_length
-        s = e * t.t_base / cfg.t_step if cfg.t_step > 0 else 0.0
+        s = cm.served_speedup(e, t.t_base, cfg.t_step, t.serving_overhead) if cfg.t_step > 0 else 0.0
         out.append(
             Prediction(
                 label=cfg.label,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.bench.decide.compare import compare_levels
-from toolkit.bench.decide.plan import plan
+from toolkit.bench.decide.plan import add_serving_overhead, plan
 from toolkit.bench.decide.predict import config_draft_len, valid_schedule
 from toolkit.bench.decide.probe import probe_candidates
 from toolkit.bench.errors import BenchAborted
@@ -239,6 +239,13 @@ def tune(
         plan_result = plan(
             rec, wl, gamma_max=gmax, concurrency=levels, seed=opts.seed, progress=opts.progress
         )
+    if plan_result is not None and rec.backend == "reference":
+        overhead = serving_overhead(result.baseline, plan_result)
+        if overhead is not None:
+            result.settings["serving_overhead_ms"] = round(overhead * 1e3, 3)
+            add_serving_overhead(
+                plan_result, rec, overhead, "served baseline TPOT at c=1 − in-process plain step"
+            )
     finish(result, resamples, opts.seed, plan_result)
     sched = valid_schedule(result.schedule)
     if (
@@ -261,6 +268,21 @@ def tune(
         else:
             check_schedule(result, run, resamples, opts.seed)
     return result
+
+
+def serving_overhead(baseline: BenchResult | None, plan_result: Any) -> float | None:
+    """What a served step costs beyond the forwards, once per deployment: the baseline's median
+    TPOT at concurrency 1 minus the probe's in-process plain step (None when either is missing,
+    e.g. a deployment that does not stream, or when the difference is not positive)."""
+    probe = getattr(plan_result, "probe", None)
+    level = baseline.level(1) if baseline is not None else None
+    if probe is None or level is None:
+        return None
+    tpot = level.summary()["tpot_s"]["p50"]
+    if tpot is None:
+        return None
+    o = float(tpot) - probe.timing.t_base
+    return o if o > 0 else None
 
 
 async def _bls_endpoint(ep: TritonEndpoint, url: str, protocol: str, timeout: float) -> TritonEndpoint:

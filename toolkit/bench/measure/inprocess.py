@@ -76,6 +76,7 @@ def load_runtime(recipe: Any) -> Any:
         eagle3=p(m.eagle_head),
         spec=recipe.speculative,
         tokenizer=p(m.tokenizer),
+        inflate=recipe.reference.inflate,
     )
 
 

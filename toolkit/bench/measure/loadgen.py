@@ -221,6 +221,7 @@ class BenchResult:
     warnings: list[str] = field(default_factory=list)
     report_dir: Any = None  # Path, once reports are written
     report_files: list[Any] = field(default_factory=list)
+    twin: str | None = None  # "memory-bound twin: target padded ×N, F GB per step" (toolkit.membound)
 
     def level(self, concurrency: int) -> LevelResult | None:
         return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
@@ -240,6 +241,7 @@ class BenchResult:
             "partial": self.partial,
             "error": self.error,
             "warnings": list(self.warnings),
+            "twin": self.twin,
             "report_dir": str(self.report_dir) if self.report_dir else None,
             "levels": [lv.to_dict(records) for lv in self.levels],
         }

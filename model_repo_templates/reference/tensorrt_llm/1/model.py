@@ -335,6 +335,8 @@ def load_runtime(engine_dir: Path):
             target=Path(ref["checkpoint"]),
             dtype=str(cfg.get("pretrained_config", {}).get("dtype", "float32")),
             tokenizer=Path(tokenizer) if tokenizer else None,
+            # The memory-bound twin (toolkit.membound); absent or 1: the target as it is.
+            **({"inflate": int(ref["inflate"])} if int(ref.get("inflate") or 1) > 1 else {}),
         )
     else:
         runtime = ReferenceRuntime.from_engine_dir(engine_dir)

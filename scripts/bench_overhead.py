@@ -1,0 +1,234 @@
+#!/usr/bin/env python
+"""The reference runtime's own cost per speculative step: wall time minus the forwards' time.
+
+Every model forward (target and draft decoders and output heads, the EAGLE-3 head's layers,
+the Medusa heads) is timed by forward hooks on the outermost module calls; what is left of a
+generation's wall time is the runtime's own work: proposing, tree and mask building, KV-cache
+bookkeeping, verification, copies. Reported per mode as milliseconds per target step (median of
+--runs rounds, each over the same prompts). Times are this thread's CPU time (torch runs on this
+one thread, --threads 1): on a machine shared with other work, wall time also counts the time
+the scheduler gave the core to someone else, CPU time does not.
+
+With --tree PATH (repeatable), each tree (a checkout of this repository, e.g. a `git worktree`
+of an older commit) is measured in its own worker process, the trees taking turns round by
+round, so that load from other processes falls on all alike; the first tree is the anchor and
+the others are reported as ratios against it. Writes its section of docs/benchmarks.md between
+the bench_overhead markers.
+
+    python scripts/bench_overhead.py [--tree OLD --tree .] [--runs 5] [--prompts 8] [--new-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+START, END = "<!-- bench_overhead:start -->", "<!-- bench_overhead:end -->"
+MODES = ["none", "draft_target", "ngram", "lookahead", "medusa", "eagle3_chain", "eagle3_tree"]
+
+
+class ForwardClock:
+    """Seconds spent inside the outermost calls of the hooked modules."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.start = 0.0
+        self.total = 0.0
+
+    def _pre(self, *_: Any) -> None:
+        if self.depth == 0:
+            self.start = time.thread_time()
+        self.depth += 1
+
+    def _post(self, *_: Any) -> None:
+        self.depth -= 1
+        if self.depth == 0:
+            self.total += time.thread_time() - self.start
+
+    def hook(self, module: Any) -> None:
+        module.register_forward_pre_hook(self._pre)
+        module.register_forward_hook(self._post)
+
+
+def _specs(rt: Any) -> dict[str, Any]:
+    from toolkit.recipe import DraftTarget, Eagle3, Lookahead, Medusa, NGram, NoSpeculation
+
+    return {
+        "none": NoSpeculation(),
+        "draft_target": DraftTarget(mode="draft_target", max_draft_len=3),
+        "ngram": NGram(mode="ngram", max_draft_len=5, max_matching_ngram_size=3),
+        "lookahead": Lookahead(mode="lookahead", window=4, ngram=3, verification_set=4),
+        "medusa": Medusa(mode="medusa", medusa_choices=[[0], [1], [0, 0]]),
+        "eagle3_chain": Eagle3(mode="eagle3", max_draft_len=3),
+        "eagle3_tree": Eagle3(
+            mode="eagle3", max_draft_len=3, eagle_choices=[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]
+        ),
+    }
+
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    """One round in this process: per mode, wall and forward seconds and target steps."""
+    import torch
+
+    from toolkit.reference import ReferenceRuntime
+    from toolkit.reference.prompts import PROMPTS
+
+    torch.set_num_threads(args.threads)
+    m = args.models
+    rt = ReferenceRuntime.load(m / "target", draft=m / "draft", medusa=m / "medusa", eagle3=m / "eagle3")
+    clock = ForwardClock()
+    for lm in (rt.target, rt.draft):
+        clock.hook(lm.decoder)
+        clock.hook(lm.lm_head)
+    # The heads' methods call their submodules one by one: hook them all (nesting is counted once).
+    for mod in [*rt.eagle3.modules(), *rt.medusa.modules()]:
+        clock.hook(mod)
+    prompts = [rt.tokenizer(p)["input_ids"] for p in PROMPTS[: args.prompts]]
+    specs = _specs(rt)
+    out: dict[str, Any] = {}
+    for mode in args.modes:
+        spec = specs[mode]
+        rt.generate(prompts[0], 8, spec=spec, end_id=-1)  # warm-up
+        wall = fwd = 0.0
+        steps = tokens = 0
+        for ids in prompts:
+            clock.total = 0.0
+            t = time.thread_time()
+            g = rt.generate(ids, args.new_tokens, spec=spec, end_id=-1)
+            wall += time.thread_time() - t
+            fwd += clock.total
+            steps += g.stats.steps
+            tokens += len(g.token_ids)
+        out[mode] = {"wall": wall, "forwards": fwd, "steps": steps, "tokens": tokens}
+    return out
+
+
+def _round(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
+    argv = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--models",
+        str(args.models),
+        "--threads",
+        str(args.threads),
+    ]
+    argv += [
+        "--prompts",
+        str(args.prompts),
+        "--new-tokens",
+        str(args.new_tokens),
+        "--modes",
+        ",".join(args.modes),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    res = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        sys.exit(f"worker for {tree} failed:\n{res.stderr[-3000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tree", type=Path, action="append", help="a checkout to measure (default: this one)")
+    ap.add_argument("--models", type=Path, default=REPO / "models" / "tiny")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave docs alone")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.modes = [m for m in args.modes.split(",") if m]
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return 0
+    trees = [t.resolve() for t in (args.tree or [REPO])]
+    load_before = os.getloadavg()[0]
+    rounds: dict[Path, list[dict[str, Any]]] = {t: [] for t in trees}
+    for i in range(args.runs):
+        for t in trees:
+            rounds[t].append(_round(t, args))
+        print(f"[bench_overhead] round {i + 1}/{args.runs}", file=sys.stderr, flush=True)
+    section = _section(args, trees, rounds, load_before, os.getloadavg()[0])
+    print(section)
+    if not args.no_write:
+        from toolkit._fs import replace_section
+
+        replace_section(args.out, START, END, section)
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def per_step(rounds: list[dict[str, Any]], mode: str, key: str) -> float:
+    """Median over rounds of milliseconds per target step: `wall`, `forwards` or `overhead`."""
+
+    def one(r: dict[str, Any]) -> float:
+        d = r[mode]
+        v = d["wall"] - d["forwards"] if key == "overhead" else d[key]
+        return 1e3 * v / max(d["steps"], 1)
+
+    return statistics.median(one(r) for r in rounds)
+
+
+def _section(
+    args: argparse.Namespace,
+    trees: list[Path],
+    rounds: dict[Path, list[dict[str, Any]]],
+    load_before: float,
+    load_after: float,
+) -> str:
+    import torch
+
+    names = [t.name if t != REPO else "this tree" for t in trees]
+    paths = [t.name if t != REPO else "." for t in trees]
+    cmd = "python scripts/bench_overhead.py" + "".join(f" --tree {p}" for p in paths if len(trees) > 1)
+    cmd += f" --runs {args.runs} --prompts {args.prompts} --new-tokens {args.new_tokens} --threads {args.threads}"
+    lines = [
+        START,
+        "## The reference runtime's own cost per step (CPU time minus forwards, tiny models)",
+        "",
+        f"- machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__} "
+        f"({args.threads} thread(s)), Python {platform.python_version()}; load average {load_before:.1f} "
+        f"before, {load_after:.1f} after",
+        f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
+        f"- command: `{cmd}`",
+        f"- method: {args.prompts} code prompts × {args.new_tokens} tokens per mode, greedy, EOS ignored; "
+        "forwards = time inside the outermost calls of the target's and draft's decoder and output "
+        "head, the EAGLE-3 head's modules and the Medusa heads (forward hooks); times are the "
+        "thread's CPU time (load from other processes does not count); overhead = total − "
+        f"forwards, per target step; median of {args.runs} rounds, each tree in its own process, "
+        "the trees taking turns per round" + (f"; the anchor is `{names[0]}`" if len(trees) > 1 else ""),
+        "",
+    ]
+    head = "| mode | steps |" + "".join(f" CPU ms/step ({n}) | overhead ms/step ({n}) |" for n in names)
+    if len(trees) > 1:
+        head += "".join(f" overhead {n} ÷ {names[0]} |" for n in names[1:])
+    lines += [head, "|---|---:|" + "---:|---:|" * len(trees) + "---:|" * (len(trees) - 1)]
+    for mode in args.modes:
+        steps = rounds[trees[0]][0][mode]["steps"]
+        row = f"| {mode} | {steps} |"
+        for t in trees:
+            row += f" {per_step(rounds[t], mode, 'wall'):.3f} | {per_step(rounds[t], mode, 'overhead'):.3f} |"
+        anchor = per_step(rounds[trees[0]], mode, "overhead")
+        for t in trees[1:]:
+            row += f" {per_step(rounds[t], mode, 'overhead') / anchor:.2f} |" if anchor > 0 else " – |"
+        lines.append(row)
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

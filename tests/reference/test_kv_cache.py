@@ -1,0 +1,38 @@
+"""The reference runtime's preallocated KV cache (issue 27, lever 2) against transformers' own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def test_preallocated_kv_cache_equals_concatenation(runtime: Any, prompt_ids: list[list[int]]) -> None:
+    """The preallocated cache (entries written into a growing buffer) gives the forwards the same
+    keys and values as transformers' concatenating DynamicCache, through growth, crops and keeps."""
+    from transformers import DynamicCache
+
+    from toolkit.reference.models import CachedLM, PreallocLayer
+
+    model = runtime.target.model
+    ours, plain = CachedLM(model), CachedLM(model)
+    plain.cache = DynamicCache(config=model.config)
+    plain.reset = lambda: setattr(plain, "cache", DynamicCache(config=model.config))  # type: ignore[method-assign]
+    assert all(isinstance(layer, PreallocLayer) for layer in ours.cache.layers)
+    PreallocLayer.MIN_CAPACITY, before = 8, PreallocLayer.MIN_CAPACITY  # force a few regrowths
+    try:
+        ids = prompt_ids[2]
+        assert len(ids) >= 20
+        for lm in (ours, plain):
+            lm.forward(ids[:20])
+            lm.forward([5, 6, 7, 8], parents=[-1, 0, 0, 1])
+            lm.keep(20, [0, 2])
+            lm.crop(21)
+        more = list(range(9, 19))
+        a, b = ours.forward(more).logits, plain.forward(more).logits
+        assert ours.length == plain.length == 31 and torch.equal(a, b)
+        assert ours.cache.layers[0].kbuf.shape[-2] >= 31
+    finally:
+        PreallocLayer.MIN_CAPACITY = before
