@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import queue
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -141,17 +142,34 @@ def drop_after_first(http_url: str, model: str, body: dict) -> None:
         assert "error" not in first, first
 
 
-def spent_on(result, abandon, n: int, long: int = LONG) -> float:
-    """Tokens `tensorrt_llm` generated for `n` requests abandoned by `abandon()` and one short
+def spent_on(result, abandon, n: int) -> float:
+    """Tokens `tensorrt_llm` generated for the `n` requests `abandon()` abandons and one short
     request, counted once all of them have ended."""
     before = generated(result.metrics_url)
     requests = generated(result.metrics_url, family="requests")
-    for _ in range(n):
-        abandon()
+    abandon()
     short = stress.Traffic(result.http_url, result.grpc_url, result.model).send("http", "def f(x):", 16)
     assert short.ok, short.error
     counted(result.metrics_url, requests + n + 1)
     return generated(result.metrics_url) - before
+
+
+def together(n: int, abandon) -> None:
+    """`abandon()` from `n` threads at once; any failure is raised here."""
+    errors: list = []
+
+    def run():
+        try:
+            abandon()
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
 
 
 def test_reference_model_stops_for_a_cancelled_stream(eagle3):
@@ -180,19 +198,28 @@ def test_bls_plain_path_stops_for_a_cancelled_grpc_stream(eagle3):
     """EAGLE-3 through its BLS (the plain path): gRPC stop_stream(cancel_requests=True) after the
     first chunk stops the `tensorrt_llm` sub-request (finding 5: it ran all 512 tokens)."""
     _, result = eagle3
-    spent = spent_on(
-        result, lambda: cancel_after_first(result.grpc_url, "tensorrt_llm_bls", bls_request()), 3
-    )
+
+    def abandon():
+        for _ in range(3):
+            cancel_after_first(result.grpc_url, "tensorrt_llm_bls", bls_request())
+
+    spent = spent_on(result, abandon, 3)
     assert 16 <= spent < LONG, f"{spent} tokens generated for 3 cancelled {LONG}-token BLS streams"
 
 
-def test_bls_plain_path_stops_for_a_dropped_http_stream(eagle3):
-    """The same over HTTP: a generate_stream client that drops its connection after the first
-    event (Triton 2.51's HTTP frontend cancels the request) stops the sub-request."""
+def test_bls_plain_path_stops_for_dropped_http_streams(eagle3):
+    """The same over HTTP, 16 streams at once (one per BLS instance): generate_stream clients that
+    drop their connection after the first event (Triton 2.51's HTTP frontend cancels the request)
+    stop their sub-requests, and every BLS instance is free again for the short request (a
+    stopped sub-request that ended with an error+FINAL response lost its final on the way back to
+    the BLS under this load, leaving the instance waiting forever)."""
     _, result = eagle3
     body = {"text_input": "import os\n", "max_tokens": LONG, "stream": True, "end_id": -1}
-    spent = spent_on(result, lambda: drop_after_first(result.http_url, "tensorrt_llm_bls", body), 3)
-    assert 16 <= spent < LONG, f"{spent} tokens generated for 3 dropped {LONG}-token BLS streams"
+    n = 16
+    spent = spent_on(
+        result, lambda: together(n, lambda: drop_after_first(result.http_url, "tensorrt_llm_bls", body)), n
+    )
+    assert 16 <= spent < LONG, f"{spent} tokens generated for {n} dropped {LONG}-token BLS streams"
 
 
 SHORT_LONG = 200  # the ensemble runs every abandoned request to its end: keep them short
@@ -206,8 +233,12 @@ def test_ensemble_runs_cancelled_streams_to_the_end(eagle3):
     _, result = eagle3
     ensemble = {**bls_request(SHORT_LONG)}
     del ensemble["num_draft_tokens"]
-    spent = spent_on(result, lambda: cancel_after_first(result.grpc_url, "ensemble", ensemble), 2, SHORT_LONG)
+    spent = spent_on(
+        result, lambda: together(2, lambda: cancel_after_first(result.grpc_url, "ensemble", ensemble)), 2
+    )
     assert spent >= 2 * SHORT_LONG, f"{spent} tokens for 2 cancelled {SHORT_LONG}-token streams"
     body = {"text_input": "import os\n", "max_tokens": SHORT_LONG, "stream": True, "end_id": -1}
-    spent = spent_on(result, lambda: drop_after_first(result.http_url, "ensemble", body), 2, SHORT_LONG)
+    spent = spent_on(
+        result, lambda: together(2, lambda: drop_after_first(result.http_url, "ensemble", body)), 2
+    )
     assert spent >= 2 * SHORT_LONG, f"{spent} tokens for 2 dropped {SHORT_LONG}-token streams"

@@ -209,6 +209,7 @@ class Responder(Sink):
         self._flushed = 0.0
         self.outbox: queue.Queue = queue.Queue()
         self.flight: dict[int, tuple] = {}  # key -> (sender, stop Event, cancel probe, request id)
+        self.stopped: set[int] = set()  # keys a `stop` request cancelled
         self._next = 0
         self.thread = threading.Thread(target=self._loop, name="sdtk-reference-respond", daemon=True)
         self.thread.start()
@@ -261,9 +262,10 @@ class Responder(Sink):
                 if self.metrics is not None:
                     self.metrics.record(value)
             elif kind == "cancel":
-                for _, stop, _, request_id in self.flight.values():
+                for k, (_, stop, _, request_id) in self.flight.items():
                     if request_id == value:
                         stop.set()
+                        self.stopped.add(k)
             elif kind is not None and key in self.flight:
                 sender, stop, _, _ = self.flight[key]
                 try:
@@ -272,11 +274,18 @@ class Responder(Sink):
                     elif kind == "final":
                         del self.flight[key]
                         sender.send(flags=final)
+                    elif key in self.stopped and isinstance(value, st.Cancelled):
+                        # Ended by a `stop` request: a plain final response, as TensorRT-LLM's
+                        # backend ends a cancelled request (the caller, a BLS, reads to the end).
+                        del self.flight[key]
+                        sender.send(flags=final)
                     else:
                         del self.flight[key]
                         sender.send(st.failure(self.name, value), flags=final)
                 except Exception:  # the client has gone: stop generating
                     stop.set()
+                if kind in ("final", "error"):
+                    self.stopped.discard(key)
             for _, stop, probe, _ in self.flight.values():
                 if not stop.is_set() and probe():
                     stop.set()
