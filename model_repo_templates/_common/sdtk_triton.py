@@ -292,21 +292,32 @@ def is_model_down(error) -> bool:
     return any(words in error.message() for words in NOT_HEALTHY)
 
 
+def _best_effort(interrupted) -> None:
+    """Abort a sub-request nobody reads any more; a failed abort only costs its remaining work
+    (the responses are read to the end either way)."""
+    try:
+        interrupted(force=True)
+    except Exception as e:
+        print(f"sdtk: could not stop a sub-request nobody reads: {e}", flush=True)
+
+
 class StubWatch:
     """Waits for a sub-request of a model while watching that model's stubs.
 
     `wait(model, produce)` runs `produce()` (an iterable of responses: `request.exec` wrapped in
     a list, or a decoupled response iterator) on a worker thread and yields what it yields; when
     a stub of `model` that lived at the start dies first, it raises ModelDown within WATCH_S.
-    The worker blocked on the dead model is abandoned (Triton never ends that wait) and a new
-    one serves the next call. A model without stubs (e.g. TensorRT-LLM's C++ backend) is read
-    directly."""
+    The worker blocked on the dead model is abandoned (Triton never ends that wait). Each wait
+    in progress has its own worker (idle ones are reused): a streamed sub-request's chunks are
+    detokenized by further calls while it runs, which must not queue behind it. A model without
+    stubs (e.g. TensorRT-LLM's C++ backend) is read directly."""
 
     def __init__(self, server_pid: int | None = None):
         self.server_pid = server_pid or os.getppid()
         self._stubs: dict[str, list[int]] = {}
         self._scanned = 0.0
-        self._jobs: queue.Queue | None = None
+        self._idle: list[queue.Queue] = []  # the job queues of idle workers
+        self._lock = threading.Lock()
         self.abandoned: list = []  # what the abandoned workers hold: never freed off the GIL
 
     def stubs(self, model: str) -> list[int]:
@@ -332,34 +343,61 @@ class StubWatch:
                 out.put(("error", e))
             items = produce = out = None
 
-    def wait(self, model: str, produce, keep: list | None = None):
+    def wait(self, model: str, produce, keep: list | None = None, interrupt=None):
         """Yield what the iterable `produce()` yields; `produce` itself runs on the worker (a
         decoupled `exec` blocks until the model takes the request). When the consumer stops
         early (or fails on a response), the rest is still read to the end: an unfinished BLS
-        iterator is never cleaned up. The iterable, read to its end, is appended to `keep`."""
+        iterator is never cleaned up. The iterable, read to its end, is appended to `keep`.
+
+        `interrupt`: (cancelled, abort). `cancelled()` is asked after each item and every
+        WATCH_S while waiting; once it says True, `abort()` (which makes the called model end
+        the request) is called and Cancelled is raised; the rest is still read to the end. A
+        consumer that stops early for any other reason (a send to its gone client failed) aborts
+        too: nobody reads what the called model would still produce."""
+        aborted = [False]
+
+        def interrupted(force: bool = False) -> bool:
+            if interrupt is None or aborted[0] or not (force or interrupt[0]()):
+                return False
+            aborted[0] = True
+            interrupt[1]()
+            return True
+
         pids = self.stubs(model)
         if not pids:
             items = produce()
+            done = False
             try:
-                yield from items
+                for item in items:
+                    yield item
+                    if interrupted():
+                        raise Cancelled()
+                done = True
             finally:
+                if not done:
+                    _best_effort(interrupted)
                 for _ in items:
                     pass
                 if keep is not None:
                     keep.append(items)
             return
-        if self._jobs is None:
-            self._jobs = queue.Queue()
-            threading.Thread(target=self._work, args=(self._jobs,), name="sdtk-bls-wait", daemon=True).start()
+        with self._lock:
+            jobs = self._idle.pop() if self._idle else None
+        if jobs is None:
+            jobs = queue.Queue()
+            threading.Thread(target=self._work, args=(jobs,), name="sdtk-bls-wait", daemon=True).start()
         out: queue.Queue = queue.Queue()
-        self._jobs.put((produce, out))
+        jobs.put((produce, out))
+        down = False
         finished = False
         try:
             while not finished:
-                kind, value = self._next(model, pids, produce, out)
+                kind, value = self._next(model, pids, produce, out, interrupted)
                 finished = kind != "item"
                 if kind == "item":
                     yield value
+                    if interrupted():
+                        raise Cancelled()
                     continue
                 if kind == "error":
                     raise value
@@ -369,31 +407,40 @@ class StubWatch:
                 # cut short, not a finished one.
                 self._check(model, pids, produce, out)
         except ModelDown:
-            finished = True
+            finished = down = True
             raise
         finally:
+            if not finished:
+                _best_effort(interrupted)
             while not finished:
                 try:
-                    kind, value = self._next(model, pids, produce, out)
+                    kind, value = self._next(model, pids, produce, out, interrupted)
                 except ModelDown:
+                    down = True
                     break
+                except Cancelled:  # aborted: the called model ends the request soon
+                    continue
                 finished = kind != "item"
                 if kind == "end" and keep is not None:
                     keep.append(value)
+            if not down:  # the worker has finished this job: it may take the next
+                with self._lock:
+                    self._idle.append(jobs)
 
-    def _next(self, model: str, pids: list[int], produce, out: queue.Queue):
+    def _next(self, model: str, pids: list[int], produce, out: queue.Queue, interrupted=None):
         while True:
             try:
                 return out.get(timeout=WATCH_S)
             except queue.Empty:
                 pass
             self._check(model, pids, produce, out)
+            if interrupted is not None and interrupted():
+                raise Cancelled()
 
     def _check(self, model: str, pids: list[int], produce, out: queue.Queue) -> None:
         dead = [p for p in pids if not _proc_alive(p)]
         if dead:
-            self.abandoned.append((produce, out))
-            self._jobs = None  # that worker may wait forever: the next call starts another
+            self.abandoned.append((produce, out))  # its worker may wait forever: never reused
             raise ModelDown(
                 model,
                 f"model '{model}' is down: its Python backend stub (pid "

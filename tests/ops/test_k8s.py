@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import shlex
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -94,7 +96,14 @@ def test_single_node_probes_ports_and_resources_follow_the_recipe(recipe_tp8):
     }
     assert triton["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": sv.http_port}
     assert triton["startupProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": sv.http_port}
-    assert triton["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": sv.http_port}
+    # liveness: the stub check of `sdtk status` (/v2/health/* stays 200 when a stub dies)
+    assert triton["livenessProbe"]["exec"]["command"] == [
+        "python3",
+        "/sdtk/stubcheck.py",
+        "/models/llama-8b-tp8/triton_repo",
+        "--url",
+        f"http://127.0.0.1:{sv.http_port}",
+    ]
     startup = triton["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 3600  # generous for engine load
     assert triton["resources"]["limits"]["nvidia.com/gpu"] == 8
@@ -116,7 +125,7 @@ def test_single_node_probes_ports_and_resources_follow_the_recipe(recipe_tp8):
     # the Service exposes the same three ports by name, and selects the pods
     svc = one(plan.manifests, "Service")
     assert {p["name"]: (p["port"], p["targetPort"]) for p in svc["spec"]["ports"]} == {
-        "http": (9000, "http"),
+        "http": (9000, "http-proxy"),  # through the proxy sidecar
         "grpc": (9001, "grpc"),
         "metrics": (9002, "metrics"),
     }
@@ -194,6 +203,75 @@ def test_reference_backend_requests_no_gpus_and_pins_local_paths():
     # the recipe shipped to the pod is still a valid recipe
     assert parse_recipe(recipe_yaml).display_name == "tiny-eagle3"
     validate_all(plan.manifests + plan.monitoring)
+
+
+def test_http_proxy_sidecar_caps_bodies_and_refuses_form_encoded_ones(recipe_tp8, tmp_path):
+    """Issue 23, finding 1: one large form-encoded body kills tritonserver (server#5840,
+    libevhtp#118), so the Service's http port reaches Triton through nginx, which refuses such
+    bodies and caps the size. Without the proxy the objects are the same, less the sidecar."""
+    plan = plan_k8s(recipe_tp8, replicas=1, http_proxy_max_body="8m")
+    spec = one(plan.manifests, "Deployment")["spec"]["template"]["spec"]
+    proxy = container(spec, "http-proxy")
+    assert proxy["image"].startswith("nginxinc/nginx-unprivileged:")
+    assert proxy["ports"] == [{"name": "http-proxy", "containerPort": 9480, "protocol": "TCP"}]
+    assert proxy["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": 9480}
+    svc = one(plan.manifests, "Service")
+    assert next(p for p in svc["spec"]["ports"] if p["name"] == "http")["targetPort"] == "http-proxy"
+    conf = configmap_file(plan.manifests, "nginx.conf")
+    assert "listen 9480;" in conf and "client_max_body_size 8m;" in conf
+    assert "proxy_pass http://127.0.0.1:9000;" in conf and "proxy_buffering off;" in conf
+    assert '"~*application/x-www-form-urlencoded" 1;' in conf and "return 415" in conf
+    assert "{{" not in conf and "{%" not in conf
+    validate_all(plan.manifests + plan.monitoring)
+
+    bare = plan_k8s(recipe_tp8, replicas=1, http_proxy=False)
+    assert [
+        c["name"] for c in one(bare.manifests, "Deployment")["spec"]["template"]["spec"]["containers"]
+    ] == ["triton"]
+    assert "nginx.conf" not in one(bare.manifests, "ConfigMap")["data"]
+    assert (
+        next(p for p in one(bare.manifests, "Service")["spec"]["ports"] if p["name"] == "http")["targetPort"]
+        == "http"
+    )
+    with pytest.raises(UsageError, match="nginx size"):
+        plan_k8s(recipe_tp8, http_proxy_max_body="lots")
+
+
+def test_liveness_probe_runs_the_status_stub_check_on_its_own(recipe_tp8, tmp_path):
+    """Issue 23, finding 3: the probe's script is toolkit/server/stubcheck.py (what `sdtk status`
+    uses), shipped in the ConfigMap, and it runs without sdtk: isolated (-I), from another
+    directory, it fails for a Python model without a live stub and passes for a repository
+    without Python models. (tests/stress/test_faults.py runs it against a killed stub.)"""
+    from toolkit.server import stubcheck
+
+    plan = plan_k8s(recipe_tp8, replicas=1)
+    script = configmap_file(plan.manifests, "stubcheck.py")
+    assert script == (Path(stubcheck.__file__)).read_text(encoding="utf-8")
+    assert "import toolkit" not in script and "from toolkit" not in script
+    path = tmp_path / "probe" / "stubcheck.py"
+    path.parent.mkdir()
+    path.write_text(script)
+    repo = tmp_path / "repo"
+    (repo / "preprocessing" / "1").mkdir(parents=True)
+    (repo / "preprocessing" / "config.pbtxt").write_text('name: "preprocessing"\nbackend: "python"\n')
+    (repo / "tensorrt_llm").mkdir()
+    (repo / "tensorrt_llm" / "config.pbtxt").write_text('name: "tensorrt_llm"\nbackend: "tensorrtllm"\n')
+    r = subprocess.run(
+        [sys.executable, "-I", str(path), str(repo)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert r.returncode == 1 and "preprocessing" in r.stdout and "tensorrt_llm" not in r.stdout, r
+    (repo / "preprocessing" / "config.pbtxt").unlink()
+    r = subprocess.run(
+        [sys.executable, "-I", str(path), str(repo)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert r.returncode == 0, r
+    r = subprocess.run(
+        [sys.executable, "-I", str(path), str(repo), "--url", "http://127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 1 and "not live" in r.stdout, r
 
 
 def test_monitor_sidecar_is_scraped_too(recipe_tp8):

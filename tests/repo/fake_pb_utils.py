@@ -75,8 +75,11 @@ class PreferredMemory:
 class InferenceRequest:
     """A BLS request: exec() runs the fake model registered under `model_name`."""
 
-    def __init__(self, model_name: str, inputs: list[Tensor], requested_output_names: list[str], **_: Any):
+    def __init__(
+        self, model_name: str, inputs: list[Tensor], requested_output_names: list[str], **kwargs: Any
+    ):
         self.model_name = model_name
+        self.request_id = kwargs.get("request_id", "")
         self.inputs = {t.name(): t.as_numpy() for t in inputs}
         self.requested = list(requested_output_names)
 
@@ -114,9 +117,13 @@ class ResponseSender:
 class Request:
     """A request as a model's execute() receives it (test side)."""
 
-    def __init__(self, inputs: dict[str, Any], cancel_after: int | None = None):
+    def __init__(self, inputs: dict[str, Any], cancel_after: int | None = None, request_id: str = ""):
         self.inputs = {k: np.asarray(v) for k, v in inputs.items()}
         self.sender = ResponseSender(cancel_after)
+        self._request_id = request_id
+
+    def request_id(self) -> str:
+        return self._request_id
 
     def is_cancelled(self) -> bool:
         return self.sender.is_cancelled()

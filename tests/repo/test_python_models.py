@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -190,7 +191,9 @@ def test_postprocessing(load_model, pb, tokenizer, tokenizer_dir):
         np.array([ids], np.int32), np.array([len(ids)])
     )
     assert keep.shape == (1,) and keep[0] == b"<s>Hello world!"
-    two_rows = module.Postprocessor(tokenizer)(np.concatenate([tokens, tokens]), np.array([[len(ids), 1]] * 2))
+    two_rows = module.Postprocessor(tokenizer)(
+        np.concatenate([tokens, tokens]), np.array([[len(ids), 1]] * 2)
+    )
     assert two_rows.shape == (4,) and two_rows[2] == b"Hello world!"
     model = module.TritonPythonModel()
     model.initialize(
@@ -839,6 +842,58 @@ def test_reference_model_execute(ref_module, pb, monkeypatch):
         ref_module.TritonPythonModel().initialize(
             args(model_config("tensorrt_llm", {**params, "max_beam_width": "4"}))
         )
+
+
+def test_reference_stop_request_cancels_the_running_request_of_its_id(ref_module, pb, monkeypatch):
+    """TensorRT-LLM's `stop` input: a request with stop=true and a request id cancels the running
+    requests of that id (how sdtk's BLS stops its sub-request); without an id it is refused."""
+
+    class SlowRuntime(FakeRuntime):
+        def verify_draft(self, input_ids, draft_ids, **kw):
+            time.sleep(0.01)  # 1000 tokens would take 10 s
+            return super().verify_draft(input_ids, draft_ids, **kw)
+
+    monkeypatch.setattr(ref_module, "load_runtime", lambda path: (SlowRuntime(), {"mode": "none"}))
+    monkeypatch.setattr(ref_module, "build_limits", lambda path: (512, 1024))
+    monkeypatch.setattr(ref_module, "build_batch_size", lambda path, default: 4)
+    params = {"gpt_model_path": "/engines/target", "decoding_mode": "top_k_top_p"}
+    model = ref_module.TritonPythonModel()
+    model.initialize(args(model_config("tensorrt_llm", params, decoupled=True)))
+    running = pb.Request(llm_request([0, 5], 1000, end_id=-1, streaming=True), request_id="sub-1")
+    other = pb.Request(llm_request([0, 5], 4), request_id="sub-2")
+    model.execute([running, other])
+    time.sleep(0.2)
+    stop = pb.Request(llm_request([0, 5], 1, stop=True), request_id="sub-1")
+    anonymous = pb.Request(llm_request([0, 5], 1, stop=True))
+    model.execute([stop, anonymous])
+    assert model.wait_idle(timeout=5)  # the 1000-token request ended long before its 10 s
+    # ended as TensorRT-LLM ends a stopped request: a plain final response, no error
+    assert running.sender.sent[-1] == (None, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert sum(len(toks(r.as_dict())) for r, _ in running.sender.sent[:-1]) < 1000
+    assert toks(other.sender.sent[0][0].as_dict()) == [0, 5, *greedy([0, 5], 4)]  # another id runs on
+    assert not stop.sender.sent[0][0].has_error()
+    error = anonymous.sender.sent[0][0].error()
+    assert error.code() == pb.TritonError.INVALID_ARG and "request id" in error.message()
+    model.finalize()
+
+
+def test_bls_plain_path_stops_its_sub_request_when_the_client_has_gone(bls_module, pb, monkeypatch):
+    """A decoupled BLS cannot cancel a sub-request in Triton 2.51: once its client has gone, it
+    sends tensorrt_llm a `stop` request with the sub-request's id, and ends as cancelled."""
+    made = []
+    real = pb.InferenceRequest.__init__
+
+    def record(self, *a, **kw):
+        real(self, *a, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(pb.InferenceRequest, "__init__", record)
+    bls = make_bls(bls_module, decoupled=True)
+    with pytest.raises(bls_module.st.Cancelled):
+        list(bls(request(max_tokens=12, stream=True, num_draft_tokens=0), cancelled=lambda: True))
+    sub, stop = [r for r in made if r.model_name == "tensorrt_llm"]
+    assert sub.request_id and "stop" not in sub.inputs
+    assert stop.request_id == sub.request_id and stop.inputs["stop"].all()
 
 
 def test_bls_and_reference_together_are_lossless(bls_module, ref_module, pb):

@@ -7,26 +7,36 @@ is sent. The reference model batches requests in flight, so the short one is ans
 the others run: the test then waits until all four requests are counted (each is counted when
 it ends, cancelled or not), and had the long ones run on, all of their tokens would be counted.
 
-Scope (Triton 2.51): gRPC stream cancellation and HTTP streams that the client drops reach the
-model that serves the request. An ensemble propagates a cancellation only between its steps
-(core `ensemble_scheduler.cc`, `ScheduleSteps`), so through `ensemble` the running
-`tensorrt_llm` step is not told; the BLS entry (draft-target) and direct calls of
-`tensorrt_llm` are. Abandoned non-streaming HTTP requests are not detected by Triton's HTTP
-frontend at all (its docs: cancellation comes from gRPC clients or the C API).
+Scope (Triton 2.51): gRPC stream cancellation (`stop_stream(cancel_requests=True)`) and HTTP
+streams that the client drops (`generate_stream`) reach the model that serves the request.
+- Direct calls of `tensorrt_llm`: its Responder asks is_cancelled() and stops the decode loop.
+- `tensorrt_llm_bls`: the draft-target loop asks is_cancelled() between iterations; the plain
+  path (num_draft_tokens 0, as every EAGLE-3 request) stops its one `tensorrt_llm` sub-request
+  with TensorRT-LLM's `stop` input and the sub-request's id, since a 2.51 BLS cannot cancel a
+  sub-request itself (InferenceResponseIterator.cancel() is python_backend#398).
+- `ensemble`: a cancellation is propagated only between steps (core#263, `ScheduleSteps`), so
+  the running `tensorrt_llm` step is never told and runs to its end (server#6739, open; no fix
+  recorded upstream). test_ensemble_runs_cancelled_streams_to_the_end measures it.
+Abandoned non-streaming HTTP requests are not detected by Triton's HTTP frontend at all (its
+docs: cancellation comes from gRPC clients or the C API).
 """
 
 from __future__ import annotations
 
 import queue
 import re
+import threading
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from triton_support import live_deployment
 
 from toolkit import stress
+from toolkit.recipe import load_recipe
 
 pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
 LONG = 1000
@@ -104,9 +114,66 @@ def test_bls_stops_for_cancelled_requests(deployment):
     assert 16 <= spent < LONG, f"{spent} tokens generated for 3 cancelled {LONG}-token requests"
 
 
-@pytest.mark.parametrize("deployment", ["tiny-eagle3"], indirect=True)
-def test_reference_model_stops_for_a_cancelled_stream(deployment):
-    _, result = deployment
+@pytest.fixture(scope="module")
+def eagle3(tmp_path_factory):
+    """One tiny-eagle3 deployment (decoupled) for the EAGLE-3 paths."""
+    recipe = load_recipe(str(Path(__file__).resolve().parents[2] / "recipes" / "tiny-eagle3.yaml"))
+    with live_deployment(recipe, tmp_path_factory.mktemp("cancel")) as result:
+        yield recipe, result
+
+
+def bls_request(long: int = LONG) -> dict[str, np.ndarray]:
+    """A streamed BLS request that would run to `long` tokens (no end token), on the plain path."""
+    return {
+        "text_input": np.array([[b"import os\n"]], dtype=object),
+        "max_tokens": np.array([[long]], dtype=np.int32),
+        "stream": np.array([[True]]),
+        "end_id": np.array([[-1]], dtype=np.int32),
+        "num_draft_tokens": np.array([[0]], dtype=np.int32),
+    }
+
+
+def drop_after_first(http_url: str, model: str, body: dict) -> None:
+    """Read the first event of an HTTP generate_stream, then drop the connection."""
+    with httpx.stream("POST", f"{http_url}/v2/models/{model}/generate_stream", json=body, timeout=120) as r:
+        assert r.status_code == 200, r.read()
+        lines = r.iter_lines()
+        first = next(line for line in lines if line.startswith("data:"))
+        assert "error" not in first, first
+
+
+def spent_on(result, abandon, n: int) -> float:
+    """Tokens `tensorrt_llm` generated for the `n` requests `abandon()` abandons and one short
+    request, counted once all of them have ended."""
+    before = generated(result.metrics_url)
+    requests = generated(result.metrics_url, family="requests")
+    abandon()
+    short = stress.Traffic(result.http_url, result.grpc_url, result.model).send("http", "def f(x):", 16)
+    assert short.ok, short.error
+    counted(result.metrics_url, requests + n + 1)
+    return generated(result.metrics_url) - before
+
+
+def together(n: int, abandon) -> None:
+    """`abandon()` from `n` threads at once; any failure is raised here."""
+    errors: list = []
+
+    def run():
+        try:
+            abandon()
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+
+
+def test_reference_model_stops_for_a_cancelled_stream(eagle3):
+    _, result = eagle3
     ids = np.array([[1, 2, 3, 4, 5, 6, 7, 8]], dtype=np.int32)
     request = {
         "input_ids": ids,
@@ -125,3 +192,53 @@ def test_reference_model_stops_for_a_cancelled_stream(deployment):
     counted(result.metrics_url, requests + 4)  # the 3 cancelled streams and the short request
     spent = generated(result.metrics_url) - before
     assert 16 <= spent < LONG, f"{spent} tokens generated for 3 cancelled {LONG}-token requests"
+
+
+def test_bls_plain_path_stops_for_a_cancelled_grpc_stream(eagle3):
+    """EAGLE-3 through its BLS (the plain path): gRPC stop_stream(cancel_requests=True) after the
+    first chunk stops the `tensorrt_llm` sub-request (finding 5: it ran all 512 tokens)."""
+    _, result = eagle3
+
+    def abandon():
+        for _ in range(3):
+            cancel_after_first(result.grpc_url, "tensorrt_llm_bls", bls_request())
+
+    spent = spent_on(result, abandon, 3)
+    assert 16 <= spent < LONG, f"{spent} tokens generated for 3 cancelled {LONG}-token BLS streams"
+
+
+def test_bls_plain_path_stops_for_dropped_http_streams(eagle3):
+    """The same over HTTP, 16 streams at once (one per BLS instance): generate_stream clients that
+    drop their connection after the first event (Triton 2.51's HTTP frontend cancels the request)
+    stop their sub-requests, and every BLS instance is free again for the short request (a
+    stopped sub-request that ended with an error+FINAL response lost its final on the way back to
+    the BLS under this load, leaving the instance waiting forever)."""
+    _, result = eagle3
+    body = {"text_input": "import os\n", "max_tokens": LONG, "stream": True, "end_id": -1}
+    n = 16
+    spent = spent_on(
+        result, lambda: together(n, lambda: drop_after_first(result.http_url, "tensorrt_llm_bls", body)), n
+    )
+    assert 16 <= spent < LONG, f"{spent} tokens generated for {n} dropped {LONG}-token BLS streams"
+
+
+SHORT_LONG = 200  # the ensemble runs every abandoned request to its end: keep them short
+
+
+def test_ensemble_runs_cancelled_streams_to_the_end(eagle3):
+    """Triton 2.51's ensemble does not tell its running `tensorrt_llm` step that the client has
+    gone (core#263 propagates a cancellation only between steps; server#6739): every token of
+    every cancelled ensemble stream is generated, over gRPC and over a dropped HTTP stream.
+    When this fails, the ensemble forwards cancellation: update docs/troubleshooting.md."""
+    _, result = eagle3
+    ensemble = {**bls_request(SHORT_LONG)}
+    del ensemble["num_draft_tokens"]
+    spent = spent_on(
+        result, lambda: together(2, lambda: cancel_after_first(result.grpc_url, "ensemble", ensemble)), 2
+    )
+    assert spent >= 2 * SHORT_LONG, f"{spent} tokens for 2 cancelled {SHORT_LONG}-token streams"
+    body = {"text_input": "import os\n", "max_tokens": SHORT_LONG, "stream": True, "end_id": -1}
+    spent = spent_on(
+        result, lambda: together(2, lambda: drop_after_first(result.http_url, "ensemble", body)), 2
+    )
+    assert spent >= 2 * SHORT_LONG, f"{spent} tokens for 2 dropped {SHORT_LONG}-token streams"

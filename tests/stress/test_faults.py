@@ -241,11 +241,22 @@ def test_bls_request_ends_with_an_error_when_its_model_dies_mid_request(raced):
     assert set(python_stubs(result.pid)) == set(stubs) - {"tensorrt_llm"}
 
 
+def liveness_probe(result) -> subprocess.CompletedProcess:
+    """The Kubernetes liveness probe's command (toolkit.ops.k8s): stubcheck.py run on its own."""
+    script = ROOT / "toolkit" / "server" / "stubcheck.py"
+    repo = result.workdir / "triton_repo"
+    return sdtk([sys.executable, "-I", str(script), str(repo), "--url", result.http_url])
+
+
 def test_restart_brings_the_dead_model_back_without_touching_the_others(raced):
     _, result = raced
     dep = str(result.workdir)
     status = sdtk([sys.executable, "-m", "toolkit.cli", "status", "--workdir", dep])
     assert status.returncode == 1 and f"sdtk restart tensorrt_llm --workdir {dep}" in status.stdout
+    # The Kubernetes liveness probe's check sees the dead stub too, while /v2/health/live is 200.
+    assert httpx.get(f"{result.http_url}/v2/health/live", timeout=10).status_code == 200
+    probe = liveness_probe(result)
+    assert probe.returncode == 1 and "tensorrt_llm" in probe.stdout, probe
     others = {m: p for m, p in python_stubs(result.pid).items() if m != "tensorrt_llm"}
     r = sdtk([sys.executable, "-m", "toolkit.cli", "restart", "tensorrt_llm", "--workdir", dep, "--json"])
     assert r.returncode == 0, r.stderr
@@ -257,6 +268,8 @@ def test_restart_brings_the_dead_model_back_without_touching_the_others(raced):
     assert json.loads(status.stdout)["model_restarts"] == {"tensorrt_llm": 1}
     assert "restarted: 'tensorrt_llm' ×1" in json.loads(status.stdout)["message"]
     assert {m: greedy(result, m) for m in result.before} == result.before  # the same greedy outputs
+    probe = liveness_probe(result)
+    assert probe.returncode == 0, probe
     bad = sdtk([sys.executable, "-m", "toolkit.cli", "restart", "tensorrt_llmm", "--workdir", dep])
     assert bad.returncode == 2 and "did you mean 'tensorrt_llm'" in bad.stderr
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from toolkit._fs import atomic_write
 from toolkit.errors import ServerError, WorkdirError
-from toolkit.server import logscan, procs
+from toolkit.server import logscan, procs, stubcheck
 from toolkit.server.lock import WorkdirLock
 
 STATE_FILE = "state.json"
@@ -154,32 +154,14 @@ def remove_state(workdir: Path | str) -> None:
         state_path(workdir).unlink()
 
 
-STUB = "triton_python_backend_stub"
+STUB = stubcheck.STUB
+python_models = stubcheck.python_models  # the models of a repository that need a stub
 
 
 def python_stubs(pgid: int) -> dict[str, list[int]]:
-    """The live Python backend stubs of a server's process group, by model name (a stub's
-    argv[1] is `<repo>/<model>/<version>/model.py`)."""
-    out: dict[str, list[int]] = {}
-    for pid in procs.group_members(pgid):
-        argv = procs.cmdline(pid)
-        if len(argv) > 1 and os.path.basename(argv[0]) == STUB:
-            out.setdefault(Path(argv[1]).parent.parent.name, []).append(pid)
-    return {model: sorted(pids) for model, pids in sorted(out.items())}
-
-
-_PYTHON_BACKEND = re.compile(r'^\s*backend\s*:\s*"python"', re.M)
-
-
-def python_models(model_repo: Path | str) -> list[str]:
-    """The models of a repository that Triton's Python backend serves (one stub per instance)."""
-    out = []
-    with contextlib.suppress(OSError):
-        for config in sorted(Path(model_repo).glob("*/config.pbtxt")):
-            with contextlib.suppress(OSError):
-                if _PYTHON_BACKEND.search(config.read_text(errors="replace")):
-                    out.append(config.parent.name)
-    return out
+    """The live Python backend stubs of a server's process group, by model name (the same
+    reading of /proc as the Kubernetes liveness probe's, toolkit.server.stubcheck)."""
+    return stubcheck.stubs_by_model(procs.group_members(pgid))
 
 
 def dead_stubs(st: ServerState, server_ready: bool | None = None) -> dict[str, list[int]]:
@@ -194,9 +176,8 @@ def dead_stubs(st: ServerState, server_ready: bool | None = None) -> dict[str, l
         if (gone := [p for p in pids if p not in live.get(model, [])])
     }
     if server_ready if server_ready is not None else st.status == "ready":
-        for model in python_models(st.model_repo):
-            if not live.get(model):
-                dead.setdefault(model, [])
+        for model in stubcheck.without_stub(st.model_repo, live):
+            dead.setdefault(model, [])
     return dead
 
 

@@ -26,8 +26,13 @@ Layout (see NOTES.md in the output for the rendered decision):
   prepares it once per volume: `build` runs `sdtk build` + `sdtk deploy --render-only` (needs an
   image with sdtk: extras/Dockerfile), `pull` downloads a prepared directory (`hf://org/repo[@rev]`
   or an http(s) tar archive), `none` expects it there. ReadWriteMany when several pods share it.
-- Probes on the HTTP port: startup (generous, for engine load) and readiness on
-  /v2/health/ready, liveness on /v2/health/live. Shared memory: an in-memory emptyDir at /dev/shm.
+- Probes: startup (generous, for engine load) and readiness on /v2/health/ready; liveness
+  runs toolkit/server/stubcheck.py (shipped in the ConfigMap), the stub check of `sdtk status`,
+  since /v2/health/* stays 200 when a Python backend stub dies (server#8604). Shared memory: an
+  in-memory emptyDir at /dev/shm.
+- An nginx sidecar (`http-proxy`) in front of Triton's HTTP port, which the Service's http port
+  targets: it caps bodies and refuses form-encoded ones, which crash tritonserver 2.51's HTTP
+  frontend (server#5840, libevhtp#118). `http_proxy=False` leaves it out.
 - A Service (http, grpc, metrics), a ServiceMonitor (monitoring/), and an autoscaling/v2 HPA on
   a per-pod queue metric served by prometheus-adapter (rules in extras/).
 """

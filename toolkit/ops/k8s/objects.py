@@ -16,6 +16,7 @@ from toolkit.ops import images
 from toolkit.ops.k8s.options import (
     HPA_PENDING,
     HPA_WAITING,
+    HTTP_PROXY_PORT,
     MODELS_MOUNT,
     MONITOR_PORT,
     READY_MARKER,
@@ -108,6 +109,8 @@ def build_objects(recipe: Recipe, opts: K8sOptions) -> K8sPlan:
     ports = {"http": sv.http_port, "grpc": sv.grpc_port, "metrics": sv.metrics_port}
     if monitor_sidecar and MONITOR_PORT in ports.values():
         raise UsageError(f"the sdtk monitor sidecar port {MONITOR_PORT} collides with a serving port")
+    if opts.http_proxy and HTTP_PROXY_PORT in ports.values():
+        raise UsageError(f"the HTTP proxy sidecar port {HTTP_PROXY_PORT} collides with a serving port")
 
     layout: str
     if topo.multi_node:
@@ -202,6 +205,16 @@ def build_objects(recipe: Recipe, opts: K8sOptions) -> K8sPlan:
     }
     if topo.multi_node:
         files["kubexec.sh"] = raw("kubexec.sh")
+    # The liveness probe's check, the one `sdtk status` makes (toolkit/server/stubcheck.py).
+    files["stubcheck.py"] = _stubcheck_source()
+    if opts.http_proxy:
+        files["nginx.conf"] = render(
+            "nginx.conf.j2",
+            sdtk_version=__version__,
+            listen_port=HTTP_PROXY_PORT,
+            triton_port=sv.http_port,
+            max_body=opts.http_proxy_max_body,
+        )
 
     # --- pod templates -------------------------------------------------------------------------
     gpus = topo.gpus_in_node
@@ -270,13 +283,40 @@ def build_objects(recipe: Recipe, opts: K8sOptions) -> K8sPlan:
                 "timeoutSeconds": 5,
                 "failureThreshold": 3,
             }
+            # /v2/health/* stays 200 when a Python backend stub dies (server#8604): the probe
+            # runs `sdtk status`'s stub check, and asks Triton's live endpoint too.
             container["livenessProbe"] = {
-                "httpGet": {"path": "/v2/health/live", "port": http},
+                "exec": {
+                    "command": [
+                        "python3",
+                        f"{SCRIPTS_MOUNT}/stubcheck.py",
+                        repo,
+                        "--url",
+                        f"http://127.0.0.1:{http}",
+                    ]
+                },
                 "periodSeconds": 15,
-                "timeoutSeconds": 5,
+                "timeoutSeconds": 10,
                 "failureThreshold": 4,
             }
         containers = [container]
+        if serving and opts.http_proxy:
+            containers.append(
+                {
+                    "name": "http-proxy",
+                    "image": opts.http_proxy_image,
+                    "command": ["nginx", "-c", f"{SCRIPTS_MOUNT}/nginx.conf"],
+                    "ports": [{"name": "http-proxy", "containerPort": HTTP_PROXY_PORT, "protocol": "TCP"}],
+                    "readinessProbe": {
+                        "httpGet": {"path": "/v2/health/ready", "port": HTTP_PROXY_PORT},
+                        "periodSeconds": 10,
+                        "timeoutSeconds": 5,
+                        "failureThreshold": 3,
+                    },
+                    "volumeMounts": [{"name": "sdtk", "mountPath": SCRIPTS_MOUNT, "readOnly": True}],
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                }
+            )
         if serving and monitor_sidecar:
             containers.append(
                 {
@@ -367,7 +407,11 @@ def build_objects(recipe: Recipe, opts: K8sOptions) -> K8sPlan:
     )
 
     leader_selector = {**labels, "app.kubernetes.io/component": "leader"}
-    svc_ports = [{"name": k, "port": v, "targetPort": k, "protocol": "TCP"} for k, v in ports.items()]
+    # The Service's http port reaches Triton through the proxy sidecar when there is one.
+    target = {"http": "http-proxy"} if opts.http_proxy else {}
+    svc_ports = [
+        {"name": k, "port": v, "targetPort": target.get(k, k), "protocol": "TCP"} for k, v in ports.items()
+    ]
     if monitor_sidecar:
         svc_ports.append(
             {"name": "sdtk-metrics", "port": MONITOR_PORT, "targetPort": "sdtk-metrics", "protocol": "TCP"}
@@ -539,6 +583,18 @@ def build_objects(recipe: Recipe, opts: K8sOptions) -> K8sPlan:
         )
     if topo.backend == "reference":
         notes.append("backend reference runs on CPU: no GPUs are requested")
+    if opts.http_proxy:
+        notes.append(
+            f"the Service's http port goes through the http-proxy sidecar (nginx, port {HTTP_PROXY_PORT}): "
+            f"bodies over {opts.http_proxy_max_body} get 413 and form-encoded bodies 415, since one large "
+            "form-encoded body crashes tritonserver (server#5840, libevhtp#118; no Triton release records a "
+            "fix). Triton's own HTTP port stays reachable inside the pod network for the kubelet's probes"
+        )
+    else:
+        notes.append(
+            "no HTTP proxy (http_proxy=False): one large form-encoded body crashes tritonserver "
+            "(server#5840, libevhtp#118); put a proxy or ingress limit in front of the http port"
+        )
     if sv.host not in ("0.0.0.0", "::"):
         notes.append(
             f"serving.host {sv.host} is ignored in the pod: Triton binds all interfaces so that the Service and "
@@ -562,6 +618,12 @@ def build_objects(recipe: Recipe, opts: K8sOptions) -> K8sPlan:
         dockerfile=dockerfile,
         metric=metric,
     )
+
+
+def _stubcheck_source() -> str:
+    from importlib import resources
+
+    return resources.files("toolkit.server").joinpath("stubcheck.py").read_text(encoding="utf-8")
 
 
 def _recipe_yaml(recipe: Recipe, recipe_name: str, notes: list[str]) -> str:

@@ -21,6 +21,9 @@ READY_MARKER = ".sdtk-ready"
 MONITOR_PORT = 9400
 KUBECTL_VERSION = "v1.30.0"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+# The HTTP proxy sidecar in front of Triton's HTTP port (nginx.conf.j2 says why).
+HTTP_PROXY_PORT = 9480
+HTTP_PROXY_IMAGE = "nginxinc/nginx-unprivileged:1.27-alpine"
 
 # HPA metrics, served per pod by prometheus-adapter from what Prometheus scrapes off the metrics port.
 HPA_PENDING = "nv_inference_pending_request_count"  # Triton: requests waiting in the model's queue
@@ -51,6 +54,9 @@ class K8sOptions:
     hf_token_secret: str | None = "hf-token"
     servicemonitor_labels: dict[str, str] | None = None
     kubectl_version: str = KUBECTL_VERSION
+    http_proxy: bool = True  # nginx in front of Triton's HTTP port: caps bodies, refuses form-encoded
+    http_proxy_image: str = HTTP_PROXY_IMAGE
+    http_proxy_max_body: str = "16m"  # nginx client_max_body_size
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -71,9 +77,16 @@ class K8sOptions:
             ("--image", self.image),
             ("--pull-from", self.pull_from),
             ("kubectl_version", self.kubectl_version),
+            ("http_proxy_image", self.http_proxy_image),
         ):
             if value is not None:
                 check_line(value, what)
+        if re.search(r"\s", self.http_proxy_image):
+            raise UsageError(f"http_proxy_image '{self.http_proxy_image[:100]}' is not an image reference")
+        if not re.match(r"^[0-9]+[kKmMgG]?$", self.http_proxy_max_body):
+            raise UsageError(
+                f"http_proxy_max_body '{self.http_proxy_max_body}' is not an nginx size such as 16m"
+            )
         if self.image is not None and re.search(r"\s", self.image):
             raise UsageError(
                 f"--image '{self.image[:100]}' contains whitespace; it is not an image reference"

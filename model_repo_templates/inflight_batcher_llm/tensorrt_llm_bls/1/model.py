@@ -42,6 +42,8 @@ sdtk's own code (not upstream's model.py); it needs numpy only.
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 
 import numpy as np
@@ -318,7 +320,9 @@ class Bls:
         prompt_in_output = not stream and not bool(llm["exclude_input_in_output"].reshape(-1)[0])
         so_far: list[int] = []
         requested = ["output_ids", "sequence_length", *LLM_OUTPUTS]
-        for out in self.call(self.target, llm, requested, self.decoupled):
+        # `cancelled`: the call stops the LLM request itself when the client has gone (a
+        # decoupled call: `stop` with the sub-request's id, as TensorRT-LLM's backend takes it).
+        for out in self.call(self.target, llm, requested, self.decoupled, cancelled=self.cancelled):
             if stream and self.accumulate_tokens:  # one beam when streaming
                 so_far += _tokens_of(out)
                 text = self._text(so_far)
@@ -503,23 +507,52 @@ def cancel_check(probe):
 WATCH = st.StubWatch()  # the sub-requests' models' stubs (this stub's parent is the server)
 
 
+_SUB_IDS = itertools.count(1)
+
+
+def _request(model: str, inputs: dict[str, np.ndarray], outputs: list[str], **kwargs):
+    if hasattr(pb_utils, "PreferredMemory"):
+        kwargs["preferred_memory"] = pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0)
+    return pb_utils.InferenceRequest(
+        model_name=model,
+        inputs=[pb_utils.Tensor(k, v) for k, v in inputs.items()],
+        requested_output_names=list(outputs),
+        **kwargs,
+    )
+
+
+def stop_request(model: str, inputs: dict[str, np.ndarray], request_id: str) -> None:
+    """Cancel the running request `request_id` of a decoupled LLM model: a request with `stop`
+    true and that id, as TensorRT-LLM's backend (and sdtk's reference model) take it. Triton
+    2.51's BLS cannot cancel a sub-request itself (InferenceResponseIterator.cancel() comes
+    with python_backend#398). The stop request's responses are read here and retired."""
+    stop = {k: inputs[k] for k in ("input_ids", "input_lengths", "request_output_len") if k in inputs}
+    stop["stop"] = np.array([[True]], dtype=np.bool_)
+    responses = _request(model, stop, ["output_ids"], request_id=request_id).exec(decoupled=True)
+    for _ in responses:
+        pass
+    _RETIRED.append(responses)
+
+
 def triton_call(
     model: str,
     inputs: dict[str, np.ndarray],
     outputs: list[str],
     decoupled: bool,
     parameters: dict | None = None,
+    cancelled=None,
 ):
-    """Run `model` through BLS and yield each response's output tensors (CPU numpy arrays)."""
+    """Run `model` through BLS and yield each response's output tensors (CPU numpy arrays).
+
+    `cancelled()`: whether the caller's client has gone. A decoupled call then stops the
+    sub-request (stop_request) and raises Cancelled; a call that is not decoupled cannot be
+    stopped midway and runs to its end."""
     kwargs: dict = {"parameters": parameters} if parameters else {}
-    if hasattr(pb_utils, "PreferredMemory"):
-        kwargs["preferred_memory"] = pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0)
-    request = pb_utils.InferenceRequest(
-        model_name=model,
-        inputs=[pb_utils.Tensor(k, v) for k, v in inputs.items()],
-        requested_output_names=list(outputs),
-        **kwargs,
-    )
+    interrupt = None
+    if decoupled and cancelled is not None:
+        kwargs["request_id"] = request_id = f"sdtk-bls-{os.getpid()}-{next(_SUB_IDS)}"
+        interrupt = (cancelled, lambda: stop_request(model, inputs, request_id))
+    request = _request(model, inputs, outputs, **kwargs)
     # WATCH runs the call on a worker while it watches the model's stubs: a dead one raises
     # ModelDown instead of waiting forever. It reads to the final response even when the caller
     # stops early or a response carries an error (an unfinished iterator is never cleaned up by
@@ -527,7 +560,8 @@ def triton_call(
     if not decoupled:
         yield from _outputs(model, WATCH.wait(model, lambda: [request.exec()]))
         return
-    yield from _outputs(model, WATCH.wait(model, lambda: request.exec(decoupled=True), keep=_RETIRED))
+    responses = WATCH.wait(model, lambda: request.exec(decoupled=True), keep=_RETIRED, interrupt=interrupt)
+    yield from _outputs(model, responses)
 
 
 def _outputs(model: str, responses):

@@ -247,18 +247,20 @@ class Responder(Sink):
         self.batch_metrics = batch_metrics
         self._flushed = 0.0
         self.outbox: queue.Queue = queue.Queue()
-        self.flight: dict[int, tuple] = {}  # key -> (sender, stop Event, cancel probe)
+        self.flight: dict[int, tuple] = {}  # key -> (sender, stop Event, cancel probe, request id)
+        self.stopped: set[int] = set()  # keys a `stop` request cancelled
         self._next = 0
         self.thread = threading.Thread(target=self._loop, name="sdtk-reference-respond", daemon=True)
         self.thread.start()
 
-    def start(self, sender, work) -> None:
+    def start(self, sender, work, request_id: str = "") -> None:
         """Run `work(cancelled)` (an iterable of output dicts) in its own thread; stream its
-        outputs through `sender`."""
+        outputs through `sender`. `request_id`: what a `stop` request names to cancel it."""
         self._next += 1
         key, stop = self._next, threading.Event()
         # is_cancelled() at most every CANCEL_CHECK_S, never in a request's first CANCEL_CHECK_S.
-        self.outbox.put(("open", key, (sender, stop, st.every(st.CANCEL_CHECK_S, sender.is_cancelled))))
+        probe = st.every(st.CANCEL_CHECK_S, sender.is_cancelled)
+        self.outbox.put(("open", key, (sender, stop, probe, request_id)))
 
         def run():
             try:
@@ -269,6 +271,11 @@ class Responder(Sink):
                 self.outbox.put(("error", key, e))
 
         threading.Thread(target=run, name=f"sdtk-reference-request-{key}", daemon=True).start()
+
+    def cancel(self, request_id: str) -> None:
+        """Stop the requests in flight with this request id (TensorRT-LLM's `stop` input: how a
+        BLS cancels its sub-request, which Triton 2.51 cannot cancel otherwise)."""
+        self.outbox.put(("cancel", 0, request_id))
 
     def record(self, obs) -> None:  # Sink: the loop thread hands it to the Triton metrics
         self.outbox.put(("metrics", 0, obs))
@@ -293,12 +300,22 @@ class Responder(Sink):
             elif kind == "metrics":
                 if self.metrics is not None:
                     self.metrics.record(value)
+            elif kind == "cancel":
+                for k, (_, stop, _, request_id) in self.flight.items():
+                    if request_id == value:
+                        stop.set()
+                        self.stopped.add(k)
             elif kind is not None and key in self.flight:
-                sender, stop, _ = self.flight[key]
+                sender, stop, _, _ = self.flight[key]
                 try:
                     if kind == "out":
                         sender.send(st.response(value))
                     elif kind == "final":
+                        del self.flight[key]
+                        sender.send(flags=final)
+                    elif key in self.stopped and isinstance(value, st.Cancelled):
+                        # Ended by a `stop` request: a plain final response, as TensorRT-LLM's
+                        # backend ends a cancelled request (the caller, a BLS, reads to the end).
                         del self.flight[key]
                         sender.send(flags=final)
                     else:
@@ -306,7 +323,9 @@ class Responder(Sink):
                         sender.send(st.failure(self.name, value), flags=final)
                 except Exception:  # the client has gone: stop generating
                     stop.set()
-            for _, stop, probe in self.flight.values():
+                if kind in ("final", "error"):
+                    self.stopped.discard(key)
+            for _, stop, probe, _ in self.flight.values():
                 if not stop.is_set() and probe():
                     stop.set()
 
@@ -773,9 +792,24 @@ class TritonPythonModel:
             # requests arriving meanwhile join the running batch at its next iteration.
             for request in requests:
                 inputs = self._inputs(request)
+                request_id = request.request_id()
+                if st.scalar(inputs, "stop", False):
+                    # TensorRT-LLM's `stop`: cancel the running requests of this request id.
+                    if not request_id:
+                        request.get_response_sender().send(
+                            st.error_response(
+                                f"{self.name}: a request id must be provided for request cancellation",
+                                bad=True,
+                            ),
+                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                        )
+                        continue
+                    self.responder.cancel(request_id)
+                    request_id = ""  # the stop request itself is not cancellable by that id
                 self.responder.start(
                     request.get_response_sender(),
                     lambda cancelled, inputs=inputs: self.generate(inputs, cancelled),
+                    request_id,
                 )
             return None
         # Not decoupled: Triton waits for the responses; the requests of one call run batched.
