@@ -67,9 +67,10 @@ def greedy_reference(prompt: str, max_tokens: int) -> str:
     return tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
-@pytest.mark.parametrize(
-    "recipe", ["tiny-baseline", "tiny-ngram", "tiny-lookahead", "tiny-medusa", "tiny-eagle3"]
-)
+# tiny-baseline, tiny-medusa, tiny-lookahead and tiny-draft-target deploy with validation in
+# tests/integration/test_version_matrix.py (the newest contract's cells, through the same deploy());
+# here the CLI path and Triton's /metrics, on the two modes only the twin has.
+@pytest.mark.parametrize("recipe", ["tiny-ngram", "tiny-eagle3"])
 def test_tiny_recipe_deploys_and_validates(tmp_path, recipe):
     """Deploy with validation on: HTTP generate + stream, gRPC streaming, correctness gate, acceptance."""
     r = sdtk(
