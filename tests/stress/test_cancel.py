@@ -57,18 +57,22 @@ def counted(metrics_url: str, at_least: float, timeout: float = 300.0) -> None:
         time.sleep(0.2)
 
 
-def cancel_after_first(grpc_url: str, model: str, inputs: dict[str, np.ndarray]) -> None:
-    """Start a gRPC stream, wait for its first response, then cancel it."""
-    results: queue.Queue = queue.Queue()
-    client = grpcclient.InferenceServerClient(grpc_url)
-    client.start_stream(callback=lambda result, error: results.put((result, error)))
+def _tensors(inputs: dict[str, np.ndarray]) -> list:
     tensors = []
     for name, value in inputs.items():
         dtype = "BYTES" if value.dtype == object else {"int32": "INT32", "bool": "BOOL"}[value.dtype.name]
         t = grpcclient.InferInput(name, list(value.shape), dtype)
         t.set_data_from_numpy(value)
         tensors.append(t)
-    client.async_stream_infer(model, tensors)
+    return tensors
+
+
+def cancel_after_first(grpc_url: str, model: str, inputs: dict[str, np.ndarray]) -> None:
+    """Start a gRPC stream, wait for its first response, then cancel it."""
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(grpc_url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    client.async_stream_infer(model, _tensors(inputs))
     result, error = results.get(timeout=120)
     assert error is None, error
     client.stop_stream(cancel_requests=True)
@@ -80,13 +84,9 @@ def cancel_after(grpc_url: str, model: str, inputs: dict[str, np.ndarray], secon
     the client after `seconds` (tritonclient's `async_infer(...).cancel()`)."""
     results: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(grpc_url)
-    tensors = []
-    for name, value in inputs.items():
-        dtype = "BYTES" if value.dtype == object else {"int32": "INT32", "bool": "BOOL"}[value.dtype.name]
-        t = grpcclient.InferInput(name, list(value.shape), dtype)
-        t.set_data_from_numpy(value)
-        tensors.append(t)
-    call = client.async_infer(model, tensors, callback=lambda result, error: results.put((result, error)))
+    call = client.async_infer(
+        model, _tensors(inputs), callback=lambda result, error: results.put((result, error))
+    )
     time.sleep(seconds)
     call.cancel()
     _, error = results.get(timeout=120)
