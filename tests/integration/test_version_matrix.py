@@ -111,7 +111,6 @@ class Matrix:
         if key != self.key:
             self.stack.close()
             self.stack = contextlib.ExitStack()
-            self.key, self.result = None, None
             self.result = self.stack.enter_context(
                 live_deployment(recipe, self.root / "serve" / cell_id, validate=True)
             )
