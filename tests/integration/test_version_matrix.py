@@ -111,6 +111,7 @@ class Matrix:
         if key != self.key:
             self.stack.close()
             self.stack = contextlib.ExitStack()
+            self.key = None  # a failed deploy must not leave the stopped server's key behind
             self.result = self.stack.enter_context(
                 live_deployment(recipe, self.root / "serve" / cell_id, validate=True)
             )
