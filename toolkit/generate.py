@@ -52,7 +52,14 @@ def set_torch_threads() -> None:
     torch.set_num_threads(max(1, int(os.environ.get(THREADS_ENV, "1") or 1)))
 
 
-def _runtime(recipe: Recipe) -> Any:
+def reference_dtype(recipe: Recipe) -> str:
+    """What the reference runtime computes in for this recipe: its `dtype`, float32 for `auto`
+    (the build writes the same into the engine directory)."""
+    return "float32" if recipe.dtype == "auto" else recipe.dtype
+
+
+def _runtime(recipe: Recipe, dtype: str | None = None) -> Any:
+    """The recipe's reference runtime in `dtype` (None: reference_dtype(recipe))."""
     from toolkit.reference import ReferenceRuntime
 
     models, spec = recipe.models, recipe.speculative
@@ -69,7 +76,9 @@ def _runtime(recipe: Recipe) -> Any:
         tokenizer=optional(models.tokenizer, "tokenizer"),
     )
     inflate = recipe.reference.inflate
-    key = (tuple(sorted((k, str(v)) for k, v in paths.items())), spec.model_dump_json(), inflate)
+    dtype = dtype or reference_dtype(recipe)
+    models_key = tuple(sorted((k, str(v)) for k, v in paths.items()))
+    key = (models_key, spec.model_dump_json(), inflate, dtype)
     if key not in _RUNTIMES:
         try:
             from transformers.utils import logging as hf_logging
@@ -78,8 +87,10 @@ def _runtime(recipe: Recipe) -> Any:
         except ImportError:
             pass
         set_torch_threads()
-        _RUNTIMES.clear()  # keep one model family in memory
-        # The reference runtime always computes in float32, whatever the engine precision.
+        # Keep one model family in memory, in up to two dtypes (validate's gate scores a bf16
+        # deployment's divergences with the float32 target).
+        for old in [k for k in _RUNTIMES if k[:3] != key[:3]]:
+            del _RUNTIMES[old]
         _RUNTIMES[key] = ReferenceRuntime.load(
             target,
             draft=paths["draft"],
@@ -87,7 +98,7 @@ def _runtime(recipe: Recipe) -> Any:
             eagle3=paths["eagle_head"],
             tokenizer=paths["tokenizer"],
             spec=spec,
-            dtype="float32",
+            dtype=dtype,
             inflate=inflate,
         )
     return _RUNTIMES[key]

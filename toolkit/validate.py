@@ -159,12 +159,15 @@ def _baseline_fn(
         and recipe.backend in ("reference", "auto")
         and recipe.local_path(recipe.models.target)
     ):
-        from toolkit.generate import run_generate
+        from toolkit.generate import reference_dtype, run_generate
 
         def local(prompt: str) -> str:
             return run_generate(recipe, prompt, max_tokens, no_speculation=True)["text"]
 
-        return "in-process reference runtime, speculation off", local
+        dtype = reference_dtype(recipe)
+        return "in-process reference runtime, speculation off" + (
+            f" ({dtype})" if dtype != "float32" else ""
+        ), local
     if entry_kind == "bls":
 
         def bls_off(prompt: str) -> str:
@@ -311,12 +314,15 @@ class _GateSetup:
 
 
 def serving_dtype(recipe: Recipe | None) -> str:
-    """The dtype the deployment computes in: float32 for the reference runtime, else the recipe's
-    (`auto`: the checkpoint's torch_dtype when it is at hand, else bfloat16)."""
+    """The dtype the deployment computes in: the reference runtime's (the recipe's dtype, float32
+    for `auto`), else the recipe's (`auto`: the checkpoint's torch_dtype when it is at hand, else
+    bfloat16)."""
     if recipe is None:
         return "bfloat16"
     if recipe.backend == "reference":
-        return "float32"
+        from toolkit.generate import reference_dtype
+
+        return reference_dtype(recipe)
     if recipe.dtype != "auto":
         return recipe.dtype
     import json
@@ -359,14 +365,15 @@ def _tokenizer(recipe: Recipe | None, http_url: str) -> Any:
 
 
 def _local_scorer(recipe: Recipe) -> Scorer:
-    """The target in process (the reference runtime, float32): log-softmax at the next position."""
+    """The target in process (the reference runtime in float32, whatever the deployment computes
+    in): log-softmax at the next position."""
 
     def score(ids: list[int]) -> list[float]:
         import torch
 
         from toolkit.generate import _runtime
 
-        model = _runtime(recipe).target.model
+        model = _runtime(recipe, "float32").target.model
         with torch.inference_mode():
             logits = model(torch.tensor([ids])).logits[0, -1].float()
         return torch.log_softmax(logits, -1).tolist()

@@ -45,6 +45,8 @@ def _check_engine_dir(d: Path, recipe, role: str) -> dict:
     ):
         assert key in pc, key  # fmt: skip
     assert pc["mapping"] == {"world_size": 1, "tp_size": 1, "pp_size": 1}
+    # What the reference runtime computes in: the recipe's dtype, float32 for auto (not the checkpoint's).
+    assert pc["dtype"] == ("float32" if recipe.dtype == "auto" else recipe.dtype)
     assert pc["quantization"] == {"quant_algo": None, "kv_cache_quant_algo": None}
     assert (
         bc["max_batch_size"] == recipe.build.max_batch_size and bc["max_seq_len"] == recipe.build.max_seq_len

@@ -96,3 +96,35 @@ def test_a_lossy_deployment_fails_the_gate(
     wrong = [d for d in report.divergences if not d["tie"]]
     assert wrong and all(d["margin"] > 0.25 for d in wrong)
     assert detail.startswith("not a tie: prompt ")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_runtime_computes_in_the_recipes_dtype(tiny: Path, specs: dict[str, Any], dtype: str) -> None:
+    """ReferenceRuntime.load(dtype=...) (the engine directory's pretrained_config.dtype, as the
+    served model reads it): the target, the draft and both kinds of heads in that dtype, the rotary
+    frequencies in float32; every mode and the batched path (the served one) run in it."""
+    from toolkit.errors import ModelError
+    from toolkit.reference import ReferenceRuntime, SamplingParams
+
+    rt = ReferenceRuntime.load(
+        tiny / "target", draft=tiny / "draft", medusa=tiny / "medusa", eagle3=tiny / "eagle3", dtype=dtype
+    )
+    want = getattr(torch, dtype)
+    assert rt.dtype == dtype
+    head = rt.eagle3
+    parts = [rt.target.model, rt.draft.model, rt.medusa, head.fc, head.layers, head.lm_head]
+    assert {p.dtype for m in parts for p in m.parameters()} == {want}
+    assert rt.target.model.model.rotary_emb.inv_freq.dtype == head.rotary.inv_freq.dtype == torch.float32
+    ids = rt.tokenizer(PROMPTS[0])["input_ids"]
+    plain = rt.generate(ids, 12, speculative=False, end_id=-1).token_ids
+    for mode in ("draft_target", "eagle3_tree", "medusa", "lookahead", "ngram"):
+        assert len(rt.generate(ids, 12, spec=specs[mode], end_id=-1).token_ids) == 12
+    sampled = rt.generate(
+        ids, 12, spec=specs["eagle3_chain"], sampling=SamplingParams(1.0, seed=3), end_id=-1
+    )
+    assert len(sampled.token_ids) == 12
+    rt.enable_batching(2, 256)  # the KV pool and the additive mask in the model's dtype
+    assert rt.batcher.target_pool.keys[0].dtype == want
+    assert rt.generate(ids, 12, speculative=False, end_id=-1).token_ids == plain
+    with pytest.raises(ModelError, match="float32, bfloat16, float16, not int8"):
+        ReferenceRuntime.load(tiny / "target", dtype="int8")

@@ -172,6 +172,10 @@ def _dtype(ctx: BuildContext) -> None:
     if ctx.recipe.dtype != "auto":
         ctx.dtype, ctx.dtype_source = ctx.recipe.dtype, "recipe"
         return
+    if ctx.backend == "reference":
+        # The reference runtime's exact default; bfloat16/float16 only when the recipe asks.
+        ctx.dtype, ctx.dtype_source = "float32", "reference backend default"
+        return
     f = ctx.sources["target"].facts
     if f.dtype in ("float16", "bfloat16", "float32"):
         ctx.dtype, ctx.dtype_source = f.dtype, f"target {f.source}"

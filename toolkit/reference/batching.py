@@ -45,13 +45,15 @@ class SlotPool:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.slots = slots
         self.capacity = capacity
+        # The cache holds what the model computes in (float32, or the bf16/fp16 of a recipe's dtype).
+        self.dtype = lm.embed.weight.dtype
         self.keys = [self._zeros(capacity) for _ in range(self.layers)]
         self.values = [self._zeros(capacity) for _ in range(self.layers)]
         self.free = list(range(slots))
         self.scratch = slots
 
     def _zeros(self, capacity: int) -> torch.Tensor:
-        return torch.zeros(self.slots + 1, self.kv_heads, capacity, self.head_dim)
+        return torch.zeros(self.slots + 1, self.kv_heads, capacity, self.head_dim, dtype=self.dtype)
 
     def ensure(self, capacity: int) -> None:
         if capacity <= self.capacity:
@@ -329,7 +331,8 @@ def batched_forward(pool: SlotPool, steps: list[Step]) -> list[Forward]:
     slots = torch.tensor([s.lm.slot for s in steps])
     wslot = torch.where(real, slots[:, None], pool.scratch).reshape(-1)
     wpos = torch.where(real, past[:, None] + query[None, :], query[None, :]).reshape(-1)
-    mask = torch.zeros(b, 1, q, width).masked_fill(~visible, torch.finfo(torch.float32).min)
+    # Additive, in the model's dtype (attention adds it to scores of that dtype).
+    mask = torch.zeros(b, 1, q, width, dtype=pool.dtype).masked_fill(~visible, torch.finfo(pool.dtype).min)
     cache = _BatchKV(pool, wslot, wpos, slots, width)
     decoder = lm.decoder
     lm._captured.clear()

@@ -49,14 +49,15 @@ def require_weights(path: Path, what: str, names: Sequence[str] = WEIGHT_FILES) 
     )
 
 
-def load_causal_lm(path: Path, what: str) -> torch.nn.Module:
-    """An HF causal LM in float32 (weights may be stored in fp16) and eval mode."""
+def load_causal_lm(path: Path, what: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """An HF causal LM in `dtype` (float32 by default; the weights may be stored in another) and
+    eval mode. transformers keeps the rotary inverse frequencies in float32 whatever `dtype` is."""
     from transformers import AutoModelForCausalLM
 
     read_config(path, what)
     require_weights(path, what)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         raise ModelError(
             f"cannot load {what} from {path}: {e}", hint="check that it is a complete HF checkpoint"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -28,6 +30,39 @@ from toolkit.reference.stats import SpecStats
 
 # The load() keyword of each mode's extra checkpoint: `draft`, else the mode's own name.
 _NEEDS = {DRAFT_TARGET: "draft", MEDUSA: MEDUSA, EAGLE3: EAGLE3}
+
+# The dtypes the runtime computes in: the recipe's `dtype` (the engine directory's
+# pretrained_config.dtype). `auto` and float32 are the twin's exact default; bfloat16 and float16
+# run the target, the draft and the heads in that dtype on CPU, so that the numerics-aware gate
+# (docs/correctness.md) meets real tie-divergences. Logits are processed and sampled in float32.
+DTYPES = {
+    "auto": torch.float32,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+# TEST-ONLY fault injection: with this variable set to 1 when a runtime loads (a served model
+# inherits it from the server's environment), verification accepts every first-child draft
+# without comparing it with the target's choice: a deliberately LOSSY deployment, for the tests
+# that show the correctness gate rejecting one (tests/integration/test_served_gate_bf16.py). Never
+# set it anywhere else; the runtime says so on stderr when it is on.
+LOSSY_ENV = "SDTK_TEST_LOSSY_VERIFY"
+
+
+def accept_every_draft(
+    prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.Generator | None
+) -> Verdict:
+    """The lossy verifier of LOSSY_ENV: the first child at every level is taken unchecked, then
+    the target's argmax after it (a broken verifier, kept for the tests only)."""
+    first: dict[int, int] = {}
+    for i in range(prop.num_draft):
+        first.setdefault(prop.parents[i], i)
+    node, path = -1, []
+    while node in first:
+        node = first[node]
+        path.append(node)
+    return Verdict(path, int(logits[node + 1].argmax()))
 
 
 @dataclass
@@ -93,8 +128,9 @@ def parse_speculative(data: dict[str, Any] | None) -> Any:
 
 
 class ReferenceRuntime:
-    """Lossless speculative decoding in PyTorch (float32) for every mode but EAGLE-1/2: one sequence
-    at a time, or, after enable_batching(), concurrent calls batched in flight."""
+    """Lossless speculative decoding in PyTorch (float32; bfloat16 or float16 when asked) for every
+    mode but EAGLE-1/2: one sequence at a time, or, after enable_batching(), concurrent calls
+    batched in flight."""
 
     def __init__(
         self,
@@ -121,6 +157,7 @@ class ReferenceRuntime:
         # verify_draft (a draft-target target loads without its draft, so self.spec is plain).
         self.verify_spec: Any = None
         self.inflate = 1  # the target's MLP padding (load(inflate=...)): the memory-bound twin
+        self.lossy = False  # LOSSY_ENV: the test-only verifier that accepts every draft
 
     @property
     def twin_label(self) -> str | None:
@@ -129,6 +166,15 @@ class ReferenceRuntime:
         from toolkit.membound import label
 
         return label(self.inflate, step_bytes(self.target.model)) if self.inflate > 1 else None
+
+    @property
+    def dtype(self) -> str:
+        """What the target computes in: float32, bfloat16 or float16."""
+        return str(self.target.embed.weight.dtype).removeprefix("torch.")
+
+    def _check_tokens(self, prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: Any) -> Verdict:
+        """core.verify, or the test-only lossy verifier when LOSSY_ENV was set at load."""
+        return (accept_every_draft if self.lossy else verify)(prop, logits, sp, gen)
 
     def enable_batching(self, max_batch_size: int, capacity: int, reuse_slots: int | None = None) -> None:
         """Serve concurrent calls (from threads) with in-flight batching: each call joins the
@@ -187,14 +233,16 @@ class ReferenceRuntime:
         tokenizer: Path | None = None,
         inflate: int = 1,
     ) -> ReferenceRuntime:
-        """`inflate` > 1 pads the target's MLP that many times (the memory-bound twin,
+        """`dtype`: what the target, the draft and the heads compute in (DTYPES; `auto` is
+        float32). `inflate` > 1 pads the target's MLP that many times (the memory-bound twin,
         toolkit.membound); drafts and heads load unchanged."""
         spec = spec if spec is not None else parse_speculative(None)
-        if dtype not in ("float32", "auto"):
+        if dtype not in DTYPES:
             raise ModelError(
-                f"the reference runtime computes in float32, not {dtype}",
-                hint="set dtype: float32 (or auto) for the reference backend",
+                f"the reference runtime computes in {', '.join(k for k in DTYPES if k != 'auto')}, not {dtype}",
+                hint="set dtype: float32 (the default), bfloat16 or float16 for the reference backend",
             )
+        dt = DTYPES[dtype]
         if spec.mode == EAGLE:
             raise CompatError(
                 "EAGLE-1/2 is not implemented by the reference runtime",
@@ -208,12 +256,12 @@ class ReferenceRuntime:
             raise ModelError(
                 f"speculative mode {spec.mode} needs a {need} checkpoint", hint=f"pass {need}=<directory>"
             )
-        target_model = load_causal_lm(Path(target), "target")
+        target_model = load_causal_lm(Path(target), "target", dt)
         inflate_mlp(target_model, inflate)
         tcfg = target_model.config
         draft_lm = None
         if draft is not None:
-            draft_model = load_causal_lm(Path(draft), "draft")
+            draft_model = load_causal_lm(Path(draft), "draft", dt)
             dcfg = draft_model.config
             if dcfg.vocab_size != tcfg.vocab_size:
                 raise ModelError(
@@ -221,12 +269,14 @@ class ReferenceRuntime:
                     hint="draft and target must share one tokenizer and vocabulary",
                 )
             draft_lm = CachedLM(draft_model)
-        heads = load_medusa_heads(Path(medusa), tcfg) if medusa is not None else None
+        heads = load_medusa_heads(Path(medusa), tcfg).to(dt) if medusa is not None else None
         head = None
         capture: Sequence[int] = ()
         if eagle3 is not None:
             override = getattr(spec, "layers_to_capture", None)
             head = load_eagle3_head(Path(eagle3), tcfg, layers=override)
+            for part in (head.fc, head.layers, head.norm, head.lm_head):
+                part.to(dt)  # the rotary frequencies stay float32, as the target's
             capture = head.capture
             head.embed = target_model.get_input_embeddings()
         target_lm = CachedLM(target_model, capture=capture)
@@ -239,6 +289,13 @@ class ReferenceRuntime:
             eagle3=head,
         )
         runtime.inflate = max(1, inflate)
+        if os.environ.get(LOSSY_ENV) == "1":
+            runtime.lossy = True
+            print(
+                f"sdtk reference runtime: {LOSSY_ENV}=1, verification accepts every draft unchecked "
+                "(a deliberately lossy deployment, for tests only)",
+                file=sys.stderr,
+            )
         return runtime
 
     @classmethod
@@ -377,7 +434,7 @@ class ReferenceRuntime:
             )
             assert fwd.logits is not None
             logits = _process(fwd.logits, prop, ctx.tokens, prompt_len, processors, sampling)
-            verdict = verify(prop, logits, sampling, ctx.gen)
+            verdict = self._check_tokens(prop, logits, sampling, ctx.gen)
             commit = [prop.tokens[i] for i in verdict.path] + [verdict.token]
             if trace is not None:
                 trace.record(commit, logits, fwd.logits, [0, *(i + 1 for i in verdict.path)], sampling)
@@ -461,7 +518,7 @@ class ReferenceRuntime:
             len(ids) if processors is None or processors.prompt_len is None else processors.prompt_len
         )
         logits = _process(fwd.logits, prop, ids, prompt_len, processors, sampling)
-        verdict = verify(prop, logits, sampling, gen)
+        verdict = self._check_tokens(prop, logits, sampling, gen)
         n = len(verdict.path)
         if trace is not None:
             trace.record(drafts[:n] + [verdict.token], logits, fwd.logits, range(n + 1), sampling)
