@@ -12,7 +12,8 @@ likely first token. The drafts must be accepted in a good share of the requests 
 say how many), so that the second token often comes from an accepted draft's verification row.
 
 Kept lean: the session-scoped deployments of tests/conftest.py `served` (shared with the stress,
-bench and replay tests), 600 draws at 16 in flight per case (about 10 s each on 2 busy cores).
+bench and replay tests), 600 draws at 16 in flight per case (about 5 s each on 2 busy cores), at
+temperature 1 and at 0.7 with top-p 0.9, each with a near miss the same draws must reject.
 The in-process χ² tests of every mode, with both sampling settings and their mutation checks, are
 tests/reference/test_chi2_modes.py.
 """
@@ -37,7 +38,11 @@ pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 DRAWS = 600
 IN_FLIGHT = 16
-SAMPLING = SamplingParams(temperature=1.0)
+# Each setting with a near miss the same draws must reject (so that the test can tell one).
+SETTINGS = {
+    "t1": (SamplingParams(temperature=1.0), SamplingParams(temperature=0.8)),
+    "t07_p09": (SamplingParams(temperature=0.7, top_p=0.9), SamplingParams(temperature=1.0, top_p=0.9)),
+}
 RECIPES = ("tiny-draft-target", "tiny-eagle3")
 # A prompt whose first drafts are often accepted (its last token recurs in it), and whose first two
 # tokens still vary at temperature 1 (in-process: tests/reference/test_chi2_modes.py REPEATING).
@@ -161,36 +166,38 @@ def sample(result: Any, recipe: Any, prompt: str, sp: SamplingParams, n: int) ->
 
 
 @pytest.fixture(scope="module")
-def expected(hf: tuple[Any, Any]) -> dict[str, float]:
-    return target_text_distribution(hf, PROMPT, SAMPLING)
+def distributions(hf: tuple[Any, Any]) -> Any:
+    """The target's text distribution per sampling setting, computed once per module."""
+    cache: dict[SamplingParams, dict[str, float]] = {}
+
+    def get(sp: SamplingParams) -> dict[str, float]:
+        if sp not in cache:
+            cache[sp] = target_text_distribution(hf, PROMPT, sp)
+        return cache[sp]
+
+    return get
 
 
-@pytest.fixture(scope="module")
-def wrong(hf: tuple[Any, Any]) -> dict[str, float]:
-    """A near miss: the target's distribution at temperature 0.8, which the draws must reject."""
-    return target_text_distribution(hf, PROMPT, SamplingParams(temperature=0.8))
-
-
+@pytest.mark.parametrize("setting", SETTINGS)
 @pytest.mark.parametrize("served", RECIPES, indirect=True)
-def test_served_sampling_keeps_the_target_distribution(
-    served: Any, expected: dict[str, float], wrong: dict[str, float]
-) -> None:
+def test_served_sampling_keeps_the_target_distribution(served: Any, setting: str, distributions: Any) -> None:
     recipe, result = served
-    prompt = PROMPT
+    sp, near_miss = SETTINGS[setting]
     assert result.entry_kind == ("bls" if recipe.mode == "draft_target" else "ensemble")
-    texts, accepted = sample(result, recipe, prompt, SAMPLING, DRAWS)
+    texts, accepted = sample(result, recipe, PROMPT, sp, DRAWS)
     assert sum(texts.values()) == DRAWS
     assert accepted >= DRAWS // 10, f"drafts accepted in only {accepted} of {DRAWS} requests"
+    expected = distributions(sp)
     assert sum(1 for v in expected.values() if v * DRAWS >= 5) >= 3, (
         "too few bins: the test would prove little"
     )
     p = text_pvalue(texts, expected, DRAWS)
-    miss = text_pvalue(texts, wrong, DRAWS)
+    miss = text_pvalue(texts, distributions(near_miss), DRAWS)
     print(
-        f"{recipe.display_name} ({result.entry_kind}): χ² p = {p:.3g} (temperature 0.8's: {miss:.3g}), "
-        f"{len(texts)} texts, a draft accepted in {accepted}/{DRAWS} requests"
+        f"{recipe.display_name} ({result.entry_kind}) {setting}: χ² p = {p:.3g} (near miss {near_miss}: "
+        f"{miss:.3g}), {len(texts)} texts, a draft accepted in {accepted}/{DRAWS} requests"
     )
     assert p > 1e-3, (
         f"{result.entry_kind}: served first-two-token distribution differs from the target's (p={p:.2g})"
     )
-    assert miss < 1e-6, f"the draws do not tell temperature 1 from 0.8 (p={miss:.2g}): the test has no teeth"
+    assert miss < 1e-6, f"the draws do not tell {sp} from {near_miss} (p={miss:.2g}): the test has no teeth"
