@@ -24,6 +24,7 @@ expected, observed, time to detect, time to recover (written into docs/benchmark
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import re
@@ -264,7 +265,8 @@ def _stream_until_error(url: str, body: dict, first: threading.Event, out: dict,
                     if '"error"' in line:
                         out["error"] = line[5:].strip()
     except Exception as e:  # a hang ends as the client's timeout
-        out["error"] = f"{type(e).__name__} (client timeout {timeout:.0f}s)"
+        timed_out = isinstance(e, httpx.TimeoutException)
+        out["error"] = type(e).__name__ + (f" (client timeout {timeout:.0f}s)" if timed_out else "")
     out["end"] = time.monotonic()
     first.set()
 
@@ -278,7 +280,8 @@ def _post_until_error(url: str, body: dict, first: threading.Event, out: dict, t
         if r.status_code != 200:
             out["error"] = f"HTTP {r.status_code}: {r.text}"
     except Exception as e:  # a hang ends as the client's timeout
-        out["error"] = f"{type(e).__name__} (client timeout {timeout:.0f}s)"
+        timed_out = isinstance(e, httpx.TimeoutException)
+        out["error"] = type(e).__name__ + (f" (client timeout {timeout:.0f}s)" if timed_out else "")
     out["end"] = time.monotonic()
 
 
@@ -302,7 +305,9 @@ def _run_faults(name: str, workdir: Path) -> list[dict]:
     rows: list[dict] = []
     recipe = str(ROOT / "recipes" / f"{name}.yaml")
     dep = workdir / name
-    deploy = ["deploy", recipe, "--workdir", str(workdir), "--detach", "--auto-ports", "--no-validate"]
+    # First without a watchdog (faults are seen, and repaired, by hand), then with the default one.
+    deploy = ["deploy", recipe, "--workdir", str(workdir), "--detach", "--auto-ports", "--no-validate",
+              "--on-failure", "none"]  # fmt: skip
 
     def row(fault: str, expected: str, observed: str, detect: float | None, recover: float | None) -> None:
         rows.append(
@@ -405,6 +410,64 @@ def _run_faults(name: str, workdir: Path) -> list[dict]:
         f"client: {answer}; status: {_line(r.stdout)}", round(secs, 1), None)  # fmt: skip
     _sdtk("stop", "--workdir", str(dep), "--grace", "1")
 
+    # The same faults under the watchdog of a default `sdtk deploy --detach` (--on-failure restart).
+    r, _ = _sdtk(*deploy[:-2])
+    st = json.loads((dep / "state.json").read_text())
+    url = st["http_url"]
+
+    def restarted(n: int, t0: float) -> float:
+        while time.monotonic() - t0 < 300:
+            with contextlib.suppress(OSError, ValueError):
+                now = json.loads((dep / "state.json").read_text())
+                if now["restarts"] >= n and now["status"] == "ready" and now["stubs"]:
+                    return time.monotonic() - t0
+            time.sleep(0.1)
+        return float("nan")
+
+    for n, m in enumerate(entries, start=1):
+        first, out = threading.Event(), {}
+        body = {"text_input": "import os\n", "max_tokens": 1000}
+        if m == "tensorrt_llm_bls":
+            body["num_draft_tokens"] = 0
+        decoupled = "decoupled: true" in (repo / m / "config.pbtxt").read_text()
+        if decoupled:
+            args = (f"{url}/v2/models/{m}/generate_stream", {**body, "stream": True}, first, out, 15.0)
+            t = threading.Thread(target=_stream_until_error, args=args)
+        else:
+            args = (f"{url}/v2/models/{m}/generate", body, first, out, 15.0)
+            t = threading.Thread(target=_post_until_error, args=args)
+        t.start()
+        first.wait(120)
+        if not decoupled:
+            time.sleep(1.0)
+        st = json.loads((dep / "state.json").read_text())
+        kill = time.monotonic()
+        os.kill(python_stubs(st["pgid"])["tensorrt_llm"][0], signal.SIGKILL)
+        t.join()
+        back = restarted(n, kill)
+        after = {e: greedy(e) for e in entries}
+        same = "identical" if after == before else f"DIFFERENT: {after} vs {before}"
+        row(f"`tensorrt_llm` stub killed mid-request ({m}), with the watchdog",
+            "an error within 5 s; the server restarted, same greedy outputs",
+            f"{_line(out.get('error', 'ended without an error'))}; outputs {same}",
+            round(out["end"] - kill, 1), round(back, 1))  # fmt: skip
+    t0 = time.monotonic()
+    try:
+        r = httpx.post(f"{url}/v2/models/{model}/generate", content=big, timeout=30,
+                       headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+        answer = f"HTTP {r.status_code}"
+    except httpx.HTTPError as e:
+        answer = type(e).__name__
+    detect = time.monotonic() - t0
+    back = restarted(len(entries) + 1, t0)
+    after = {e: greedy(e) for e in entries}
+    r, _ = _sdtk("status", "--workdir", str(dep), "--json")
+    last = (json.loads(r.stdout).get("failures") or ["none recorded"])[-1]
+    same = "identical" if after == before else "DIFFERENT"
+    row("5 MB form-encoded POST, with the watchdog", "the server restarted; the crash recorded for status",
+        f"client: {answer}; outputs {same}; status: {_line(last)}", round(detect, 1), round(back, 1))  # fmt: skip
+    _sdtk("stop", "--workdir", str(dep), "--grace", "1")
+
     # Workdirs that cannot work.
     spaced = workdir / "with space"
     r, secs = _sdtk(*deploy[:3], str(spaced), *deploy[4:])
@@ -425,10 +488,13 @@ def write_faults(results: dict[str, list[dict]], argv: list[str]) -> None:
         "",
         f"Machine: {platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores; "
         f"{time.strftime('%Y-%m-%d')}. Command: `{' '.join(['python', 'scripts/stress_served.py', *argv])}`. "
-        "Streams are read with a 15 s client timeout. The `ensemble` rows are Triton 2.51's limit, not "
-        "sdtk's: an ensemble request in flight when its stub dies is never answered "
-        "(docs/runbooks/troubleshooting.md); the BLS entry ends with an error. Detect for the racing "
-        "deploys: when the loser exited.",
+        "Streams are read with a 15 s client timeout. Rows before the second deploy run without a "
+        "watchdog (`--on-failure none`): there the `ensemble` row is Triton 2.51's limit, not sdtk's: an "
+        "ensemble request in flight when its stub dies is never answered (docs/runbooks/troubleshooting.md), "
+        'while the BLS entry ends with an error. Rows "with the watchdog" are a default `sdtk deploy '
+        "--detach` (`--on-failure restart`): it kills and relaunches the server, which ends every held "
+        "request. Detect: when the client's request ended (racing deploys: when the loser exited); "
+        "recover: from the fault until the restarted server was READY.",
     ]
     for name, rows in results.items():
         lines += [

@@ -351,10 +351,14 @@ def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, in
     help="Skip the validation (and the short burst of concurrent, cancelled requests) after READY.",
 )
 @click.option(
-    "--restart-on-failure",
-    is_flag=True,
-    help="Foreground: restart the server when a Python backend stub dies (default: stop and exit 1).",
+    "--on-failure",
+    type=click.Choice(["restart", "restart-model", "stop", "none"]),
+    help="When a Python backend stub or the server dies: restart the server on the same ports "
+    "(ends the requests the dead stub held at once), reload just the dead model, stop, or nothing. "
+    "Foreground, sdtk does it (default: stop and exit 1); --detach starts a watchdog beside the "
+    "server for it (default: restart).",
 )
+@click.option("--restart-on-failure", is_flag=True, help="The same as --on-failure restart.")
 @click.option(
     "--ready-timeout", default=600.0, show_default=True, type=float, help="Seconds to wait for READY."
 )
@@ -381,6 +385,7 @@ def deploy(
     auto_ports: bool,
     tritonserver: str | None,
     no_validate: bool,
+    on_failure: str | None,
     restart_on_failure: bool,
     ready_timeout: float,
     out: Path | None,
@@ -395,6 +400,12 @@ def deploy(
     from toolkit.recipe import load_recipe
 
     r = load_recipe(recipe, [*overrides, *_serving_overrides(host, (http_port, grpc_port, metrics_port))])
+    if restart_on_failure:
+        if on_failure not in (None, "restart"):
+            raise UsageError(f"--restart-on-failure contradicts --on-failure {on_failure}")
+        on_failure = "restart"
+    if on_failure is None:
+        on_failure = "restart" if detach else "stop"
     if target != "local":
         if out is None:
             raise UsageError(f"--target {target} needs --out DIR")
@@ -445,7 +456,7 @@ def deploy(
         validate=not no_validate,
         ready_timeout=ready_timeout,
         on_ready=on_ready,
-        restart_on_failure=restart_on_failure,
+        on_failure=on_failure,
     )
     if render_only:
         emit(

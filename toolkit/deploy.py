@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -51,6 +52,7 @@ class DeployResult:
     command: list[str] = field(default_factory=list)
     validation: dict[str, Any] | None = None
     ready_seconds: float | None = None
+    watchdog_pid: int | None = None  # a detached deploy's watchdog (toolkit.server.watchdog)
 
     @property
     def model_name(self) -> str:
@@ -73,6 +75,7 @@ class DeployResult:
             "command": self.command,
             "ready_seconds": self.ready_seconds,
             "validation": self.validation,
+            "watchdog_pid": self.watchdog_pid,
         }
 
 
@@ -169,12 +172,16 @@ def deploy(
     ready_timeout: float = 600.0,
     progress: Step = _stderr,
     on_ready: Callable[[DeployResult], None] | None = None,
-    restart_on_failure: bool = False,
+    on_failure: str | None = None,
     burst: bool = True,
 ) -> DeployResult:
     """Deploy `recipe`. Foreground mode blocks until Ctrl-C; `detach` returns with the server running.
 
     `on_ready` runs once the server is ready and validated (the CLI prints the URLs there).
+    `on_failure` (toolkit.server.watchdog.POLICIES): what to do when a Python backend stub or the
+    server dies: foreground, this process does it (default `stop`: stop and raise); detached, a
+    watchdog process started beside the server does it (default `none` here: no watchdog; the
+    CLI's default is `restart`).
     """
     from toolkit.server.launch import check_launch_path, check_workdir_free
     from toolkit.server.lock import WorkdirLock
@@ -200,7 +207,7 @@ def deploy(
             ready_timeout=ready_timeout,
             progress=progress,
             on_ready=on_ready,
-            restart_on_failure=restart_on_failure,
+            on_failure=on_failure or ("none" if detach else "stop"),
             burst=burst,
         )
 
@@ -220,7 +227,7 @@ def _deploy(
     ready_timeout: float,
     progress: Step,
     on_ready: Callable[[DeployResult], None] | None,
-    restart_on_failure: bool,
+    on_failure: str,
     burst: bool,
 ) -> DeployResult:
     built, rendered = render(recipe, backend=backend, workdir=workdir, progress=progress)
@@ -286,12 +293,46 @@ def _deploy(
     except BaseException:
         server.stop()
         raise
+    if detach and on_failure != "none":
+        result.watchdog_pid = _start_watchdog(server, root, on_failure)
+        progress(
+            f"watchdog pid {result.watchdog_pid}: when a stub or the server dies, it will "
+            f"{_POLICY_TEXT[on_failure]} (--on-failure {on_failure}); log: {root / 'logs' / 'watchdog.log'}"
+        )
     if on_ready is not None:
         on_ready(result)
     if not detach:
         progress("serving; press Ctrl-C to stop")
-        server.serve_forever(restart_on_failure=restart_on_failure)
+        server.serve_forever(on_failure=on_failure)
     return result
+
+
+_POLICY_TEXT = {
+    "restart": "restart the server on the same ports",
+    "restart-model": "reload the dead model",
+    "stop": "stop the server",
+}
+
+
+def _start_watchdog(server: Any, root: Path, policy: str) -> int:
+    """Write launch.json and start the watchdog of a detached server (toolkit.server.watchdog),
+    recorded in state.json; it outlives this process as the server does."""
+    import json
+
+    from toolkit import runner
+    from toolkit._fs import atomic_write
+    from toolkit.server.state import WATCHDOG_MODULE, update_state
+    from toolkit.server.watchdog import spec_path
+
+    atomic_write(spec_path(root), json.dumps(server.spec(), indent=2, sort_keys=True) + "\n")
+    proc = runner.spawn(
+        [sys.executable, "-m", WATCHDOG_MODULE, str(root), "--on-failure", policy],
+        log_path=root / "logs" / "watchdog.log",
+        cwd=root,
+    )
+    assert server.pid is not None
+    update_state(root, server.pid, watchdog_pid=proc.pid, watchdog_policy=policy)
+    return proc.pid
 
 
 def find_deployment(workdir: Path | None) -> Path:

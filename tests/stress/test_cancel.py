@@ -14,6 +14,8 @@ streams that the client drops (`generate_stream`) reach the model that serves th
   path (num_draft_tokens 0, as every EAGLE-3 request) stops its one `tensorrt_llm` sub-request
   with TensorRT-LLM's `stop` input and the sub-request's id, since a 2.51 BLS cannot cancel a
   sub-request itself (InferenceResponseIterator.cancel() is python_backend#398).
+- The llmapi model (sdtk's reference for Triton's `llmapi` contract): its decode loop asks
+  is_cancelled() between steps; the yardstick there is its stub's CPU time (no token counter).
 - `ensemble`: a cancellation is propagated only between steps (core#263, `ScheduleSteps`), so
   the running `tensorrt_llm` step is never told and runs to its end (server#6739, open; no fix
   recorded upstream). test_ensemble_runs_cancelled_streams_to_the_end measures it.
@@ -23,6 +25,7 @@ docs: cancellation comes from gRPC clients or the C API).
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import threading
@@ -242,3 +245,43 @@ def test_ensemble_runs_cancelled_streams_to_the_end(eagle3):
         result, lambda: together(2, lambda: drop_after_first(result.http_url, "ensemble", body)), 2
     )
     assert spent >= 2 * SHORT_LONG, f"{spent} tokens for 2 dropped {SHORT_LONG}-token streams"
+
+
+def stub_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (/proc/<pid>/stat): the yardstick of a decode loop that
+    the llmapi model does not count in metrics."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_llmapi_model_stops_for_a_cancelled_stream(tmp_path):
+    """The llmapi path (Triton's `llmapi` model contract, served by sdtk's reference llmapi
+    model): a gRPC stream cancelled after a few chunks stops its decode loop. Its stub, busy
+    while the stream runs, spends (almost) no CPU time once the cancellation has arrived."""
+    from toolkit.server.state import python_stubs
+
+    recipe = load_recipe(str(Path(__file__).resolve().parents[2] / "recipes" / "tiny-eagle3-llmapi.yaml"))
+    with live_deployment(recipe, tmp_path) as result:
+        stub = python_stubs(result.pid)["tensorrt_llm"][0]
+        inputs = {
+            "text_input": np.array([b"import os\n"], dtype=object),
+            "sampling_param_max_tokens": np.array([LONG], dtype=np.int32),
+            "streaming": np.array([True]),
+        }
+        results: queue.Queue = queue.Queue()
+        client = grpcclient.InferenceServerClient(result.grpc_url)
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        client.async_stream_infer("tensorrt_llm", _tensors(inputs))
+        assert results.get(timeout=120)[1] is None
+        t0, busy0 = time.monotonic(), stub_cpu_seconds(stub)
+        for _ in range(5):
+            assert results.get(timeout=60)[1] is None
+        busy = (stub_cpu_seconds(stub) - busy0) / (time.monotonic() - t0)
+        client.stop_stream(cancel_requests=True)
+        client.close()
+        time.sleep(0.5)  # the loop asks is_cancelled() between steps
+        idle0 = stub_cpu_seconds(stub)
+        time.sleep(2.0)
+        idle = (stub_cpu_seconds(stub) - idle0) / 2.0
+        assert busy > 0.3, f"the stub was not busy while streaming ({busy:.2f} CPU s/s)"
+        assert idle < 0.1, f"the stub kept decoding after the cancellation ({idle:.2f} CPU s/s)"

@@ -3,14 +3,17 @@ a supervised deployment whose stub dies. Real embedded Triton, real `sdtk` proce
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from toolkit.server import procs
@@ -59,7 +62,8 @@ def ready_state(dep: Path) -> dict | None:
 
 
 def test_killed_stub_makes_status_fail_and_stop_cleans_shm(tmp_path):
-    r = sdtk("deploy", RECIPE, "--workdir", str(tmp_path), "--detach", "--auto-ports", "--no-validate")
+    r = sdtk("deploy", RECIPE, "--workdir", str(tmp_path), "--detach", "--auto-ports", "--no-validate",
+             "--on-failure", "none")  # fmt: skip
     assert r.returncode == 0, r.stderr
     dep = tmp_path / "tiny-eagle3"
     st = state(dep)
@@ -112,19 +116,101 @@ def test_deploy_killed_before_ready_leaves_no_orphan(tmp_path):
     assert not list(Path("/dev/shm").glob(st["shm_prefix"] + "*"))
 
 
+HANG_DEADLINE_S = 5.0  # issue 23: "no fault hangs a client beyond 5 s"
+
+
+def kill_mid_ensemble_stream(st: dict) -> tuple[float, dict]:
+    """Kill the `tensorrt_llm` stub while an `ensemble` stream of 1000 tokens runs (after its
+    first chunk): Triton 2.51 holds such a request until the server ends. Returns the seconds
+    from the kill to the end of the client's request, and its last event."""
+    first, events = threading.Event(), []
+
+    def client() -> None:
+        url = f"{st['http_url']}/v2/models/ensemble/generate_stream"
+        body = {"text_input": "import os\n", "max_tokens": 1000, "stream": True}
+        try:
+            with httpx.Client(timeout=60) as c, c.stream("POST", url, json=body) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data:"):
+                        events.append(json.loads(line[5:]))
+                        first.set()
+        except Exception as e:  # a hang shows up as a ReadTimeout
+            events.append({"exception": repr(e)})
+        finally:
+            first.set()
+
+    t = threading.Thread(target=client)
+    t.start()
+    assert first.wait(120) and "exception" not in events[0], events
+    os.kill(procs_stubs(st["pid"])["tensorrt_llm"][0], signal.SIGKILL)
+    killed = time.monotonic()
+    t.join(90)
+    return time.monotonic() - killed, events[-1]
+
+
+def greedy(st: dict) -> str:
+    body = {"text_input": "def f(x):", "max_tokens": 16}
+    r = httpx.post(f"{st['http_url']}/v2/models/ensemble/generate", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()["text_output"]
+
+
 def test_supervised_deploy_exits_on_a_dead_stub(tmp_path):
     dep = tmp_path / "tiny-eagle3"
     proc = spawn_deploy(tmp_path)
     try:
         st = wait_for(lambda: ready_state(dep), 120, "READY")
-        os.kill(st["stubs"]["tensorrt_llm"][0], signal.SIGKILL)
+        seconds, last = kill_mid_ensemble_stream(st)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+    # The stream the dead stub held ends with the server, within seconds (not at the client's
+    # timeout, nor at Triton's 10 s exit timeout).
+    assert seconds < HANG_DEADLINE_S and "exception" in last, (seconds, last)
     assert proc.returncode != 0
     assert "'tensorrt_llm'" in err and "died" in err
     assert not procs.group_members(st["pgid"])
+
+
+def test_detached_deploys_watchdog_ends_held_requests_and_restarts_the_server(tmp_path):
+    """`sdtk deploy --detach` (default `--on-failure restart`): its watchdog ends the requests a
+    dead stub held through the ensemble within seconds, brings the server back on the same
+    ports with the same greedy outputs, does the same for a crashed server (the form-encoded
+    request of issue 23, finding 1), records both for `status`, and leaves with `sdtk stop`."""
+    r = sdtk(
+        "deploy", RECIPE, "--workdir", str(tmp_path), "--detach", "--auto-ports", "--no-validate", "--json"
+    )
+    assert r.returncode == 0, r.stderr
+    dep = tmp_path / "tiny-eagle3"
+    st = state(dep)
+    watchdog = json.loads(r.stdout)["watchdog_pid"]
+    assert st["watchdog_pid"] == watchdog and st["watchdog_policy"] == "restart" and procs.alive(watchdog)
+    try:
+        before = greedy(st)
+        seconds, last = kill_mid_ensemble_stream(st)
+        assert seconds < HANG_DEADLINE_S and "exception" in last, (seconds, last)
+        new = wait_for(lambda: (s := ready_state(dep)) and s["restarts"] == 1 and s, 120, "the restart")
+        assert new["pid"] != st["pid"] and new["http_url"] == st["http_url"]
+        assert greedy(new) == before
+        status = sdtk("status", "--workdir", str(dep), "--json")
+        report = json.loads(status.stdout)
+        assert status.returncode == 0 and report["state"] == "running", report
+        assert "server restarted ×1" in report["message"] and "'tensorrt_llm'" in report["failures"][-1]
+        assert (dep / "logs" / f"tritonserver.{st['pid']}.log").is_file()
+
+        body = json.dumps({"text_input": "y" * 5_000_000, "max_tokens": 4})
+        with contextlib.suppress(httpx.HTTPError):  # Triton 2.51 crashes on it (server#5840)
+            httpx.post(f"{new['http_url']}/v2/models/ensemble/generate", content=body, timeout=60,
+                       headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+        third = wait_for(lambda: (s := ready_state(dep)) and s["restarts"] == 2 and s, 120, "the restart")
+        assert greedy(third) == before
+        crash = state(dep)["failures"][-1]
+        assert "Signal (11) received" in crash and f"tritonserver.{new['pid']}.log" in crash, crash
+    finally:
+        stop = sdtk("stop", "--workdir", str(dep))
+    assert stop.returncode == 0, stop.stderr
+    assert not procs.alive(watchdog) and not (dep / "state.json").exists()
 
 
 def test_supervised_deploy_restarts_on_failure(tmp_path):

@@ -50,12 +50,19 @@ from toolkit.server.state import (
     remove_state,
     server_status,
     stub_message,
+    update_state,
     write_state,
 )
 
 EXIT_TIMEOUT_ENV = "SDTK_EXIT_TIMEOUT_S"  # overrides the default --exit-timeout-secs
 DEFAULT_READY_TIMEOUT = 600.0  # large TRT-LLM engines take minutes to load
 DEFAULT_STOP_GRACE = 15.0
+# After a stub died: how long a server that is shutting down (`sdtk stop` from another shell) may
+# take to end by itself, and then the SIGTERM grace before SIGKILL. Short on purpose: Triton 2.51
+# holds the requests the dead stub had in flight through an `ensemble` until its exit timeout,
+# and those clients hang until the server ends (docs/runbooks/troubleshooting.md).
+STOPPING_WAIT_S = 1.5
+STUB_DEATH_GRACE_S = 1.0
 _PORT_RETRIES = 3  # with auto_ports, relaunch on a port lost to a race
 
 
@@ -299,6 +306,38 @@ class TritonServer:
         self._follower: _LogFollower | None = None
         self._lock: WorkdirLock | None = None
         self._own_lock = False
+
+    def spec(self) -> dict[str, Any]:
+        """The plain values that launch this server again, as it runs now (the watchdog of a
+        detached deploy keeps them in `<workdir>/launch.json`); `from_spec` reads them."""
+        return dict(
+            model_repo=str(self.model_repo),
+            workdir=str(self.workdir),
+            model_name=self.model_name,
+            host=self.host,
+            http_port=self.ports.http,
+            grpc_port=self.ports.grpc,
+            metrics_port=self.ports.metrics,
+            tritonserver=str(self.binary.path),
+            log_path=str(self.log_path),
+            extra_args=list(self.extra_args),
+            log_verbose=self.log_verbose,
+            exit_timeout_s=self.exit_timeout_s,
+            disable_auto_complete_config=self.disable_auto_complete_config,
+            world_size=self.world_size,
+            tensorrt_llm_model_names=list(self.tensorrt_llm_model_names),
+            multi_model=self.multi_model,
+            spawn_processes=self.spawn_processes,
+            num_gpus=self.num_gpus,
+            triton_container_version=self.triton_container_version,
+            env=dict(self.env_overrides),
+            ready_timeout=self.ready_timeout,
+        )
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> TritonServer:
+        values = dict(spec)
+        return cls(values.pop("model_repo"), **values)
 
     @classmethod
     def from_serving(
@@ -741,6 +780,8 @@ class TritonServer:
         if proc is None:
             self._release_lock()
             return None
+        with contextlib.suppress(ServerError):  # a watchdog must not take this for a failure
+            update_state(self.workdir, proc.pid, status="stopping")
         runner.kill_group(proc, grace, leader_only=True)
         procs.kill_group_now(proc.pid)  # Python backend stubs that outlived their server
         remove_shm(self.shm_prefix)
@@ -761,7 +802,7 @@ class TritonServer:
             self._lock.close()
             self._lock = None
 
-    def _supervise(self, restart_on_failure: bool, poll_s: float) -> int:
+    def _supervise(self, on_failure: str, poll_s: float) -> int:
         """Wait for the server to exit, checking its Python stubs every `poll_s` s: Triton never
         restarts a dead stub and its health endpoints do not notice one (server#8604)."""
         while True:
@@ -775,45 +816,55 @@ class TritonServer:
             if not dead:
                 continue
             try:  # stubs also end when the server shuts down (`sdtk stop` from another shell)
-                return self._proc.wait(timeout=3.0)
+                return self._proc.wait(timeout=STOPPING_WAIT_S)
             except subprocess.TimeoutExpired:
                 pass  # a dead stub never takes the server down: this is the failure
             tail = logscan.tail(self.log_path)
-            if not restart_on_failure:
+            if on_failure == "none":
+                continue  # `sdtk status` reports it; `sdtk restart MODEL` brings it back
+            if on_failure == "restart-model" and self.repo_key:
+                from toolkit.server.state import restart_model
+
+                for model in dead:
+                    log.logger("server").warning(f"{stub_message(dead)}; reloading '{model}'\n{tail}")
+                    restart_model(self.workdir, model)
+                continue
+            if on_failure == "stop":
                 with _signals_ignored():
-                    self.stop()
+                    self.stop(STUB_DEATH_GRACE_S)
                 raise ServerError(
                     stub_message(dead) + "; the server was stopped",
                     log_tail=tail,
                     log_path=self.log_path,
-                    hint="see the server log; --restart-on-failure restarts the server instead",
+                    hint="see the server log; --on-failure restart (or restart-model) restarts it instead",
                 )
             log.logger("server").warning(f"{stub_message(dead)}; restarting the server\n{tail}")
             restarts = self.restarts + 1
             with _signals_ignored():
-                self.stop()
+                self.stop(STUB_DEATH_GRACE_S)
             self.auto_ports = False  # the same ports: clients keep their URLs
             self.restarts = restarts
             self.start(record=True)
 
     def serve_forever(
-        self, grace: float = DEFAULT_STOP_GRACE, *, restart_on_failure: bool = False, poll_s: float = 1.0
+        self, grace: float = DEFAULT_STOP_GRACE, *, on_failure: str = "stop", poll_s: float = 1.0
     ) -> int:
         """Foreground mode: block until SIGINT/SIGTERM/SIGHUP (then stop cleanly) or the server
         exits (e.g. `sdtk stop` from another shell).
 
         Returns the signal number that ended it, or 0 if the server exited cleanly by itself.
-        Raises ServerError with the log tail if the server died on its own with an error, or if
-        one of its Python backend stubs died (`restart_on_failure`: restart the server instead,
-        counted in state.json). The handlers are installed only for the duration of this call
-        (main thread only).
+        Raises ServerError with the log tail if the server died on its own with an error. When
+        one of its Python backend stubs dies, `on_failure` says what to do (as the watchdog of a
+        detached deploy, toolkit.server.watchdog): `stop` (raise ServerError), `restart` (the
+        server, counted in state.json), `restart-model` (reload the dead model), `none`. The
+        handlers are installed only for the duration of this call (main thread only).
         """
         if self._proc is None:
             raise ServerError("the server was never started")
         try:
             with _signals_interrupt() as received:
                 try:
-                    rc = self._supervise(restart_on_failure, poll_s)
+                    rc = self._supervise(on_failure, poll_s)
                 except KeyboardInterrupt:
                     # Shield the clean stop from a second Ctrl-C; the group is killed either way.
                     with _signals_ignored():

@@ -34,6 +34,7 @@ STATE_FILE = "state.json"
 REPO_KEY_HEADER = "sdtk-repo-key"  # the header that opens Triton's model-repository API
 STOP_LOCK_WAIT_S = 3.0  # how long `stop` waits for the workdir lock once the server is gone
 LOG_NAME = "tritonserver.log"
+WATCHDOG_MODULE = "toolkit.server.watchdog"  # `python -m` it: a detached deploy's watchdog
 
 
 def state_path(workdir: Path | str) -> Path:
@@ -69,13 +70,18 @@ class ServerState:
     status: str = "ready"  # starting (spawned, not READY yet) | ready
     shm_prefix: str = ""  # the Python backend's /dev/shm region prefix (removed by stop)
     stubs: dict[str, list[int]] = field(default_factory=dict)  # model → stub pids at READY
-    restarts: int = 0  # restarts by a supervising `sdtk deploy --restart-on-failure`
+    restarts: int = 0  # server restarts by a supervising `sdtk deploy` or its watchdog
     # `sdtk deploy`'s validation: pending (to run after READY) | passed | skipped | "" (unknown)
     validation: str = ""
     # The key of Triton's model-repository API (explicit model control; "" = launched without):
     # kept only here, in a file readable by its owner alone.
     repo_key: str = ""
     model_restarts: dict[str, int] = field(default_factory=dict)  # `sdtk restart MODEL` counts
+    # The watchdog of a detached deploy (toolkit.server.watchdog): its pid and policy, and the
+    # failures it handled, newest last ("2026-12-04 10:00:00 <what>: <action>").
+    watchdog_pid: int | None = None
+    watchdog_policy: str = ""
+    failures: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -240,6 +246,8 @@ class ServerStatus:
     restarts: int = 0
     model_restarts: dict[str, int] = field(default_factory=dict)  # by `sdtk restart MODEL`
     validation: str = ""  # as recorded (ServerState.validation); "unfinished": its deploy died first
+    watchdog: str = ""  # the detached deploy's watchdog (toolkit.server.watchdog), if any
+    failures: list[str] = field(default_factory=list)  # failures the watchdog handled
 
     @property
     def running(self) -> bool:
@@ -317,6 +325,10 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
         state, msg = "running", f"serving '{st.model_name}' at {st.http_url} (gRPC {st.grpc_url})"
         if st.model_restarts:
             msg += "; restarted: " + ", ".join(f"'{m}' ×{n}" for m, n in sorted(st.model_restarts.items()))
+        if st.restarts:
+            msg += f"; server restarted ×{st.restarts}"
+        if st.failures:
+            msg += f"; last failure: {st.failures[-1]}"
         if st.validation == "pending" and st.owner_pid and procs.alive(st.owner_pid):
             msg += f"; sdtk deploy (pid {st.owner_pid}) is validating it"
         elif st.validation == "pending":
@@ -334,6 +346,8 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
             f"pid {st.pid} runs but is not ready (live={live}, ready={ready}, "
             f"model '{st.model_name}' ready={model_ready}); see `sdtk logs`"
         )
+    if watchdog := _watchdog_line(st):
+        msg += f"; watchdog {watchdog}"
     return ServerStatus(
         state,
         message=msg,
@@ -346,8 +360,36 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
         restarts=st.restarts,
         model_restarts=dict(st.model_restarts),
         validation=validation,
+        watchdog=watchdog,
+        failures=list(st.failures),
         **base,
     )
+
+
+def is_watchdog(pid: int | None) -> bool:
+    """`pid` is a live sdtk watchdog (not a reused pid)."""
+    return bool(pid) and procs.alive(pid) and WATCHDOG_MODULE in " ".join(procs.cmdline(pid))  # type: ignore[arg-type]
+
+
+def stop_watchdog(st: ServerState, timeout: float = 3.0) -> None:
+    """SIGTERM the deployment's watchdog (toolkit.server.watchdog), if it runs, and wait until
+    it is gone (never the calling process: the watchdog's own `stop` policy stops the server)."""
+    pid = st.watchdog_pid
+    if pid and pid != os.getpid() and is_watchdog(pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+        if not procs.wait_gone(pid, timeout):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _watchdog_line(st: ServerState) -> str:
+    """'pid N (on failure: restart)', 'pid N is gone', or "" (none was started)."""
+    if not st.watchdog_pid:
+        return ""
+    if is_watchdog(st.watchdog_pid):
+        return f"pid {st.watchdog_pid} (on failure: {st.watchdog_policy or 'restart'})"
+    return f"pid {st.watchdog_pid} is gone: failures are no longer handled"
 
 
 def _log_path_for(workdir: Path | str) -> Path:
@@ -443,9 +485,12 @@ def stop_server(workdir: Path | str, grace: float = 15.0) -> StopResult:
     st = read_state(workdir)
     if st is None:
         return StopResult(workdir, False, None, True, f"no server recorded in {state_path(workdir)}")
+    stop_watchdog(st)  # first, so that it does not take this stop for a failure
     ours = _alive_and_ours(st)
     graceful = True
     if ours:
+        with contextlib.suppress(ServerError):
+            update_state(workdir, st.pid, status="stopping")
         graceful = procs.terminate_group(st.pid, st.pgid, grace)
     else:
         _kill_leftovers(st)
