@@ -285,6 +285,40 @@ def _post_until_error(url: str, body: dict, first: threading.Event, out: dict, t
     out["end"] = time.monotonic()
 
 
+def _post_form_encoded(url: str, body: str) -> str:
+    """POST `body` as curl does by default (form-encoded): 'HTTP <code>' or the client's error."""
+    import httpx
+
+    try:
+        r = httpx.post(
+            url, content=body, timeout=30, headers={"Content-Type": "application/x-www-form-urlencoded"}
+        )
+        return f"HTTP {r.status_code}"
+    except httpx.HTTPError as e:
+        return type(e).__name__
+
+
+def _long_request(url: str, repo: Path, model: str) -> tuple[threading.Thread, dict]:
+    """A 1000-token request to `model` (streamed where it is decoupled), running: returned once
+    its first chunk came (or, whole requests, 1 s in). `out` gets its error and end time."""
+    first, out = threading.Event(), {}
+    body = {"text_input": "import os\n", "max_tokens": 1000}
+    if model == "tensorrt_llm_bls":
+        body["num_draft_tokens"] = 0  # one long sub-request: a kill lands inside it
+    decoupled = "decoupled: true" in (repo / model / "config.pbtxt").read_text()
+    if decoupled:
+        args = (f"{url}/v2/models/{model}/generate_stream", {**body, "stream": True}, first, out, 15.0)
+        t = threading.Thread(target=_stream_until_error, args=args)
+    else:
+        args = (f"{url}/v2/models/{model}/generate", body, first, out, 15.0)
+        t = threading.Thread(target=_post_until_error, args=args)
+    t.start()
+    first.wait(120)
+    if not decoupled:
+        time.sleep(1.0)  # well into its 1000 tokens
+    return t, out
+
+
 def run_faults(name: str, workdir: Path) -> list[dict]:
     """Break one deployment of `name` in every way of issue 23; one row per fault. The deployment
     is stopped whatever happens."""
@@ -367,21 +401,7 @@ def _run_faults(name: str, workdir: Path) -> list[dict]:
     # The tensorrt_llm stub killed while a request of each entry is in flight (streamed where
     # the entry is decoupled: killed at its first chunk), then brought back by `sdtk restart`.
     for m in entries:
-        first, out = threading.Event(), {}
-        body = {"text_input": "import os\n", "max_tokens": 1000}
-        if m == "tensorrt_llm_bls":
-            body["num_draft_tokens"] = 0  # one long sub-request: the kill lands inside it
-        decoupled = "decoupled: true" in (repo / m / "config.pbtxt").read_text()
-        if decoupled:
-            args = (f"{url}/v2/models/{m}/generate_stream", {**body, "stream": True}, first, out, 15.0)
-            t = threading.Thread(target=_stream_until_error, args=args)
-        else:
-            args = (f"{url}/v2/models/{m}/generate", body, first, out, 15.0)
-            t = threading.Thread(target=_post_until_error, args=args)
-        t.start()
-        first.wait(120)
-        if not decoupled:
-            time.sleep(1.0)  # well into its 1000 tokens
+        t, out = _long_request(url, repo, m)
         kill = time.monotonic()
         os.kill(python_stubs(st["pgid"])["tensorrt_llm"][0], signal.SIGKILL)
         t.join()
@@ -398,12 +418,7 @@ def _run_faults(name: str, workdir: Path) -> list[dict]:
 
     # Finding 1: one large form-encoded body (upstream crash of the HTTP frontend).
     big = json.dumps({"text_input": "y" * 5_000_000, "max_tokens": 4})
-    try:
-        r = httpx.post(f"{url}/v2/models/{model}/generate", content=big, timeout=30,
-                       headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
-        answer = f"HTTP {r.status_code}"
-    except httpx.HTTPError as e:
-        answer = type(e).__name__
+    answer = _post_form_encoded(f"{url}/v2/models/{model}/generate", big)
     time.sleep(1.0)
     r, secs = _sdtk("status", "--workdir", str(dep))
     row("5 MB form-encoded POST (curl's default content type)", "upstream: server#5840 crash; keep it away from Triton",
@@ -425,21 +440,7 @@ def _run_faults(name: str, workdir: Path) -> list[dict]:
         return float("nan")
 
     for n, m in enumerate(entries, start=1):
-        first, out = threading.Event(), {}
-        body = {"text_input": "import os\n", "max_tokens": 1000}
-        if m == "tensorrt_llm_bls":
-            body["num_draft_tokens"] = 0
-        decoupled = "decoupled: true" in (repo / m / "config.pbtxt").read_text()
-        if decoupled:
-            args = (f"{url}/v2/models/{m}/generate_stream", {**body, "stream": True}, first, out, 15.0)
-            t = threading.Thread(target=_stream_until_error, args=args)
-        else:
-            args = (f"{url}/v2/models/{m}/generate", body, first, out, 15.0)
-            t = threading.Thread(target=_post_until_error, args=args)
-        t.start()
-        first.wait(120)
-        if not decoupled:
-            time.sleep(1.0)
+        t, out = _long_request(url, repo, m)
         st = json.loads((dep / "state.json").read_text())
         kill = time.monotonic()
         os.kill(python_stubs(st["pgid"])["tensorrt_llm"][0], signal.SIGKILL)
@@ -452,12 +453,7 @@ def _run_faults(name: str, workdir: Path) -> list[dict]:
             f"{_line(out.get('error', 'ended without an error'))}; outputs {same}",
             round(out["end"] - kill, 1), round(back, 1))  # fmt: skip
     t0 = time.monotonic()
-    try:
-        r = httpx.post(f"{url}/v2/models/{model}/generate", content=big, timeout=30,
-                       headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
-        answer = f"HTTP {r.status_code}"
-    except httpx.HTTPError as e:
-        answer = type(e).__name__
+    answer = _post_form_encoded(f"{url}/v2/models/{model}/generate", big)
     detect = time.monotonic() - t0
     back = restarted(len(entries) + 1, t0)
     after = {e: greedy(e) for e in entries}

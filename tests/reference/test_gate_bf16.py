@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import torch
 
-from toolkit.reference.core import Proposal, Verdict
 from toolkit.reference.models import CachedLM
 from toolkit.reference.prompts import PROMPTS
 from toolkit.validate import ValidationReport, _correctness, _GateSetup
@@ -79,17 +78,7 @@ def test_a_lossy_deployment_fails_the_gate(
     target's choice; the gate must fail, naming a divergence that is no tie."""
     import toolkit.reference.runtime as runtime_module
 
-    def accept_every_draft(prop: Proposal, logits: torch.Tensor, sp: Any, gen: Any) -> Verdict:
-        first = {}
-        for i in range(prop.num_draft):
-            first.setdefault(prop.parents[i], i)
-        node, path = -1, []
-        while node in first:
-            node = first[node]
-            path.append(node)
-        return Verdict(path, int(logits[node + 1].argmax()))
-
-    monkeypatch.setattr(runtime_module, "verify", accept_every_draft)
+    monkeypatch.setattr(runtime_module, "verify", runtime_module.accept_every_draft)
     report = ValidationReport("m", "u", None, "b")
     status, detail = _correctness(report, texts(bf16, specs["lookahead"]), gate, "bf16 plain decoding")
     assert status == "failed", detail
