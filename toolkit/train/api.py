@@ -291,8 +291,11 @@ def write_overlay(rpath: Path, rec: Any, out: Path, field_name: str, artifact: P
 
 
 def _rel(path: Path, base: Path) -> str:
-    rel = os.path.relpath(Path(path).resolve(), Path(base).resolve())
-    return rel if rel.startswith(".") else f"./{rel}"
+    """Relative to `base` for what lies inside it (the overlay moves with its head), else absolute."""
+    path, base = Path(path).resolve(), Path(base).resolve()
+    if path.is_relative_to(base):
+        return f"./{path.relative_to(base).as_posix()}"
+    return str(path)
 
 
 def host_info() -> dict[str, Any]:
