@@ -1140,6 +1140,8 @@ def train_draft(recipe: str, dry_run: bool, gpus: int, config_json: Path | None,
     from toolkit.train.report import render
 
     result = run_train(recipe, opts, progress=steps("train-draft"))
+    if result is None:  # a torchrun rank other than 0: rank 0 reports
+        return
     emit(result.to_dict(), as_json, lambda: click.echo(render(result)))
     click.echo(f"next: {result.next_command}", err=as_json)
 

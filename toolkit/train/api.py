@@ -93,7 +93,8 @@ class TrainResult:
         }
 
 
-def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quiet) -> TrainResult:
+def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quiet) -> TrainResult | None:
+    """Train and report; under torchrun only rank 0 returns the result (the others None)."""
     from toolkit.recipe import load_recipe, resolve_recipe_path
 
     rpath = resolve_recipe_path(recipe)
@@ -104,42 +105,47 @@ def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quie
             f"train-draft trains {', '.join(TRAINABLE)} so far; {rpath.name} uses mode {mode}",
             hint="draft-target distillation and Medusa heads are not implemented in train-draft yet",
         )
-    target = rec.local_path(rec.models.target)
-    if target is None or not target.is_dir():
-        raise UsageError(
-            f"the target {rec.models.target.describe()} is not a local directory",
-            hint="training runs the target on this machine: download it and point models.target.path at it",
-        )
+    target = _target_dir(rec)
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
+    rank = _init_distributed()
 
     name, prompts = data_mod.load_prompts(opts.data)
     train_p, held_p = data_mod.split(prompts, opts.holdout, opts.seed)
-    holdout_file = data_mod.write_prompts(out / "data" / "holdout.jsonl", held_p)
-    data_mod.write_prompts(out / "data" / "train.jsonl", train_p)
-    progress(f"data: {name}, {len(train_p)} training and {len(held_p)} held-out prompts")
-
+    holdout_file = out / "data" / "holdout.jsonl"
+    before: dict[str, Any] = {}
+    if rank == 0:  # data and the "before" numbers once; the other ranks read the cache
+        data_mod.write_prompts(holdout_file, held_p)
+        data_mod.write_prompts(out / "data" / "train.jsonl", train_p)
+        progress(f"data: {name}, {len(train_p)} training and {len(held_p)} held-out prompts")
+        progress("self-distillation: the target's greedy responses to the training prompts")
     t = time.monotonic()
-    progress("self-distillation: the target's greedy responses to the training prompts")
-    examples, gen_info = data_mod.self_distill(
-        train_p, target=target, cache_dir=out / "data", max_new=opts.gen_tokens, generate_with=opts.generate_with
-    )
-    gen_info["seconds"] = round(time.monotonic() - t, 1)
-    progress(
-        f"self-distillation: {gen_info['tokens']} tokens "
-        + ("(cached)" if gen_info["cached"] else f"in {gen_info['seconds']} s")
-    )
+    if rank == 0:
+        examples, gen_info = data_mod.self_distill(
+            train_p, target=target, cache_dir=out / "data", max_new=opts.gen_tokens, generate_with=opts.generate_with
+        )
+        gen_info["seconds"] = round(time.monotonic() - t, 1)
+        progress(
+            f"self-distillation: {gen_info['tokens']} tokens "
+            + ("(cached)" if gen_info["cached"] else f"in {gen_info['seconds']} s")
+        )
+        from toolkit.train.evaluate import holdout_metrics
 
-    from toolkit.train.evaluate import holdout_metrics
-
-    t = time.monotonic()
-    progress(f"before: plan's probe of {rpath.name} on the hold-out split")
-    before = holdout_metrics(rpath, holdout_file, tokens=opts.eval_tokens, seed=opts.seed, threads=1)
-    before["seconds"] = round(time.monotonic() - t, 1)
+        t = time.monotonic()
+        progress(f"before: plan's probe of {rpath.name} on the hold-out split")
+        before = holdout_metrics(rpath, holdout_file, tokens=opts.eval_tokens, seed=opts.seed, threads=1)
+        before["seconds"] = round(time.monotonic() - t, 1)
+    _barrier()
+    if rank != 0:
+        examples, gen_info = data_mod.self_distill(
+            train_p, target=target, cache_dir=out / "data", max_new=opts.gen_tokens, generate_with=opts.generate_with
+        )
 
     artifact = out / HEAD_DIRS[mode]
-    training = _train_eagle3(target, examples, opts, artifact, gen_info["input_hash"])
+    training = _train_eagle3(target, examples, opts, artifact, gen_info["input_hash"], rank=rank)
+    if rank != 0:
+        return None
     if training["stopped"] == "interrupted":
         from toolkit.errors import SdtkError
 
@@ -148,6 +154,8 @@ def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quie
             hint="continue with the same command and --resume",
         )
     overlay = write_overlay(rpath, rec, out, TRAINABLE[mode], artifact)
+
+    from toolkit.train.evaluate import holdout_metrics
 
     t = time.monotonic()
     progress(f"after: plan's probe of {overlay.name} on the hold-out split")
@@ -179,8 +187,49 @@ def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quie
     return result
 
 
+def _target_dir(rec: Any) -> Path:
+    """The target's local directory; a hub id is downloaded (whole snapshot) through toolkit.hub."""
+    from toolkit import hub
+
+    r = hub.resolve(rec.models.target, role="target", recipe=rec, fetch="full")
+    if r.path is None or not r.weights:
+        raise UsageError(
+            f"the target {rec.models.target.describe()} has no local weights: {r.reason or 'not downloaded'}",
+            hint="training runs the target on this machine: download it, or point models.target.path at it",
+        )
+    return Path(r.path)
+
+
+def _init_distributed() -> int:
+    """Join torchrun's process group (NCCL on GPUs, gloo on CPU); this process's rank."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return 0
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        cuda = torch.cuda.is_available()
+        if cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend="nccl" if cuda else "gloo")
+    return int(dist.get_rank())
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
 def _train_eagle3(
-    target_dir: Path, examples: list[data_mod.Example], opts: TrainOptions, artifact: Path, data_hash: str
+    target_dir: Path,
+    examples: list[data_mod.Example],
+    opts: TrainOptions,
+    artifact: Path,
+    data_hash: str,
+    *,
+    rank: int = 0,
 ) -> dict[str, Any]:
     import torch
     from transformers import LlamaForCausalLM
@@ -190,7 +239,11 @@ def _train_eagle3(
     if opts.threads:
         torch.set_num_threads(opts.threads)
     torch.manual_seed(opts.seed)
-    model = LlamaForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32)
+    world, _ = loop.dist_world()
+    device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
+    model = LlamaForCausalLM.from_pretrained(
+        str(target_dir), dtype=torch.float32 if device.type == "cpu" else torch.bfloat16
+    )
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
@@ -219,18 +272,23 @@ def _train_eagle3(
         )
         eagle3.init_from_target(model, used, d2t)
         init = "from scratch (draft vocab: the most frequent tokens of the self-distilled data)"
+    if device.type != "cpu":  # the target stays bf16; the head trains in fp32 under autocast
+        model.to(device)
+        model.eagle_module.float()
     params = eagle3.freeze_for_training(model)
     model.train()
     seq = min(opts.seq_len, max(8, int(stream.numel()) - 1))
 
     def step_fn(gen: Any) -> tuple[Any, dict[str, float]]:
-        starts = torch.randint(0, int(stream.numel()) - seq + 1, (opts.batch_size,), generator=gen)
-        x = torch.stack([stream[s : s + seq] for s in starts.tolist()])
+        # one global batch of batch_size × world windows from the shared generator; this rank's slice
+        starts = torch.randint(0, int(stream.numel()) - seq + 1, (opts.batch_size * world,), generator=gen)
+        mine = starts.tolist()[rank * opts.batch_size : (rank + 1) * opts.batch_size]
+        x = torch.stack([stream[s : s + seq] for s in mine]).to(device)
         return eagle3.train_step(model, x)
 
     fp = hashlib.sha256(
         json.dumps(
-            [data_hash, str(opts.from_), opts.seed, opts.batch_size, seq, opts.lr, dv, layer_ids]
+            [data_hash, str(opts.from_), opts.seed, opts.batch_size, world, seq, opts.lr, dv, layer_ids]
         ).encode()
     ).hexdigest()
     lcfg = LoopConfig(
@@ -243,9 +301,9 @@ def _train_eagle3(
     res = loop.run(
         "eagle3", params, step_fn, lcfg, opts.out / "checkpoints", resume=opts.resume, progress=opts.progress, fingerprint=fp
     )
-    if res.stopped == "interrupted":
+    if res.stopped == "interrupted" or rank != 0:
         return res.to_dict()
-    written = eagle3.export(model, artifact)
+    written = eagle3.export(model.float().cpu(), artifact)
     return {
         **res.to_dict(),
         "trainer": "ModelOpt mtsp.convert(model, [('eagle', EAGLE3_DEFAULT_CFG['config'] + overrides)]), "

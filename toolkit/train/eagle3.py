@@ -153,7 +153,7 @@ def train_step(model: Any, x: Any) -> tuple[Any, dict[str, float]]:
     """One ModelOpt HFEagleModel forward (base forward + TTT steps, self-logit distillation)."""
     import torch
 
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast(x.device.type, dtype=torch.bfloat16):
         o = model(input_ids=x)
     accs = {f"acc{i}": float(a) for i, a in enumerate(o.train_acc[0])}
     return o.loss, accs

@@ -94,8 +94,13 @@ def run(
 ) -> LoopResult:
     """Train `params` with `step_fn(generator) -> (loss, metrics)`; the generator draws the batches.
 
-    `fingerprint` identifies the run's inputs; a checkpoint of another run is not resumed."""
+    `fingerprint` identifies the run's inputs; a checkpoint of another run is not resumed.
+    Under torch.distributed (torchrun) every rank keeps the same generator (step_fn takes its own
+    slice of each global batch), gradients are averaged across ranks, the ranks agree on when to
+    stop, and rank 0 writes the checkpoints."""
     import torch
+
+    world, rank = dist_world()
 
     params = [p for p in params if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]
@@ -130,8 +135,10 @@ def run(
         start, ema, hist, resumed = state["step"], state["ema"], state["log"], state["step"]
 
     def save(step: int) -> Path:
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
         path = ckpt_dir / f"step-{step:06d}.pt"
+        if rank != 0:
+            return path
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
             torch.save(
                 {
@@ -159,23 +166,24 @@ def run(
 
     main = threading.current_thread() is threading.main_thread()  # signals reach the main thread only
     previous = signal.signal(signal.SIGINT, on_sigint) if main else None
-    bar = _Bar(progress, name, cfg.max_steps, start)
+    bar = _Bar(progress and rank == 0, name, cfg.max_steps, start)
     t0 = time.monotonic()
     step, stopped, last_ckpt = start, "max_steps", None
     try:
         with bar:
             while step < cfg.max_steps:
-                if interrupted:
-                    stopped = "interrupted"
-                    break
-                if cfg.max_minutes is not None and time.monotonic() - t0 >= cfg.max_minutes * 60:
-                    stopped = "max_minutes"
+                over = cfg.max_minutes is not None and time.monotonic() - t0 >= cfg.max_minutes * 60
+                code = _agree(2 if interrupted else 1 if over else 0, world)
+                if code:
+                    stopped = "interrupted" if code == 2 else "max_minutes"
                     break
                 for g in opt.param_groups:
                     g["lr"] = lr_at(step, cfg.max_steps, cfg.lr, warmup)
                 loss, metrics = step_fn(gen)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
+                if world > 1:
+                    _average_grads(params, world)
                 torch.nn.utils.clip_grad_norm_(params, cfg.clip)
                 opt.step()
                 step += 1
@@ -199,6 +207,38 @@ def run(
         log=hist,
         checkpoint=str(last_ckpt),
     )
+
+
+def dist_world() -> tuple[int, int]:
+    """(world size, rank): (1, 0) outside torch.distributed."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def _average_grads(params: Sequence[Any], world: int) -> None:
+    import torch.distributed as dist
+
+    for p in params:
+        if p.grad is not None:
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+            p.grad.div_(world)
+
+
+def _agree(code: int, world: int) -> int:
+    """The largest stop code of any rank (0 go on, 1 budget spent, 2 Ctrl-C), so all stop together."""
+    if world == 1:
+        return code
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([code], dtype=torch.int64)
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
 
 
 class _Bar:
