@@ -13,7 +13,6 @@ measure on a held-out split whether it helped.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -29,8 +28,9 @@ from toolkit.progress import Step, quiet
 from toolkit.train import data as data_mod
 from toolkit.train.loop import LoopConfig
 
-TRAINABLE = {"eagle3": "eagle_head"}  # mode -> the models field the trained artifact replaces
-HEAD_DIRS = {"eagle3": "eagle3"}
+# mode -> the `models` field the trained artifact replaces, and its directory under OUT
+TRAINABLE = {"eagle3": "eagle_head", "medusa": "medusa_heads", "draft_target": "draft"}
+HEAD_DIRS = {"eagle3": "eagle3", "medusa": "medusa", "draft_target": "draft"}
 
 
 @dataclass
@@ -103,7 +103,7 @@ def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quie
     if mode not in TRAINABLE:
         raise UsageError(
             f"train-draft trains {', '.join(TRAINABLE)} so far; {rpath.name} uses mode {mode}",
-            hint="draft-target distillation and Medusa heads are not implemented in train-draft yet",
+            hint="use a recipe with an EAGLE-3 head, Medusa heads or a draft model",
         )
     target = _target_dir(rec)
     out = Path(opts.out)
@@ -143,7 +143,10 @@ def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quie
         )
 
     artifact = out / HEAD_DIRS[mode]
-    training = _train_eagle3(target, examples, opts, artifact, gen_info["input_hash"], rank=rank)
+    from toolkit.train.trainers import train
+
+    current = rec.local_path(getattr(rec.models, TRAINABLE[mode]))
+    training = train(mode, target, current, examples, opts, artifact, gen_info["input_hash"], rank=rank)
     if rank != 0:
         return None
     if training["stopped"] == "interrupted":
@@ -220,105 +223,6 @@ def _barrier() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
-
-
-def _train_eagle3(
-    target_dir: Path,
-    examples: list[data_mod.Example],
-    opts: TrainOptions,
-    artifact: Path,
-    data_hash: str,
-    *,
-    rank: int = 0,
-) -> dict[str, Any]:
-    import torch
-    from transformers import LlamaForCausalLM
-
-    from toolkit.train import eagle3, loop
-
-    if opts.threads:
-        torch.set_num_threads(opts.threads)
-    torch.manual_seed(opts.seed)
-    world, _ = loop.dist_world()
-    device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
-    model = LlamaForCausalLM.from_pretrained(
-        str(target_dir), dtype=torch.float32 if device.type == "cpu" else torch.bfloat16
-    )
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    c = model.config
-    stream = torch.tensor([t for e in examples for t in e.ids], dtype=torch.long)
-    if opts.from_ is not None:
-        from_cfg = json.loads((Path(opts.from_) / "config.json").read_text())
-        dv = int(from_cfg.get("draft_vocab_size", c.vocab_size))
-        layer_ids = list(from_cfg.get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids") or [])
-        layer_ids = layer_ids or eagle3.default_layer_ids(c.num_hidden_layers)
-        theta = float(from_cfg.get("rope_theta") or 10000)
-    else:
-        dv = c.vocab_size // 2 if c.vocab_size <= 64000 else 32000
-        layer_ids = eagle3.default_layer_ids(c.num_hidden_layers)
-        theta = float(getattr(c, "rope_theta", None) or 10000)
-    cfg = eagle3.modelopt_config(c, dv, layer_ids, rope_theta=theta)
-    eagle3.convert(model, cfg)
-    coverage = None
-    if opts.from_ is not None:
-        eagle3.init_from_export(model, Path(opts.from_))
-        init = f"fine-tuned from {opts.from_}"
-    else:
-        counts = torch.bincount(stream, minlength=c.vocab_size)
-        used, d2t, coverage = eagle3.draft_vocab(
-            counts, dv, bos=c.bos_token_id, eos=c.eos_token_id, pad=c.pad_token_id
-        )
-        eagle3.init_from_target(model, used, d2t)
-        init = "from scratch (draft vocab: the most frequent tokens of the self-distilled data)"
-    if device.type != "cpu":  # the target stays bf16; the head trains in fp32 under autocast
-        model.to(device)
-        model.eagle_module.float()
-    params = eagle3.freeze_for_training(model)
-    model.train()
-    seq = min(opts.seq_len, max(8, int(stream.numel()) - 1))
-
-    def step_fn(gen: Any) -> tuple[Any, dict[str, float]]:
-        # one global batch of batch_size × world windows from the shared generator; this rank's slice
-        starts = torch.randint(0, int(stream.numel()) - seq + 1, (opts.batch_size * world,), generator=gen)
-        mine = starts.tolist()[rank * opts.batch_size : (rank + 1) * opts.batch_size]
-        x = torch.stack([stream[s : s + seq] for s in mine]).to(device)
-        return eagle3.train_step(model, x)
-
-    fp = hashlib.sha256(
-        json.dumps(
-            [data_hash, str(opts.from_), opts.seed, opts.batch_size, world, seq, opts.lr, dv, layer_ids]
-        ).encode()
-    ).hexdigest()
-    lcfg = LoopConfig(
-        max_steps=opts.max_steps,
-        lr=opts.lr,
-        checkpoint_every=opts.checkpoint_every,
-        max_minutes=opts.max_minutes,
-        seed=opts.seed,
-    )
-    res = loop.run(
-        "eagle3", params, step_fn, lcfg, opts.out / "checkpoints", resume=opts.resume, progress=opts.progress, fingerprint=fp
-    )
-    if res.stopped == "interrupted" or rank != 0:
-        return res.to_dict()
-    written = eagle3.export(model.float().cpu(), artifact)
-    return {
-        **res.to_dict(),
-        "trainer": "ModelOpt mtsp.convert(model, [('eagle', EAGLE3_DEFAULT_CFG['config'] + overrides)]), "
-        "its forward and loss (TTT steps, self-logit distillation on the draft vocab); "
-        "toolkit.train.loop (AdamW, warm-up + cosine)",
-        "init": init,
-        "draft_vocab_size": dv,
-        "draft_vocab_coverage": round(coverage, 4) if coverage is not None else None,
-        "aux_layer_ids": layer_ids,
-        "batch": [opts.batch_size, seq],
-        "lr": opts.lr,
-        "train_tokens": int(stream.numel()),
-        "export": "modelopt.torch.export.export_speculative_decoding; layers.0.* -> midlayer.*, float16, d2t int64",
-        "export_keys": written["keys"],
-    }
 
 
 def write_overlay(rpath: Path, rec: Any, out: Path, field_name: str, artifact: Path) -> Path:

@@ -16,7 +16,7 @@ def holdout_metrics(
 
     rec = load_recipe(recipe)
     n = sum(1 for line in Path(holdout_file).read_text().splitlines() if line.strip())
-    gamma = _draft_len(rec)
+    gamma = _draft_len(rec)  # plan probes γ = 1..gamma (chains); trees and windows probe their own shapes
     res = plan(
         recipe,
         prompts_file=holdout_file,
@@ -33,9 +33,11 @@ def holdout_metrics(
     )
     if res.probe is None or not res.probe.configs:
         raise RuntimeError(f"plan ran no acceptance probe for {recipe}: {res.notes}")
-    cfg = next((c for c in res.probe.configs if c.settings.get("max_draft_len") == gamma), res.probe.configs[0])
+    # the recipe's own configuration among the probed ones (γ for a chain, the whole tree for Medusa)
+    own = [c for c in res.probe.configs if all(getattr(rec.speculative, k, None) == v for k, v in c.settings.items())]
+    cfg = own[0] if own else res.probe.configs[0]
     pred = next(
-        (p for p in res.predictions if p.settings.get("max_draft_len") == gamma),
+        (p for p in res.predictions if p.settings == cfg.settings),
         max(res.predictions, key=lambda p: p.speedup[1]) if res.predictions else None,
     )
     return {
