@@ -1103,9 +1103,13 @@ def doctor(
 
 @cli.command("train-draft")
 @click.argument("recipe")
-@click.option("--data", required=True, help="Workload: bundled name, .jsonl of prompts, or a HF datasets dir.")
+@click.option(
+    "--data", required=True, help="Workload: bundled name, .jsonl of prompts, or a HF datasets dir."
+)
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output dir.")
-@click.option("--from", "from_", type=click.Path(file_okay=False, path_type=Path), help="Fine-tune this head.")
+@click.option(
+    "--from", "from_", type=click.Path(file_okay=False, path_type=Path), help="Fine-tune this head."
+)
 @click.option("--generate-with", help="URL or workdir of a running deployment that generates the data.")
 @click.option("--holdout", default=0.25, show_default=True, type=float, help="Held-out fraction.")
 @click.option("--max-steps", default=200, show_default=True, type=int)
@@ -1115,16 +1119,28 @@ def doctor(
 @click.option("--batch-size", default=8, show_default=True, type=int)
 @click.option("--seq-len", default=256, show_default=True, type=int)
 @click.option("--lr", default=1e-3, show_default=True, type=float)
-@click.option("--gen-tokens", default=128, show_default=True, type=int, help="Max tokens per generated response.")
-@click.option("--eval-tokens", default=64, show_default=True, type=int, help="Tokens per hold-out probe prompt.")
+@click.option(
+    "--gen-tokens", default=128, show_default=True, type=int, help="Max tokens per generated response."
+)
+@click.option(
+    "--eval-tokens", default=64, show_default=True, type=int, help="Tokens per hold-out probe prompt."
+)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--threads", type=int, help="torch threads for training (default: torch's).")
-@click.option("--dry-run", is_flag=True, help="Print the multi-GPU launch command, memory and steps; train nothing.")
+@click.option(
+    "--dry-run", is_flag=True, help="Print the multi-GPU launch command, memory and steps; train nothing."
+)
 @click.option("--gpus", default=8, show_default=True, type=int, help="--dry-run: GPUs per node.")
-@click.option("--config", "config_json", type=click.Path(dir_okay=False, path_type=Path),
-              help="--dry-run: the target's config.json when the recipe names a hub id.")
+@click.option(
+    "--config",
+    "config_json",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="--dry-run: the target's config.json when the recipe names a hub id.",
+)
 @json_option
-def train_draft(recipe: str, dry_run: bool, gpus: int, config_json: Path | None, as_json: bool, **kw: Any) -> None:
+def train_draft(
+    recipe: str, dry_run: bool, gpus: int, config_json: Path | None, as_json: bool, **kw: Any
+) -> None:
     """Train the draft (EAGLE-3 head) for a workload on the target's own outputs; report hold-out τ before/after."""
     from toolkit.progress import steps
     from toolkit.train.api import TrainOptions

@@ -39,8 +39,8 @@ def _train(out: Path, prompts: Path, *extra: str):
 @pytest.mark.tritonserver
 def test_train_draft_eagle3_builds_serves_losslessly_and_resumes(tmp_path):
     from safetensors import safe_open
-
     from triton_support import live_deployment
+
     from toolkit.build import build
     from toolkit.recipe import load_recipe
     from toolkit.train.eagle3 import EXPORT_KEYS

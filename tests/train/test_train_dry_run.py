@@ -18,7 +18,17 @@ RECIPE = "recipes/llama-3.1-8b-eagle3.yaml"
 def _dry(*extra: str) -> dict:
     r = CliRunner().invoke(
         cli,
-        ["train-draft", RECIPE, "--data", "chat", "--out", "/data/eagle3-chat", "--dry-run", "--json", *extra],
+        [
+            "train-draft",
+            RECIPE,
+            "--data",
+            "chat",
+            "--out",
+            "/data/eagle3-chat",
+            "--dry-run",
+            "--json",
+            *extra,
+        ],
         catch_exceptions=False,
     )
     assert r.exit_code == 0, r.output
@@ -53,3 +63,14 @@ def test_dry_run_memory_estimate_from_config_facts(monkeypatch):
     assert abs(mem["total"] - (mem["target weights"] + mem["head+optimizer"] + mem["activations"])) < 0.02
     # steps per epoch = ceil(tokens / (batch × seq × GPUs))
     assert d["steps_per_epoch"] == -(-d["tokens_per_epoch"] // (1 * 2048 * 4))
+
+
+def test_dry_run_with_a_given_config_json(monkeypatch):
+    """--config: a target the catalogue does not know (here the tiny target's config.json, whose
+    parameter count models/tiny/README.md states: 5,770,496)."""
+    monkeypatch.chdir(ROOT)
+    d = _dry("--gpus", "2", "--config", "models/tiny/target/config.json")
+    assert d["facts"]["target"]["parameters"] == 5_770_496
+    # the shipped tiny head (draft vocab 1024 = 2048 // 2) has 1,377,280 parameters (models/tiny/README.md)
+    assert d["facts"]["head_params"] == 1_377_280
+    assert d["argv"][:6] == ["torchrun", "--standalone", "--nnodes", "1", "--nproc-per-node", "2"]

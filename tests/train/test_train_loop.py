@@ -64,7 +64,16 @@ def test_resume_refuses_another_runs_checkpoint_and_a_missing_one(tmp_path):
     cfg = LoopConfig(max_steps=2, checkpoint_every=1)
     run("toy", list(m.parameters()), _step_fn(m), cfg, tmp_path, progress=False, fingerprint="A")
     with pytest.raises(UsageError, match="other inputs"):
-        run("toy", list(m.parameters()), _step_fn(m), cfg, tmp_path, resume=True, progress=False, fingerprint="B")
+        run(
+            "toy",
+            list(m.parameters()),
+            _step_fn(m),
+            cfg,
+            tmp_path,
+            resume=True,
+            progress=False,
+            fingerprint="B",
+        )
     with pytest.raises(UsageError, match="no checkpoint"):
         run("toy", list(m.parameters()), _step_fn(m), cfg, tmp_path / "none", resume=True, progress=False)
 

@@ -26,7 +26,6 @@ from toolkit._fs import atomic_write
 from toolkit.errors import UsageError
 from toolkit.progress import Step, quiet
 from toolkit.train import data as data_mod
-from toolkit.train.loop import LoopConfig
 
 # mode -> the `models` field the trained artifact replaces, and its directory under OUT
 TRAINABLE = {"eagle3": "eagle_head", "medusa": "medusa_heads", "draft_target": "draft"}
@@ -123,7 +122,11 @@ def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quie
     t = time.monotonic()
     if rank == 0:
         examples, gen_info = data_mod.self_distill(
-            train_p, target=target, cache_dir=out / "data", max_new=opts.gen_tokens, generate_with=opts.generate_with
+            train_p,
+            target=target,
+            cache_dir=out / "data",
+            max_new=opts.gen_tokens,
+            generate_with=opts.generate_with,
         )
         gen_info["seconds"] = round(time.monotonic() - t, 1)
         progress(
@@ -139,7 +142,11 @@ def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quie
     _barrier()
     if rank != 0:
         examples, gen_info = data_mod.self_distill(
-            train_p, target=target, cache_dir=out / "data", max_new=opts.gen_tokens, generate_with=opts.generate_with
+            train_p,
+            target=target,
+            cache_dir=out / "data",
+            max_new=opts.gen_tokens,
+            generate_with=opts.generate_with,
         )
 
     artifact = out / HEAD_DIRS[mode]
@@ -234,7 +241,7 @@ def write_overlay(rpath: Path, rec: Any, out: Path, field_name: str, artifact: P
 
     raw = load_yaml(rpath)
     models = dict(raw.get("models") or {})
-    for key, src in list(models.items()):
+    for key in list(models):
         p = rec.local_path(getattr(rec.models, key)) if getattr(rec.models, key, None) is not None else None
         if p is not None:
             models[key] = _rel(p, out)

@@ -74,7 +74,14 @@ def _load_hf_dir(path: Path) -> tuple[str, list[TrainPrompt]]:
             text = row["text"]
         elif "messages" in cols or "conversations" in cols:
             msgs = row.get("messages") or row.get("conversations")
-            text = next((m.get("content") or m.get("value") for m in msgs if m.get("role", m.get("from")) in ("user", "human")), None)
+            text = next(
+                (
+                    m.get("content") or m.get("value")
+                    for m in msgs
+                    if m.get("role", m.get("from")) in ("user", "human")
+                ),
+                None,
+            )
         else:
             raise UsageError(
                 f"{path}: no `prompt`, `text` or `messages` column (columns: {', '.join(sorted(cols))})"
@@ -214,7 +221,11 @@ def _endpoint_generator(where: str, target: Path) -> Callable[[str, int], Exampl
         r = client.generate(text, max_new, temperature=0.0)
         ids = [int(i) for i in tok(text)["input_ids"]]
         full = [int(i) for i in tok(text + r.text)["input_ids"]]
-        out = full[len(ids) :] if full[: len(ids)] == ids else [int(i) for i in tok(r.text, add_special_tokens=False)["input_ids"]]
+        out = (
+            full[len(ids) :]
+            if full[: len(ids)] == ids
+            else [int(i) for i in tok(r.text, add_special_tokens=False)["input_ids"]]
+        )
         return Example(text, ids, out)
 
     return gen

@@ -79,7 +79,9 @@ def modelopt_config(
     return cfg
 
 
-def draft_vocab(counts: Any, draft_vocab_size: int, *, bos: int, eos: int, pad: int) -> tuple[Any, Any, float]:
+def draft_vocab(
+    counts: Any, draft_vocab_size: int, *, bos: int, eos: int, pad: int
+) -> tuple[Any, Any, float]:
     """The `draft_vocab_size` most frequent target tokens (+ </s>), sorted by id; d2t = used - arange.
 
     `counts`: a tensor of token counts over the training tokens. Returns (used ids, d2t, coverage)."""
@@ -125,17 +127,24 @@ def init_from_export(model: Any, head_dir: Path) -> None:
     from toolkit.errors import ModelError
 
     sd = load_file(str(Path(head_dir) / "model.safetensors"))
-    state = {(k.replace("midlayer.", "layers.0.", 1) if k.startswith("midlayer.") else k): v for k, v in sd.items()}
+    state = {
+        (k.replace("midlayer.", "layers.0.", 1) if k.startswith("midlayer.") else k): v for k, v in sd.items()
+    }
     em = model.eagle_module
     own = em.state_dict()
     missing = sorted(k for k in own if k not in state and not k.startswith("rotary"))
     if missing:
-        raise ModelError(f"{head_dir}: the EAGLE-3 head has no {', '.join(missing[:4])}", hint="pass a head exported by sdtk or ModelOpt")
+        raise ModelError(
+            f"{head_dir}: the EAGLE-3 head has no {', '.join(missing[:4])}",
+            hint="pass a head exported by sdtk or ModelOpt",
+        )
     with torch.no_grad():
         for k, v in state.items():
             if k in own:
                 if own[k].shape != v.shape:
-                    raise ModelError(f"{head_dir}: {k} has shape {list(v.shape)}, the target needs {list(own[k].shape)}")
+                    raise ModelError(
+                        f"{head_dir}: {k} has shape {list(v.shape)}, the target needs {list(own[k].shape)}"
+                    )
                 own[k].copy_(v.to(own[k].dtype))
 
 
@@ -189,4 +198,5 @@ def export(model: Any, out_dir: Path) -> dict[str, Any]:
     from toolkit._fs import publish_dir
 
     publish_dir(tmp_dir, out_dir)
-    return {"modelopt_export_keys": sorted(raw), "keys": sorted(sd), "config": ecfg}
+    params = sum(v.numel() for k, v in sd.items() if k != "d2t")
+    return {"modelopt_export_keys": sorted(raw), "keys": sorted(sd), "params": params, "config": ecfg}

@@ -34,7 +34,11 @@ def holdout_metrics(
     if res.probe is None or not res.probe.configs:
         raise RuntimeError(f"plan ran no acceptance probe for {recipe}: {res.notes}")
     # the recipe's own configuration among the probed ones (γ for a chain, the whole tree for Medusa)
-    own = [c for c in res.probe.configs if all(getattr(rec.speculative, k, None) == v for k, v in c.settings.items())]
+    own = [
+        c
+        for c in res.probe.configs
+        if all(getattr(rec.speculative, k, None) == v for k, v in c.settings.items())
+    ]
     cfg = own[0] if own else res.probe.configs[0]
     pred = next(
         (p for p in res.predictions if p.settings == cfg.settings),

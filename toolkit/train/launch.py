@@ -98,14 +98,15 @@ def dry_run(recipe: str | Path, opts: Any, *, gpus: int = 8, config_json: Path |
         facts = hub.facts_from_config(json.loads(Path(config_json).read_text()), cite=str(config_json))
     else:
         facts = hub.resolve(rec.models.target, role="target", recipe=rec, fetch="none").facts
-    need = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size")
-    if facts.parameters is None or any(getattr(facts, k) is None for k in need):
+    if facts.parameters is None and facts.known:
+        facts.parameters = hub.estimate_parameters(facts)  # as hub.inspect does for a bare config
+    dims = (facts.hidden_size, facts.intermediate_size, facts.num_attention_heads, facts.num_key_value_heads)
+    h, inter, nh, nkv = (int(d) if d is not None else 0 for d in dims)
+    if facts.parameters is None or facts.vocab_size is None or not all((h, inter, nh, nkv)):
         raise UsageError(
             f"no config facts for {rec.models.target.describe()} offline",
             hint="pass --config PATH/config.json (the target's), or download its metadata",
         )
-    h, inter = int(facts.hidden_size), int(facts.intermediate_size)
-    nh, nkv = int(facts.num_attention_heads), int(facts.num_key_value_heads)
     hd = int(facts.head_dim or h // nh)
     vocab = int(facts.vocab_size)
     dv = 32000 if vocab > 64000 else vocab // 2
@@ -187,4 +188,7 @@ def _epoch_tokens(opts: Any) -> tuple[int, str]:
     _, prompts = data_mod.load_prompts(opts.data)
     train, _ = data_mod.split(prompts, opts.holdout, opts.seed)
     n = sum(math.ceil(len(p.text) / 4) + min(p.max_tokens, opts.gen_tokens) for p in train)
-    return n, f"estimated: {len(train)} training prompts, prompt tokens ≈ characters / 4, responses ≤ --gen-tokens"
+    return (
+        n,
+        f"estimated: {len(train)} training prompts, prompt tokens ≈ characters / 4, responses ≤ --gen-tokens",
+    )

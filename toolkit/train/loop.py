@@ -189,7 +189,9 @@ def run(
                 step += 1
                 lv = float(loss.detach())
                 ema = lv if ema is None else 0.9 * ema + 0.1 * lv
-                hist.append({"step": step, "loss": round(lv, 5), **{k: round(v, 4) for k, v in metrics.items()}})
+                hist.append(
+                    {"step": step, "loss": round(lv, 5), **{k: round(v, 4) for k, v in metrics.items()}}
+                )
                 bar.update(step, lv, ema)
                 if step % cfg.checkpoint_every == 0:
                     last_ckpt = save(step)

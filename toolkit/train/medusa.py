@@ -87,7 +87,9 @@ def export(model: Any, out_dir: Path, num_heads: int, num_layers: int, base: str
             expected |= {f"{i}.{j}.linear.weight", f"{i}.{j}.linear.bias"}
         expected.add(f"{i}.{num_layers}.weight")
     if set(sd) != expected:
-        raise RuntimeError(f"Medusa export keys differ from the FasterDecoding layout: {sorted(set(sd) ^ expected)}")
+        raise RuntimeError(
+            f"Medusa export keys differ from the FasterDecoding layout: {sorted(set(sd) ^ expected)}"
+        )
     tmp = Path(out_dir).with_name(Path(out_dir).name + ".incomplete")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -103,7 +105,9 @@ def export(model: Any, out_dir: Path, num_heads: int, num_layers: int, base: str
         "base_model_name_or_path": base,
         "torch_dtype": "float16",
         "medusa_head_offsets": {
-            str(i): f"head {i} predicts the token at t+{i + 2} from the target's final (post-norm) hidden state at t"
+            str(
+                i
+            ): f"head {i} predicts the token at t+{i + 2} from the target's final (post-norm) hidden state at t"
             for i in range(num_heads)
         },
         "weight_layout": "{i}.{j}.linear.weight/bias = ResBlock j of head i (x + SiLU(Linear(x)));"

@@ -8,8 +8,10 @@ from typing import Any
 def _row(name: str, m: dict[str, Any]) -> str:
     acc = " ".join(f"{a:.3f}" for a in m["per_position_acceptance"])
     sp = m.get("predicted_speedup")
-    return f"  {name:<7} τ {m['tau']:.3f}   per position [{acc}]   predicted speedup {sp:.3f}×" if sp else (
-        f"  {name:<7} τ {m['tau']:.3f}   per position [{acc}]"
+    return (
+        f"  {name:<7} τ {m['tau']:.3f}   per position [{acc}]   predicted speedup {sp:.3f}×"
+        if sp
+        else (f"  {name:<7} τ {m['tau']:.3f}   per position [{acc}]")
     )
 
 

@@ -183,7 +183,9 @@ def _medusa(target_dir: Path, current: Path | None, stream: Any, opts: Any, devi
         info={
             "trainer": "ModelOpt mtsp.convert(model, [('medusa', {...})]) -> HFMedusaModel forward; "
             "loss = Σ_i 0.8^i CE(head_i(t), softmax(target logits at t+1+i)); backbone frozen",
-            "init": f"fine-tuned from {opts.from_}" if opts.from_ else "from scratch (heads' LM layers = target lm_head)",
+            "init": f"fine-tuned from {opts.from_}"
+            if opts.from_
+            else "from scratch (heads' LM layers = target lm_head)",
             "heads": heads,
             "layers_per_head": layers,
         },
@@ -196,7 +198,9 @@ def _draft(target_dir: Path, current: Path | None, stream: Any, opts: Any, devic
 
     src = Path(opts.from_) if opts.from_ is not None else current
     if src is None:
-        raise UsageError("draft-target training needs a draft architecture: --from DRAFT or models.draft.path")
+        raise UsageError(
+            "draft-target training needs a draft architecture: --from DRAFT or models.draft.path"
+        )
     target = _load_target(target_dir, device)
     model = draft.load(src, fresh=opts.from_ is None, seed=opts.seed).to(device)
     model.train()
@@ -206,7 +210,9 @@ def _draft(target_dir: Path, current: Path | None, stream: Any, opts: Any, devic
         export=lambda d: draft.export(model, d, target_dir),
         info={
             "trainer": "forward KL(p_target ‖ q_draft) at T=1 over the full vocabulary (distillation)",
-            "init": f"fine-tuned from {opts.from_}" if opts.from_ else f"from scratch with the architecture of {src}",
+            "init": f"fine-tuned from {opts.from_}"
+            if opts.from_
+            else f"from scratch with the architecture of {src}",
         },
         key=[str(src)],
     )
