@@ -69,7 +69,7 @@ class TrainResult:
 
     @property
     def next_command(self) -> str:
-        return f"sdtk bench --compare {self.recipe} {self.overlay}"
+        return f"sdtk bench --compare {self.recipe} {self.overlay} --prompts {self.data['holdout_file']}"
 
     def to_dict(self) -> dict[str, Any]:
         tau_b, tau_a = self.before.get("tau"), self.after.get("tau")
