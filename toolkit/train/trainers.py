@@ -7,8 +7,10 @@ drawn from the loop's seeded generator; under torchrun each rank takes its slice
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +52,8 @@ def train(
     device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
     stream = torch.tensor([t for e in examples for t in e.ids], dtype=torch.long)
     builders = {"eagle3": _eagle3, "medusa": _medusa, "draft_target": _draft}
-    trainee = builders[mode](target_dir, current, stream, opts, device)
+    with contextlib.redirect_stdout(sys.stderr):  # ModelOpt prints; stdout carries the --json data
+        trainee = builders[mode](target_dir, current, stream, opts, device)
     seq = min(opts.seq_len, max(8, int(stream.numel()) - 1))
 
     def step_fn(gen: Any) -> tuple[Any, dict[str, float]]:
@@ -77,7 +80,8 @@ def train(
     )  # fmt: skip
     if res.stopped == "interrupted" or rank != 0:
         return res.to_dict()
-    written = trainee.export(artifact)
+    with contextlib.redirect_stdout(sys.stderr):
+        written = trainee.export(artifact)
     return {
         **res.to_dict(),
         **trainee.info,
