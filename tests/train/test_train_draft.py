@@ -33,7 +33,10 @@ def _train(out: Path, prompts: Path, *extra: str):
     args += ["--batch-size", "2", "--seq-len", "48", "--gen-tokens", "12", "--eval-tokens", "8", "--json"]
     r = CliRunner().invoke(cli, [*args, *extra], catch_exceptions=False)
     assert r.exit_code == 0, r.output[-3000:]
-    return json.loads((out / "train_report.json").read_text())
+    report = json.loads((out / "train_report.json").read_text())
+    printed = json.loads(r.stdout)  # stdout is the JSON alone (ModelOpt's prints go to stderr)
+    assert printed["next"] == report["next"] and printed["next"].startswith(f"sdtk bench --compare {RECIPE} ")
+    return report
 
 
 @pytest.mark.tritonserver
