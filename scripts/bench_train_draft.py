@@ -23,6 +23,7 @@ import argparse
 import datetime
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -96,7 +97,8 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
         field = {"eagle3": "eagle_head", "draft_target": "draft", "medusa": "medusa_heads"}[
             rec.speculative.mode
         ]
-        cmd += ["--from", str(rec.local_path(getattr(rec.models, field)))]
+        src = rec.local_path(getattr(rec.models, field))
+        cmd += ["--from", os.path.relpath(src, REPO) if src.is_relative_to(REPO) else str(src)]
     cmd += args.train_args.split()
     l0, t0 = load1(), time.monotonic()
     print(f"[bench_train_draft] sdtk {' '.join(cmd)}", file=sys.stderr, flush=True)
@@ -194,7 +196,7 @@ def render(args: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
         START,
         "## `sdtk train-draft` on CPU: a workload the shipped tiny draft does poorly on",
         "",
-        f"`python scripts/bench_train_draft.py {' '.join(sys.argv[1:])}` ({now}; {cpu_model()}, "
+        f"`python scripts/bench_train_draft.py {shlex.join(sys.argv[1:])}` ({now}; {cpu_model()}, "
         f"{os.cpu_count()} CPUs, shared with other jobs: 1-minute load averages below, start→end of each phase).",
         f"Workload `{args.workload}` (bundled); the hold-out split is never trained on. τ and acceptance per "
         "position: plan's probe on the hold-out prompts (greedy), from `train_report.json`. In-process: "
