@@ -1108,7 +1108,10 @@ def doctor(
 )
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output dir.")
 @click.option(
-    "--from", "from_", type=click.Path(file_okay=False, path_type=Path), help="Fine-tune this head."
+    "--from",
+    "from_",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Fine-tune this head or draft (default: from scratch).",
 )
 @click.option("--generate-with", help="URL or workdir of a running deployment that generates the data.")
 @click.option("--holdout", default=0.25, show_default=True, type=float, help="Held-out fraction.")
@@ -1141,7 +1144,7 @@ def doctor(
 def train_draft(
     recipe: str, dry_run: bool, gpus: int, config_json: Path | None, as_json: bool, **kw: Any
 ) -> None:
-    """Train the draft (EAGLE-3 head) for a workload on the target's own outputs; report hold-out τ before/after."""
+    """Train the EAGLE-3 head, Medusa heads or draft model for a workload; report hold-out τ before/after."""
     from toolkit.progress import steps
     from toolkit.train.api import TrainOptions
 

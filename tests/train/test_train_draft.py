@@ -85,6 +85,23 @@ def test_train_draft_eagle3_builds_serves_losslessly_and_resumes(tmp_path):
         checks = {c["name"]: c["status"] for c in dep.validation["checks"]}
         assert checks["correctness"] == "passed", dep.validation
         assert dep.validation["acceptance"]["accepted_tokens"] > 0, dep.validation
+        # --generate-with: the deployment generates the same self-distillation data as the reference
+        # runtime did (lossless serving: the target's own greedy continuation)
+        from transformers import AutoTokenizer
+
+        from toolkit.train.data import TrainPrompt, self_distill
+
+        cached = [json.loads(x) for x in Path(sd["path"]).read_text().splitlines()][:2]
+        ps = [TrainPrompt(c["prompt"], "x", 12) for c in cached]
+        served, info = self_distill(
+            ps, target=ROOT / "models" / "tiny" / "target", cache_dir=tmp_path / "gw", max_new=12,
+            generate_with=dep.http_url,
+        )  # fmt: skip
+        assert info["source"].startswith("endpoint:") and info["cached"] is False
+        tok = AutoTokenizer.from_pretrained(str(ROOT / "models" / "tiny" / "target"))
+        for c, e in zip(cached, served, strict=True):
+            assert e.prompt_ids == c["prompt_ids"]
+            assert tok.decode(e.output_ids) == tok.decode(c["output_ids"])
 
     # --resume continues from the saved step (2) to the new budget, with the cached data
     rep2 = _train(out, prompts, "--max-steps", "3", "--checkpoint-every", "1", "--resume")

@@ -24,12 +24,13 @@ from typing import Any
 
 from toolkit._fs import atomic_write
 from toolkit.errors import UsageError
+from toolkit.modes import DRAFT_TARGET, EAGLE3, MEDUSA
 from toolkit.progress import Step, quiet
 from toolkit.train import data as data_mod
 
 # mode -> the `models` field the trained artifact replaces, and its directory under OUT
-TRAINABLE = {"eagle3": "eagle_head", "medusa": "medusa_heads", "draft_target": "draft"}
-HEAD_DIRS = {"eagle3": "eagle3", "medusa": "medusa", "draft_target": "draft"}
+TRAINABLE = {EAGLE3: "eagle_head", MEDUSA: "medusa_heads", DRAFT_TARGET: "draft"}
+HEAD_DIRS = {EAGLE3: "eagle3", MEDUSA: "medusa", DRAFT_TARGET: "draft"}
 
 
 @dataclass

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.modes import EAGLE3
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
 TTT_STEPS = 4  # ModelOpt's EAGLE-3 training-time test unrolls 4 draft steps (shared/reference §3)
@@ -92,7 +93,7 @@ def dry_run(recipe: str | Path, opts: Any, *, gpus: int = 8, config_json: Path |
         raise UsageError(f"--gpus must be ≥ 1, got {gpus}")
     rpath = resolve_recipe_path(recipe)
     rec = load_recipe(rpath)
-    if rec.speculative.mode != "eagle3":
+    if rec.speculative.mode != EAGLE3:
         raise UsageError(f"--dry-run sizes EAGLE-3 training; {rpath.name} uses mode {rec.speculative.mode}")
     if config_json is not None:
         facts = hub.facts_from_config(json.loads(Path(config_json).read_text()), cite=str(config_json))

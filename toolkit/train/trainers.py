@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import UsageError
+from toolkit.modes import DRAFT_TARGET, EAGLE3, MEDUSA
 
 
 @dataclass
@@ -51,7 +52,7 @@ def train(
     world, _ = loop.dist_world()
     device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
     stream = torch.tensor([t for e in examples for t in e.ids], dtype=torch.long)
-    builders = {"eagle3": _eagle3, "medusa": _medusa, "draft_target": _draft}
+    builders = {EAGLE3: _eagle3, MEDUSA: _medusa, DRAFT_TARGET: _draft}
     with contextlib.redirect_stdout(sys.stderr):  # ModelOpt prints; stdout carries the --json data
         trainee = builders[mode](target_dir, current, stream, opts, device)
     seq = min(opts.seq_len, max(8, int(stream.numel()) - 1))
