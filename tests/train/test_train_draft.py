@@ -109,3 +109,60 @@ def test_train_draft_eagle3_builds_serves_losslessly_and_resumes(tmp_path):
     assert [e["step"] for e in rep2["training"]["log"]] == [1, 2, 3]
     assert rep2["training"]["log"][:2] == rep["training"]["log"]
     assert rep2["data"]["self_distillation"]["cached"] is True
+
+
+@pytest.mark.parametrize(
+    ("recipe", "artifact"),
+    [("tiny-medusa", "medusa"), ("tiny-draft-target", "draft")],
+    ids=["medusa", "draft"],
+)
+def test_train_draft_medusa_and_draft_export_and_stay_lossless(tmp_path, recipe, artifact):
+    """Medusa heads (FasterDecoding layout) and a distilled draft: a few steps, exported where the
+    overlay points, loaded by the reference runtime, whose speculative output equals its greedy one."""
+    from toolkit.recipe import load_recipe
+    from toolkit.reference import ReferenceRuntime
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p, "max_tokens": 12}) + "\n" for p in PROMPTS))
+    out = tmp_path / "td"
+    args = [
+        "train-draft",
+        str(ROOT / "recipes" / f"{recipe}.yaml"),
+        "--data",
+        str(prompts),
+        "--out",
+        str(out),
+    ]
+    args += ["--holdout", "0.3", "--batch-size", "2", "--seq-len", "48", "--gen-tokens", "12"]
+    args += ["--eval-tokens", "8", "--max-steps", "2", "--json"]
+    r = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output[-3000:]
+    rep = json.loads(r.stdout)
+    assert rep["training"]["steps"] == 2 and rep["artifact"] == str(out / artifact)
+    shipped = ROOT / "models" / "tiny" / artifact
+    if artifact == "medusa":
+        from safetensors import safe_open
+
+        with (
+            safe_open(str(out / "medusa" / "model.safetensors"), "pt") as f,
+            safe_open(str(shipped / "model.safetensors"), "pt") as g,
+        ):
+            assert sorted(f.keys()) == sorted(g.keys())  # the FasterDecoding keys of the shipped heads
+        assert (out / "medusa" / "medusa_lm_head.safetensors").resolve() == (
+            out / "medusa" / "model.safetensors"
+        )
+    else:
+        assert (out / "draft" / "tokenizer.json").read_bytes() == (shipped / "tokenizer.json").read_bytes()
+    rec = load_recipe(rep["overlay"])
+    m = rec.models
+    rt = ReferenceRuntime.load(
+        rec.local_path(m.target),
+        draft=rec.local_path(m.draft) if m.draft else None,
+        medusa=rec.local_path(m.medusa_heads) if m.medusa_heads else None,
+        spec=rec.speculative,
+    )
+    for text in PROMPTS[:3]:
+        ids = rt.tokenizer(text)["input_ids"]
+        spec = rt.generate(ids, 24, end_id=-1)
+        assert spec.stats.draft_tokens > 0  # it did speculate
+        assert spec.token_ids == rt.generate(ids, 24, speculative=False, end_id=-1).token_ids
