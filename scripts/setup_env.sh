@@ -21,5 +21,5 @@ if [ -n "${TORCH_INDEX_URL:-}" ]; then
 else
   .venv/bin/python -m pip install -q "torch==2.13.0"
 fi
-.venv/bin/python -m pip install -q -e ".[reference,server,bench,ops,dev]"
+.venv/bin/python -m pip install -q -e ".[reference,server,bench,ops,dev,train]"
 echo "$want" > "$stamp"

@@ -35,7 +35,6 @@ import platform
 import shutil
 import sys
 import sysconfig
-import tempfile
 import time
 from pathlib import Path
 
@@ -526,6 +525,8 @@ def stage_target(args, out: Path, data: Data, report: dict):
 def stage_draft(args, out: Path, data: Data, target, report: dict):
     from transformers import LlamaForCausalLM
 
+    from toolkit.train import draft as tdraft
+
     seed_all(stage_seed(args, "draft"))
     cfg = draft_config(target.config.vocab_size)
     draft = LlamaForCausalLM(cfg)
@@ -534,17 +535,8 @@ def stage_draft(args, out: Path, data: Data, target, report: dict):
     log(f"draft: {n_params(draft) / 1e6:.3f}M params")
 
     def step_fn(step):
-        x = data.mixed_batch(g, args.batch_size, args.seq_len)
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-            tl = target(input_ids=x).logits
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            dl = draft(input_ids=x).logits
-        logp = F.log_softmax(tl.float(), -1)
-        logq = F.log_softmax(dl.float(), -1)
-        kl = (logp.exp() * (logp - logq)).sum(-1).mean()  # forward KL(p_target || q_draft), T=1
-        with torch.no_grad():
-            agree = (tl.argmax(-1) == dl.argmax(-1)).float().mean().item()
-        return kl, {"agree": agree}
+        # forward KL(p_target || q_draft), T=1, full vocab (toolkit.train.draft, as sdtk train-draft)
+        return tdraft.loss(target, draft, data.mixed_batch(g, args.batch_size, args.seq_len))
 
     res = run_training("draft", draft.parameters(), args.draft_steps, 2e-3, step_fn, args.log_every)
     draft.eval()
@@ -577,40 +569,20 @@ def stage_draft(args, out: Path, data: Data, target, report: dict):
     }
 
 
-MEDUSA_HEADS, MEDUSA_LAYERS, MEDUSA_DECAY = 4, 1, 0.8
+MEDUSA_HEADS, MEDUSA_LAYERS = 4, 1  # the loss decay is toolkit.train.medusa.DECAY (0.8)
 
 
 def stage_medusa(args, out: Path, data: Data, report: dict):
-    import modelopt.torch.speculative as mtsp
-    from safetensors.torch import save_file
+    from toolkit.train import medusa as tm
 
     seed_all(stage_seed(args, "medusa"))
     model = load_lm(out / "target")
-    mtsp.convert(model, [("medusa", {"medusa_num_heads": MEDUSA_HEADS, "medusa_num_layers": MEDUSA_LAYERS})])
-    for p in model.parameters():
-        p.requires_grad_(False)
-    with torch.no_grad():
-        for head in model.medusa_heads:
-            head[-1].weight.copy_(model.lm_head.weight)  # Medusa practice: start from the LM head
-    for p in model.medusa_heads.parameters():
-        p.requires_grad_(True)
+    tm.convert(model, MEDUSA_HEADS, MEDUSA_LAYERS)  # heads' LM layers start from the target's lm_head
     model.train()
     g = torch.Generator().manual_seed(stage_seed(args, "medusa"))
 
     def step_fn(step):
-        x = data.mixed_batch(g, args.batch_size, args.seq_len)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            o = model(input_ids=x, freeze_base_model=True)  # ModelOpt HFMedusaModel.forward (no labels)
-        p_base = F.softmax(o.logits.float(), -1)
-        base_arg = o.logits.argmax(-1)
-        loss, accs = 0.0, {}
-        for i, ml in enumerate(o.medusa_logits):
-            # head i at position t <-> target distribution at t+1+i (= the token at t+2+i)
-            lq = F.log_softmax(ml[:, : -(1 + i)].float(), -1)
-            tgt = p_base[:, 1 + i :]
-            loss = loss + (MEDUSA_DECAY**i) * -(tgt * lq).sum(-1).mean()
-            accs[f"acc{i}"] = (ml[:, : -(1 + i)].argmax(-1) == base_arg[:, 1 + i :]).float().mean().item()
-        return loss, accs
+        return tm.loss(model, data.mixed_batch(g, args.batch_size, args.seq_len))
 
     res = run_training(
         "medusa",
@@ -623,47 +595,14 @@ def stage_medusa(args, out: Path, data: Data, report: dict):
     )
     model.eval()
     mdir = out / "medusa"
-    if mdir.exists():
-        shutil.rmtree(mdir)
-    mdir.mkdir(parents=True)
-    sd = {}
-    for k, v in model.state_dict().items():
-        if k.startswith("medusa_heads."):
-            sd[k[len("medusa_heads.") :]] = v.detach().to(torch.float16).contiguous()
-    expected = set()
-    for i in range(MEDUSA_HEADS):
-        for j in range(MEDUSA_LAYERS):
-            expected |= {f"{i}.{j}.linear.weight", f"{i}.{j}.linear.bias"}
-        expected.add(f"{i}.{MEDUSA_LAYERS}.weight")
-    assert set(sd) == expected, sorted(set(sd) ^ expected)
-    save_file(sd, str(mdir / "model.safetensors"), metadata={"format": "pt"})
-    # TensorRT-LLM's examples/medusa/convert_checkpoint.py (and TGI) open medusa_lm_head.safetensors
-    # (or medusa_lm_head.pt); keep one copy of the bytes and expose both names.
-    os.symlink("model.safetensors", mdir / "medusa_lm_head.safetensors")
     rel_target = (Path(args.out) / "target").as_posix()
+    written = tm.export(model, mdir, MEDUSA_HEADS, MEDUSA_LAYERS, rel_target)
     hidden = model.config.hidden_size
-    mcfg = {
-        "architectures": ["MedusaModel"],
-        "medusa_num_heads": MEDUSA_HEADS,
-        "medusa_num_layers": MEDUSA_LAYERS,
-        "hidden_size": hidden,
-        "vocab_size": model.config.vocab_size,
-        "base_model_name_or_path": rel_target,
-        "torch_dtype": "float16",
-        "medusa_head_offsets": {
-            str(i): f"head {i} predicts the token at t+{i + 2} from the target's final "
-            f"(post-norm) hidden state at t"
-            for i in range(MEDUSA_HEADS)
-        },
-        "weight_layout": "{i}.{j}.linear.weight/bias = ResBlock j of head i (x + SiLU(Linear(x)));"
-        f" {{i}}.{MEDUSA_LAYERS}.weight = head i's Linear(hidden->vocab), no bias",
-    }
-    (mdir / "config.json").write_text(json.dumps(mcfg, indent=2) + "\n")
     report["medusa"] = {
         "heads": MEDUSA_HEADS,
         "layers_per_head": MEDUSA_LAYERS,
         "hidden_size": hidden,
-        "params": sum(v.numel() for v in sd.values()),
+        "params": written["params"],
         "dtype": "float16",
         "train_steps": args.medusa_steps,
         "batch": [args.batch_size, args.seq_len],
@@ -679,83 +618,33 @@ def stage_medusa(args, out: Path, data: Data, report: dict):
 EAGLE_LAYER_IDS = [1, 3, 4]
 
 
-def eagle3_modelopt_config(target, draft_vocab_size):
-    from modelopt.torch.speculative.config import EAGLE3_DEFAULT_CFG
-
-    c = target.config
-    cfg = copy.deepcopy(EAGLE3_DEFAULT_CFG["config"])
-    cfg["eagle_architecture_config"].update(
-        {
-            "hidden_size": c.hidden_size,
-            "vocab_size": c.vocab_size,
-            "draft_vocab_size": draft_vocab_size,
-            "intermediate_size": c.intermediate_size,
-            "num_attention_heads": c.num_attention_heads,
-            "num_key_value_heads": c.num_key_value_heads,
-            "head_dim": c.head_dim,
-            "rms_norm_eps": c.rms_norm_eps,
-            "rope_theta": 10000,
-            "rope_scaling": {"rope_type": "default", "rope_theta": 10000},
-            "eagle_aux_hidden_state_layer_ids": list(EAGLE_LAYER_IDS),
-            "torch_dtype": "float16",
-            "bos_token_id": BOS_ID,
-            "eos_token_id": EOS_ID,
-            "pad_token_id": PAD_ID,
-        }
-    )
-    cfg["eagle_use_torch_compile"] = False  # CPU: compile costs ~96 s on the first forward
-    cfg["eagle_export_rope_scaling"] = {}  # keep the trained (default) RoPE in the export
-    return cfg
-
-
 def draft_vocab(data: Data, vocab_size, draft_vocab_size):
     """Most frequent target tokens in the training stream (+ </s>), sorted by id; d2t = used - arange."""
+    from toolkit.train.eagle3 import draft_vocab as shared_draft_vocab
+
     counts = torch.bincount(data.train, minlength=vocab_size)
-    counts[EOS_ID] = counts.max() + 1  # always keep </s>
-    counts[BOS_ID] = -1
-    counts[PAD_ID] = -1
-    # stable tie-break: higher count first, then lower id
-    order = sorted(range(vocab_size), key=lambda i: (-int(counts[i]), i))
-    used = torch.tensor(sorted(order[:draft_vocab_size]), dtype=torch.long)
-    d2t = used - torch.arange(draft_vocab_size)
-    coverage = float(counts[used].clamp_min(0).sum() / counts.clamp_min(0).sum())
-    return used, d2t, coverage
+    return shared_draft_vocab(counts, draft_vocab_size, bos=BOS_ID, eos=EOS_ID, pad=PAD_ID)
 
 
 def stage_eagle3(args, out: Path, data: Data, report: dict):
-    import modelopt.torch.speculative as mtsp
-    from modelopt.torch.export import export_speculative_decoding
-    from safetensors.torch import load_file, save_file
+    from toolkit.train import eagle3 as te
 
     seed_all(stage_seed(args, "eagle3"))
     model = load_lm(out / "target")
     vocab = model.config.vocab_size
     dv = vocab // 2
     used, d2t, coverage = draft_vocab(data, vocab, dv)
-    cfg = eagle3_modelopt_config(model, dv)
-    mtsp.convert(model, [("eagle", cfg)])
+    cfg = te.modelopt_config(model.config, dv, EAGLE_LAYER_IDS)
+    te.convert(model, cfg)
     em = model.eagle_module
-    with torch.no_grad():
-        em.d2t.copy_(d2t)
-        em.lm_head.weight.copy_(model.lm_head.weight[used])  # start from the target head's rows
-        em.norm.weight.copy_(model.model.norm.weight)
-    # ModelOpt's EAGLE-3 layer normalises the fused feature twice: hidden_norm(input_layernorm(g)).
-    # Official EAGLE-3 / TensorRT-LLM / vLLM / SGLang use hidden_norm(g). Freezing input_layernorm's weight
-    # at 1 makes both formulas agree (to ~1e-6), so the checkpoint is exact under either implementation.
-    em.layers[0].input_layernorm.weight.requires_grad_(False)
-    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-    assert all(n.startswith("eagle_module.") for n in trainable), trainable
+    te.init_from_target(model, used, d2t)  # draft LM head = the target head's rows, norm = the target's
+    te.freeze_for_training(model)  # input_layernorm frozen at 1 (see toolkit.train.eagle3)
     model.train()
     g = torch.Generator().manual_seed(stage_seed(args, "eagle3"))
 
     def step_fn(step):
-        x = data.mixed_batch(g, args.eagle_batch_size, args.seq_len)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            o = model(
-                input_ids=x
-            )  # ModelOpt HFEagleModel.forward: base fwd + 3 TTT steps, self-logit distillation
-        accs = {f"acc{i}": float(a) for i, a in enumerate(o.train_acc[0])}
-        return o.loss, accs
+        # ModelOpt HFEagleModel.forward: base fwd + TTT steps, self-logit distillation
+        return te.train_step(model, data.mixed_batch(g, args.eagle_batch_size, args.seq_len))
 
     res = run_training(
         "eagle3",
@@ -769,25 +658,8 @@ def stage_eagle3(args, out: Path, data: Data, report: dict):
     model.eval()
     # ---- export with ModelOpt, then convert to the official single-layer layout ----
     edir = out / "eagle3"
-    if edir.exists():
-        shutil.rmtree(edir)
-    edir.mkdir(parents=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        export_speculative_decoding(model, export_dir=tmp)
-        raw = load_file(str(Path(tmp) / "model.safetensors"))
-        ecfg = json.loads((Path(tmp) / "config.json").read_text())
-    raw_keys = sorted(raw)
-    sd = {}
-    for k, v in raw.items():
-        nk = k.replace("layers.0.", "midlayer.") if k.startswith("layers.0.") else k
-        sd[nk] = v.contiguous() if k == "d2t" else v.to(torch.float16).contiguous()
-    assert sd["d2t"].dtype == torch.int64
-    save_file(sd, str(edir / "model.safetensors"), metadata={"format": "pt"})
-    import transformers
-
-    ecfg["torch_dtype"] = "float16"
-    ecfg["transformers_version"] = transformers.__version__
-    (edir / "config.json").write_text(json.dumps(ecfg, indent=4) + "\n")
+    written = te.export(model, edir)
+    raw_keys = written["modelopt_export_keys"]
     # in-memory module rounded to the exported precision for the equivalence check
     with torch.no_grad():
         for p in em.parameters():
@@ -799,7 +671,7 @@ def stage_eagle3(args, out: Path, data: Data, report: dict):
         "draft_vocab_size": dv,
         "vocab_size": vocab,
         "draft_vocab_token_coverage_train": round(coverage, 4),
-        "params": sum(v.numel() for k, v in sd.items() if k != "d2t"),
+        "params": written["params"],
         "dtype": "float16 (+ d2t int64)",
         "train_steps": args.eagle_steps,
         "batch": [args.eagle_batch_size, args.seq_len],

@@ -1,0 +1,61 @@
+"""A draft model for draft-target, distilled from the target: forward KL(p_target ‖ q_draft) at T=1
+over the full vocabulary, on the target's own (self-distilled) sequences. The same objective
+scripts/train_tiny_models.py trained models/tiny/draft with. Exported with `save_pretrained` in
+float16 plus the target's tokenizer files: the layout `sdtk build` and TensorRT-LLM's converters read."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
+
+
+def load(source: Path, *, fresh: bool, seed: int) -> Any:
+    """The draft to train: `source`'s weights (fine-tuning) or, `fresh`, its architecture with new
+    weights (seeded)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if fresh:
+        torch.manual_seed(seed)
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(source)), dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32)
+
+
+def loss(target: Any, draft: Any, x: Any) -> tuple[Any, dict[str, float]]:
+    import torch
+    import torch.nn.functional as F
+
+    with torch.no_grad(), torch.autocast(x.device.type, dtype=torch.bfloat16):
+        tl = target(input_ids=x).logits
+    with torch.autocast(x.device.type, dtype=torch.bfloat16):
+        dl = draft(input_ids=x).logits
+    logp = F.log_softmax(tl.float(), -1)
+    logq = F.log_softmax(dl.float(), -1)
+    kl = (logp.exp() * (logp - logq)).sum(-1).mean()
+    with torch.no_grad():
+        agree = float((tl.argmax(-1) == dl.argmax(-1)).float().mean())
+    return kl, {"agree": agree}
+
+
+def export(draft: Any, out_dir: Path, target_dir: Path) -> dict[str, Any]:
+    import copy
+
+    import torch
+
+    from toolkit._fs import publish_dir
+
+    tmp = Path(out_dir).with_name(Path(out_dir).name + ".incomplete")
+    shutil.rmtree(tmp, ignore_errors=True)
+    m16 = copy.deepcopy(draft).cpu().to(torch.float16)
+    m16.eval()
+    m16.save_pretrained(str(tmp))
+    copied = []
+    for f in TOKENIZER_FILES:
+        if (Path(target_dir) / f).exists():
+            shutil.copy2(Path(target_dir) / f, tmp / f)
+            copied.append(f)
+    publish_dir(tmp, Path(out_dir))
+    return {"params": sum(p.numel() for p in draft.parameters()), "tokenizer_files": copied}

@@ -1,0 +1,223 @@
+"""One trainer per trainable mode, behind one loop (toolkit.train.loop): EAGLE-3 (ModelOpt `eagle`),
+Medusa (ModelOpt `medusa`), and a draft model distilled from the target (draft-target).
+
+Batches are random windows of `seq_len` tokens over the concatenated self-distilled sequences,
+drawn from the loop's seeded generator; under torchrun each rank takes its slice of one global batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolkit.errors import UsageError
+from toolkit.modes import DRAFT_TARGET, EAGLE3, MEDUSA
+
+
+@dataclass
+class Trainee:
+    params: list[Any]
+    step: Callable[[Any], tuple[Any, dict[str, float]]]  # token batch -> (loss, metrics)
+    export: Callable[[Path], dict[str, Any]]
+    info: dict[str, Any] = field(default_factory=dict)
+    key: list[Any] = field(default_factory=list)  # what else decides the run (resume fingerprint)
+
+
+def train(
+    mode: str,
+    target_dir: Path,
+    current: Path | None,
+    examples: list[Any],
+    opts: Any,
+    artifact: Path,
+    data_hash: str,
+    *,
+    rank: int = 0,
+) -> dict[str, Any]:
+    """Train the mode's draft on `examples`; export it to `artifact` (rank 0). `current`: the
+    recipe's own head/draft (its architecture, when training from scratch needs one)."""
+    import torch
+
+    from toolkit.train import loop
+
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    torch.manual_seed(opts.seed)
+    world, _ = loop.dist_world()
+    device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
+    stream = torch.tensor([t for e in examples for t in e.ids], dtype=torch.long)
+    builders = {EAGLE3: _eagle3, MEDUSA: _medusa, DRAFT_TARGET: _draft}
+    with contextlib.redirect_stdout(sys.stderr):  # ModelOpt prints; stdout carries the --json data
+        trainee = builders[mode](target_dir, current, stream, opts, device)
+    seq = min(opts.seq_len, max(8, int(stream.numel()) - 1))
+
+    def step_fn(gen: Any) -> tuple[Any, dict[str, float]]:
+        starts = torch.randint(0, int(stream.numel()) - seq + 1, (opts.batch_size * world,), generator=gen)
+        mine = starts.tolist()[rank * opts.batch_size : (rank + 1) * opts.batch_size]
+        return trainee.step(torch.stack([stream[s : s + seq] for s in mine]).to(device))
+
+    fp = hashlib.sha256(
+        json.dumps(
+            [mode, data_hash, str(opts.from_), opts.seed, opts.batch_size, world, seq, opts.lr, *trainee.key],
+            default=str,
+        ).encode()
+    ).hexdigest()
+    cfg = loop.LoopConfig(
+        max_steps=opts.max_steps,
+        lr=opts.lr,
+        checkpoint_every=opts.checkpoint_every,
+        max_minutes=opts.max_minutes,
+        seed=opts.seed,
+    )
+    res = loop.run(
+        mode, trainee.params, step_fn, cfg, Path(opts.out) / "checkpoints",
+        resume=opts.resume, progress=opts.progress, fingerprint=fp,
+    )  # fmt: skip
+    if res.stopped == "interrupted" or rank != 0:
+        return res.to_dict()
+    with contextlib.redirect_stdout(sys.stderr):
+        written = trainee.export(artifact)
+    return {
+        **res.to_dict(),
+        **trainee.info,
+        "batch": [opts.batch_size, seq],
+        "gpus_or_processes": world,
+        "lr": opts.lr,
+        "train_tokens": int(stream.numel()),
+        "export": written,
+    }
+
+
+def _load_target(target_dir: Path, device: Any) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(target_dir), dtype=torch.float32 if device.type == "cpu" else torch.bfloat16
+    )
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def _eagle3(target_dir: Path, current: Path | None, stream: Any, opts: Any, device: Any) -> Trainee:
+    import torch
+
+    from toolkit.train import eagle3
+
+    model = _load_target(target_dir, device)
+    c = model.config
+    if opts.from_ is not None:
+        from_cfg = json.loads((Path(opts.from_) / "config.json").read_text())
+        dv = int(from_cfg.get("draft_vocab_size", c.vocab_size))
+        layer_ids = list(from_cfg.get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids") or [])
+        layer_ids = layer_ids or eagle3.default_layer_ids(c.num_hidden_layers)
+        theta = float(from_cfg.get("rope_theta") or 10000)
+    else:
+        dv = c.vocab_size // 2 if c.vocab_size <= 64000 else 32000
+        layer_ids = eagle3.default_layer_ids(c.num_hidden_layers)
+        theta = float(getattr(c, "rope_theta", None) or 10000)
+    eagle3.convert(model, eagle3.modelopt_config(c, dv, layer_ids, rope_theta=theta))
+    coverage = None
+    if opts.from_ is not None:
+        eagle3.init_from_export(model, Path(opts.from_))
+        init = f"fine-tuned from {opts.from_}"
+    else:
+        counts = torch.bincount(stream, minlength=c.vocab_size)
+        used, d2t, coverage = eagle3.draft_vocab(
+            counts, dv, bos=c.bos_token_id, eos=c.eos_token_id, pad=c.pad_token_id
+        )
+        eagle3.init_from_target(model, used, d2t)
+        init = "from scratch (draft vocab: the most frequent tokens of the self-distilled data)"
+    if device.type != "cpu":  # the target stays bf16; the head trains in fp32 under autocast
+        model.to(device)
+        model.eagle_module.float()
+    params = eagle3.freeze_for_training(model)
+    model.train()
+    return Trainee(
+        params=params,
+        step=lambda x: eagle3.train_step(model, x),
+        export=lambda d: _keys(eagle3.export(model.float().cpu(), d)),
+        info={
+            "trainer": "ModelOpt mtsp.convert(model, [('eagle', EAGLE3_DEFAULT_CFG['config'] + overrides)]), "
+            "its forward and loss (TTT steps, self-logit distillation on the draft vocab)",
+            "init": init,
+            "draft_vocab_size": dv,
+            "draft_vocab_coverage": round(coverage, 4) if coverage is not None else None,
+            "aux_layer_ids": layer_ids,
+        },
+        key=[dv, layer_ids],
+    )
+
+
+def _keys(written: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "how": "modelopt.torch.export.export_speculative_decoding; layers.0.* -> midlayer.*, float16, d2t int64",
+        "keys": written["keys"],
+    }
+
+
+def _medusa(target_dir: Path, current: Path | None, stream: Any, opts: Any, device: Any) -> Trainee:
+    from toolkit.train import medusa
+
+    src = Path(opts.from_) if opts.from_ is not None else current
+    heads, layers = 4, 1
+    if src is not None and (src / "config.json").exists():
+        cfg = json.loads((src / "config.json").read_text())
+        heads, layers = int(cfg.get("medusa_num_heads", heads)), int(cfg.get("medusa_num_layers", layers))
+    model = _load_target(target_dir, device)
+    medusa.convert(model, heads, layers)
+    if opts.from_ is not None:
+        medusa.init_from_export(model, Path(opts.from_))
+    if device.type != "cpu":
+        model.to(device)
+        model.medusa_heads.float()
+    model.train()
+    params = [p for p in model.medusa_heads.parameters() if p.requires_grad]
+    return Trainee(
+        params=params,
+        step=lambda x: medusa.loss(model, x),
+        export=lambda d: medusa.export(model.float().cpu(), d, heads, layers, str(target_dir)),
+        info={
+            "trainer": "ModelOpt mtsp.convert(model, [('medusa', {...})]) -> HFMedusaModel forward; "
+            "loss = Σ_i 0.8^i CE(head_i(t), softmax(target logits at t+1+i)); backbone frozen",
+            "init": f"fine-tuned from {opts.from_}"
+            if opts.from_
+            else "from scratch (heads' LM layers = target lm_head)",
+            "heads": heads,
+            "layers_per_head": layers,
+        },
+        key=[heads, layers],
+    )
+
+
+def _draft(target_dir: Path, current: Path | None, stream: Any, opts: Any, device: Any) -> Trainee:
+    from toolkit.train import draft
+
+    src = Path(opts.from_) if opts.from_ is not None else current
+    if src is None:
+        raise UsageError(
+            "draft-target training needs a draft architecture: --from DRAFT or models.draft.path"
+        )
+    target = _load_target(target_dir, device)
+    model = draft.load(src, fresh=opts.from_ is None, seed=opts.seed).to(device)
+    model.train()
+    return Trainee(
+        params=[p for p in model.parameters() if p.requires_grad],
+        step=lambda x: draft.loss(target, model, x),
+        export=lambda d: draft.export(model, d, target_dir),
+        info={
+            "trainer": "forward KL(p_target ‖ q_draft) at T=1 over the full vocabulary (distillation)",
+            "init": f"fine-tuned from {opts.from_}"
+            if opts.from_
+            else f"from scratch with the architecture of {src}",
+        },
+        key=[str(src)],
+    )
