@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from triton_support import STOP_GRACE_S
 
 from toolkit.cli import cli
 from toolkit.recipe import load_recipe
@@ -68,7 +69,9 @@ def workdir(tmp_path_factory, cwd):
     try:
         yield wd, info
     finally:
-        CliRunner().invoke(cli, ["stop", "--workdir", str(wd)])
+        # The short grace of tests/triton_support.py: a graceful stop here took ~10 s and is not what
+        # this module checks (tests/integration/test_deploy.py and test_server_lifecycle.py do).
+        CliRunner().invoke(cli, ["stop", "--workdir", str(wd), "--grace", str(STOP_GRACE_S)])
 
 
 def test_deploy_detached_records_state(workdir):

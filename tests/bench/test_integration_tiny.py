@@ -8,19 +8,24 @@ missing one named. Deployments go through `toolkit.deploy.deployed`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from triton_support import STOP_GRACE_S
 
 from toolkit.bench.api import bench, compare
 from toolkit.bench.errors import BenchAborted
 from toolkit.bench.report import render
 from toolkit.deploy import deployed
 from toolkit.recipe import load_recipe
+from toolkit.server.state import stop_server
 
 from .conftest import tritonserver_missing
 
@@ -36,7 +41,19 @@ def deploy_fn():
         pytest.skip(missing)
     for sub in ("target", "draft"):
         assert (TINY / sub / "config.json").is_file(), f"{TINY / sub} is missing (models/tiny is committed)"
-    return deployed
+    return _deployed
+
+
+@contextlib.contextmanager
+def _deployed(*args: Any, **kwargs: Any) -> Iterator[Any]:
+    """toolkit.deploy.deployed, stopped first with the short grace of tests/triton_support.py (its
+    own stop, graceful for up to 15 s, then finds nothing left to stop): the stop is not what these
+    tests check (tests/server/test_server_lifecycle.py and `sdtk stop` in tests/integration do)."""
+    with deployed(*args, **kwargs) as result:
+        try:
+            yield result
+        finally:
+            stop_server(result.workdir, grace=STOP_GRACE_S)
 
 
 def _server_group(url: str) -> int | None:

@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from triton_support import serving
 
 from toolkit.bench.api import bench, compare, tune
 from toolkit.bench.errors import BenchAborted
@@ -35,7 +36,10 @@ def server(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("bench_live")
     repo = make_fake_repo(root, MODELS)
-    with TritonServer(repo, workdir=root / "wd", model_name="spec", auto_ports=True, ready_timeout=90) as s:
+    # serving(): the short stop grace (tests/triton_support.py); test_server_lifecycle.py checks the graceful stop.
+    with serving(
+        TritonServer(repo, workdir=root / "wd", model_name="spec", auto_ports=True, ready_timeout=90)
+    ) as s:
         yield s
 
 

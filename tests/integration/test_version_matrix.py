@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 import upstream_clients as upstream
-from triton_support import live_deployment
+from triton_support import live_deployment, serving
 
 from toolkit.recipe import load_recipe
 
@@ -261,8 +261,10 @@ def test_reverting_finding_1_fails_as_triton_fails_on_a_gpu(tmp_path):
     )
     assert n == 1, "the BLS's LLM_OUTPUTS tuple moved: update the mutation"
     bls.write_text(reverted)
-    with TritonServer(
-        rendered.path, workdir=tmp_path / "srv", model_name="tensorrt_llm_bls", auto_ports=True
+    # serving(): stopped with the short grace of tests/triton_support.py (a graceful Triton
+    # shutdown waits ~1 s per model; the stop is not what this test checks).
+    with serving(
+        TritonServer(rendered.path, workdir=tmp_path / "srv", model_name="tensorrt_llm_bls", auto_ports=True)
     ) as server:
         r = httpx.post(
             f"{server.http_url}/v2/models/tensorrt_llm_bls/generate",

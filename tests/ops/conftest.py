@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from triton_support import tritonserver_missing
+from triton_support import STOP_GRACE_S, tritonserver_missing
 
 from toolkit.recipe import parse_recipe
 
@@ -74,4 +74,4 @@ def live_triton(tmp_path_factory):
     try:
         yield server
     finally:
-        server.stop()
+        server.stop(grace=STOP_GRACE_S)  # the stop is not under test here (test_server_lifecycle.py)

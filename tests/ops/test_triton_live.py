@@ -132,39 +132,31 @@ def _deploy_path_missing() -> str | None:
     return None
 
 
-def test_tiny_recipe_deployment_exports_acceptance(tmp_path):
-    """A real `sdtk deploy tiny-eagle3` (reference backend, CPU) probed by the exporter."""
+@pytest.mark.parametrize("served", ["tiny-eagle3"], indirect=True)
+def test_tiny_recipe_deployment_exports_acceptance(served, tmp_path):
+    """A real tiny-eagle3 deployment (reference backend, CPU) probed by the exporter: the session's
+    shared one (tests/conftest.py `served`, sdtk's deploy() detached; the probes only send traffic).
+    `sdtk deploy tiny-eagle3` on the CLI, with validation, is tests/integration/test_deploy.py's;
+    `sdtk build` of the recipe runs here."""
     why = _deploy_path_missing()
     if why:
         pytest.skip(why)
     from toolkit.client import TritonClient
     from toolkit.ops.monitor import Monitor, SpecMetrics
 
-    work = tmp_path / "work"
     sdtk = [sys.executable, "-m", "toolkit.cli"]
     env = {**os.environ, "SDTK_DEBUG": "1"}
-    subprocess.run([*sdtk, "build", "tiny-eagle3", "--workdir", str(work)], check=True, env=env, timeout=900)
-    subprocess.run(
-        [*sdtk, "deploy", "tiny-eagle3", "--workdir", str(work), "--detach", "--auto-ports"],
-        check=True,
-        env=env,
-        timeout=900,
-    )
-    states = sorted(work.rglob("state.json"))
-    server_dir = states[0].parent if states else work
-    try:
-        client = TritonClient.from_workdir(server_dir)
-        metrics = SpecMetrics()
-        mon = Monitor(
-            client.url, model=client.model, metrics=metrics, interval=0.05, client=client, draft_len=3
-        )
-        assert all(r.ok for r in [mon.probe(), mon.probe()])
-        text = metrics.exposition()
-        accepted = [
-            float(line.split()[-1])
-            for line in text.splitlines()
-            if line.startswith("sdtk_spec_accepted_tokens_total{")
-        ]
-        assert accepted and accepted[0] > 0, text
-    finally:
-        subprocess.run([*sdtk, "stop", "--workdir", str(server_dir)], env=env, timeout=120)
+    subprocess.run([*sdtk, "build", "tiny-eagle3", "--workdir", str(tmp_path / "work")], check=True, env=env,
+                   timeout=900)  # fmt: skip
+    _, deployment = served
+    client = TritonClient.from_workdir(deployment.workdir)
+    metrics = SpecMetrics()
+    mon = Monitor(client.url, model=client.model, metrics=metrics, interval=0.05, client=client, draft_len=3)
+    assert all(r.ok for r in [mon.probe(), mon.probe()])
+    text = metrics.exposition()
+    accepted = [
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("sdtk_spec_accepted_tokens_total{")
+    ]
+    assert accepted and accepted[0] > 0, text

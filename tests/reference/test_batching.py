@@ -108,7 +108,10 @@ def test_adaptive_draft_len_is_reported_and_lossless(
         assert divergence_problem(hf_target, ids, r.token_ids, ref) is None
         for k, v in r.stats.draft_len_histogram.items():
             hist[k] = hist.get(k, 0) + v
-        assert runtime.generate(ids, NEW_TOKENS, spec=fixed, end_id=end_id).stats.draft_len_histogram == {}
+    # A fixed draft length reports no histogram: a property of the configuration, shown on one prompt
+    # (it was repeated for every prompt: 24 more generations of NEW_TOKENS, nothing else checked).
+    ids = prompt_ids[0]
+    assert runtime.generate(ids, NEW_TOKENS, spec=fixed, end_id=end_id).stats.draft_len_histogram == {}
     assert len(hist) > 1 and max(hist) <= 5 and min(hist) >= 1  # it did move
 
 

@@ -12,7 +12,11 @@ from toolkit.errors import GenerationError
 from toolkit.reference import SamplingParams
 from toolkit.reference.sampling import probs
 
-SAMPLES = 3000
+# 1000 draws: the χ² test (α = 0.01, 13 degrees of freedom after pooling) has power > 0.9999 against
+# each broken rule for this prompt's real p and q (noncentrality λ: first token from q, always
+# accepted 268; residual from p instead of max(0, p - q) 126; acceptance min(1, q/p) 231; residual
+# max(0, q - p) 268; critical value 27.7), and 0.997 even against a 10% temperature error (λ 50).
+SAMPLES = 1000
 
 
 def chi2_pvalue(counts: Counter[int], p: torch.Tensor, n: int) -> float:

@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import pytest
+from triton_support import serving
 
 from toolkit.client import (
     AsyncTritonClient,
@@ -38,7 +39,8 @@ def server(tmp_path_factory):
     add_model(repo, "ensemble", decoupled=True, max_batch_size=8, token_delay_ms=2)
     add_model(repo, "ensemble_sync", decoupled=False, max_batch_size=0)
     add_model(repo, "tensorrt_llm_bls", decoupled=False, max_batch_size=4, bls=True)
-    with TritonServer(repo, workdir=root / "wd", auto_ports=True, ready_timeout=60) as s:
+    # serving(): the short stop grace (tests/triton_support.py); test_server_lifecycle.py checks the graceful stop.
+    with serving(TritonServer(repo, workdir=root / "wd", auto_ports=True, ready_timeout=60)) as s:
         yield s
 
 

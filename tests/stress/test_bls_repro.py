@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from triton_support import serving
 
 from toolkit.server.launch import TritonServer
 from toolkit.server.state import python_stubs
@@ -25,7 +26,8 @@ pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
 def test_fixed_bls_survives_concurrent_decoupled_sub_requests(tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(REPO, repo)
-    with TritonServer(repo, workdir=tmp_path / "wd", model_name="bls", auto_ports=True) as server:
+    # serving(): the short stop grace of tests/triton_support.py; the stop is not under test here.
+    with serving(TritonServer(repo, workdir=tmp_path / "wd", model_name="bls", auto_ports=True)) as server:
         before = python_stubs(server.pid)
         failures: list[str] = []
 
