@@ -90,6 +90,9 @@ class ModeInfo:
     heads_in_engine: bool = False
     # trtllm-build flags the mode needs besides --speculative_decoding_mode (upstream examples).
     engine_build_args: tuple[str, ...] = ()
+    # `sdtk train-draft`: the modelopt.torch.speculative mode that trains its drafting heads
+    # (mtsp.convert(model, [(modelopt_mode, config)])); None where ModelOpt trains nothing for it.
+    modelopt_mode: str | None = None
 
     def triton_decoding_mode(self, backend: str) -> str:
         if backend == "engine" and self.engine_decoding_mode is not None:
@@ -148,6 +151,7 @@ REGISTRY: tuple[ModeInfo, ...] = (
     ModeInfo(
         EAGLE3,
         source="eagle_head",
+        modelopt_mode="eagle",  # modelopt/torch/speculative: its eagle mode trains EAGLE-3 heads
         decoding_mode=EAGLE3,
         engine_decoding_mode=EAGLE,
         chain=True,
@@ -201,6 +205,7 @@ REGISTRY: tuple[ModeInfo, ...] = (
     ModeInfo(
         MEDUSA,
         source="medusa_heads",
+        modelopt_mode=MEDUSA,  # modelopt/torch/speculative's medusa mode
         decoding_mode=MEDUSA,
         heads_in_engine=True,
         chain=False,

@@ -31,7 +31,7 @@ from toolkit.train import data as data_mod
 
 # mode -> the `models` field the trained artifact replaces, and its directory under OUT
 TRAINABLE = {EAGLE3: "eagle_head", MEDUSA: "medusa_heads", DRAFT_TARGET: "draft"}
-HEAD_DIRS = {EAGLE3: "eagle3", MEDUSA: "medusa", DRAFT_TARGET: "draft"}
+HEAD_DIRS = {EAGLE3: EAGLE3, MEDUSA: MEDUSA, DRAFT_TARGET: "draft"}  # OUT/<dir>: the trained artifact
 
 
 @dataclass

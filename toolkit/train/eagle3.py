@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from toolkit import modes
+
 DEFAULT_LAYER_IDS = (1, 3, 4)  # the tiny family's captured layers (6-layer target)
 EXPORT_KEYS = (
     "d2t",
@@ -104,7 +106,7 @@ def convert(model: Any, cfg: dict[str, Any]) -> Any:
     """Turn a HF causal LM into ModelOpt's HFEagleModel in place; returns the eagle module."""
     import modelopt.torch.speculative as mtsp
 
-    mtsp.convert(model, [("eagle", cfg)])
+    mtsp.convert(model, [(modes.info(modes.EAGLE3).modelopt_mode, cfg)])
     return model.eagle_module
 
 

@@ -17,6 +17,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from toolkit import modes
+
 DECAY = 0.8  # ModelOpt's medusa_decay_coefficient, Medusa's λ_k = 0.8^k
 
 
@@ -25,7 +27,8 @@ def convert(model: Any, num_heads: int, num_layers: int) -> None:
     import modelopt.torch.speculative as mtsp
     import torch
 
-    mtsp.convert(model, [("medusa", {"medusa_num_heads": num_heads, "medusa_num_layers": num_layers})])
+    mode = modes.info(modes.MEDUSA).modelopt_mode
+    mtsp.convert(model, [(mode, {"medusa_num_heads": num_heads, "medusa_num_layers": num_layers})])
     for p in model.parameters():
         p.requires_grad_(False)
     with torch.no_grad():

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit import modes
 from toolkit.errors import UsageError
 from toolkit.modes import DRAFT_TARGET, EAGLE3, MEDUSA
 
@@ -146,7 +147,8 @@ def _eagle3(target_dir: Path, current: Path | None, stream: Any, opts: Any, devi
         step=lambda x: eagle3.train_step(model, x),
         export=lambda d: _keys(eagle3.export(model.float().cpu(), d)),
         info={
-            "trainer": "ModelOpt mtsp.convert(model, [('eagle', EAGLE3_DEFAULT_CFG['config'] + overrides)]), "
+            "trainer": f"ModelOpt mtsp.convert(model, [({modes.info(EAGLE3).modelopt_mode!r}, "
+            "EAGLE3_DEFAULT_CFG['config'] + overrides)]), "
             "its forward and loss (TTT steps, self-logit distillation on the draft vocab)",
             "init": init,
             "draft_vocab_size": dv,
@@ -186,7 +188,8 @@ def _medusa(target_dir: Path, current: Path | None, stream: Any, opts: Any, devi
         step=lambda x: medusa.loss(model, x),
         export=lambda d: medusa.export(model.float().cpu(), d, heads, layers, str(target_dir)),
         info={
-            "trainer": "ModelOpt mtsp.convert(model, [('medusa', {...})]) -> HFMedusaModel forward; "
+            "trainer": f"ModelOpt mtsp.convert(model, [({modes.info(MEDUSA).modelopt_mode!r}, {{...}})]) "
+            "-> HFMedusaModel forward; "
             "loss = Σ_i 0.8^i CE(head_i(t), softmax(target logits at t+1+i)); backbone frozen",
             "init": f"fine-tuned from {opts.from_}"
             if opts.from_
