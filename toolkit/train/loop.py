@@ -96,8 +96,9 @@ def run(
 
     `fingerprint` identifies the run's inputs; a checkpoint of another run is not resumed.
     Under torch.distributed (torchrun) every rank keeps the same generator (step_fn takes its own
-    slice of each global batch), gradients are averaged across ranks, the ranks agree on when to
-    stop, and rank 0 writes the checkpoints."""
+    slice of each global batch and runs its forward through DistributedDataParallel, which
+    averages the gradients across ranks in backward), the ranks agree on when to stop, and rank 0
+    writes the checkpoints."""
     import torch
 
     world, rank = dist_world()
@@ -182,8 +183,6 @@ def run(
                 loss, metrics = step_fn(gen)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
-                if world > 1:
-                    _average_grads(params, world)
                 torch.nn.utils.clip_grad_norm_(params, cfg.clip)
                 opt.step()
                 step += 1
@@ -218,15 +217,6 @@ def dist_world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), dist.get_rank()
     return 1, 0
-
-
-def _average_grads(params: Sequence[Any], world: int) -> None:
-    import torch.distributed as dist
-
-    for p in params:
-        if p.grad is not None:
-            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
-            p.grad.div_(world)
 
 
 def _agree(code: int, world: int) -> int:

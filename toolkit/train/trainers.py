@@ -24,7 +24,8 @@ from toolkit.modes import DRAFT_TARGET, EAGLE3, MEDUSA
 @dataclass
 class Trainee:
     params: list[Any]
-    step: Callable[[Any], tuple[Any, dict[str, float]]]  # token batch -> (loss, metrics)
+    module: Any  # the nn.Module whose forward `step` calls: wrapped in DDP under torchrun
+    step: Callable[[Any, Any], tuple[Any, dict[str, float]]]  # (module, token batch) -> (loss, metrics)
     export: Callable[[Path], dict[str, Any]]
     info: dict[str, Any] = field(default_factory=dict)
     key: list[Any] = field(default_factory=list)  # what else decides the run (resume fingerprint)
@@ -57,11 +58,20 @@ def train(
     with contextlib.redirect_stdout(sys.stderr):  # ModelOpt prints; stdout carries the --json data
         trainee = builders[mode](target_dir, current, stream, opts, device)
     seq = min(opts.seq_len, max(8, int(stream.numel()) - 1))
+    forward = trainee.module
+    if world > 1:  # data parallel: DDP all-reduces the trainable parameters' gradients in backward
+        from torch.nn.parallel import DistributedDataParallel
+
+        forward = DistributedDataParallel(
+            trainee.module,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=True,  # ModelOpt's heads need not use every parameter each step
+        )
 
     def step_fn(gen: Any) -> tuple[Any, dict[str, float]]:
         starts = torch.randint(0, int(stream.numel()) - seq + 1, (opts.batch_size * world,), generator=gen)
         mine = starts.tolist()[rank * opts.batch_size : (rank + 1) * opts.batch_size]
-        return trainee.step(torch.stack([stream[s : s + seq] for s in mine]).to(device))
+        return trainee.step(forward, torch.stack([stream[s : s + seq] for s in mine]).to(device))
 
     fp = hashlib.sha256(
         json.dumps(
@@ -144,7 +154,8 @@ def _eagle3(target_dir: Path, current: Path | None, stream: Any, opts: Any, devi
     model.train()
     return Trainee(
         params=params,
-        step=lambda x: eagle3.train_step(model, x),
+        module=model,
+        step=eagle3.train_step,
         export=lambda d: _keys(eagle3.export(model.float().cpu(), d)),
         info={
             "trainer": f"ModelOpt mtsp.convert(model, [({modes.info(EAGLE3).modelopt_mode!r}, "
@@ -185,7 +196,8 @@ def _medusa(target_dir: Path, current: Path | None, stream: Any, opts: Any, devi
     params = [p for p in model.medusa_heads.parameters() if p.requires_grad]
     return Trainee(
         params=params,
-        step=lambda x: medusa.loss(model, x),
+        module=model,
+        step=medusa.loss,
         export=lambda d: medusa.export(model.float().cpu(), d, heads, layers, str(target_dir)),
         info={
             "trainer": f"ModelOpt mtsp.convert(model, [({modes.info(MEDUSA).modelopt_mode!r}, {{...}})]) "
@@ -214,7 +226,8 @@ def _draft(target_dir: Path, current: Path | None, stream: Any, opts: Any, devic
     model.train()
     return Trainee(
         params=[p for p in model.parameters() if p.requires_grad],
-        step=lambda x: draft.loss(target, model, x),
+        module=model,
+        step=lambda m, x: draft.loss(target, m, x),
         export=lambda d: draft.export(model, d, target_dir),
         info={
             "trainer": "forward KL(p_target ‖ q_draft) at T=1 over the full vocabulary (distillation)",
