@@ -2,9 +2,9 @@
 torch.distributed's gloo backend: a stand-in for the multi-GPU launch (the same code path, NCCL and
 CUDA placement aside, which need GPUs).
 
-Two ranks of 2 sequences each must train exactly what one process trains with the global batch of 4:
-each rank takes its slice of the same global batch and DistributedDataParallel averages the
-gradients, so the exported EAGLE-3 heads agree to float rounding."""
+Two ranks of 2 sequences each must train what one process trains with the global batch of 4 (each
+rank takes its slice of the same global batch and DistributedDataParallel averages the gradients),
+and not what one rank would train alone on its half (the control run)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,20 @@ import pytest
 pytestmark = [pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = str(ROOT / "recipes" / "tiny-eagle3.yaml")
-PROMPTS = ["def read_config(path):", "class LRUCache:", "for i in range(10):", "import os\n", "x = [", "def f(x):"]
+PROMPTS = [
+    "def read_config(path):",
+    "class LRUCache:",
+    "for i in range(10):",
+    "import os\n",
+    "x = [",
+    "def f(x):",
+]
 
 
 def _train(out: Path, prompts: Path, procs: int, batch: int) -> dict:
     args = ["train-draft", RECIPE, "--data", str(prompts), "--out", str(out), "--holdout", "0.34",
             "--batch-size", str(batch), "--seq-len", "32", "--gen-tokens", "8", "--eval-tokens", "4",
-            "--max-steps", "3", "--checkpoint-every", "3", "--threads", "1", "--json"]  # fmt: skip
+            "--max-steps", "3", "--checkpoint-every", "3", "--threads", "1", "--lr", "1e-2", "--json"]  # fmt: skip
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
                 "--nproc-per-node", str(procs)] if procs > 1 else [sys.executable]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -35,24 +42,33 @@ def _train(out: Path, prompts: Path, procs: int, batch: int) -> dict:
     return json.loads((out / "train_report.json").read_text())
 
 
-def test_two_ranks_train_what_one_process_trains_with_their_global_batch(tmp_path):
+def _params(out: Path) -> list:
+    """The trained parameters (float32) of the run's last checkpoint."""
     import torch
-    from safetensors.torch import load_file
 
+    from toolkit.train.loop import latest_checkpoint
+
+    path = latest_checkpoint(out / "checkpoints")
+    assert path is not None
+    return torch.load(path, weights_only=False)["params"]
+
+
+def test_two_ranks_train_what_one_process_trains_with_their_global_batch(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p, "max_tokens": 8}) + "\n" for p in PROMPTS))
     one = _train(tmp_path / "one", prompts, procs=1, batch=4)
     two = _train(tmp_path / "two", prompts, procs=2, batch=2)
+    _train(tmp_path / "half", prompts, procs=1, batch=2)  # control: what a lone rank would train
     assert one["training"]["gpus_or_processes"] == 1 and two["training"]["gpus_or_processes"] == 2
     assert two["training"]["steps"] == 3
-    a = load_file(str(tmp_path / "one" / "eagle3" / "model.safetensors"))
-    b = load_file(str(tmp_path / "two" / "eagle3" / "model.safetensors"))
-    shipped = load_file(str(ROOT / "models" / "tiny" / "eagle3" / "model.safetensors"))
-    assert a.keys() == b.keys()
-    for k in a:
-        if a[k].is_floating_point():
-            moved = (a[k].float() - shipped[k].float()).abs().max() if k in shipped else None
-            diff = (a[k].float() - b[k].float()).abs().max()
-            assert diff <= 2e-3, (k, float(diff), None if moved is None else float(moved))
-        else:
-            assert torch.equal(a[k], b[k]), k
+    a, b, c = _params(tmp_path / "one"), _params(tmp_path / "two"), _params(tmp_path / "half")
+    import torch
+
+    def dist(p: list, q: list) -> float:
+        return float(torch.sqrt(sum(((x - y).double() ** 2).sum() for x, y in zip(p, q, strict=True))))
+
+    # Not bit-identical: bf16 autocast rounds a batch of 4 and two of 2 differently, and AdamW's
+    # first steps turn any difference in a near-zero gradient into a full ±lr step (measured: L2
+    # distance 0.26 against 11.7 for the lone rank's half batch, at lr 1e-2 over 3 steps).
+    same, other = dist(a, b), dist(a, c)
+    assert same < 0.1 * other, (same, other)
