@@ -34,6 +34,32 @@ def enabled(as_json: bool) -> bool:
     return not as_json or sys.stderr.isatty()
 
 
+def rich_bar(title: str, fields: str) -> Any:
+    """A rich Progress on stderr: `title`, the bar, M/N, `fields` (a TextColumn format over the
+    task's fields), elapsed time and ETA. Imports rich: call it only when progress is on."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn(title),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(fields),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    )
+
+
 class Bars:
     """Rich progress bars on stderr, one per level (e.g. warm-up, each concurrency) with its ETA
     and an error count. Disabled, every call is a no-op; a non-terminal stderr gets the bars'
@@ -44,27 +70,7 @@ class Bars:
         self.task: Any = None  # rich's TaskID while a level runs
         self.label = label
         if enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self.bar = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("errors {task.fields[errors]}"),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-                transient=False,
-            )
+            self.bar = rich_bar("[bold]{task.description}", "errors {task.fields[errors]}")
 
     def __enter__(self) -> Bars:
         if self.bar is not None:

@@ -121,15 +121,16 @@ def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quie
         data_mod.write_prompts(out / "data" / "train.jsonl", train_p)
         progress(f"data: {name}, {len(train_p)} training and {len(held_p)} held-out prompts")
         progress("self-distillation: the target's greedy responses to the training prompts")
+
+    def distill() -> tuple[Any, dict[str, Any]]:  # the cached set, once rank 0 has written it
+        return data_mod.self_distill(
+            train_p, target=target, cache_dir=out / "data", max_new=opts.gen_tokens,
+            generate_with=opts.generate_with,
+        )  # fmt: skip
+
     t = time.monotonic()
     if rank == 0:
-        examples, gen_info = data_mod.self_distill(
-            train_p,
-            target=target,
-            cache_dir=out / "data",
-            max_new=opts.gen_tokens,
-            generate_with=opts.generate_with,
-        )
+        examples, gen_info = distill()
         gen_info["seconds"] = round(time.monotonic() - t, 1)
         progress(
             f"self-distillation: {gen_info['tokens']} tokens "
@@ -143,13 +144,7 @@ def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quie
         before["seconds"] = round(time.monotonic() - t, 1)
     _barrier()
     if rank != 0:
-        examples, gen_info = data_mod.self_distill(
-            train_p,
-            target=target,
-            cache_dir=out / "data",
-            max_new=opts.gen_tokens,
-            generate_with=opts.generate_with,
-        )
+        examples, gen_info = distill()
 
     artifact = out / HEAD_DIRS[mode]
     from toolkit.train.trainers import train

@@ -240,26 +240,9 @@ class _Bar:
         self.bar: Any = None
         self.task: Any = None
         if enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
+            from toolkit.progress import rich_bar
 
-            self.bar = Progress(
-                TextColumn(f"[bold]train {name}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("loss {task.fields[loss]} (avg {task.fields[ema]})"),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-            )
+            self.bar = rich_bar(f"[bold]train {name}", "loss {task.fields[loss]} (avg {task.fields[ema]})")
             self.task = self.bar.add_task("train", total=total, completed=start, loss="-", ema="-")
 
     def __enter__(self) -> _Bar:
