@@ -77,7 +77,7 @@ def _record(workdir: Path, pid: int, when: str, failure: str, action: str) -> No
 
 
 def _failure(st: ServerState) -> tuple[str, dict[str, list[int]]] | None:
-    """What failed ("" when nothing), and the dead stubs by model."""
+    """What failed and the dead stubs by model; None while the server and its stubs live."""
     if not _alive_and_ours(st):
         crash = _crash(st)
         return f"tritonserver (pid {st.pid}) exited{crash or ' on its own'}", {}
@@ -131,7 +131,6 @@ def restart_server(workdir: Path, st: ServerState) -> ServerState:
         watchdog_policy=st.watchdog_policy,
         failures=st.failures,
         model_restarts=st.model_restarts,
-        validation=st.validation,
     )
     write_state(workdir, new)
     return new
