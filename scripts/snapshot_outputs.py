@@ -38,8 +38,8 @@ def _dump(path: Path, data: Any) -> None:
 
 def _backends(mode: str) -> list[str]:
     from toolkit.compat import check
-    from toolkit.modes import BACKENDS
     from toolkit.errors import SdtkError
+    from toolkit.modes import BACKENDS
 
     out = []
     for b in BACKENDS[1:]:
