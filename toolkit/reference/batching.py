@@ -23,7 +23,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -46,7 +46,8 @@ class SlotPool:
         self.slots = slots
         self.capacity = capacity
         # The cache holds what the model computes in (float32, or the bf16/fp16 of a recipe's dtype).
-        self.dtype = lm.embed.weight.dtype
+        # cast: torch types a submodule's attribute read as `Tensor | Module` (nn.Module.__getattr__).
+        self.dtype = cast(torch.Tensor, lm.embed.weight).dtype
         self.keys = [self._zeros(capacity) for _ in range(self.layers)]
         self.values = [self._zeros(capacity) for _ in range(self.layers)]
         self.free = list(range(slots))

@@ -104,7 +104,8 @@ def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.
         # prefix, so the output is distributed as the target's (lossless for any proposal).
         assert gen is not None
         pick = lambda row: draw(probs(logits[row], sp), gen)  # noqa: E731
-    node, path = -1, []
+    node = -1
+    path: list[int] = []
     while True:
         y = pick(node + 1)
         nxt = children.get(node, {}).get(y)

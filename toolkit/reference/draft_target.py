@@ -39,7 +39,9 @@ class DraftTargetSpeculator:
         qs: list[torch.Tensor] = []
         sp = ctx.sampling
         for _ in range(k):
-            logits = self.draft.forward(feed, logits_from=len(feed) - 1).logits[-1]
+            out = self.draft.forward(feed, logits_from=len(feed) - 1).logits
+            assert out is not None  # logits_from is inside the fed tokens
+            logits = out[-1]
             if sp.greedy:
                 x = int(logits.argmax())
             else:

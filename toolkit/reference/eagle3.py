@@ -16,7 +16,7 @@ decoder layer has already applied its input_layernorm to g.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -29,6 +29,8 @@ from toolkit.reference.models import Forward, preallocated_cache, read_config, r
 
 
 class Eagle3Head(nn.Module):
+    d2t: torch.Tensor  # a buffer (draft id -> target id offset); declared for the type checker
+
     def __init__(
         self, config: LlamaConfig, num_aux: int, draft_vocab: int, layers: list[int], last_norm: bool
     ):
@@ -65,10 +67,12 @@ class Eagle3Head(nn.Module):
         """Run m inputs after the cache with attention mask `visible` [m, past+m].
         Returns the pre-norm outputs [m, H] and the draft-vocabulary logits [m, draft_vocab]."""
         assert self.embed is not None
-        layer = self.layers[0]
+        # casts: ModuleList items and attributes set on a module read as `Module` / `Tensor | Module`.
+        layer = cast(LlamaDecoderLayer, self.layers[0])
+        hidden_norm = cast(LlamaRMSNorm, layer.hidden_norm)
         emb = self.embed(torch.tensor([tokens], dtype=torch.long))
         x = g[None]
-        attn_in = torch.cat([layer.input_layernorm(emb), layer.hidden_norm(layer.input_layernorm(x))], dim=-1)
+        attn_in = torch.cat([layer.input_layernorm(emb), hidden_norm(layer.input_layernorm(x))], dim=-1)
         attn, _ = layer.self_attn(
             hidden_states=attn_in,
             position_embeddings=self.rotary(x, torch.tensor([positions], dtype=torch.long)),

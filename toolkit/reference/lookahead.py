@@ -59,7 +59,7 @@ class LookaheadSpeculator:
         tokens: list[int] = []
         parents: list[int] = []
         node: dict[tuple[int, int], int] = {}
-        conts = self.pool.get(ctx.tokens[-1], {})
+        conts = self.pool.get(ctx.tokens[-1], OrderedDict())
         if budget > 0:
             for cont in reversed(list(conts)):  # newest first
                 parent = -1

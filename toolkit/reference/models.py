@@ -14,9 +14,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from toolkit.errors import ModelError
@@ -49,7 +50,7 @@ def require_weights(path: Path, what: str, names: Sequence[str] = WEIGHT_FILES) 
     )
 
 
-def load_causal_lm(path: Path, what: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+def load_causal_lm(path: Path, what: str, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
     """An HF causal LM in `dtype` (float32 by default; the weights may be stored in another) and
     eval mode. transformers keeps the rotary inverse frequencies in float32 whatever `dtype` is."""
     from transformers import AutoModelForCausalLM
@@ -66,7 +67,7 @@ def load_causal_lm(path: Path, what: str, dtype: torch.dtype = torch.float32) ->
 
 
 @torch.no_grad()
-def inflate_mlp(model: torch.nn.Module, factor: int) -> None:
+def inflate_mlp(model: PreTrainedModel, factor: int) -> None:
     """Zero-pad every decoder layer's MLP to `factor` × its intermediate width, in place (the
     memory-bound twin, toolkit.membound): gate and up projections get zero rows (and zero bias),
     the down projection zero columns. The new units output silu(0) · 0 = 0, so the function is
@@ -74,7 +75,8 @@ def inflate_mlp(model: torch.nn.Module, factor: int) -> None:
     if factor <= 1:
         return
     layers = getattr(model.get_decoder(), "layers", None)
-    mlps = [getattr(layer, "mlp", None) for layer in layers or ()]
+    # MLP classes differ per architecture: they are checked by their attributes, not by type.
+    mlps: list[Any] = [getattr(layer, "mlp", None) for layer in layers or ()]
     if not mlps or not all(all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj")) for m in mlps):
         raise ModelError(
             f"cannot pad the MLP of a {type(model).__name__}: not a gate/up/down (Llama-style) MLP",
@@ -112,7 +114,7 @@ def _linear(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Linear:
     return lin
 
 
-def step_bytes(model: torch.nn.Module) -> int:
+def step_bytes(model: PreTrainedModel) -> int:
     """Weight bytes one decoding step reads: every parameter but the input embedding (a step
     gathers only its tokens' rows), unless it is tied to the output head."""
     embed = model.get_input_embeddings().weight
@@ -166,7 +168,7 @@ class PreallocLayer(DynamicLayer):
         self.vbuf: torch.Tensor | None = None
         self.length = 0
 
-    def update(  # type: ignore[override]
+    def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
@@ -177,6 +179,7 @@ class PreallocLayer(DynamicLayer):
             kbuf = key_states.new_empty(*key_states.shape[:-2], cap, key_states.shape[-1])
             vbuf = value_states.new_empty(*value_states.shape[:-2], cap, value_states.shape[-1])
             if self.length:
+                assert self.keys is not None and self.values is not None  # set by the previous update
                 kbuf[..., : self.length, :] = self.keys
                 vbuf[..., : self.length, :] = self.values
             self.kbuf, self.vbuf = kbuf, vbuf
@@ -192,13 +195,15 @@ class PreallocLayer(DynamicLayer):
     def crop(self, max_length: int) -> None:
         if max_length <= 0:
             max_length = self.get_seq_length() - abs(max_length)
-        if self.get_seq_length() <= max_length or getattr(self, "kbuf", None) is None or self.vbuf is None:
+        # kbuf and vbuf exist once lazy_initialization has run.
+        kbuf, vbuf = getattr(self, "kbuf", None), getattr(self, "vbuf", None)
+        if self.get_seq_length() <= max_length or kbuf is None or vbuf is None:
             return
         self.length = max(0, max_length)
-        self.keys, self.values = self.kbuf[..., : self.length, :], self.vbuf[..., : self.length, :]
+        self.keys, self.values = kbuf[..., : self.length, :], vbuf[..., : self.length, :]
 
 
-def preallocated_cache(config: object) -> DynamicCache:
+def preallocated_cache(config: PreTrainedConfig) -> DynamicCache:
     """A DynamicCache whose full-attention layers are PreallocLayers (sliding ones stay as they are)."""
     cache = DynamicCache(config=config)
     cache.layers = [PreallocLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
@@ -212,7 +217,7 @@ def is_chain(parents: Sequence[int]) -> bool:
 class CachedLM:
     """An HF decoder-only LM with a DynamicCache that can be cropped and compacted."""
 
-    def __init__(self, model: torch.nn.Module, *, capture: Sequence[int] = ()):
+    def __init__(self, model: PreTrainedModel, *, capture: Sequence[int] = ()):
         self.model = model
         self.config = model.config
         self.decoder = model.get_decoder()
@@ -231,7 +236,9 @@ class CachedLM:
         # Hooks fire in layer order, so the concatenation is in ascending layer order (as ModelOpt's).
         self._hooks = [layers[i].register_forward_hook(self._grab) for i in sorted(set(capture))]
 
-    def _grab(self, _module: torch.nn.Module, _args: object, output: object) -> None:
+    def _grab(
+        self, _module: torch.nn.Module, _args: object, output: torch.Tensor | tuple[torch.Tensor, ...]
+    ) -> None:
         if self._recording:
             self._captured.append(output if isinstance(output, torch.Tensor) else output[0])
 
@@ -257,6 +264,8 @@ class CachedLM:
         if rows != list(range(n)):
             src = torch.tensor(rows, dtype=torch.long) + start
             for layer in self.cache.layers:
+                # Full and sliding attention layers (DynamicLayer and its subclasses) hold keys and values.
+                assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None
                 layer.keys[:, :, start : start + n] = layer.keys.index_select(2, src)
                 layer.values[:, :, start : start + n] = layer.values.index_select(2, src)
         self.crop(start + n)
