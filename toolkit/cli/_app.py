@@ -1,0 +1,99 @@
+"""The `sdtk` group and what every command module shares: the error mapping, the shared
+options and the printers. The commands register on `cli` from the modules beside this one."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from toolkit import __version__
+from toolkit.errors import SdtkError
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
+set_option = click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="FIELD=VALUE",
+    help="Override a recipe field, e.g. --set speculative.max_draft_len=3 (value parsed as YAML).",
+)
+
+
+def _debug() -> bool:
+    return os.environ.get("SDTK_DEBUG", "") not in ("", "0", "false")
+
+
+class _Reported(click.ClickException):
+    """An SdtkError on its way out through click: one line, a hint, the error's exit code."""
+
+    def __init__(self, error: BaseException | str, exit_code: int, hint: str | None):
+        super().__init__(" ".join(str(error).split("\n")))
+        # click declares exit_code a ClassVar; here it is per error, as click reads it from the instance.
+        self.exit_code = exit_code  # type: ignore[misc]
+        self.hint = hint
+
+    def show(self, file: Any = None) -> None:
+        err = file or sys.stderr
+        click.echo(f"error: {self.message}", file=err)
+        if self.hint:
+            click.echo(f"hint: {self.hint}", file=err)
+
+
+class SdtkGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SdtkError as e:
+            if _debug():
+                traceback.print_exc()
+            raise _Reported(e, e.exit_code, e.hint) from None
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, KeyboardInterrupt):
+            raise
+        except Exception as e:  # a bug: still one line unless debugging
+            if _debug():
+                traceback.print_exc()
+            raise _Reported(
+                f"internal error: {e.__class__.__name__}: {e}",
+                70,
+                "rerun with SDTK_DEBUG=1 and report the traceback",
+            ) from None
+
+
+def emit(data: Any, as_json: bool, human: Any = None) -> None:
+    """Print `data` as JSON, or call `human()` to print it for people."""
+    if as_json or human is None:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        human()
+
+
+def _table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
+    from toolkit.checks import print_rows
+
+    print_rows(title, columns, rows)
+
+
+def print_table(title: str | None, checks: Any) -> None:
+    from toolkit.checks import print_table as render
+
+    render(title, checks)
+
+
+@click.group(cls=SdtkGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="sdtk")
+def cli() -> None:
+    """sdtk: build, deploy and benchmark LLMs with speculative decoding on TensorRT-LLM and Triton.
+
+    Recipes are YAML files (or bundled names, see `sdtk recipes list`).
+    Set SDTK_DEBUG=1 for tracebacks.
+    """
+    import logging
+
+    from toolkit.log import install_handler
+
+    install_handler(logging.DEBUG if os.environ.get("SDTK_DEBUG") else logging.INFO)

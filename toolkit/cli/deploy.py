@@ -1,0 +1,234 @@
+"""`sdtk deploy` and `sdtk selftest`: from a recipe to a served, validated deployment."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from toolkit.cli._app import cli, emit, json_option, set_option
+from toolkit.modes import BACKENDS
+
+
+def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, int | None]) -> list[str]:
+    out = [f"serving.host={host}"] if host else []
+    for name, value in zip(("http_port", "grpc_port", "metrics_port"), ports, strict=True):
+        if value is not None:
+            out.append(f"serving.{name}={value}")
+    return out
+
+
+@cli.command()
+@click.argument("recipe")
+@click.option(
+    "--target",
+    type=click.Choice(["local", "k8s", "slurm"]),
+    default="local",
+    show_default=True,
+    help="local: launch tritonserver here; k8s/slurm: render manifests or an sbatch script into --out.",
+)
+@click.option("--backend", type=click.Choice(list(BACKENDS)), help="Overrides `backend`.")
+@click.option(
+    "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Root of deployments (./workdir)."
+)
+@click.option("--render-only", is_flag=True, help="Build and render the model repository; do not launch.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the runbook (build, render, the exact launch argv); run nothing. As `sdtk build --dry-run`.",
+)
+@click.option(
+    "--detach", is_flag=True, help="Leave the server running in the background (see sdtk status/stop)."
+)
+@click.option("--host", help="Bind address. Overrides `serving.host` (default 127.0.0.1).")
+@click.option("--http-port", type=int, help="Overrides `serving.http_port`.")
+@click.option("--grpc-port", type=int, help="Overrides `serving.grpc_port`.")
+@click.option("--metrics-port", type=int, help="Overrides `serving.metrics_port`.")
+@click.option("--auto-ports", is_flag=True, help="Pick free ports instead of the recipe's.")
+@click.option("--tritonserver", type=click.Path(dir_okay=False), help="tritonserver binary to use.")
+@click.option(
+    "--no-validate",
+    is_flag=True,
+    help="Skip the validation (and the short burst of concurrent, cancelled requests) after READY.",
+)
+@click.option(
+    "--on-failure",
+    type=click.Choice(["restart", "restart-model", "stop", "none"]),
+    help="When a Python backend stub or the server dies: restart the server on the same ports "
+    "(ends the requests the dead stub held at once), reload just the dead model, stop, or nothing. "
+    "Foreground, sdtk does it (default: stop and exit 1); --detach starts a watchdog beside the "
+    "server for it (default: restart).",
+)
+@click.option("--restart-on-failure", is_flag=True, help="The same as --on-failure restart.")
+@click.option(
+    "--ready-timeout", default=600.0, show_default=True, type=float, help="Seconds to wait for READY."
+)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="k8s/slurm: output directory.")
+@click.option("--namespace", default="default", show_default=True, help="k8s: namespace.")
+@click.option(
+    "--image", help="k8s/slurm: container image (default: NGC tritonserver for the TRT-LLM version)."
+)
+@click.option("--replicas", default=1, show_default=True, type=int, help="k8s: replicas.")
+@set_option
+@json_option
+def deploy(
+    recipe: str,
+    target: str,
+    backend: str | None,
+    workdir: Path | None,
+    render_only: bool,
+    dry_run: bool,
+    detach: bool,
+    host: str | None,
+    http_port: int | None,
+    grpc_port: int | None,
+    metrics_port: int | None,
+    auto_ports: bool,
+    tritonserver: str | None,
+    no_validate: bool,
+    on_failure: str | None,
+    restart_on_failure: bool,
+    ready_timeout: float,
+    out: Path | None,
+    namespace: str,
+    image: str | None,
+    replicas: int,
+    overrides: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Build, render, launch tritonserver, wait until READY, validate (foreground unless --detach)."""
+    from toolkit.errors import UsageError
+    from toolkit.recipe import load_recipe
+
+    r = load_recipe(recipe, [*overrides, *_serving_overrides(host, (http_port, grpc_port, metrics_port))])
+    if restart_on_failure:
+        if on_failure not in (None, "restart"):
+            raise UsageError(f"--restart-on-failure contradicts --on-failure {on_failure}")
+        on_failure = "restart"
+    if on_failure is None:
+        on_failure = "restart" if detach else "stop"
+    if target != "local":
+        if out is None:
+            raise UsageError(f"--target {target} needs --out DIR")
+        if target == "k8s":
+            from toolkit.ops.k8s import render_k8s
+
+            paths = render_k8s(
+                r, namespace=namespace, image=image, replicas=replicas, out_dir=out, validate=True
+            )
+        else:
+            from toolkit.ops.slurm import render_slurm
+
+            opts = {"container_image": image} if image else {}
+            paths = render_slurm(r, out_dir=out, workdir=str((workdir or Path("workdir")).resolve()), **opts)
+        emit([str(p) for p in paths], as_json, lambda: click.echo("\n".join(str(p) for p in paths)))
+        return
+
+    if dry_run:
+        from toolkit.deploy import plan_deploy
+
+        plan = plan_deploy(r, backend=backend, workdir=workdir, tritonserver=tritonserver)
+        emit(plan.to_dict(), as_json, lambda: click.echo(plan.script(), nl=False))
+        return
+
+    from toolkit.deploy import deploy as run_deploy
+
+    def on_ready(result) -> None:
+        data = result.to_dict()
+        if as_json:
+            keys = ("pid", "http_url", "grpc_url", "metrics_url", "model", "model_repo")
+            emit({**{k: data[k] for k in keys}, **{k: v for k, v in data.items() if k not in keys}}, True)
+        else:
+            click.echo(f"model:    {data['model']} ({data['backend']}, {data['mode']})")
+            click.echo(
+                f"http:     {data['http_url']}\ngrpc:     {data['grpc_url']}\nmetrics:  {data['metrics_url']}"
+            )
+            click.echo(f"repo:     {data['model_repo']}\npid:      {data['pid']}")
+        sys.stdout.flush()
+
+    result = run_deploy(
+        r,
+        backend=backend,
+        workdir=workdir,
+        render_only=render_only,
+        detach=detach,
+        auto_ports=auto_ports,
+        tritonserver=tritonserver,
+        validate=not no_validate,
+        ready_timeout=ready_timeout,
+        on_ready=on_ready,
+        on_failure=on_failure,
+    )
+    if render_only:
+        emit(
+            result.to_dict(),
+            as_json,
+            lambda: click.echo(f"{result.model_repo}\n(entry model: {result.model})"),
+        )
+
+
+@cli.command()
+@click.option("--mode", "modes", multiple=True, help="Test only this mode (repeatable); default: every one.")
+@click.option(
+    "--reference", is_flag=True, help="Use the reference backend even if TensorRT-LLM is installed."
+)
+@click.option(
+    "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Keep checkpoints and logs here."
+)
+@click.option(
+    "--bench-requests", default=2, show_default=True, type=int, help="Requests in each short bench."
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Run nothing: print every step's argv and resolve every container path it needs.",
+)
+@click.option(
+    "--container",
+    metavar="YY.MM",
+    help="With --dry-run: the tritonserver:<yy.mm>-trtllm-python-py3 to plan for "
+    "(default: $NVIDIA_TRITON_SERVER_VERSION, else the newest known).",
+)
+@click.option(
+    "--container-root",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="With --dry-run: resolve container paths under this directory tree instead of /.",
+)
+@json_option
+def selftest(
+    modes: tuple[str, ...],
+    reference: bool,
+    workdir: Path | None,
+    bench_requests: int,
+    dry_run: bool,
+    container: str | None,
+    container_root: Path | None,
+    as_json: bool,
+) -> None:
+    """Random-weight tiny checkpoints → build, deploy, validate, bench, stop for every supported mode.
+
+    The first thing to run on a GPU box, inside NVIDIA's tritonserver:<yy.mm>-trtllm-python-py3
+    container. Without TensorRT-LLM it runs the reference backend (CPU). Exits 1 if any mode fails.
+    With --dry-run it runs nothing and exits 1 if a path the plan needs is missing.
+    """
+    from toolkit.selftest import selftest as run_selftest
+
+    if dry_run:
+        from toolkit.selftest_dry_run import dry_run as plan
+
+        planned = plan(container=container, root=container_root, modes=list(modes) or None)
+        emit(planned.to_dict(), as_json, lambda: click.echo(planned.text(), nl=False))
+        if not planned.ok:
+            sys.exit(1)
+        return
+    if container or container_root:
+        from toolkit.errors import UsageError
+
+        raise UsageError("--container and --container-root go with --dry-run")
+    result = run_selftest(
+        modes=modes or None, workdir=workdir, force_reference=reference, bench_requests=bench_requests
+    )
+    emit(result.to_dict(), as_json, lambda: click.echo(result.table(), nl=False))
+    if not result.ok:
+        sys.exit(1)
