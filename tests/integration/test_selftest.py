@@ -56,7 +56,7 @@ def test_selftest_reference_two_modes(tmp_path):
 
 def test_selftest_plan_with_trtllm():
     """Stand-in versions (TensorRT-LLM cannot be installed here): which (mode, backend) pairs run."""
-    from toolkit.selftest import plan_modes
+    from toolkit.selftest.run import plan_modes
 
     v11 = plan_modes("1.1.0")
     # Without TensorRT-LLM: what 1.1 would run, engine-path modes behind the reference ensemble
@@ -71,7 +71,8 @@ def test_selftest_plan_with_trtllm():
 def test_selftest_reports_the_failing_step_with_its_log_tail(tmp_path):
     """A head whose weights cannot be read: the build (configs only) passes, tritonserver fails to
     load the model, and the row says deploy failed, with the server log's tail in the table."""
-    from toolkit.selftest import SelftestResult, make_checkpoints, run_mode
+    from toolkit.selftest.checkpoints import make_checkpoints
+    from toolkit.selftest.run import SelftestResult, run_mode
 
     paths = make_checkpoints(tmp_path / "checkpoints")
     (paths["eagle_head"] / "model.safetensors").write_bytes(b"not safetensors")

@@ -1,4 +1,4 @@
-"""The selftest's target checkpoint has decisive greedy choices (toolkit/selftest.py MIN_MARGIN):
+"""The selftest's target checkpoint has decisive greedy choices (toolkit/selftest/checkpoints.py MIN_MARGIN):
 validation compares two deployments token for token, so a near-tie that fp16/bf16 rounding can
 flip would fail a correct deployment. Measured with transformers, in float32 and in casts to
 bfloat16 and float16 (which simulate those precisions' rounding)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from toolkit.errors import ModelError, TieProneCheckpoint
-from toolkit.selftest import (
+from toolkit.selftest.checkpoints import (
     MIN_MARGIN,
     PROMPTS,
     VALIDATE_TOKENS,
@@ -60,7 +60,7 @@ def test_tie_prone_target_is_refused(tmp_path):
 
 
 def test_selftest_refuses_a_tie_prone_checkpoint_before_deploying(tmp_path, monkeypatch):
-    from toolkit import selftest as st
+    from toolkit.selftest import run as st
 
     def tie_prone_checkpoints(root, seed=0):
         paths = make_checkpoints(root, seed)

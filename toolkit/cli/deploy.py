@@ -212,10 +212,10 @@ def selftest(
     container. Without TensorRT-LLM it runs the reference backend (CPU). Exits 1 if any mode fails.
     With --dry-run it runs nothing and exits 1 if a path the plan needs is missing.
     """
-    from toolkit.selftest import selftest as run_selftest
+    from toolkit.selftest.run import selftest as run_selftest
 
     if dry_run:
-        from toolkit.selftest_dry_run import dry_run as plan
+        from toolkit.selftest.dry_run import dry_run as plan
 
         planned = plan(container=container, root=container_root, modes=list(modes) or None)
         emit(planned.to_dict(), as_json, lambda: click.echo(planned.text(), nl=False))
