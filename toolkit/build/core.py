@@ -210,9 +210,42 @@ def build(
         recipe = load_recipe(recipe)
     if backend is not None and backend != recipe.backend:
         recipe = recipe.model_copy(update={"backend": backend})  # keeps the recipe's path (private attr)
-    installed = compat.installed_trtllm_version()
 
     # 1. backend and runtime: fail in well under a second when TensorRT-LLM is missing.
+    ctx, runtime = _context(recipe, workdir, dry_run, container, container_root)
+    say(f"{ctx.name}: {recipe.mode} on {ctx.backend} ({ctx.why})")
+
+    # 2. sources and facts.
+    _resolve_sources(ctx, say)
+    _dtype(ctx)
+
+    # 3. preflight.
+    results = _preflight(ctx, runtime, say)
+
+    # 4. plan.
+    steps = {"engine": engine.plan, "llmapi": llmapi.plan, "reference": reference.plan}[ctx.backend](ctx)
+    result = _result(ctx, steps, results)
+    if dry_run:
+        result.script = runbook(ctx, steps, results)
+        result.steps = [{**s.to_dict(), "status": "planned"} for s in steps]
+        result.seconds = time.monotonic() - t0
+        return result
+
+    # 5. run.
+    _run(ctx, steps, result, t0, say)
+    return result
+
+
+def _context(
+    recipe: Recipe,
+    workdir: Path | str | None,
+    dry_run: bool,
+    container: str | None,
+    container_root: Path | str | None,
+) -> tuple[BuildContext, CheckResult]:
+    """The build's context (backend, versions, output root, container layout) and the runtime
+    check; a GPU backend without TensorRT-LLM fails here unless it is a dry run."""
+    installed = compat.installed_trtllm_version()
     try:
         res = choose_backend(recipe, dry_run=dry_run, installed=installed)
     except CompatError as e:
@@ -248,24 +281,24 @@ def build(
         root=root,
         container=containers.layout(trtllm_version=res.version, container=container, root=container_root),
     )
-    say(f"{name}: {recipe.mode} on {res.backend} ({res.why})")
+    return ctx, runtime
 
-    # 2. sources and facts.
-    _resolve_sources(ctx, say)
-    _dtype(ctx)
 
-    # 3. preflight.
+def _preflight(ctx: BuildContext, runtime: CheckResult, say: Progress) -> list[CheckResult]:
+    """Every preflight check, each reported unless it passed; PreflightFailed if any failed."""
     results: list[CheckResult] = [runtime]
     try:
         if ctx.backend != "reference":
             compat.check_recipe(
-                recipe, installed_version=installed, family=ctx.sources["target"].facts.model_type
+                ctx.recipe,
+                installed_version=ctx.installed_version,
+                family=ctx.sources["target"].facts.model_type,
             )
         results.append(CheckResult("backend", PASSED, ctx.why))
     except CompatError as e:
         results.append(CheckResult("backend", preflight.FAILED, str(e), e.hint))
     results += preflight.check_sources(ctx, _needs(ctx))
-    gpus = preflight.visible_gpus() if ctx.backend in compat.GPU_BACKENDS and not dry_run else None
+    gpus = preflight.visible_gpus() if ctx.backend in compat.GPU_BACKENDS and not ctx.dry_run else None
     results += preflight.run_checks(ctx, gpus=gpus)
     if ctx.backend == "engine":
         results += engine.check_converter(ctx)
@@ -281,9 +314,12 @@ def build(
         f"preflight: {sum(r.status == PASSED for r in results)} passed, "
         f"{sum(r.status == SKIPPED for r in results)} skipped"
     )
+    return results
 
-    # 4. plan.
-    steps = {"engine": engine.plan, "llmapi": llmapi.plan, "reference": reference.plan}[ctx.backend](ctx)
+
+def _result(ctx: BuildContext, steps: list[Step], results: list[CheckResult]) -> BuildResult:
+    """The build's result as planned: outputs, commands, sources, preflight (no step has run)."""
+    recipe = ctx.recipe
     outputs = {s.dest.name: str(s.dest) for s in steps if s.dest.parent == ctx.engines}
     commands = [s.argv for s in steps if s.argv is not None]
     llm = None
@@ -299,17 +335,16 @@ def build(
     if ctx.backend == "engine":
         ex = ctx.examples()
         ctx.notes.append(f"converter scripts under {ex.path} ({ex.why})")
-
-    result = BuildResult(
-        recipe=name,
+    return BuildResult(
+        recipe=ctx.name,
         recipe_path=str(recipe.source_path) if recipe.source_path else None,
         mode=recipe.mode,
         backend=ctx.backend,
         backend_why=ctx.why,
         trtllm_version=ctx.version,
         version_source=ctx.version_source,
-        dry_run=dry_run,
-        root=root,
+        dry_run=ctx.dry_run,
+        root=ctx.root,
         outputs=outputs,
         sources=[r.to_dict() for r in ctx.sources.values()],
         preflight=[r.to_dict() for r in results],
@@ -322,17 +357,14 @@ def build(
         llmapi=llm,
     )
 
-    if dry_run:
-        result.script = runbook(ctx, steps, results)
-        result.steps = [{**s.to_dict(), "status": "planned"} for s in steps]
-        result.seconds = time.monotonic() - t0
-        return result
 
-    # 5. run.
+def _run(ctx: BuildContext, steps: list[Step], result: BuildResult, t0: float, say: Progress) -> None:
+    """Run the steps under the build's lock and write build.json (the result, plus when and by what)."""
+    root = ctx.root
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     root.mkdir(parents=True, exist_ok=True)
     extra = {
-        "trtllm": installed,
+        "trtllm": ctx.installed_version,
         "backend": ctx.backend,
         "sources": {r.role: [r.ref, r.commit] for r in ctx.sources.values()},
     }
@@ -353,7 +385,6 @@ def build(
     result.build_json = str(build_json)
     ran = sum(r.status == "ran" for r in records)
     say(f"done: {ran} step(s) ran, {len(records) - ran} up to date; summary in {build_json}")
-    return result
 
 
 @contextlib.contextmanager

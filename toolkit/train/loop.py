@@ -16,10 +16,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit._fs import atomic_path, atomic_write
 from toolkit.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
 
 CKPT_KEEP = 2  # the newest checkpoints kept on disk
 
@@ -103,111 +106,176 @@ def run(
 
     world, rank = dist_world()
 
-    params = [p for p in params if p.requires_grad]
+    trainable = [p for p in params if p.requires_grad]
+    opt = _optimizer(trainable, cfg)
+    warmup = cfg.warmup if cfg.warmup is not None else max(1, min(100, cfg.max_steps // 15))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    st = _Training(trainable, opt, gen, Path(ckpt_dir), fingerprint, rank)
+    if resume:
+        st.load()
+
+    bar = _Bar(progress and rank == 0, name, cfg.max_steps, st.step)
+    t0 = time.monotonic()
+    with _Sigint() as sigint, bar:
+        stopped, last_ckpt = _train(st, step_fn, cfg, warmup, world, bar, sigint, t0)
+    if last_ckpt is None or not last_ckpt.name.endswith(f"{st.step:06d}.pt"):
+        last_ckpt = st.save()  # budget, Ctrl-C or the last step: never lose the work done
+    return LoopResult(
+        steps=st.step,
+        resumed_from=st.resumed,
+        stopped=stopped,
+        seconds=time.monotonic() - t0,
+        final_loss_ema=round(st.ema, 5) if st.ema is not None else None,
+        log=st.hist,
+        checkpoint=str(last_ckpt),
+    )
+
+
+def _optimizer(params: list[torch.Tensor], cfg: LoopConfig) -> torch.optim.AdamW:
+    """AdamW, weight decay on matrices only."""
+    import torch
+
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
-    opt = torch.optim.AdamW(
+    return torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=cfg.lr,
         betas=(0.9, 0.95),
         eps=1e-8,
     )
-    warmup = cfg.warmup if cfg.warmup is not None else max(1, min(100, cfg.max_steps // 15))
-    gen = torch.Generator().manual_seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    start, ema, hist, resumed = 0, None, [], None
-    ckpt_dir = Path(ckpt_dir)
-    if resume:
-        path = latest_checkpoint(ckpt_dir)
+
+
+@dataclass
+class _Training:
+    """What a checkpoint holds and each step advances: the trainable tensors, the optimizer, the
+    batch generator, the step, the loss's moving average and the log."""
+
+    params: list[torch.Tensor]
+    opt: torch.optim.Optimizer
+    gen: torch.Generator
+    ckpt_dir: Path
+    fingerprint: str
+    rank: int  # only rank 0 writes checkpoints
+    step: int = 0
+    ema: float | None = None
+    hist: list[dict[str, float]] = field(default_factory=list)
+    resumed: int | None = None  # the step resumed from
+
+    def load(self) -> None:
+        """Continue from the newest checkpoint; UsageError if there is none, or it is another run's."""
+        import torch
+
+        path = latest_checkpoint(self.ckpt_dir)
         if path is None:
-            raise UsageError(f"--resume: no checkpoint in {ckpt_dir}", hint="run without --resume first")
+            raise UsageError(f"--resume: no checkpoint in {self.ckpt_dir}", hint="run without --resume first")
         state = torch.load(path, weights_only=False)
-        if state["fingerprint"] != fingerprint:
+        if state["fingerprint"] != self.fingerprint:
             raise UsageError(
                 f"--resume: {path} was written by a run with other inputs (recipe, data, seed or head)",
                 hint="resume with the same arguments, or start again without --resume",
             )
         with torch.no_grad():
-            for p, v in zip(params, state["params"], strict=True):
+            for p, v in zip(self.params, state["params"], strict=True):
                 p.copy_(v)
-        opt.load_state_dict(state["optimizer"])
-        gen.set_state(state["generator"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.gen.set_state(state["generator"])
         torch.set_rng_state(state["torch_rng"])
-        start, ema, hist, resumed = state["step"], state["ema"], state["log"], state["step"]
+        self.step, self.ema, self.hist, self.resumed = (
+            state["step"],
+            state["ema"],
+            state["log"],
+            state["step"],
+        )
 
-    def save(step: int) -> Path:
-        path = ckpt_dir / f"step-{step:06d}.pt"
-        if rank != 0:
+    def save(self) -> Path:
+        """Checkpoint the current step (rank 0 writes it; the others return its path)."""
+        import torch
+
+        path = self.ckpt_dir / f"step-{self.step:06d}.pt"
+        if self.rank != 0:
             return path
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
             torch.save(
                 {
-                    "step": step,
-                    "fingerprint": fingerprint,
-                    "params": [p.detach().clone() for p in params],
-                    "optimizer": opt.state_dict(),
-                    "generator": gen.get_state(),
+                    "step": self.step,
+                    "fingerprint": self.fingerprint,
+                    "params": [p.detach().clone() for p in self.params],
+                    "optimizer": self.opt.state_dict(),
+                    "generator": self.gen.get_state(),
                     "torch_rng": torch.get_rng_state(),
-                    "ema": ema,
-                    "log": hist,
+                    "ema": self.ema,
+                    "log": self.hist,
                 },
                 tmp,
             )
-        atomic_write(ckpt_dir / "latest.json", json.dumps({"file": path.name, "step": step}) + "\n")
-        for old in sorted(ckpt_dir.glob("step-*.pt"))[:-CKPT_KEEP]:
+        atomic_write(self.ckpt_dir / "latest.json", json.dumps({"file": path.name, "step": self.step}) + "\n")
+        for old in sorted(self.ckpt_dir.glob("step-*.pt"))[:-CKPT_KEEP]:
             old.unlink()
         return path
 
-    interrupted = False
 
-    def on_sigint(_sig: int, _frame: Any) -> None:
-        nonlocal interrupted
-        interrupted = True
+class _Sigint:
+    """Within it, Ctrl-C sets `hit` instead of raising, so that the loop stops after the step and
+    saves a checkpoint. Signals reach the main thread only: elsewhere it changes nothing."""
 
-    main = threading.current_thread() is threading.main_thread()  # signals reach the main thread only
-    previous = signal.signal(signal.SIGINT, on_sigint) if main else None
-    bar = _Bar(progress and rank == 0, name, cfg.max_steps, start)
-    t0 = time.monotonic()
-    step, stopped, last_ckpt = start, "max_steps", None
-    try:
-        with bar:
-            while step < cfg.max_steps:
-                over = cfg.max_minutes is not None and time.monotonic() - t0 >= cfg.max_minutes * 60
-                code = _agree(2 if interrupted else 1 if over else 0, world)
-                if code:
-                    stopped = "interrupted" if code == 2 else "max_minutes"
-                    break
-                for g in opt.param_groups:
-                    g["lr"] = lr_at(step, cfg.max_steps, cfg.lr, warmup)
-                loss, metrics = step_fn(gen)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, cfg.clip)
-                opt.step()
-                step += 1
-                lv = float(loss.detach())
-                ema = lv if ema is None else 0.9 * ema + 0.1 * lv
-                hist.append(
-                    {"step": step, "loss": round(lv, 5), **{k: round(v, 4) for k, v in metrics.items()}}
-                )
-                bar.update(step, lv, ema)
-                if step % cfg.checkpoint_every == 0:
-                    last_ckpt = save(step)
-    finally:
-        if main:
-            signal.signal(signal.SIGINT, previous)
-    if last_ckpt is None or not last_ckpt.name.endswith(f"{step:06d}.pt"):
-        last_ckpt = save(step)  # budget, Ctrl-C or the last step: never lose the work done
-    return LoopResult(
-        steps=step,
-        resumed_from=resumed,
-        stopped=stopped,
-        seconds=time.monotonic() - t0,
-        final_loss_ema=round(ema, 5) if ema is not None else None,
-        log=hist,
-        checkpoint=str(last_ckpt),
-    )
+    def __init__(self) -> None:
+        self.hit = False
+        self.main = threading.current_thread() is threading.main_thread()
+        self.previous: Any = None
+
+    def __enter__(self) -> _Sigint:
+        if self.main:
+            self.previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.main:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _on_sigint(self, _sig: int, _frame: Any) -> None:
+        self.hit = True
+
+
+def _train(
+    st: _Training,
+    step_fn: Callable[[Any], tuple[Any, dict[str, float]]],
+    cfg: LoopConfig,
+    warmup: int,
+    world: int,
+    bar: _Bar,
+    sigint: _Sigint,
+    t0: float,
+) -> tuple[str, Path | None]:
+    """Steps until max_steps, the wall-clock budget or Ctrl-C (on any rank); checkpoints every
+    `checkpoint_every` steps. Returns why it stopped and the last checkpoint written."""
+    import torch
+
+    stopped, last_ckpt = "max_steps", None
+    while st.step < cfg.max_steps:
+        over = cfg.max_minutes is not None and time.monotonic() - t0 >= cfg.max_minutes * 60
+        code = _agree(2 if sigint.hit else 1 if over else 0, world)
+        if code:
+            stopped = "interrupted" if code == 2 else "max_minutes"
+            break
+        for g in st.opt.param_groups:
+            g["lr"] = lr_at(st.step, cfg.max_steps, cfg.lr, warmup)
+        loss, metrics = step_fn(st.gen)
+        st.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(st.params, cfg.clip)
+        st.opt.step()
+        st.step += 1
+        lv = float(loss.detach())
+        st.ema = lv if st.ema is None else 0.9 * st.ema + 0.1 * lv
+        st.hist.append(
+            {"step": st.step, "loss": round(lv, 5), **{k: round(v, 4) for k, v in metrics.items()}}
+        )
+        bar.update(st.step, lv, st.ema)
+        if st.step % cfg.checkpoint_every == 0:
+            last_ckpt = st.save()
+    return stopped, last_ckpt
 
 
 def dist_world() -> tuple[int, int]:
