@@ -283,7 +283,7 @@ def _deploy(
             if server.pid is not None:
                 update_state(root, server.pid, validation="passed")
             if burst:
-                from toolkit.stress import survive_burst
+                from toolkit.validate import survive_burst
 
                 progress(
                     survive_burst(

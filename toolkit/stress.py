@@ -1,7 +1,8 @@
 """Mixed, concurrent traffic against a live deployment, and what it must not break.
 
-Used three ways: `sdtk deploy` sends a short burst after validation (`survive_burst`), the stress
-tests send a CI-sized run, and `scripts/stress_served.py` sends hundreds of requests per recipe.
+Used three ways: `sdtk deploy` sends a short burst after validation (toolkit.validate.survive_burst),
+the stress tests send a CI-sized run, and `scripts/stress_served.py` sends hundreds of requests per
+recipe.
 
 The traffic (`KINDS`): HTTP `generate`, HTTP `generate_stream`, gRPC streaming, HTTP streams the
 client abandons after the first chunk, gRPC streams it cancels, and malformed requests. The
@@ -23,7 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from toolkit.errors import ServerError
 from toolkit.progress import Bars
 
 KINDS = ("http", "http_stream", "grpc_stream", "abandon", "cancel", "bad")
@@ -328,23 +328,3 @@ def mismatches(report: StressReport, want: dict[tuple[str, int], str]) -> list[O
         for o in report.outcomes
         if o.ok and o.kind in COMPLETE_KINDS and o.text != want[o.prompt, o.max_tokens]
     ]
-
-
-def survive_burst(
-    server: Any, *, decoupled: bool, llmapi: bool = False, n: int = 12, concurrency: int = 4
-) -> str:
-    """`sdtk deploy`'s last check: a short burst of concurrent, streamed, cancelled and malformed
-    requests after validation. Raises ServerError if a stub died or a well-formed request failed."""
-    kinds = KINDS if decoupled else ("http", "bad")
-    traffic = Traffic(server.http_url, server.grpc_url, server.model_name, llmapi=llmapi)
-    report = run(traffic, plan(n, kinds=kinds), concurrency=concurrency, pgid=server.pid)
-    if report.stub_deaths or report.failures:
-        first = report.failures[0] if report.failures else None
-        raise ServerError(
-            f"the deployment did not survive a burst of {n} concurrent requests: "
-            f"{report.stub_deaths} Python stub(s) died, {len(report.failures)} request(s) failed"
-            + (f" (first: {first.kind}: {first.error})" if first else ""),
-            log_path=server.log_path,
-            hint="see the server log (sdtk logs)",
-        )
-    return f"burst: {n} concurrent requests ({', '.join(kinds)}) answered; no Python stub died"

@@ -6,6 +6,9 @@ the baseline greedy ids of the same target, or part from them only at a near-tie
 top choices, toolkit/gate.py and docs/correctness.md; `strict`: identical text); acceptance
 statistics read back through `return_perf_metrics`; three malformed requests, each refused with a
 4xx naming the input.
+
+`survive_burst` is `sdtk deploy`'s last check after these: a short burst of concurrent, streamed,
+cancelled and malformed requests (the traffic of toolkit.stress) that no Python stub may die of.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from toolkit import stress
 from toolkit.checks import FAILED, Check, Status
-from toolkit.errors import SdtkError
+from toolkit.errors import SdtkError, ServerError
 from toolkit.gate import TIE_MARGIN, Divergence, Scorer, judge
 from toolkit.progress import Step, steps
 from toolkit.recipe import DraftTarget, Recipe
@@ -496,3 +500,23 @@ def _acceptance(report: ValidationReport, served: list[Any], recipe: Recipe | No
         report.add(
             "acceptance", "passed", f"{total_a}/{total_d} draft tokens accepted ({rate:.1%})", progress
         )
+
+
+def survive_burst(
+    server: Any, *, decoupled: bool, llmapi: bool = False, n: int = 12, concurrency: int = 4
+) -> str:
+    """`sdtk deploy`'s last check: a short burst of concurrent, streamed, cancelled and malformed
+    requests after validation. Raises ServerError if a stub died or a well-formed request failed."""
+    kinds = stress.KINDS if decoupled else ("http", "bad")
+    traffic = stress.Traffic(server.http_url, server.grpc_url, server.model_name, llmapi=llmapi)
+    report = stress.run(traffic, stress.plan(n, kinds=kinds), concurrency=concurrency, pgid=server.pid)
+    if report.stub_deaths or report.failures:
+        first = report.failures[0] if report.failures else None
+        raise ServerError(
+            f"the deployment did not survive a burst of {n} concurrent requests: "
+            f"{report.stub_deaths} Python stub(s) died, {len(report.failures)} request(s) failed"
+            + (f" (first: {first.kind}: {first.error})" if first else ""),
+            log_path=server.log_path,
+            hint="see the server log (sdtk logs)",
+        )
+    return f"burst: {n} concurrent requests ({', '.join(kinds)}) answered; no Python stub died"
