@@ -24,7 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from toolkit.generate import run_generate
 from toolkit.progress import Bars
+from toolkit.server import procs
+from toolkit.server.state import python_stubs
 
 KINDS = ("http", "http_stream", "grpc_stream", "abandon", "cancel", "bad")
 COMPLETE_KINDS = ("http", "http_stream", "grpc_stream")  # read to the end: their text is checked
@@ -88,8 +91,6 @@ class StressReport:
 
 def server_rss_mb(pgid: int) -> float:
     """Resident memory of a server's whole process group (tritonserver and its stubs), in MiB."""
-    from toolkit.server import procs
-
     total = 0
     for pid in procs.group_members(pgid):
         try:
@@ -279,8 +280,6 @@ def run(
 ) -> StressReport:
     """Send `requests` with up to `concurrency` in flight; stub pids and RSS (when `pgid`, the
     server's process group, is known) before and after. `progress`: a rich bar on stderr."""
-    from toolkit.server.state import python_stubs
-
     report = StressReport(traffic.http_url, traffic.model)
     for i in range(warmup):  # RSS is measured after the caches and allocators have warmed up
         traffic.send("http", PROMPTS[i % len(PROMPTS)], 16)
@@ -312,8 +311,6 @@ def run(
 def baseline_texts(recipe: Any, requests: Sequence[tuple[str, str, int]]) -> dict[tuple[str, int], str]:
     """The target's greedy text for every (prompt, max_tokens) of `requests`, from the in-process
     reference runtime with speculation off: the yardstick for served outputs."""
-    from toolkit.generate import run_generate
-
     out: dict[tuple[str, int], str] = {}
     for _, prompt, max_tokens in requests:
         if (prompt, max_tokens) not in out:

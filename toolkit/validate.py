@@ -19,8 +19,10 @@ from typing import Any
 
 from toolkit import stress
 from toolkit.checks import FAILED, Check, Status
+from toolkit.client import TritonClient
 from toolkit.errors import SdtkError, ServerError
 from toolkit.gate import TIE_MARGIN, Divergence, Scorer, judge
+from toolkit.generate import _runtime, reference_dtype, run_generate
 from toolkit.progress import Step, steps
 from toolkit.recipe import DraftTarget, Recipe
 
@@ -151,7 +153,6 @@ def _baseline_fn(
     `http` is the open client of the validated model (the BLS baseline goes through it).
     """
     if baseline_url:
-        from toolkit.client import TritonClient
 
         def remote(prompt: str) -> str:
             with TritonClient(baseline_url, protocol="http", model=model) as c:
@@ -163,7 +164,6 @@ def _baseline_fn(
         and recipe.backend in ("reference", "auto")
         and recipe.local_path(recipe.models.target)
     ):
-        from toolkit.generate import reference_dtype, run_generate
 
         def local(prompt: str) -> str:
             return run_generate(recipe, prompt, max_tokens, no_speculation=True)["text"]
@@ -194,8 +194,6 @@ def validate_deployment(
     strict: bool = False,
 ) -> ValidationReport:
     """`strict`: the correctness gate requires identical text (no tie allowance)."""
-    from toolkit.client import TritonClient
-
     with TritonClient(http_url, protocol="http", model=model) as http:
         info = http.model_info()
         entry_kind = "bls" if "num_draft_tokens" in info.inputs else "ensemble"
@@ -324,8 +322,6 @@ def serving_dtype(recipe: Recipe | None) -> str:
     if recipe is None:
         return "bfloat16"
     if recipe.backend == "reference":
-        from toolkit.generate import reference_dtype
-
         return reference_dtype(recipe)
     if recipe.dtype != "auto":
         return recipe.dtype
@@ -374,8 +370,6 @@ def _local_scorer(recipe: Recipe) -> Scorer:
 
     def score(ids: list[int]) -> list[float]:
         import torch
-
-        from toolkit.generate import _runtime
 
         model = _runtime(recipe, "float32").target.model
         with torch.inference_mode():

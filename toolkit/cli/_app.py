@@ -11,8 +11,9 @@ from typing import Any
 
 import click
 
-from toolkit import __version__
+from toolkit import __version__, checks
 from toolkit.errors import SdtkError
+from toolkit.log import install_handler
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 set_option = click.option(
@@ -73,15 +74,11 @@ def emit(data: Any, as_json: bool, human: Any = None) -> None:
 
 
 def _table(title: str | None, columns: list[str], rows: list[list[str]]) -> None:
-    from toolkit.checks import print_rows
-
-    print_rows(title, columns, rows)
+    checks.print_rows(title, columns, rows)
 
 
-def print_table(title: str | None, checks: Any) -> None:
-    from toolkit.checks import print_table as render
-
-    render(title, checks)
+def print_table(title: str | None, results: Any) -> None:
+    checks.print_table(title, results)
 
 
 @click.group(cls=SdtkGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -93,7 +90,5 @@ def cli() -> None:
     Set SDTK_DEBUG=1 for tracebacks.
     """
     import logging
-
-    from toolkit.log import install_handler
 
     install_handler(logging.DEBUG if os.environ.get("SDTK_DEBUG") else logging.INFO)

@@ -8,14 +8,13 @@ from typing import Any
 import click
 
 from toolkit.cli._app import cli, emit, json_option, set_option
+from toolkit.errors import UsageError
 from toolkit.progress import enabled as progress_enabled
 
 
 def _ints(value: str | None) -> tuple[int, ...] | None:
     if value is None:
         return None
-    from toolkit.errors import UsageError
-
     try:
         out = tuple(int(v) for v in value.split(",") if v.strip())
     except ValueError:
@@ -111,7 +110,6 @@ def bench(
     """
     from toolkit.bench.api import RunOptions
     from toolkit.deploy import deployed
-    from toolkit.errors import UsageError
 
     levels = _ints(concurrency)
     opts = RunOptions(

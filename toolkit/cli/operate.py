@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from toolkit.cli._app import cli, emit, json_option, print_table
+from toolkit.errors import ServerError, UsageError
 
 workdir_option = click.option(
     "--workdir",
@@ -79,7 +80,6 @@ def restart(model: str, workdir: Path | None, as_json: bool) -> None:
 
 def _running_deployment(workdir: Path | None):
     """(deployment dir, its ServerState) for --workdir, or a one-line error."""
-    from toolkit.errors import UsageError
     from toolkit.server.state import find_deployment, read_state
 
     wd = find_deployment(workdir)
@@ -135,7 +135,6 @@ def validate(
         http_url = url
     else:
         from toolkit.deploy import load_deployed_recipe
-        from toolkit.errors import ServerError
         from toolkit.server.state import dead_stubs, stub_message
 
         wd, st = _running_deployment(workdir)

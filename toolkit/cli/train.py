@@ -9,6 +9,7 @@ import click
 
 from toolkit.cli._app import cli, emit, json_option
 from toolkit.progress import enabled as progress_enabled
+from toolkit.progress import steps
 
 
 @cli.command("train-draft")
@@ -55,7 +56,6 @@ def train_draft(
     recipe: str, dry_run: bool, gpus: int, config_json: Path | None, as_json: bool, **kw: Any
 ) -> None:
     """Train the EAGLE-3 head, Medusa heads or draft model for a workload; report hold-out τ before/after."""
-    from toolkit.progress import steps
     from toolkit.train.api import TrainOptions
 
     opts = TrainOptions(**kw, progress=progress_enabled(as_json))

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit.errors import TieProneCheckpoint
+
 # Layers the EAGLE-3 head captures: TensorRT-LLM's default {1, L//2-1, L-4} for L target layers.
 TARGET_LAYERS = 8
 HEAD_DIM = 64  # a head size every TensorRT-LLM attention kernel family supports (see the docstring)
@@ -259,8 +261,6 @@ def greedy_margins(
 
 def check_margins(target: Path) -> Margins:
     """The target's greedy margins in float32; TieProneCheckpoint below MIN_MARGIN."""
-    from toolkit.errors import TieProneCheckpoint
-
     m = greedy_margins(target)
     if m.min_margin < MIN_MARGIN:
         raise TieProneCheckpoint(

@@ -17,7 +17,10 @@ from typing import Any
 
 from toolkit import containers
 from toolkit import progress as prog
+from toolkit.build import PreflightFailed, build
+from toolkit.deploy import plan_deploy
 from toolkit.errors import SdtkError
+from toolkit.selftest.run import plan_modes, selftest_recipe
 
 
 @dataclass
@@ -124,10 +127,6 @@ def dry_run(
 ) -> DryRun:
     """Plan the self-test of one container (default: the one toolkit.containers.layout picks) and
     resolve its paths under `root` (default: this machine's /)."""
-    from toolkit.build import PreflightFailed, build
-    from toolkit.deploy import plan_deploy
-    from toolkit.selftest.run import plan_modes, selftest_recipe
-
     lay = containers.layout(container=container, root=root)
     version = lay.facts.trtllm_version.value
     plan = plan_modes(version)

@@ -13,8 +13,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit import compat
 from toolkit import progress as prog
+from toolkit.bench.api import bench
+from toolkit.build import build
+from toolkit.build.llmapi import schema_for
+from toolkit.deploy import deploy
+from toolkit.errors import UsageError
 from toolkit.modes import DRAFT_TARGET, EAGLE3, LOOKAHEAD, LOOKAHEAD_FIELDS, MEDUSA, NGRAM, info
+from toolkit.recipe import parse_recipe
 from toolkit.selftest.checkpoints import (
     CAPTURE,
     MIN_MARGIN,
@@ -23,6 +30,8 @@ from toolkit.selftest.checkpoints import (
     check_margins,
     make_checkpoints,
 )
+from toolkit.server.state import server_status, stop_server
+from toolkit.validate import validate_deployment
 
 STEPS = ("build", "deploy", "validate", "bench", "stop")
 WOULD_RUN = "1.1.0"  # the TensorRT-LLM of the newest verified NGC container (toolkit/ops/images.py)
@@ -110,19 +119,14 @@ def _reference(backend: str) -> bool:
 def selftest_recipe(mode: str, backend: str, paths: dict[str, Path], version: str | None) -> Any:
     """`backend`: engine | llmapi | reference | reference-llmapi (the reference backend behind the
     llmapi repository: serving.repository llmapi)."""
-    from toolkit.recipe import parse_recipe
-
     models: dict[str, Any] = {"target": {"path": str(paths["target"])}}
     source = info(mode).source
     if source is not None:
         models[source] = {"path": str(paths[source])}
     spec = _spec(mode)
-    if mode == EAGLE3 and backend == "llmapi" and version is not None:
-        from toolkit.build.llmapi import schema_for
-
-        if not schema_for(version).tree_fields:
-            # 1.0's EagleDecodingConfig has no eagle3_layers_to_capture; CAPTURE is its default anyway
-            spec.pop("layers_to_capture")
+    if mode == EAGLE3 and backend == "llmapi" and version is not None and not schema_for(version).tree_fields:
+        # 1.0's EagleDecodingConfig has no eagle3_layers_to_capture; CAPTURE is its default anyway
+        spec.pop("layers_to_capture")
     data: dict[str, Any] = {
         "name": f"selftest-{backend}-{mode}".replace("_", "-"),
         "backend": "reference" if _reference(backend) else backend,
@@ -147,8 +151,6 @@ def plan_modes(version: str | None) -> list[tuple[str, str]]:
     TensorRT-LLM 1.1 would run, on the reference backend (the engine path's modes behind the
     ensemble repository, the llmapi path's behind the llmapi one)."""
     from packaging.version import Version
-
-    from toolkit import compat
 
     if version is None:
         return [(m, "reference" if b == "engine" else REFERENCE_LLMAPI) for m, b in plan_modes(WOULD_RUN)]
@@ -187,11 +189,6 @@ def run_mode(
 ) -> tuple[ModeResult, Any]:
     """Build → deploy → validate → bench → stop one mode. Returns the result and, with `keep`, the
     running deployment (the baseline others validate against)."""
-    from toolkit.build import build
-    from toolkit.deploy import deploy
-    from toolkit.server.state import stop_server
-    from toolkit.validate import validate_deployment
-
     res = ModeResult(mode, backend)
     t0 = time.monotonic()
     recipe = selftest_recipe(mode, backend, paths, version)
@@ -232,7 +229,6 @@ def run_mode(
         res.steps["validate"] = "passed"
         step = "bench"
         progress(f"{mode} ({backend}): bench")
-        from toolkit.bench.api import bench
 
         # The deployment, not its URL: the llmapi model (and the C++ tensorrt_llm model up to
         # TensorRT-LLM 1.1) returns no token counts, so the recipe's tokenizer counts them.
@@ -268,8 +264,6 @@ def run_mode(
             res.log_tail = "".join(traceback.format_exception_only(type(e), e))
     finally:
         if deployed is not None and not (keep and res.ok):
-            from toolkit.server.state import server_status
-
             stop_server(deployed.workdir)
             stopped = not server_status(deployed.workdir, timeout=1.0).running
             res.steps["stop"] = "passed" if stopped else "failed"
@@ -290,11 +284,8 @@ def selftest(
     progress: prog.Step | None = None,
 ) -> SelftestResult:
     """Run the self-test; see the module docstring. `modes` limits the modes (CI runs two)."""
-    from toolkit.compat import installed_trtllm_version
-    from toolkit.server.state import stop_server
-
     say = progress or prog.steps("selftest")
-    version = None if force_reference else installed_trtllm_version()
+    version = None if force_reference else compat.installed_trtllm_version()
     if version is None:
         note = (
             "TensorRT-LLM is not installed: running the same flow on the reference backend (CPU). "
@@ -308,8 +299,6 @@ def selftest(
     if modes:
         unknown = sorted(set(modes) - {m for m, _ in plan})
         if unknown:
-            from toolkit.errors import UsageError
-
             raise UsageError(
                 f"mode(s) {', '.join(unknown)} not testable here",
                 hint="choose from " + ", ".join(sorted({m for m, _ in plan})),

@@ -23,11 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit import hub
 from toolkit._fs import atomic_write
-from toolkit.errors import UsageError
+from toolkit.errors import SdtkError, UsageError
 from toolkit.modes import DRAFT_TARGET, EAGLE3, MEDUSA
 from toolkit.progress import Step, quiet
+from toolkit.recipe import load_recipe, load_yaml, resolve_recipe_path
 from toolkit.train import data as data_mod
+from toolkit.train.evaluate import holdout_metrics
+from toolkit.train.trainers import train
 
 # mode -> the `models` field the trained artifact replaces, and its directory under OUT
 TRAINABLE = {EAGLE3: "eagle_head", MEDUSA: "medusa_heads", DRAFT_TARGET: "draft"}
@@ -96,8 +100,6 @@ class TrainResult:
 
 def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quiet) -> TrainResult | None:
     """Train and report; under torchrun only rank 0 returns the result (the others None)."""
-    from toolkit.recipe import load_recipe, resolve_recipe_path
-
     rpath = resolve_recipe_path(recipe)
     rec = load_recipe(rpath)
     mode = rec.speculative.mode
@@ -136,7 +138,6 @@ def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quie
             f"self-distillation: {gen_info['tokens']} tokens "
             + ("(cached)" if gen_info["cached"] else f"in {gen_info['seconds']} s")
         )
-        from toolkit.train.evaluate import holdout_metrics
 
         t = time.monotonic()
         progress(f"before: plan's probe of {rpath.name} on the hold-out split")
@@ -147,22 +148,17 @@ def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quie
         examples, gen_info = distill()
 
     artifact = out / HEAD_DIRS[mode]
-    from toolkit.train.trainers import train
 
     current = rec.local_path(getattr(rec.models, TRAINABLE[mode]))
     training = train(mode, target, current, examples, opts, artifact, gen_info["input_hash"], rank=rank)
     if rank != 0:
         return None
     if training["stopped"] == "interrupted":
-        from toolkit.errors import SdtkError
-
         raise SdtkError(
             f"interrupted at step {training['steps']}; checkpoint {training['checkpoint']}",
             hint="continue with the same command and --resume",
         )
     overlay = write_overlay(rpath, rec, out, TRAINABLE[mode], artifact)
-
-    from toolkit.train.evaluate import holdout_metrics
 
     t = time.monotonic()
     progress(f"after: plan's probe of {overlay.name} on the hold-out split")
@@ -196,8 +192,6 @@ def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quie
 
 def _target_dir(rec: Any) -> Path:
     """The target's local directory; a hub id is downloaded (whole snapshot) through toolkit.hub."""
-    from toolkit import hub
-
     r = hub.resolve(rec.models.target, role="target", recipe=rec, fetch="full")
     if r.path is None or not r.weights:
         raise UsageError(
@@ -233,8 +227,6 @@ def write_overlay(rpath: Path, rec: Any, out: Path, field_name: str, artifact: P
     """RECIPE with `models.<field_name>` pointing at the trained artifact, written next to it; the
     recipe's other local paths are rewritten relative to the new file."""
     import yaml
-
-    from toolkit.recipe import load_recipe, load_yaml
 
     raw = load_yaml(rpath)
     models = dict(raw.get("models") or {})

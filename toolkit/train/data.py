@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from toolkit._fs import atomic_write
+from toolkit.bench import load_workload
 from toolkit.errors import UsageError
+from toolkit.server.state import find_deployment, read_state
 
 CACHE_VERSION = 1
 
@@ -45,8 +47,6 @@ def load_prompts(data: str | Path) -> tuple[str, list[TrainPrompt]]:
     """(name, prompts) of `data`: a bundled workload name, a JSONL of prompts (`bench --prompts`
     format), or a local Hugging Face `datasets` directory (`save_to_disk`) with a `prompt`,
     `text` or `messages` column."""
-    from toolkit.bench import load_workload
-
     p = Path(str(data))
     if p.is_dir():
         return _load_hf_dir(p)
@@ -208,8 +208,6 @@ def _endpoint_generator(where: str, target: Path) -> Callable[[str, int], Exampl
 
     url, model = where, "ensemble"
     if not where.startswith(("http://", "https://")) and Path(where).exists():
-        from toolkit.server.state import find_deployment, read_state
-
         st = read_state(find_deployment(Path(where)))
         if st is None:
             raise UsageError(f"no running deployment recorded in {where}", hint="sdtk deploy RECIPE --detach")

@@ -9,6 +9,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from toolkit._fs import publish_dir
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model")
 
 
@@ -44,8 +46,6 @@ def export(draft: Any, out_dir: Path, target_dir: Path) -> dict[str, Any]:
     import copy
 
     import torch
-
-    from toolkit._fs import publish_dir
 
     tmp = Path(out_dir).with_name(Path(out_dir).name + ".incomplete")
     shutil.rmtree(tmp, ignore_errors=True)

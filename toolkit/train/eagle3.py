@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from toolkit import modes
+from toolkit._fs import publish_dir
+from toolkit.errors import ModelError
 
 DEFAULT_LAYER_IDS = (1, 3, 4)  # the tiny family's captured layers (6-layer target)
 EXPORT_KEYS = (
@@ -126,8 +128,6 @@ def init_from_export(model: Any, head_dir: Path) -> None:
     import torch
     from safetensors.torch import load_file
 
-    from toolkit.errors import ModelError
-
     sd = load_file(str(Path(head_dir) / "model.safetensors"))
     state = {
         (k.replace("midlayer.", "layers.0.", 1) if k.startswith("midlayer.") else k): v for k, v in sd.items()
@@ -197,7 +197,6 @@ def export(model: Any, out_dir: Path) -> dict[str, Any]:
     tmp_dir.mkdir(parents=True)
     save_file(sd, str(tmp_dir / "model.safetensors"), metadata={"format": "pt"})
     (tmp_dir / "config.json").write_text(json.dumps(ecfg, indent=4) + "\n")
-    from toolkit._fs import publish_dir
 
     publish_dir(tmp_dir, out_dir)
     params = sum(v.numel() for k, v in sd.items() if k != "d2t")

@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from toolkit.bench.api import plan
+from toolkit.recipe import load_recipe
+
 
 def holdout_metrics(
     recipe: Path, holdout_file: Path, *, tokens: int, seed: int, threads: int | None = 1
 ) -> dict[str, Any]:
-    from toolkit.bench.api import plan
-    from toolkit.recipe import load_recipe
-
     rec = load_recipe(recipe)
     n = sum(1 for line in Path(holdout_file).read_text().splitlines() if line.strip())
     gamma = _draft_len(rec)  # plan probes γ = 1..gamma (chains); trees and windows probe their own shapes

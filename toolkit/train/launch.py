@@ -24,8 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit import hub
 from toolkit.errors import UsageError
 from toolkit.modes import EAGLE3
+from toolkit.recipe import load_recipe, resolve_recipe_path
+from toolkit.train import data as data_mod
+from toolkit.train.api import TrainOptions
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
 TTT_STEPS = 4  # ModelOpt's EAGLE-3 training-time test unrolls 4 draft steps (shared/reference §3)
@@ -87,9 +91,6 @@ def eagle3_head_params(h: int, inter: int, nh: int, nkv: int, hd: int, draft_voc
 
 
 def dry_run(recipe: str | Path, opts: Any, *, gpus: int = 8, config_json: Path | None = None) -> LaunchPlan:
-    from toolkit import hub
-    from toolkit.recipe import load_recipe, resolve_recipe_path
-
     if gpus < 1:
         raise UsageError(f"--gpus must be ≥ 1, got {gpus}")
     rpath = resolve_recipe_path(recipe)
@@ -152,8 +153,6 @@ def dry_run(recipe: str | Path, opts: Any, *, gpus: int = 8, config_json: Path |
 
 def forwarded_options(opts: Any) -> list[str]:
     """The options of this command the launched ranks get (defaults left out)."""
-    from toolkit.train.api import TrainOptions
-
     default = TrainOptions(data="", out=Path())
     out: list[str] = []
     for name, flag in (
@@ -181,8 +180,6 @@ def forwarded_options(opts: Any) -> list[str]:
 def _epoch_tokens(opts: Any) -> tuple[int, str]:
     """Training tokens in one pass: from the self-distillation cache in OUT when there is one,
     else prompts × (prompt + response tokens) with the prompt's tokens estimated at 4 characters each."""
-    from toolkit.train import data as data_mod
-
     cache = sorted(Path(opts.out).glob("data/selfdistill-*.jsonl")) if Path(opts.out).is_dir() else []
     if cache:
         rows = [json.loads(x) for x in cache[-1].read_text().splitlines() if x.strip()]

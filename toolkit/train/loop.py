@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolkit._fs import atomic_path, atomic_write
 from toolkit.errors import UsageError
+from toolkit.progress import rich_bar
 
 if TYPE_CHECKING:
     import torch
@@ -308,8 +309,6 @@ class _Bar:
         self.bar: Any = None
         self.task: Any = None
         if enabled:
-            from toolkit.progress import rich_bar
-
             self.bar = rich_bar(f"[bold]train {name}", "loss {task.fields[loss]} (avg {task.fields[ema]})")
             self.task = self.bar.add_task("train", total=total, completed=start, loss="-", ema="-")
 

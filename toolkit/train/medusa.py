@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from toolkit import modes
+from toolkit._fs import publish_dir
+from toolkit.errors import ModelError
 
 DECAY = 0.8  # ModelOpt's medusa_decay_coefficient, Medusa's λ_k = 0.8^k
 
@@ -42,8 +44,6 @@ def init_from_export(model: Any, heads_dir: Path) -> None:
     """Fine-tuning: FasterDecoding-layout heads back into ModelOpt's module."""
     import torch
     from safetensors.torch import load_file
-
-    from toolkit.errors import ModelError
 
     sd = load_file(str(Path(heads_dir) / "model.safetensors"))
     own = model.medusa_heads.state_dict()
@@ -76,8 +76,6 @@ def export(model: Any, out_dir: Path, num_heads: int, num_layers: int, base: str
     """FasterDecoding layout in `out_dir` (replaced): model.safetensors + its medusa_lm_head name."""
     import torch
     from safetensors.torch import save_file
-
-    from toolkit._fs import publish_dir
 
     sd = {
         k[len("medusa_heads.") :]: v.detach().to(torch.float16).contiguous()

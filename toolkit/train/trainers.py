@@ -19,6 +19,7 @@ from typing import Any
 from toolkit import modes
 from toolkit.errors import UsageError
 from toolkit.modes import DRAFT_TARGET, EAGLE3, MEDUSA
+from toolkit.train import draft, eagle3, loop, medusa
 
 
 @dataclass
@@ -45,8 +46,6 @@ def train(
     """Train the mode's draft on `examples`; export it to `artifact` (rank 0). `current`: the
     recipe's own head/draft (its architecture, when training from scratch needs one)."""
     import torch
-
-    from toolkit.train import loop
 
     if opts.threads:
         torch.set_num_threads(opts.threads)
@@ -121,8 +120,6 @@ def _load_target(target_dir: Path, device: Any) -> Any:
 def _eagle3(target_dir: Path, current: Path | None, stream: Any, opts: Any, device: Any) -> Trainee:
     import torch
 
-    from toolkit.train import eagle3
-
     model = _load_target(target_dir, device)
     c = model.config
     if opts.from_ is not None:
@@ -178,8 +175,6 @@ def _keys(written: dict[str, Any]) -> dict[str, Any]:
 
 
 def _medusa(target_dir: Path, current: Path | None, stream: Any, opts: Any, device: Any) -> Trainee:
-    from toolkit.train import medusa
-
     src = Path(opts.from_) if opts.from_ is not None else current
     heads, layers = 4, 1
     if src is not None and (src / "config.json").exists():
@@ -214,8 +209,6 @@ def _medusa(target_dir: Path, current: Path | None, stream: Any, opts: Any, devi
 
 
 def _draft(target_dir: Path, current: Path | None, stream: Any, opts: Any, device: Any) -> Trainee:
-    from toolkit.train import draft
-
     src = Path(opts.from_) if opts.from_ is not None else current
     if src is None:
         raise UsageError(
