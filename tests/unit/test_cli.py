@@ -127,3 +127,41 @@ def test_plan_passes_the_serving_overhead(monkeypatch):
     assert invoke("plan", "tiny-ngram", "--json").exit_code == 0
     assert seen == [0.0025, None]
     assert invoke("plan", "tiny-ngram", "--serving-overhead-ms", "-1").exit_code == 2
+
+
+# Every command, from whichever module of toolkit/cli/ registers it.
+COMMANDS = {
+    "bench", "build", "compat", "deploy", "doctor", "generate", "infer", "logs", "monitor", "plan",
+    "recipes", "restart", "selftest", "status", "stop", "train-draft", "tune", "validate",
+}  # fmt: skip
+
+
+def test_every_command_is_registered():
+    assert set(cli.commands) == COMMANDS
+    assert set(cli.commands["recipes"].commands) == {"list", "show", "validate", "schema"}
+
+
+def test_importing_the_cli_pulls_no_heavy_dependency():
+    """`sdtk --help` stays fast: the command modules import their libraries when they run."""
+    import subprocess
+    import sys
+
+    heavy = ("torch", "transformers", "tritonclient", "numpy", "pydantic", "yaml", "jinja2", "httpx", "rich")
+    code = (
+        f"import sys, toolkit.cli\nprint(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+def test_python_dash_m_runs_the_cli():
+    """`python -m toolkit.cli` (and torchrun's `-m toolkit.cli`) reaches the same command group."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "toolkit.cli", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    assert __version__ in r.stdout
