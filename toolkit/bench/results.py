@@ -2,7 +2,7 @@
 
 They hold measurements and verdicts, nothing else: rendering and writing them is
 toolkit.bench.report (`render(result)`), and the commands that fill them are toolkit.bench.api.
-A run's own records (BenchResult, LevelResult) come from the load generator and are re-exported
+A run's own records (BenchResult, LevelResult) are measure.records' and are re-exported
 here. `plan`'s records live next to its predictions (decide.predict).
 """
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit.bench.measure.loadgen import BenchResult, LevelResult
 from toolkit.bench.measure.metrics import Interval
+from toolkit.bench.measure.records import BenchResult, LevelResult
 
 __all__ = ["ABResult", "BenchResult", "Cell", "LevelComparison", "LevelResult", "TuneResult"]
 
