@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolkit.bench.measure.loadgen import TritonEndpoint
 from toolkit.bench.measure.tokens import recipe_tokenizer
 from toolkit.bench.proposers import is_chain, varies_per_step
 from toolkit.errors import ServerError, UsageError
@@ -213,20 +212,6 @@ def side_address(
     ):
         side.url, side.model = url, side.model or model
         yield url, side.model
-
-
-@contextlib.contextmanager
-def side_endpoint(
-    side: Side,
-    *,
-    protocol: str,
-    deploy_fn: DeployFn | None,
-    timeout: float,
-    workdir: Path | str | None = None,
-) -> Iterator[TritonEndpoint]:
-    """An endpoint for one side (see side_address)."""
-    with side_address(side, protocol=protocol, deploy_fn=deploy_fn, workdir=workdir) as (url, model):
-        yield TritonEndpoint(url, model=model, protocol=protocol, timeout=timeout)
 
 
 def deployed_address(deployed: Any, protocol: str) -> tuple[str, str]:
