@@ -243,7 +243,9 @@ def write_section(rows: list[dict], ab: dict | None, cmd: str, rounds: int, n: i
             where += (
                 f" The in-process ratio at the recipe's shipped settings (section \"Tiny recipes at their "
                 f"shipped settings\": whole generations, prefill included, like bench's per-user tok/s) is "
-                f"{v:.2f}× (per round {rng}): " + ("inside" if sp.lo <= v <= sp.hi else "OUTSIDE") + " the interval."
+                f"{v:.2f}× (per round {rng}): "
+                + ("inside" if sp.lo <= v <= sp.hi else "OUTSIDE")
+                + " the interval."
             )
         lines += [
             "",

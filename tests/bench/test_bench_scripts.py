@@ -23,14 +23,26 @@ def test_bench_recipes_section(tmp_path, capsys):
     mod = _script("bench_recipes")
     out = tmp_path / "benchmarks.md"
     out.write_text("# b\n\nbefore\n\n<!-- bench_recipes:start -->\nold\n<!-- bench_recipes:end -->\nafter\n")
-    args = ["tiny-ngram", "tiny-medusa:speculative.medusa_choices=[[0],[0,0]]", "--runs", "1", "--prompts", "2"]
+    args = [
+        "tiny-ngram",
+        "tiny-medusa:speculative.medusa_choices=[[0],[0,0]]",
+        "--runs",
+        "1",
+        "--prompts",
+        "2",
+    ]
     assert mod.main([*args, "--new-tokens", "8", "--out", str(out)]) == 0
     text = out.read_text()
     assert text.startswith("# b\n\nbefore\n") and text.endswith("<!-- bench_recipes:end -->\nafter\n")
     assert "old" not in text and "2 code prompts × 8 new tokens" in text
-    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| tiny")}
+    rows = {
+        line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| tiny")
+    }
     assert set(rows) == {"tiny-ngram", "tiny-medusa:speculative.medusa_choices=[[0],[0,0]]"}
-    assert "| ngram | γ = 5 |" in rows["tiny-ngram"] and "tree 2 nodes" in rows[next(r for r in rows if "medusa" in r)]
+    assert (
+        "| ngram | γ = 5 |" in rows["tiny-ngram"]
+        and "tree 2 nodes" in rows[next(r for r in rows if "medusa" in r)]
+    )
     with pytest.raises(SystemExit):  # recipes must share one target
         mod.main(["tiny-ngram", "llama-3.1-8b-ngram", "--no-write"])
     # The memory-bound twin (×2 here, for speed) writes its own, labelled section.
@@ -38,7 +50,9 @@ def test_bench_recipes_section(tmp_path, capsys):
     assert mod.main([*twin, "--out", str(out)]) == 0
     text = out.read_text()
     assert "<!-- bench_recipes:end -->\nafter\n" in text and "| tiny-ngram | ngram |" in text
-    section = text.split("<!-- bench_recipes_membound:start -->")[1].split("<!-- bench_recipes_membound:end -->")[0]
+    section = text.split("<!-- bench_recipes_membound:start -->")[1].split(
+        "<!-- bench_recipes_membound:end -->"
+    )[0]
     assert "**memory-bound twin: target padded ×2, " in section and "| tiny-ngram-membound:" in section
     with pytest.raises(SystemExit):  # ... and one reference.inflate
         mod.main(["tiny-ngram", "tiny-ngram-membound", "--no-write"])
@@ -69,10 +83,15 @@ def test_readme_section_from_a_compare_json(tmp_path):
     readme.write_text("top\n<!-- demo_ab:start -->\n<!-- demo_ab:end -->\nbottom\n")
     png = tmp_path / "demo_ab.png"
     mod.PNG = png
-    assert mod.main(["--compare-json", str(cj), "--readme", str(readme), "--source", "./scripts/demo.sh"]) == 0
+    assert (
+        mod.main(["--compare-json", str(cj), "--readme", str(readme), "--source", "./scripts/demo.sh"]) == 0
+    )
     text = readme.read_text()
     assert text.startswith("top\n") and text.endswith("<!-- demo_ab:end -->\nbottom\n")
-    assert "`tiny-ngram` against `tiny-baseline`" in text and "From the compare.json of `./scripts/demo.sh`" in text
+    assert (
+        "`tiny-ngram` against `tiny-baseline`" in text
+        and "From the compare.json of `./scripts/demo.sh`" in text
+    )
     assert "| 2 | **1.50×** | [1.20, 1.80] | 1.50× | 1.40× | 0.50 | 2.50 |" in text
     assert "0.60, 0.40" in text and "Verdict: speculative is 1.50× faster" in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.bench.api import plan
+from toolkit.bench.decide.candidates import probe_candidates
 from toolkit.bench.decide.predict import (
     PlanResult,
     StepTiming,
@@ -20,7 +21,6 @@ from toolkit.bench.decide.predict import (
     run_lengths,
     simulate_tau,
 )
-from toolkit.bench.decide.probe import probe_candidates
 from toolkit.bench.report import render
 from toolkit.errors import UsageError
 
@@ -289,7 +289,9 @@ def test_recommended_overlay_is_a_valid_recipe_change():
 
 
 def test_plan_on_the_memory_bound_twin_says_so(random_models, tmp_path):
-    body = "models: {target: ./target}\nspeculative: {mode: ngram, max_draft_len: 2}\nreference: {inflate: 2}\n"
+    body = (
+        "models: {target: ./target}\nspeculative: {mode: ngram, max_draft_len: 2}\nreference: {inflate: 2}\n"
+    )
     p = plan(
         _recipe(random_models, "twin", body),
         workload="code",

@@ -97,9 +97,10 @@ def test_bad_inputs():
 
 
 def test_recipe_components_use_the_catalogue_offline():
+    from toolkit.bench.orchestrate.plan import recipe_components
     from toolkit.recipe import load_recipe
 
-    comps = sz.recipe_components(load_recipe("llama-3.1-8b-eagle3"), fetch="none")
+    comps = recipe_components(load_recipe("llama-3.1-8b-eagle3"), fetch="none")
     assert [c.role for c in comps] == ["target", "eagle_head"]
     assert comps[0].params == 8_030_261_248
     assert all(c.facts_source.startswith("catalogue (") for c in comps)

@@ -8,10 +8,11 @@ import pytest
 import yaml
 
 from toolkit.bench.api import tune
-from toolkit.bench.decide import tune as tune_mod
 from toolkit.bench.decide.predict import PlanResult, Prediction
 from toolkit.bench.decide.tune import baseline_overrides, sweep_configs
 from toolkit.bench.measure.loadgen import BenchResult, LevelResult
+from toolkit.bench.orchestrate import side as side_mod
+from toolkit.bench.orchestrate import tune as tune_run
 from toolkit.bench.report import render
 from toolkit.errors import UsageError
 from toolkit.recipe import load_recipe
@@ -37,7 +38,12 @@ def run_at(g: int | dict[int, int]) -> BenchResult:
         gap = 1 / (100.0 * speedup_model(gl, c))
         recs = [
             record(
-                i, ttft=gap, gaps=[gap * (1 + 0.01 * (i % 3))] * 11, accepted=gl, drafted=2 * gl, concurrency=c
+                i,
+                ttft=gap,
+                gaps=[gap * (1 + 0.01 * (i % 3))] * 11,
+                accepted=gl,
+                drafted=2 * gl,
+                concurrency=c,
             )
             for i in range(12)
         ]
@@ -49,14 +55,15 @@ def run_at(g: int | dict[int, int]) -> BenchResult:
 def fake_measure(monkeypatch):
     calls = []
 
-    def measure(self, url, model, *, label, num_draft_tokens=None, **kw):
-        calls.append((label, num_draft_tokens, url))
+    def load_at(url, model, wl, opts, load, *, label, **kw):
+        """The load generator's place in measure_side: every deployment and side is real."""
+        calls.append((label, load.num_draft_tokens, url))
         if label == "draft_len_schedule":
             return run_at(SCHEDULE)
         g = 0 if "baseline" in label else int(label.split("=")[1].split()[0]) if label.startswith("γ=") else 0
         return run_at(g)
 
-    monkeypatch.setattr(tune_mod.Sweep, "measure", measure)
+    monkeypatch.setattr(side_mod, "load_at", load_at)
     return calls
 
 
@@ -191,7 +198,7 @@ def test_tune_gives_plan_the_deployments_serving_cost(fake_measure, tmp_path, mo
     from toolkit.bench.decide.predict import StepTiming
 
     calls = []
-    monkeypatch.setattr(tune_mod, "add_serving_overhead", lambda pr, rec, o, src: calls.append((pr, o, src)))
+    monkeypatch.setattr(tune_run, "add_serving_overhead", lambda pr, rec, o, src: calls.append((pr, o, src)))
     pr = PlanResult("tiny-ngram", "ngram", "reference", "measured", list(LEVELS))
     pr.probe = SimpleNamespace(timing=StepTiming(t_base=0.004, forward_points=[(1, 0.004)]))
     pr.predictions = [Prediction("γ=2", {"max_draft_len": 2}, 2, 1.0, None, {c: 1.0 for c in LEVELS})]

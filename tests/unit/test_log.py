@@ -30,11 +30,11 @@ def test_cli_installs_one_stderr_handler(capsys):
 
 def test_plan_steps_go_through_the_same_handler(capsys):
     """bench's plan/tune messages are steps too (were bare prints with their own prefix)."""
-    from toolkit.bench.decide.probe import say
+    from toolkit.bench.options import RunOptions
 
     log.install_handler()
-    say(True, "timing forwards")
-    say(False, "not shown")
+    RunOptions(progress=True).steps("plan")("timing forwards")
+    RunOptions(progress=False).steps("plan")("not shown")
     assert capsys.readouterr().err == "sdtk plan: timing forwards\n"
 
 

@@ -13,13 +13,18 @@ keyword arguments instead (`bench(url, requests=8)`).
 
 Layers, each importing only the ones below it (checked by import-linter, pyproject.toml):
 
-    api        the commands: thin orchestrators
-    report     all rendering and report files
-    decide     compare, tune, plan (probe, predict, costmodel, sizing)
-    results    the result records of bench, compare and tune
-    targets    URLs, workdirs and recipes to endpoints; deploying for a run
-    measure    load generator, metrics, workloads, token counts, in-process runtime, replay
-    options    RunOptions, the settings the commands share
+    api          the commands: argument checks, then orchestrate, then the reports
+    report       all rendering and report files
+    orchestrate  running them: measure_side (one deployment under load; bench, compare and tune
+                 all measure through it), compare's and tune's runs, plan's probe and look-ups
+    decide       pure functions over measurements: compare, tune, plan (candidates, predict,
+                 costmodel, sizing); no deploying, no load, no model, no I/O (import-linter)
+    results      the result records of bench, compare and tune
+    targets      URLs, workdirs and recipes to sides (each with its recipe, parsed once);
+                 deploying for a run
+    measure      load generator and its records, metrics, workloads, token counts, in-process
+                 runtime, replay
+    options      RunOptions, the settings the commands share (progress: a toolkit.progress Step)
     proposers  how a mode proposes drafts, derived from toolkit.modes (bench names no mode)
     errors     BenchAborted, WorkloadError, InexactCounts
 

@@ -1,36 +1,37 @@
-"""The commands `sdtk bench`, `bench --compare`, `plan` and `tune`: thin orchestrators.
+"""The commands `sdtk bench`, `bench --compare`, `plan` and `tune`: thin entry points.
 
 Each one takes one RunOptions (toolkit.bench.options; its fields may be given as keyword
-arguments instead), resolves its targets (toolkit.bench.targets), runs the decision layer
-(toolkit.bench.decide) on the measurements (toolkit.bench.measure), and writes the reports
-(toolkit.bench.report), the partial ones too when a server dies mid-run (`_reported`).
+arguments instead), checks its arguments, resolves its targets (toolkit.bench.targets), runs
+them (toolkit.bench.orchestrate: measurements through `measure_side`, then the pure decisions of
+toolkit.bench.decide), and writes the reports (toolkit.bench.report), the partial ones too when
+a server dies mid-run (`_reported`).
 """
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from toolkit.bench.decide import compare as compare_mod
 from toolkit.bench.decide import plan as plan_mod
 from toolkit.bench.decide import tune as tune_mod
 from toolkit.bench.decide.predict import PlanResult
 from toolkit.bench.errors import BenchAborted
-from toolkit.bench.measure.loadgen import Sampling, check_levels, run_with
+from toolkit.bench.measure.loadgen import check_levels
 from toolkit.bench.measure.workloads import workload_for
 from toolkit.bench.options import RunOptions as RunOptions  # re-exported: the CLI builds one
+from toolkit.bench.orchestrate.compare import run_compare
+from toolkit.bench.orchestrate.plan import run_plan
+from toolkit.bench.orchestrate.side import Load, measure_side
+from toolkit.bench.orchestrate.tune import run_tune
 from toolkit.bench.report import write_reports
 from toolkit.bench.results import ABResult, BenchResult, TuneResult
-from toolkit.bench.targets import (
-    DeployFn,
-    deployment_recipe,
-    load_recipe_any,
-    resolve_side,
-    side_endpoint,
-)
+from toolkit.bench.targets import DeployFn, deployment_recipe, load_recipe_any, resolve_side
 from toolkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from toolkit.recipe import Recipe
 
 R = TypeVar("R", BenchResult, ABResult, TuneResult)
 
@@ -83,30 +84,13 @@ def bench(
     opts = RunOptions.of(opts, **changes)
     check_levels(None if rate is not None else concurrency, rate)
     side = resolve_side(target, label="target", protocol=opts.protocol, model=model)
+    side = dataclasses.replace(side, draft_len=draft_len or side.draft_len)
     wl = workload_for(opts)
-    sampling = Sampling(temperature=opts.temperature, num_draft_tokens=num_draft_tokens)
-
-    def run() -> BenchResult:
-        with side_endpoint(
-            side, protocol=opts.protocol, deploy_fn=deploy_fn, timeout=opts.timeout, workdir=opts.workdir
-        ) as ep:
-            result = asyncio.run(
-                run_with(
-                    ep,
-                    wl,
-                    opts,
-                    concurrency=None if rate is not None else concurrency,
-                    rate=rate,
-                    sampling=sampling,
-                    label="bench",
-                    draft_len=draft_len or side.draft_len,
-                    tokenizer=opts.tokenizer or side.tokenizer,
-                )
-            )
-            result.twin = side.twin
-            return result
-
-    return _reported(run, opts.out_dir("bench", side.workdir))
+    load = Load(None if rate is not None else concurrency, rate, num_draft_tokens=num_draft_tokens)
+    return _reported(
+        lambda: measure_side(side, wl, opts, load, deploy_fn=deploy_fn, label="bench"),
+        opts.out_dir("bench", side.workdir),
+    )
 
 
 def compare(
@@ -145,7 +129,7 @@ def compare(
     if speculative_draft_len is not None:
         sides[1].draft_len = speculative_draft_len
     return _reported(
-        lambda: compare_mod.compare(
+        lambda: run_compare(
             sides,
             wl,
             opts,
@@ -161,7 +145,7 @@ def compare(
 
 
 def plan(
-    recipe: Any,
+    recipe: Recipe | str | Path,
     opts: RunOptions | None = None,
     *,
     gpu: str | None = None,
@@ -183,21 +167,18 @@ def plan(
     """Probe acceptance and costs, size the GPU, and recommend a speculative configuration.
 
     From `opts` (or the RunOptions fields given as keyword arguments) the probe takes the
-    workload, seed, temperature (default greedy) and progress.
+    workload, seed, temperature (default greedy) and progress (its step messages).
     `threads`: torch intra-op threads during the probe (restored afterwards); None keeps the
     current setting. Tiny models run best, and time most steadily on a busy machine, with 1.
     `serving_overhead`: seconds each served step costs beyond its forwards (what `tune` reports
     as serving_overhead_ms): the measured predictions become served ones.
     """
     opts = RunOptions.of(opts, **changes)
-    if gamma_max < 1:
-        raise UsageError(f"gamma_max must be ≥ 1, got {gamma_max}")
-    if probe_prompts < 1 or probe_tokens < 2:
-        raise UsageError("the probe needs at least 1 prompt and 2 new tokens per prompt")
+    plan_mod.check_plan(gamma_max, probe_prompts, probe_tokens)
     plan_mod.check_concurrency(concurrency)
     rec = load_recipe_any(recipe, overrides)
     wl = workload_for(opts)
-    result = plan_mod.plan(
+    result = run_plan(
         rec,
         wl,
         gpu=gpu,
@@ -214,7 +195,7 @@ def plan(
         fetch=fetch,
         runtime=runtime,
         threads=threads,
-        progress=opts.progress,
+        progress=opts.steps("plan"),
     )
     if serving_overhead:
         plan_mod.add_serving_overhead(result, rec, serving_overhead, "given")
@@ -235,7 +216,7 @@ def tune(
     model: str | None = None,
     resamples: int = 2000,
     deploy_fn: DeployFn | None = None,
-    plan_result: Any = None,
+    plan_result: PlanResult | None = None,
     predict: bool = True,
     check: bool = True,
     **changes: Any,
@@ -256,12 +237,16 @@ def tune(
     rec, rec_path = deployment_recipe(side, recipe)
     if rec.mode == "none":
         raise UsageError(f"recipe {rec.display_name} has no speculation to tune (mode none)")
-    method = tune_mod.pick_method(method, rec.mode, side, deploy_fn)
+    method = tune_mod.pick_method(
+        method, rec.mode, live=side.kind != "recipe", can_deploy=deploy_fn is not None
+    )
     configs = tune_mod.sweep_configs(rec, draft_lens)
     wl = workload_for(opts)
-    result = tune_mod.new_result(side, rec, method, configs, wl, opts, levels=levels, resamples=resamples)
+    result = tune_mod.new_result(
+        side.describe(), rec, method, configs, wl, opts, levels=levels, resamples=resamples
+    )
     return _reported(
-        lambda: tune_mod.tune(
+        lambda: run_tune(
             side,
             rec,
             result,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import UsageError, check_names
+from toolkit.progress import Step, quiet, steps
 
 if TYPE_CHECKING:
     from toolkit.bench.measure.workloads import Workload
@@ -46,7 +47,10 @@ class RunOptions:
     timeout: float = DEFAULT_TIMEOUT
     report_dir: str | Path | None = None  # default <workdir>/reports/<kind>-<time>
     workdir: str | Path | None = None  # where recipes are deployed, and reports go by default
-    progress: bool = True  # progress on stderr
+    # Progress on stderr, as everywhere in sdtk (toolkit.progress): a Step callback for the step
+    # messages (`quiet` shows none), or True/False for the default steps / none. The load
+    # generator's bars are on unless it is False or `quiet`.
+    progress: bool | Step = True
     tokenizer: str | None = None  # counts output tokens when the server does not
     allow_inexact: bool = False  # run without exact token counts (reports say INEXACT)
 
@@ -60,8 +64,38 @@ class RunOptions:
         check_names(changes, (f.name for f in dataclasses.fields(cls)), "run option")
         return dataclasses.replace(opts or cls(), **changes)
 
+    def steps(self, component: str) -> Step:
+        """The Step that reports this run's step messages (see `progress`)."""
+        return step_of(self.progress, component)
+
+    def settings(self, *, duration: bool = True) -> dict[str, Any]:
+        """The options a compare or tune report records, in the order their JSON has them."""
+        out: dict[str, Any] = {"requests": self.requests, "duration": self.duration}
+        if not duration:
+            del out["duration"]
+        out.update(
+            warmup=self.warmup,
+            seed=self.seed,
+            protocol=self.protocol,
+            temperature=self.temperature,
+            timeout=self.timeout,
+        )
+        return out
+
     def out_dir(self, kind: str, deployment: Path | str | None = None) -> Path:
         """The report directory: `report_dir`, else <workdir or the deployment's>/reports/<kind>-<time>."""
         if self.report_dir:
             return Path(self.report_dir)
         return default_report_dir(self.workdir or deployment, kind)
+
+
+def step_of(progress: bool | Step, component: str) -> Step:
+    """A `progress` given as a Step, or as a bool (True: toolkit.progress.steps(component))."""
+    if callable(progress):
+        return progress
+    return steps(component) if progress else quiet
+
+
+def bars_enabled(progress: bool | Step) -> bool:
+    """Whether progress bars show: on unless progress is False or toolkit.progress.quiet."""
+    return progress is not False and progress is not quiet

@@ -2,7 +2,7 @@
 
 They hold measurements and verdicts, nothing else: rendering and writing them is
 toolkit.bench.report (`render(result)`), and the commands that fill them are toolkit.bench.api.
-A run's own records (BenchResult, LevelResult) come from the load generator and are re-exported
+A run's own records (BenchResult, LevelResult) are measure.records' and are re-exported
 here. `plan`'s records live next to its predictions (decide.predict).
 """
 
@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toolkit.bench.measure.loadgen import BenchResult, LevelResult
 from toolkit.bench.measure.metrics import Interval
+from toolkit.bench.measure.records import BenchResult, LevelResult
+
+if TYPE_CHECKING:
+    from toolkit.bench.measure.replay import ReplayedAcceptance
 
 __all__ = ["ABResult", "BenchResult", "Cell", "LevelComparison", "LevelResult", "TuneResult"]
 
@@ -66,7 +69,7 @@ class ABResult:
     error: str | None = None
     report_dir: Path | None = None
     report_files: list[Path] = field(default_factory=list)
-    replayed: Any = None  # replay.ReplayedAcceptance: per-position acceptance of the speculative side
+    replayed: ReplayedAcceptance | None = None  # per-position acceptance of the speculative side
     definitions: dict[str, str] = field(
         default_factory=lambda: {
             "speedup": SPEEDUP_DEFINITION,

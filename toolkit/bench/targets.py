@@ -11,13 +11,15 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toolkit.bench.measure.loadgen import TritonEndpoint
 from toolkit.bench.measure.tokens import recipe_tokenizer
 from toolkit.bench.proposers import is_chain, varies_per_step
 from toolkit.errors import ServerError, UsageError
 from toolkit.membound import recipe_label
+
+if TYPE_CHECKING:
+    from toolkit.recipe import Recipe
 
 # deploy_fn(recipe_path, overrides=(), workdir=...) -> context manager yielding (url, model), or a
 # server handle with grpc_url / http_url / model_name (toolkit.server's TritonServer or ServerState).
@@ -26,7 +28,7 @@ DeployFn = Callable[..., Any]
 _URL = re.compile(r"^([a-z]+://)?[A-Za-z0-9.\-\[\]:]+:\d+/?$")
 
 
-def load_recipe_any(recipe: Any, overrides: Sequence[str] = ()) -> Any:
+def load_recipe_any(recipe: Recipe | str | Path, overrides: Sequence[str] = ()) -> Recipe:
     """A loaded Recipe as is, or a recipe path / bundled name loaded with `overrides`."""
     from toolkit.recipe import Recipe, load_recipe
 
@@ -52,17 +54,19 @@ class Side:
     # step, and its mode's draft count varies per step (n-gram), so drafts / γ would undercount.
     steps_from_chunks: bool = False
     twin: str | None = None  # the memory-bound twin's label (toolkit.membound), when the recipe pads
+    # The side's recipe, loaded once here (a recipe side's own, a workdir's saved one; None for a
+    # URL): its deployment, the replay and tune all use this one.
+    recipe: Recipe | None = None
+    overrides: list[str] | None = None  # a recipe side deployed with these --set overrides (tune)
 
     def describe(self) -> str:
         return f"{self.ref} ({self.kind}{'; ' + self.twin if self.twin else ''})"
 
 
-def deployment_recipe(side: Side, recipe: str | Path | None) -> tuple[Any, Path]:
+def deployment_recipe(side: Side, recipe: str | Path | None) -> tuple[Recipe, Path]:
     """The recipe a side was deployed from (`recipe` when given, else its own recipe file, else
     what `sdtk deploy` saved next to state.json), loaded, and the path to redeploy it from."""
-    ref: Any = recipe if recipe is not None else side.recipe_path
-    if ref is None and side.workdir is not None:
-        ref = deployed_recipe(side.workdir)
+    ref: Recipe | str | Path | None = recipe if recipe is not None else side.recipe
     if ref is None:
         raise UsageError(
             "tune needs the recipe the deployment was made from",
@@ -114,6 +118,7 @@ def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: 
             tokenizer=recipe_tokenizer(rec),
             steps_from_chunks=_steps_from_chunks(rec),
             twin=recipe_label(rec) if rec is not None else None,
+            recipe=rec,
         )
     from toolkit.recipe import resolve_recipe_path
 
@@ -136,10 +141,11 @@ def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: 
         tokenizer=recipe_tokenizer(rec),
         steps_from_chunks=_steps_from_chunks(rec),
         twin=recipe_label(rec),
+        recipe=rec,
     )
 
 
-def deployed_recipe(workdir: Path) -> Any:
+def deployed_recipe(workdir: Path) -> Recipe | None:
     """The recipe `sdtk deploy` saved next to state.json (recipe.json), or None without one."""
     from toolkit.deploy import load_deployed_recipe
     from toolkit.server.state import find_deployment
@@ -147,18 +153,18 @@ def deployed_recipe(workdir: Path) -> Any:
     return load_deployed_recipe(find_deployment(Path(workdir)))
 
 
-def _chain_draft_len(recipe: Any) -> int | None:
+def _chain_draft_len(recipe: Recipe | None) -> int | None:
     """γ for chain modes (each step proposes γ drafts); None where a step's draft count varies."""
     if recipe is None:
         return None
-    spec = recipe.speculative
+    spec: Any = recipe.speculative  # any mode's: max_draft_len is read for a chain only
     if is_chain(spec) and not _steps_from_chunks(recipe):
         # A proposer without a model proposes up to γ per step: drafts / γ is a lower bound on the steps.
         return int(spec.max_draft_len)
     return None
 
 
-def _steps_from_chunks(recipe: Any) -> bool:
+def _steps_from_chunks(recipe: Recipe | None) -> bool:
     """n-gram proposes up to γ tokens per step, often fewer; on the reference backend the
     ensemble streams one chunk per target step, so the chunks count the steps exactly."""
     return recipe is not None and recipe.backend == "reference" and varies_per_step(recipe.speculative.mode)
@@ -167,20 +173,21 @@ def _steps_from_chunks(recipe: Any) -> bool:
 @contextlib.contextmanager
 def deploy(
     deploy_fn: DeployFn | None,
-    recipe_path: Path | str,
+    recipe: Recipe | Path | str,
     overrides: Sequence[str] | None = None,
     *,
     protocol: str,
     workdir: Path | str | None = None,
     what: str = "the target",
 ) -> Iterator[tuple[str, str]]:
-    """Deploy a recipe through `deploy_fn` for the length of the block; yields (url, model)."""
+    """Deploy a recipe (loaded, or a path with `overrides`) through `deploy_fn` for the length
+    of the block; yields (url, model)."""
     if deploy_fn is None:
         raise UsageError(
             f"{what} is a recipe but no deploy function was given",
             hint="deploy it first (`sdtk deploy RECIPE --detach`) and pass its workdir or URL",
         )
-    args: list[Any] = [recipe_path] if overrides is None else [recipe_path, list(overrides)]
+    args: list[Any] = [recipe] if overrides is None else [recipe, list(overrides)]
     kwargs = {"workdir": Path(workdir)} if workdir is not None else {}
     with deploy_fn(*args, **kwargs) as deployed:
         yield deployed_address(deployed, protocol)
@@ -191,29 +198,20 @@ def side_address(
     side: Side, *, protocol: str, deploy_fn: DeployFn | None, workdir: Path | str | None = None
 ) -> Iterator[tuple[str, str]]:
     """(url, model) of one side; a recipe side is deployed (and afterwards stopped) through
-    deploy_fn, under `workdir` (`<workdir>/<recipe name>`) when given."""
+    deploy_fn, under `workdir` (`<workdir>/<recipe name>`) when given: its loaded recipe, or its
+    recipe file with `side.overrides`."""
     if side.kind != "recipe":
         yield side.url or "", side.model or "ensemble"
         return
     what = f"{side.label}: '{side.ref}'"
-    assert side.recipe_path is not None
-    with deploy(deploy_fn, side.recipe_path, protocol=protocol, workdir=workdir, what=what) as (url, model):
+    ref: Recipe | Path | None = side.recipe_path if side.overrides is not None else side.recipe
+    assert ref is not None
+    with deploy(deploy_fn, ref, side.overrides, protocol=protocol, workdir=workdir, what=what) as (
+        url,
+        model,
+    ):
         side.url, side.model = url, side.model or model
         yield url, side.model
-
-
-@contextlib.contextmanager
-def side_endpoint(
-    side: Side,
-    *,
-    protocol: str,
-    deploy_fn: DeployFn | None,
-    timeout: float,
-    workdir: Path | str | None = None,
-) -> Iterator[TritonEndpoint]:
-    """An endpoint for one side (see side_address)."""
-    with side_address(side, protocol=protocol, deploy_fn=deploy_fn, workdir=workdir) as (url, model):
-        yield TritonEndpoint(url, model=model, protocol=protocol, timeout=timeout)
 
 
 def deployed_address(deployed: Any, protocol: str) -> tuple[str, str]:

@@ -1,9 +1,7 @@
-"""`sdtk bench --compare`: baseline vs speculative on the same workload, with a verdict.
+"""`sdtk bench --compare`'s decision: baseline vs speculative, level by level, with a verdict.
 
-Each side is a URL of a running server, a workdir of a detached deployment (`state.json`),
-or a recipe (deployed here through `deploy_fn`, one side at a time, so both get a fresh
-server and neither competes with the other for the machine). Both sides get the same
-prompts in the same order with the same per-request seeds.
+Pure functions over the two sides' measurements (toolkit.bench.orchestrate.compare runs them:
+both sides get the same prompts in the same order with the same per-request seeds).
 
 Speedup (per concurrency level) = mean over requests of the per-request output rate
 (output tokens ÷ e2e latency) with speculation ÷ the same without: the Spec-Bench
@@ -14,22 +12,17 @@ baseline ÷ speculative) and the aggregate throughput ratio are reported alongsi
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from collections.abc import Sequence
 from typing import Any
 
-from toolkit.bench.errors import BenchAborted
-from toolkit.bench.measure import replay as replay_mod
-from toolkit.bench.measure.loadgen import BenchResult, Sampling, run_with
 from toolkit.bench.measure.metrics import RequestRecord, ratio_of_means_ci, request_metrics
-from toolkit.bench.measure.workloads import Workload
-from toolkit.bench.options import RunOptions
+from toolkit.bench.measure.records import BenchResult
 from toolkit.bench.results import ABResult, LevelComparison
-from toolkit.bench.targets import DeployFn, Side, deployed_recipe, side_endpoint
 
 
-def count_steps_from_chunks(result: Any) -> None:
+def count_steps_from_chunks(result: BenchResult | None) -> None:
+    """Steps counted from the stream (one chunk per target step) for the speculative requests
+    whose step count the server does not report (see targets.Side.steps_from_chunks)."""
     for level in getattr(result, "levels", []):
         for rec in level.records:
             if rec.ok and rec.steps is None and rec.draft_tokens is not None and rec.streamed:
@@ -124,92 +117,10 @@ def verdict(levels: Sequence[LevelComparison]) -> tuple[str, int | None, str | N
     return f"{head}; {tail}; {rec}", be, basis, adopt
 
 
-def compare(
-    sides: Sequence[Side],
-    wl: Workload,
-    opts: RunOptions,
-    *,
-    levels: list[int],
-    resamples: int,
-    confidence: float,
-    deploy_fn: DeployFn | None,
-    replay: bool,
-) -> ABResult:
-    """Run both sides on `wl` and compare them. A dead server raises BenchAborted whose
-    `.partial` is the ABResult so far (reports are the caller's: toolkit.bench.api)."""
-    settings = {
-        "concurrency": levels,
-        "requests": opts.requests,
-        "duration": opts.duration,
-        "warmup": opts.warmup,
-        "seed": opts.seed,
-        "protocol": opts.protocol,
-        "temperature": opts.temperature,
-        "timeout": opts.timeout,
-        "resamples": resamples,
-        "confidence": confidence,
-        "allow_inexact": opts.allow_inexact,
-    }
-    ab = ABResult(sides[0].describe(), sides[1].describe(), wl.to_dict(), settings)
-    sampling = Sampling(temperature=opts.temperature)
-    runs: dict[str, BenchResult] = {}
-    current = sides[0]
-    try:
-        for side in sides:
-            current = side
-            with side_endpoint(
-                side, protocol=opts.protocol, deploy_fn=deploy_fn, timeout=opts.timeout, workdir=opts.workdir
-            ) as ep:
-                runs[side.label] = asyncio.run(
-                    run_with(
-                        ep,
-                        wl,
-                        opts,
-                        concurrency=levels,
-                        sampling=sampling,
-                        label=side.label,
-                        draft_len=side.draft_len,
-                        tokenizer=opts.tokenizer or side.tokenizer,
-                    )
-                )
-                runs[side.label].twin = side.twin
-                if side.steps_from_chunks:
-                    count_steps_from_chunks(runs[side.label])
-    except BenchAborted as e:
-        runs[current.label] = e.partial
-        _finish(ab, runs, resamples, opts.seed, confidence)
-        ab.partial, ab.error = True, f"{current.label}: {e.cause or e.message}"
-        ab.verdict = "PARTIAL (server stopped): " + ab.verdict
-        raise BenchAborted(
-            f"comparison stopped: {ab.error}", partial=ab, cause=e.cause, hint=e.hint
-        ) from None
-    _finish(ab, runs, resamples, opts.seed, confidence)
-    if replay:
-        ab.replayed = _replay(sides[1], wl, opts, ab.speculative)
-    return ab
-
-
-def _replay(side: Side, wl: Workload, opts: RunOptions, run: Any) -> Any:
-    """Per-position acceptance of a greedy reference-backend speculative side (see measure.replay)."""
-    rec: Any
-    if side.kind == "recipe" and side.recipe_path is not None:
-        from toolkit.recipe import load_recipe
-
-        rec = load_recipe(side.recipe_path)
-    else:
-        rec = deployed_recipe(side.workdir) if side.kind == "workdir" and side.workdir else None
-    if not replay_mod.replayable(rec, opts.temperature):
-        return None
-    if opts.progress:
-        print(
-            "speculative: replaying the requests in process for acceptance per draft position",
-            file=sys.stderr,
-        )
-    first = run.levels[0].records if run is not None and run.levels else None
-    return replay_mod.replay_acceptance(rec, wl.sample(opts.requests, opts.seed), first)
-
-
-def _finish(ab: ABResult, runs: dict[str, BenchResult], resamples: int, seed: int, confidence: float) -> None:
+def finish(
+    ab: ABResult, runs: dict[str, BenchResult | None], resamples: int, seed: int, confidence: float
+) -> None:
+    """Fill `ab` from the runs measured (by side label): levels compared, and the verdict."""
     ab.baseline, ab.speculative = runs.get("baseline"), runs.get("speculative")
     if ab.baseline is not None and ab.speculative is not None:
         ab.levels = compare_levels(
@@ -218,3 +129,9 @@ def _finish(ab: ABResult, runs: dict[str, BenchResult], resamples: int, seed: in
     ab.verdict, ab.break_even, ab.break_even_basis, ab.adopt_for = verdict(ab.levels)
     if not ab.token_counts_exact:
         ab.verdict = "INEXACT token counts: " + ab.verdict
+
+
+def mark_partial(ab: ABResult, label: str, error: str) -> None:
+    """`ab` stopped while side `label` ran (its server died): partial, with the error named."""
+    ab.partial, ab.error = True, f"{label}: {error}"
+    ab.verdict = "PARTIAL (server stopped): " + ab.verdict

@@ -1,6 +1,6 @@
 """`plan`'s pure part: the records a probe yields, and the predictions made from them.
 
-No I/O, no torch: the probe (decide.probe) measures, this turns measurements (or a GPU
+No I/O, no torch: the probe (orchestrate.probe) measures, this turns measurements (or a GPU
 roofline from decide.sizing) into predicted speedups per configuration and concurrency, and a
 recommendation. The cost model itself is decide.costmodel.
 """

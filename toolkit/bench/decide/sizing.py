@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.bench.proposers import ONE_PASS_MODES
 from toolkit.errors import ModelError, UsageError, did_you_mean
+
+if TYPE_CHECKING:
+    from toolkit.recipe import Recipe
 
 GB = 1e9  # datasheets give decimal GB and TB/s
 
@@ -142,24 +145,7 @@ def component_from_facts(role: str, ref: str, facts: Any) -> Component:
     )
 
 
-_ROLES = {"draft": "draft", "medusa_heads": "medusa_heads", "eagle_head": "eagle_head"}
-
-
-def recipe_components(recipe: Any, *, fetch: str = "metadata") -> list[Component]:
-    """Target plus the draft/heads a recipe deploys, with facts from the hub or the catalogue."""
-    from toolkit import hub
-
-    out = []
-    sources = [("target", recipe.models.target)] + [
-        (role, getattr(recipe.models, role)) for role in _ROLES if getattr(recipe.models, role) is not None
-    ]
-    for role, src in sources:
-        r = hub.resolve(src, role=role, recipe=recipe, fetch=fetch)  # type: ignore[arg-type]
-        out.append(component_from_facts(role, src.describe(), r.facts))
-    return out
-
-
-def recipe_dtype(recipe: Any, facts_dtype: str | None = None) -> str:
+def recipe_dtype(recipe: Recipe, facts_dtype: str | None = None) -> str:
     """The recipe's dtype; `auto` means the checkpoint's own (bfloat16 when unknown)."""
     if recipe.dtype != "auto":
         return recipe.dtype

@@ -15,38 +15,32 @@ and the best settings become a recipe overlay plus a TRT-LLM `draft_len_schedule
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import statistics
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from toolkit.bench.decide.candidates import probe_candidates
 from toolkit.bench.decide.compare import compare_levels
-from toolkit.bench.decide.plan import add_serving_overhead, plan
-from toolkit.bench.decide.predict import config_draft_len, valid_schedule
-from toolkit.bench.decide.probe import probe_candidates
-from toolkit.bench.errors import BenchAborted
-from toolkit.bench.measure.inprocess import probe_possible
-from toolkit.bench.measure.loadgen import BenchResult, Sampling, TritonEndpoint, run_with
-from toolkit.bench.measure.tokens import TokenCounter, recipe_tokenizer
-from toolkit.bench.measure.workloads import Workload
+from toolkit.bench.decide.predict import PlanResult, config_draft_len, valid_schedule
+from toolkit.bench.measure.records import BenchResult
 from toolkit.bench.options import RunOptions
 from toolkit.bench.proposers import DRAFT_MODEL_MODES, has_draft_model, is_chain
 from toolkit.bench.results import Cell, TuneResult
-from toolkit.bench.targets import DeployFn, Side, deploy, side_address
 from toolkit.errors import UsageError
 from toolkit.modes import CHAIN_MODES, MODE_SOURCES
 
-BLS_MODEL = "tensorrt_llm_bls"
+if TYPE_CHECKING:
+    from toolkit.bench.measure.workloads import Workload
+    from toolkit.recipe import Recipe
+
 SCHEDULE_GOAL = 0.95  # the schedule must reach this share of the best fixed setting's speedup
 
 
 # --------------------------------------------------------------------------- configurations
 
 
-def sweep_configs(recipe: Any, draft_lens: Sequence[int] | None) -> list[dict[str, Any]]:
+def sweep_configs(recipe: Recipe, draft_lens: Sequence[int] | None) -> list[dict[str, Any]]:
     """(label, draft_len, overrides) for each configuration to measure."""
     spec = recipe.speculative
     mode = spec.mode
@@ -71,7 +65,7 @@ def _yaml_scalar(v: Any) -> str:
     return "null" if v is None else json.dumps(v) if isinstance(v, list) else str(v)
 
 
-def baseline_overrides(recipe: Any) -> list[str]:
+def baseline_overrides(recipe: Recipe) -> list[str]:
     """The recipe with speculation off: mode none and no draft/heads."""
     ov = ["speculative={mode: none}"]
     src = MODE_SOURCES.get(recipe.mode)
@@ -80,10 +74,11 @@ def baseline_overrides(recipe: Any) -> list[str]:
     return ov
 
 
-def pick_method(method: str, mode: str, side: Side, deploy_fn: DeployFn | None) -> str:
-    """auto → per-request for a live deployment with a draft model (BLS num_draft_tokens), else redeploy."""
+def pick_method(method: str, mode: str, *, live: bool, can_deploy: bool) -> str:
+    """auto → per-request for a `live` deployment (not a recipe to deploy) with a draft model (BLS
+    num_draft_tokens), else redeploy (which needs a deploy function: `can_deploy`)."""
     if method == "auto":
-        method = "per-request" if has_draft_model(mode) and side.kind != "recipe" else "redeploy"
+        method = "per-request" if has_draft_model(mode) and live else "redeploy"
     if method not in ("per-request", "redeploy"):
         raise UsageError(f"method must be per-request, redeploy or auto, got '{method}'")
     if method == "per-request" and not has_draft_model(mode):
@@ -92,7 +87,7 @@ def pick_method(method: str, mode: str, side: Side, deploy_fn: DeployFn | None) 
             f"not {mode}",
             hint="use method redeploy with a deploy function",
         )
-    if method == "redeploy" and deploy_fn is None:
+    if method == "redeploy" and not can_deploy:
         raise UsageError(
             "method redeploy needs a deploy function", hint="run it through `sdtk tune`, which provides one"
         )
@@ -100,8 +95,8 @@ def pick_method(method: str, mode: str, side: Side, deploy_fn: DeployFn | None) 
 
 
 def new_result(
-    side: Side,
-    rec: Any,
+    target: str,
+    rec: Recipe,
     method: str,
     configs: list[dict[str, Any]],
     wl: Workload,
@@ -110,167 +105,35 @@ def new_result(
     levels: list[int],
     resamples: int,
 ) -> TuneResult:
-    """The empty result of a sweep: what it will measure, and with which settings."""
+    """The empty result of a sweep of `target` (as described): what it will measure, and with
+    which settings."""
     return TuneResult(
-        target=side.describe(),
+        target=target,
         method=method,
         mode=rec.mode,
         workload=wl.to_dict(),
-        settings={
-            "requests": opts.requests,
-            "warmup": opts.warmup,
-            "seed": opts.seed,
-            "protocol": opts.protocol,
-            "temperature": opts.temperature,
-            "timeout": opts.timeout,
-            "resamples": resamples,
-            "recipe": rec.display_name,
-        },
+        settings={**opts.settings(duration=False), "resamples": resamples, "recipe": rec.display_name},
         concurrency=levels,
         draft_lens=[c["draft_len"] for c in configs],
         configs=configs,
     )
 
 
-# --------------------------------------------------------------------------- the sweep
+# --------------------------------------------------------------------------- the decisions
 
 
-class Sweep:
-    """One tune run's measurements: the same workload, options and token counter for each."""
-
-    def __init__(self, result: TuneResult, wl: Workload, opts: RunOptions, tokenizer: str | None):
-        self.result = result
-        self.wl = wl
-        self.opts = opts
-        self.tokenizer = tokenizer
-        self.count_tokens = TokenCounter(tokenizer) if tokenizer else None  # loaded once, shared
-
-    def measure(
-        self,
-        url: str,
-        model: str,
-        *,
-        label: str,
-        num_draft_tokens: int | None = None,
-        bls: bool = False,
-        draft_len: int | None = None,
-    ) -> BenchResult:
-        opts = self.opts
-        sampling = Sampling(temperature=opts.temperature, num_draft_tokens=num_draft_tokens)
-
-        async def go() -> BenchResult:
-            ep = TritonEndpoint(url, model=model, protocol=opts.protocol, timeout=opts.timeout)
-            if bls:
-                try:
-                    ep = await _bls_endpoint(ep, url, opts.protocol, opts.timeout)
-                except BaseException:
-                    await ep.close()
-                    raise
-            return await run_with(
-                ep,
-                self.wl,
-                opts,
-                concurrency=self.result.concurrency,
-                sampling=sampling,
-                label=label,
-                draft_len=draft_len,
-                tokenizer=self.tokenizer,
-                count_tokens=self.count_tokens,
-            )
-
-        return asyncio.run(go())
+def chain_sweep(configs: list[dict[str, Any]]) -> bool:
+    """Whether the configurations sweep a chain's draft length (γ) alone."""
+    return all(c["overrides"][0].startswith("speculative.max_draft_len") for c in configs)
 
 
-def tune(
-    side: Side,
-    rec: Any,
-    result: TuneResult,
-    wl: Workload,
-    opts: RunOptions,
-    *,
-    deploy_fn: DeployFn | None,
-    model: str | None,
-    resamples: int,
-    plan_result: Any,
-    predict: bool,
-    check: bool,
-    recipe_path: Path | str,
-) -> TuneResult:
-    """Measure speedup per configuration × concurrency into `result` (made by toolkit.bench.api).
-
-    A dead server raises BenchAborted whose `.partial` is the result so far. Without a
-    `plan_result`, `predict` runs `plan` for chain modes (when this machine can probe the recipe).
-    `recipe_path`: what the redeploy method deploys.
-    """
-    configs = result.configs
-    levels = result.concurrency
-    chain_sweep = all(c["overrides"][0].startswith("speculative.max_draft_len") for c in configs)
-    sweep = Sweep(result, wl, opts, recipe_tokenizer(rec))  # counts tokens where the server does not
-    path = recipe_path
-    try:
-        if result.method == "per-request":
-            with side_address(side, protocol=opts.protocol, deploy_fn=deploy_fn) as (url, mdl):
-                result.baseline = sweep.measure(
-                    url, mdl, label="γ=0 (baseline)", num_draft_tokens=0, bls=True
-                )
-                for cfg in configs:
-                    result.runs[cfg["label"]] = sweep.measure(
-                        url, mdl, label=cfg["label"], num_draft_tokens=cfg["draft_len"], bls=True
-                    )
-        else:
-            with deploy(deploy_fn, path, baseline_overrides(rec), protocol=opts.protocol) as (url, mdl):
-                result.baseline = sweep.measure(url, model or mdl, label="baseline")
-            for cfg in configs:
-                with deploy(deploy_fn, path, cfg["overrides"], protocol=opts.protocol) as (url, mdl):
-                    result.runs[cfg["label"]] = sweep.measure(
-                        url,
-                        model or mdl,
-                        label=cfg["label"],
-                        draft_len=cfg["draft_len"] if chain_sweep else None,
-                    )
-    except BenchAborted as e:
-        result.partial, result.error = True, e.cause or e.message
-        finish(result, resamples, opts.seed, plan_result)
-        raise BenchAborted(
-            f"tune stopped: {result.error}", partial=result, cause=e.cause, hint=e.hint
-        ) from None
-    if plan_result is None and predict and result.mode in CHAIN_MODES and probe_possible(rec)[0]:
-        gmax = max(c["draft_len"] for c in configs)
-        plan_result = plan(
-            rec, wl, gamma_max=gmax, concurrency=levels, seed=opts.seed, progress=opts.progress
-        )
-    if plan_result is not None and rec.backend == "reference":
-        overhead = serving_overhead(result.baseline, plan_result)
-        if overhead is not None:
-            result.settings["serving_overhead_ms"] = round(overhead * 1e3, 3)
-            add_serving_overhead(
-                plan_result, rec, overhead, "served baseline TPOT at c=1 − in-process plain step"
-            )
-    finish(result, resamples, opts.seed, plan_result)
-    sched = valid_schedule(result.schedule)
-    if (
-        check
-        and result.method == "redeploy"
-        and chain_sweep
-        and rec.backend == "reference"
-        and sched
-        and len(levels) > 1
-    ):
-        # Redeploy with the schedule (the reference runtime follows it per batch size, as
-        # TensorRT-LLM's drafter does) and measure it against every fixed draft length.
-        flow = "{" + ", ".join(f"{c}: {g}" for c, g in sched.items()) + "}"
-        ov = [f"speculative.max_draft_len={sched[1]}", f"speculative.draft_len_schedule={flow}"]
-        try:
-            with deploy(deploy_fn, path, ov, protocol=opts.protocol) as (url, mdl):
-                run = sweep.measure(url, model or mdl, label="draft_len_schedule", draft_len=sched[1])
-        except BenchAborted as e:
-            result.partial, result.error = True, f"schedule check: {e.cause or e.message}"
-        else:
-            check_schedule(result, run, resamples, opts.seed)
-    return result
+def schedule_overrides(sched: dict[int, int]) -> list[str]:
+    """The --set overrides that deploy a draft_len_schedule (predict.valid_schedule's)."""
+    flow = "{" + ", ".join(f"{c}: {g}" for c, g in sched.items()) + "}"
+    return [f"speculative.max_draft_len={sched[1]}", f"speculative.draft_len_schedule={flow}"]
 
 
-def serving_overhead(baseline: BenchResult | None, plan_result: Any) -> float | None:
+def serving_overhead(baseline: BenchResult | None, plan_result: PlanResult | None) -> float | None:
     """What a served step costs beyond the forwards, once per deployment: the baseline's median
     TPOT at concurrency 1 minus the probe's in-process plain step (None when either is missing,
     e.g. a deployment that does not stream, or when the difference is not positive)."""
@@ -285,25 +148,8 @@ def serving_overhead(baseline: BenchResult | None, plan_result: Any) -> float | 
     return o if o > 0 else None
 
 
-async def _bls_endpoint(ep: TritonEndpoint, url: str, protocol: str, timeout: float) -> TritonEndpoint:
-    """Per-request draft lengths need the model with a `num_draft_tokens` input (the BLS)."""
-    await ep.check()
-    if "num_draft_tokens" in ep.inputs:
-        return ep
-    if ep.model != BLS_MODEL:
-        await ep.close()
-        ep = TritonEndpoint(url, model=BLS_MODEL, protocol=protocol, timeout=timeout)
-        with contextlib.suppress(Exception):  # reported below, with the fix
-            await ep.check()
-        if "num_draft_tokens" in ep.inputs:
-            return ep
-    raise UsageError(
-        f"neither the served model nor {BLS_MODEL} at {url} takes num_draft_tokens",
-        hint="per-request draft lengths need a draft_target deployment (BLS); use method redeploy",
-    )
-
-
-def finish(result: TuneResult, resamples: int, seed: int, plan_result: Any) -> None:
+def finish(result: TuneResult, resamples: int, seed: int, plan_result: PlanResult | None) -> None:
+    """Fill `result` from its runs: cells, predictions set against them, schedule, best, overlay."""
     base = result.baseline
     if base is not None:
         for cfg in result.configs:
@@ -337,9 +183,7 @@ def finish(result: TuneResult, resamples: int, seed: int, plan_result: Any) -> N
             if c.draft_len in result.predicted and c.speedup.point is not None
         ]
         result.prediction_error = statistics.median(errs) if errs else None
-    chain = result.mode in CHAIN_MODES and all(
-        c["overrides"][0].startswith("speculative.max_draft_len") for c in result.configs
-    )
+    chain = result.mode in CHAIN_MODES and chain_sweep(result.configs)
     for conc in result.concurrency:
         cells = [c for c in result.cells if c.concurrency == conc and c.speedup.point is not None]
         if not cells:

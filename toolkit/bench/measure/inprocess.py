@@ -11,16 +11,19 @@ import statistics
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import UsageError
 from toolkit.modes import MODE_SOURCES, info
+
+if TYPE_CHECKING:
+    from toolkit.recipe import Recipe
 
 PROBE_PARAM_LIMIT = 3e9  # bigger local checkpoints are too slow to probe on a CPU by default
 FORWARD_SIZES = (1, 2, 3, 5, 9, 17, 33)
 
 
-def _sources(recipe: Any) -> dict[str, Any]:
+def _sources(recipe: Recipe) -> dict[str, Any]:
     out = {"target": recipe.models.target}
     for role in dict.fromkeys(src for src in MODE_SOURCES.values() if src):
         if getattr(recipe.models, role) is not None:
@@ -28,20 +31,22 @@ def _sources(recipe: Any) -> dict[str, Any]:
     return out
 
 
-def probe_possible(recipe: Any, components: Sequence[Any] | None = None) -> tuple[bool, str]:
+def probe_possible(recipe: Recipe, components: Sequence[Any] | None = None) -> tuple[bool, str]:
     """Whether this machine can run the recipe's models in the reference runtime, and why not."""
     ref = info(recipe.mode).reference
     if not ref.supported:
         return False, f"no reference implementation: {ref.reason}"
+    paths = {}
     for role, src in _sources(recipe).items():
         path = recipe.local_path(src)
         if path is None:
             return False, f"{role} is a hub checkpoint ({src.describe()}), not a local directory"
         if not path.is_dir():
             return False, f"{role} directory {path} does not exist"
+        paths[role] = path
     from toolkit import hub
 
-    if not hub.has_weights(recipe.local_path(recipe.models.target)):
+    if not hub.has_weights(paths["target"]):
         return False, "the target directory has no weight files"
     try:
         import torch  # noqa: F401
@@ -58,7 +63,7 @@ def probe_possible(recipe: Any, components: Sequence[Any] | None = None) -> tupl
     return True, ""
 
 
-def load_runtime(recipe: Any) -> Any:
+def load_runtime(recipe: Recipe) -> Any:
     from toolkit.reference import ReferenceRuntime
 
     m = recipe.models

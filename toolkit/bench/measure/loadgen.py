@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from toolkit.bench.errors import BenchAborted, InexactCounts
-from toolkit.bench.measure.metrics import RequestRecord, summarize
+from toolkit.bench.measure.metrics import RequestRecord
+from toolkit.bench.measure.records import BenchResult as BenchResult  # re-exported: scripts and tests
+from toolkit.bench.measure.records import LevelResult as LevelResult
 from toolkit.bench.measure.workloads import Prompt, Workload
-from toolkit.bench.options import DEFAULT_TIMEOUT, RunOptions
+from toolkit.bench.options import DEFAULT_TIMEOUT, RunOptions, bars_enabled
 from toolkit.errors import ServerError, UsageError
-from toolkit.progress import Bars
+from toolkit.progress import Bars, Step
 
 CONNECT_TIMEOUT = 3.0
 CHECK_TIMEOUT = 15.0  # the preflight (model config + readiness) must answer within this
@@ -173,78 +175,6 @@ class TritonEndpoint:
 
     async def close(self) -> None:
         await self.client.close()
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass
-class LevelResult:
-    """One concurrency level (or request rate) of a run."""
-
-    concurrency: int | None
-    rate: float | None
-    records: list[RequestRecord]
-    duration: float
-    partial: bool = False
-
-    @property
-    def label(self) -> str:
-        return f"c={self.concurrency}" if self.concurrency is not None else f"rate={self.rate:g}/s"
-
-    def summary(self) -> dict[str, Any]:
-        return summarize(self.records, duration=self.duration)
-
-    def to_dict(self, records: bool = False) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "concurrency": self.concurrency,
-            "rate": self.rate,
-            "duration_s": self.duration,
-            "partial": self.partial,
-            "summary": self.summary(),
-        }
-        if records:
-            d["records"] = [r.to_dict() for r in self.records]
-        return d
-
-
-@dataclass
-class BenchResult:
-    """What `sdtk bench` measured against one endpoint."""
-
-    endpoint: str
-    workload: dict[str, Any]
-    settings: dict[str, Any]
-    levels: list[LevelResult] = field(default_factory=list)
-    partial: bool = False
-    error: str | None = None
-    warnings: list[str] = field(default_factory=list)
-    report_dir: Any = None  # Path, once reports are written
-    report_files: list[Any] = field(default_factory=list)
-    twin: str | None = None  # "memory-bound twin: target padded ×N, F GB per step" (toolkit.membound)
-
-    def level(self, concurrency: int) -> LevelResult | None:
-        return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
-
-    @property
-    def token_counts_exact(self) -> bool:
-        """False when any successful request's token counts are estimates (--allow-inexact)."""
-        return all(r.token_counts_exact for lv in self.levels for r in lv.records if r.ok)
-
-    def to_dict(self, records: bool = False) -> dict[str, Any]:
-        return {
-            "kind": "bench",
-            "endpoint": self.endpoint,
-            "token_counts_exact": self.token_counts_exact,
-            "workload": self.workload,
-            "settings": self.settings,
-            "partial": self.partial,
-            "error": self.error,
-            "warnings": list(self.warnings),
-            "twin": self.twin,
-            "report_dir": str(self.report_dir) if self.report_dir else None,
-            "levels": [lv.to_dict(records) for lv in self.levels],
-        }
 
 
 # --------------------------------------------------------------------------- per-request accounting
@@ -511,35 +441,7 @@ def check_levels(concurrency: Sequence[int] | None, rate: float | None) -> list[
     return levels
 
 
-async def run_load(
-    endpoint: Endpoint,
-    workload: Workload,
-    *,
-    concurrency: Sequence[int] | None = (1,),
-    rate: float | None = None,
-    requests: int = 32,
-    duration: float | None = None,
-    warmup: int = 2,
-    seed: int = 0,
-    sampling: Sampling | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
-    progress: bool = True,
-    label: str = "bench",
-    count_tokens: Callable[[str], int] | None = None,
-    draft_len: int | None = None,
-    allow_inexact: bool = False,
-    tokenizer: str | None = None,
-) -> BenchResult:
-    """Run every level against one endpoint. Raises BenchAborted (with .partial) if the server dies.
-
-    Token counts: the server's `num_output_tokens` when the model has `return_num_output_tokens`,
-    else `count_tokens` (the deployment's tokenizer over the cumulative text, named `tokenizer`
-    in the report). With neither, the run is refused (InexactCounts) unless `allow_inexact`;
-    then one token per chunk is assumed and every report says INEXACT.
-    `draft_len`: the deployment's γ when known (from its recipe), to turn the server's draft
-    counts into an acceptance length; a per-request `sampling.num_draft_tokens` wins.
-    """
-    levels = check_levels(concurrency, rate)
+def _check_run(requests: int, duration: float | None, warmup: int, timeout: float) -> None:
     if requests < 1:
         raise UsageError(f"requests must be ≥ 1, got {requests}")
     if duration is not None and duration <= 0:
@@ -548,26 +450,15 @@ async def run_load(
         raise UsageError(f"warmup must be ≥ 0, got {warmup}")
     if timeout <= 0:
         raise UsageError(f"timeout must be > 0 seconds, got {timeout}")
-    sampling = sampling or Sampling()
-    prompts = workload.sample(requests, seed)
-    result = BenchResult(
-        endpoint=endpoint.name,
-        workload=workload.to_dict(),
-        settings={
-            "concurrency": levels or None,
-            "rate": rate,
-            "requests": requests,
-            "duration": duration,
-            "warmup": warmup,
-            "seed": seed,
-            "timeout": timeout,
-            "sampling": sampling.to_dict(),
-            "draft_len": draft_len,
-            "tokenizer": tokenizer,
-            "allow_inexact": allow_inexact,
-        },
-        warnings=list(workload.warnings),
-    )
+
+
+async def _preflight(
+    endpoint: Endpoint,
+    result: BenchResult,
+    count_tokens: Callable[[str], int] | None,
+    allow_inexact: bool,
+) -> None:
+    """The endpoint answers, and its token counts can be exact (else refused or marked INEXACT)."""
     try:
         await asyncio.wait_for(endpoint.check(), CHECK_TIMEOUT)
     except asyncio.TimeoutError:
@@ -592,32 +483,137 @@ async def run_load(
         load = getattr(count_tokens, "load", None)
         if load is not None:
             load()  # the tokenizer will count every request: fail now, not after a level
-    with Bars(progress, label) as bar:
+
+
+async def _warm_up(
+    endpoint: Endpoint,
+    workload: Workload,
+    bar: Bars,
+    *,
+    warmup: int,
+    seed: int,
+    sampling: Sampling,
+    timeout: float,
+    refuse_inexact: bool,
+) -> None:
+    """`warmup` requests, not recorded: first requests pay for lazy initialisation and cache
+    warm-up. `refuse_inexact`: an estimated count stops the run (no tokenizer, no --allow-inexact)."""
+    bar.level("warm-up", warmup)
+    for i, p in enumerate(workload.sample(warmup, seed + 7919)):
+        rec = await run_request(endpoint, -1 - i, p, seed=seed, sampling=sampling, timeout=timeout)
+        bar.advance(0 if rec.ok else 1)
+        if rec.ok and not rec.token_counts_exact and refuse_inexact:
+            raise InexactCounts(INEXACT_REASON, hint=INEXACT_HINT)
+        if not rec.ok and rec.error_kind in ("connection", "timeout") and not await endpoint.alive():
+            raise _Aborted(
+                f"the server stopped answering during warm-up ({rec.error})",
+                LevelResult(None, None, [], 0.0, True),
+            )
+
+
+def _aborted(endpoint: Endpoint, result: BenchResult, e: _Aborted) -> BenchAborted:
+    """The BenchAborted of a run stopped by `e`, carrying what it measured."""
+    if e.level.records:
+        result.levels.append(e.level)
+    result.partial = True
+    result.error = e.reason
+    return BenchAborted(
+        f"benchmark of {endpoint.name} stopped: {e.reason}",
+        partial=result,
+        cause=e.reason,
+        hint=INEXACT_HINT
+        if e.reason == INEXACT_REASON
+        else "the partial results are kept; check the server with `sdtk status` / `sdtk logs`",
+    )
+
+
+def _check_outcome(endpoint: Endpoint, result: BenchResult) -> None:
+    """Mark estimated counts; refuse a run without one success (nothing to measure)."""
+    if not result.token_counts_exact and INEXACT_WARNING not in result.warnings:
+        result.warnings.append(INEXACT_WARNING)
+    done = [r for lv in result.levels for r in lv.records]
+    if done and not any(r.ok for r in done):
+        # A run without one success has nothing to measure (a model error, a bad input):
+        # stop here with the reason instead of reporting empty statistics.
+        result.partial = True
+        result.error = f"every request failed; first error: {done[0].error}"
+        raise BenchAborted(
+            f"benchmark of {endpoint.name}: {result.error}",
+            partial=result,
+            cause=result.error,
+            hint="try one request with `sdtk infer`; the server log (`sdtk logs`) has the model's side",
+        )
+
+
+async def run_load(
+    endpoint: Endpoint,
+    workload: Workload,
+    *,
+    concurrency: Sequence[int] | None = (1,),
+    rate: float | None = None,
+    requests: int = 32,
+    duration: float | None = None,
+    warmup: int = 2,
+    seed: int = 0,
+    sampling: Sampling | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    progress: bool | Step = True,
+    label: str = "bench",
+    count_tokens: Callable[[str], int] | None = None,
+    draft_len: int | None = None,
+    allow_inexact: bool = False,
+    tokenizer: str | None = None,
+) -> BenchResult:
+    """Run every level against one endpoint. Raises BenchAborted (with .partial) if the server dies.
+
+    Token counts: the server's `num_output_tokens` when the model has `return_num_output_tokens`,
+    else `count_tokens` (the deployment's tokenizer over the cumulative text, named `tokenizer`
+    in the report). With neither, the run is refused (InexactCounts) unless `allow_inexact`;
+    then one token per chunk is assumed and every report says INEXACT.
+    `draft_len`: the deployment's γ when known (from its recipe), to turn the server's draft
+    counts into an acceptance length; a per-request `sampling.num_draft_tokens` wins.
+    `progress`: a Step (toolkit.progress), or a bool; the bars are off for False or `quiet`.
+    """
+    levels = check_levels(concurrency, rate)
+    _check_run(requests, duration, warmup, timeout)
+    sampling = sampling or Sampling()
+    prompts = workload.sample(requests, seed)
+    result = BenchResult(
+        endpoint=endpoint.name,
+        workload=workload.to_dict(),
+        settings={
+            "concurrency": levels or None,
+            "rate": rate,
+            "requests": requests,
+            "duration": duration,
+            "warmup": warmup,
+            "seed": seed,
+            "timeout": timeout,
+            "sampling": sampling.to_dict(),
+            "draft_len": draft_len,
+            "tokenizer": tokenizer,
+            "allow_inexact": allow_inexact,
+        },
+        warnings=list(workload.warnings),
+    )
+    await _preflight(endpoint, result, count_tokens, allow_inexact)
+    with Bars(bars_enabled(progress), label) as bar:
         try:
             if warmup:
-                # Not recorded: first requests pay for lazy initialisation and cache warm-up.
-                bar.level("warm-up", warmup)
-                wl = workload.sample(warmup, seed + 7919)
-                for i, p in enumerate(wl):
-                    rec = await run_request(
-                        endpoint, -1 - i, p, seed=seed, sampling=sampling, timeout=timeout
-                    )
-                    bar.advance(0 if rec.ok else 1)
-                    if rec.ok and not rec.token_counts_exact and count_tokens is None and not allow_inexact:
-                        raise InexactCounts(INEXACT_REASON, hint=INEXACT_HINT)
-                    if (
-                        not rec.ok
-                        and rec.error_kind in ("connection", "timeout")
-                        and not await endpoint.alive()
-                    ):
-                        raise _Aborted(
-                            f"the server stopped answering during warm-up ({rec.error})",
-                            LevelResult(None, None, [], 0.0, True),
-                        )
+                refuse = count_tokens is None and not allow_inexact
+                await _warm_up(
+                    endpoint,
+                    workload,
+                    bar,
+                    warmup=warmup,
+                    seed=seed,
+                    sampling=sampling,
+                    timeout=timeout,
+                    refuse_inexact=refuse,
+                )
             steps: list[int | None] = [*levels] if levels else [None]  # None: one level at `rate`
             for lvl in steps:
-                name = f"c={lvl}" if lvl is not None else f"rate={rate:g}/s"
-                bar.level(name, len(prompts))
+                bar.level(f"c={lvl}" if lvl is not None else f"rate={rate:g}/s", len(prompts))
                 result.levels.append(
                     await _run_level(
                         endpoint,
@@ -635,32 +631,8 @@ async def run_load(
                     )
                 )
         except _Aborted as e:
-            if e.level.records:
-                result.levels.append(e.level)
-            result.partial = True
-            result.error = e.reason
-            raise BenchAborted(
-                f"benchmark of {endpoint.name} stopped: {e.reason}",
-                partial=result,
-                cause=e.reason,
-                hint=INEXACT_HINT
-                if e.reason == INEXACT_REASON
-                else "the partial results are kept; check the server with `sdtk status` / `sdtk logs`",
-            ) from None
-    if not result.token_counts_exact and INEXACT_WARNING not in result.warnings:
-        result.warnings.append(INEXACT_WARNING)
-    failed = [r for lv in result.levels for r in lv.records]
-    if failed and not any(r.ok for r in failed):
-        # A run without one success has nothing to measure (a model error, a bad input):
-        # stop here with the reason instead of reporting empty statistics.
-        result.partial = True
-        result.error = f"every request failed; first error: {failed[0].error}"
-        raise BenchAborted(
-            f"benchmark of {endpoint.name}: {result.error}",
-            partial=result,
-            cause=result.error,
-            hint="try one request with `sdtk infer`; the server log (`sdtk logs`) has the model's side",
-        )
+            raise _aborted(endpoint, result, e) from None
+    _check_outcome(endpoint, result)
     return result
 
 

@@ -16,12 +16,15 @@ loop (`_bls_draft_target`), so it proposes what the served deployment proposed.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.bench.measure.inprocess import encode, load_runtime, probe_possible
 from toolkit.bench.measure.metrics import per_position_acceptance
 from toolkit.bench.measure.workloads import Prompt
 from toolkit.bench.proposers import has_draft_model
+
+if TYPE_CHECKING:
+    from toolkit.recipe import Recipe
 
 SOURCE = "in-process replay of the run's requests (reference runtime, greedy)"
 
@@ -49,7 +52,7 @@ class ReplayedAcceptance:
         return dict(asdict(self), matches_server=self.matches_server)
 
 
-def replayable(recipe: Any, temperature: float | None) -> bool:
+def replayable(recipe: Recipe | None, temperature: float | None) -> bool:
     """Greedy, reference backend, a speculative mode and local models this machine can load."""
     if recipe is None or temperature not in (None, 0, 0.0) or recipe.mode == "none":
         return False
@@ -59,7 +62,7 @@ def replayable(recipe: Any, temperature: float | None) -> bool:
 
 
 def replay_acceptance(
-    recipe: Any, prompts: list[Prompt], server_records: list[Any] | None = None
+    recipe: Recipe, prompts: list[Prompt], server_records: list[Any] | None = None
 ) -> ReplayedAcceptance:
     """Run `prompts` (the run's request list, in order) through the recipe in process.
 
@@ -67,13 +70,14 @@ def replay_acceptance(
     `prompts`), whose server-reported draft counts are summed for the same requests."""
 
     rt = load_runtime(recipe)
+    spec: Any = recipe.speculative  # any mode's: max_draft_len is read for draft-target only
     proposed: list[int] = []
     accepted: list[int] = []
     acc_total = draft_total = 0
     for p in prompts:
         if has_draft_model(recipe.mode):
             per_proposed, per_accepted = _bls_draft_target(
-                rt, encode(rt, p.text), p.max_tokens, recipe.speculative.max_draft_len
+                rt, encode(rt, p.text), p.max_tokens, spec.max_draft_len
             )
         else:
             stats = rt.generate(encode(rt, p.text), p.max_tokens, spec=recipe.speculative).stats

@@ -8,16 +8,19 @@ transformers is imported only when a count is actually needed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from toolkit.recipe import Recipe
 
 
 class TokenizerUnavailable(UsageError):
     """The tokenizer named for counting cannot be loaded."""
 
 
-def recipe_tokenizer(recipe: Any) -> str | None:
+def recipe_tokenizer(recipe: Recipe | None) -> str | None:
     """The tokenizer a recipe serves with: a local directory, or a hub id[@revision]."""
     if recipe is None:
         return None

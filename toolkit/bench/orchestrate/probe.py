@@ -1,15 +1,18 @@
 """`plan`'s probe: a few prompts of the workload through the reference runtime with each
-candidate configuration, interleaved with plain decoding, for acceptance and step costs.
+candidate configuration (decide.candidates), interleaved with plain decoding, for acceptance
+and step costs.
 
-What it measures goes into decide.predict's records (Probe, ProbeConfig, StepTiming).
+What it measures goes into decide.predict's records (Probe, ProbeConfig, StepTiming); the
+predictions over them are toolkit.bench.decide's.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from toolkit.bench.decide.candidates import probe_candidates
 from toolkit.bench.decide.predict import (
     Probe,
     ProbeConfig,
@@ -29,22 +32,11 @@ from toolkit.bench.measure.inprocess import (
 )
 from toolkit.bench.measure.metrics import Interval, bootstrap_ci
 from toolkit.bench.measure.workloads import Workload
-from toolkit.bench.proposers import (
-    has_draft_model,
-    has_window,
-    is_chain,
-    tree_field,
-    window_of,
-    window_settings,
-)
-from toolkit.modes import info
-from toolkit.progress import steps
+from toolkit.bench.proposers import has_draft_model
+from toolkit.progress import Step
 
-
-def say(progress: bool, msg: str) -> None:
-    """A plan/tune step message on stderr (toolkit.progress), when progress is on."""
-    if progress:
-        steps("plan")(msg)
+if TYPE_CHECKING:
+    from toolkit.recipe import Recipe
 
 
 def _add_stats(total: Any, st: Any) -> None:
@@ -91,55 +83,8 @@ def alpha_from_logits(
     return bootstrap_ci(betas, seed=seed), bootstrap_ci(agree, seed=seed)
 
 
-# --------------------------------------------------------------------------- candidates
-
-
-def _tree_prefixes(choices: list[list[int]], max_candidates: int = 4) -> list[list[list[int]]]:
-    """Valid sub-trees made of the first k paths (parents before children), a few sizes up to all."""
-    n = len(choices)
-    sizes = sorted({max(1, n // 4), max(1, n // 2), max(1, 3 * n // 4), n})[-max_candidates:]
-    out = []
-    for k in sizes:
-        kept: list[list[int]] = []
-        have = set()
-        for path in choices[:k]:
-            if len(path) == 1 or tuple(path[:-1]) in have:
-                kept.append(path)
-                have.add(tuple(path))
-        if kept and kept not in out:
-            out.append(kept)
-    return out
-
-
-def probe_candidates(recipe: Any, gamma_max: int) -> list[tuple[str, dict[str, Any]]]:
-    """Configurations the probe runs: (label, speculative fields to override)."""
-    spec = recipe.speculative
-    if not info(spec.mode).reference.supported:
-        return []  # nothing the reference runtime can probe
-    if is_chain(spec):
-        # The longest chain gives acceptance at every position (and its accepted runs predict τ
-        # for every shorter γ); shorter chains add measured step times to interpolate between.
-        g = max(gamma_max, spec.max_draft_len)
-        extra = sorted({1, (g + 1) // 2} - {g}, reverse=True)
-        return [(f"γ={x}", {"max_draft_len": x}) for x in [g, *extra]]
-    tree = tree_field(spec)
-    if tree is not None:
-        key, paths = tree
-        return [(f"tree {len(t)} nodes", {key: t}) for t in _tree_prefixes(paths)]
-    if has_window(spec):
-        own = window_of(spec)
-        grid = [own, (2, 3, 2), (4, 3, 4), (4, 4, 4), (6, 4, 6)]
-        seen, out = set(), []
-        for w, n, g in grid:
-            if (w, n, g) not in seen:
-                seen.add((w, n, g))
-                out.append((f"W={w} N={n} G={g}", window_settings(w, n, g)))
-        return out[:4]
-    return []
-
-
 def run_probe(
-    rec: Any,
+    rec: Recipe,
     wl: Workload,
     *,
     runtime: Any,
@@ -148,14 +93,14 @@ def run_probe(
     gamma_max: int,
     temperature: float,
     seed: int,
-    progress: bool,
+    progress: Step,
 ) -> Probe:
     from toolkit.reference.sampling import SamplingParams
 
     t_start = time.perf_counter()
     spec = rec.speculative
     mode = spec.mode
-    say(progress, f"loading {rec.display_name} into the reference runtime")
+    progress(f"loading {rec.display_name} into the reference runtime")
     rt = runtime if runtime is not None else load_runtime(rec)
     budget = rt.max_context - probe_tokens - 1
     prompts = []
@@ -175,8 +120,7 @@ def run_probe(
     totals = [SpecStats() for _ in cands]
     steps: list[list[float]] = [[] for _ in cands]
     step_tokens: list[list[list[int]]] = [[] for _ in cands]
-    say(
-        progress,
+    progress(
         f"baseline and {len(cands)} speculative configuration(s): {len(prompts)} prompts × {probe_tokens} tokens",
     )
     # Interleaved per prompt, so that every configuration sees the same machine conditions.
@@ -218,7 +162,7 @@ def run_probe(
         configs=configs,
     )
     if has_draft_model(mode) and rt.draft is not None:
-        say(progress, "α from draft/target logits")
+        progress("α from draft/target logits")
         a_t, a_g = alpha_from_logits(rt, prompts, outputs, temperature, seed)
         probe.alpha_logits, probe.alpha_greedy = a_t, a_g
         probe.alpha_logits_temperature = temperature if temperature > 0 else 1.0
@@ -227,11 +171,11 @@ def run_probe(
 
 
 def _time_costs(
-    rt: Any, ctx: list[int], base_steps: list[float], widths: list[int], progress: bool
+    rt: Any, ctx: list[int], base_steps: list[float], widths: list[int], progress: Step
 ) -> StepTiming:
     """Step costs after `ctx`: the plain step (from the probe's own steps), bare target (and
     draft) forwards over 1..n tokens, and batched target forwards `widths` tokens per row."""
-    say(progress, "timing forwards")
+    progress("timing forwards")
     lms = {"target": rt.target}
     sizes: dict[str, Sequence[int]] = {"target": FORWARD_SIZES}
     if rt.draft is not None:
@@ -247,6 +191,6 @@ def _time_costs(
     if "draft" in fw:
         timing.draft_forward = fw["draft"][0][1]
         timing.c_forward = timing.draft_forward / dict(points)[1]
-    say(progress, "timing batched forwards (in-flight batching)")
+    progress("timing batched forwards (in-flight batching)")
     timing.batch_points = time_batched_forwards(rt.target, ctx, widths)
     return timing

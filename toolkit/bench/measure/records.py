@@ -1,0 +1,81 @@
+"""A run's own records: what the load generator measured against one endpoint, per level.
+
+Plain data (no transport, no load): toolkit.bench.results re-exports them, and the decide layer
+reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolkit.bench.measure.metrics import RequestRecord, summarize
+
+
+@dataclass
+class LevelResult:
+    """One concurrency level (or request rate) of a run."""
+
+    concurrency: int | None
+    rate: float | None
+    records: list[RequestRecord]
+    duration: float
+    partial: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"c={self.concurrency}" if self.concurrency is not None else f"rate={self.rate:g}/s"
+
+    def summary(self) -> dict[str, Any]:
+        return summarize(self.records, duration=self.duration)
+
+    def to_dict(self, records: bool = False) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "concurrency": self.concurrency,
+            "rate": self.rate,
+            "duration_s": self.duration,
+            "partial": self.partial,
+            "summary": self.summary(),
+        }
+        if records:
+            d["records"] = [r.to_dict() for r in self.records]
+        return d
+
+
+@dataclass
+class BenchResult:
+    """What `sdtk bench` measured against one endpoint."""
+
+    endpoint: str
+    workload: dict[str, Any]
+    settings: dict[str, Any]
+    levels: list[LevelResult] = field(default_factory=list)
+    partial: bool = False
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    report_dir: Any = None  # Path, once reports are written
+    report_files: list[Any] = field(default_factory=list)
+    twin: str | None = None  # "memory-bound twin: target padded ×N, F GB per step" (toolkit.membound)
+
+    def level(self, concurrency: int) -> LevelResult | None:
+        return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
+
+    @property
+    def token_counts_exact(self) -> bool:
+        """False when any successful request's token counts are estimates (--allow-inexact)."""
+        return all(r.token_counts_exact for lv in self.levels for r in lv.records if r.ok)
+
+    def to_dict(self, records: bool = False) -> dict[str, Any]:
+        return {
+            "kind": "bench",
+            "endpoint": self.endpoint,
+            "token_counts_exact": self.token_counts_exact,
+            "workload": self.workload,
+            "settings": self.settings,
+            "partial": self.partial,
+            "error": self.error,
+            "warnings": list(self.warnings),
+            "twin": self.twin,
+            "report_dir": str(self.report_dir) if self.report_dir else None,
+            "levels": [lv.to_dict(records) for lv in self.levels],
+        }

@@ -1,0 +1,78 @@
+"""`sdtk bench --compare`, run: both sides measured on the same workload, then compared.
+
+Each side is a URL of a running server, a workdir of a detached deployment (`state.json`),
+or a recipe (deployed here through `deploy_fn`, one side at a time, so both get a fresh
+server and neither competes with the other for the machine). Both sides get the same
+prompts in the same order with the same per-request seeds (measure_side). The comparison
+itself is toolkit.bench.decide.compare's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from toolkit.bench.decide import compare as compare_mod
+from toolkit.bench.errors import BenchAborted
+from toolkit.bench.measure import replay as replay_mod
+from toolkit.bench.measure.records import BenchResult
+from toolkit.bench.measure.workloads import Workload
+from toolkit.bench.options import RunOptions
+from toolkit.bench.orchestrate.side import Load, measure_side
+from toolkit.bench.results import ABResult
+from toolkit.bench.targets import DeployFn, Side
+
+
+def run_compare(
+    sides: Sequence[Side],
+    wl: Workload,
+    opts: RunOptions,
+    *,
+    levels: list[int],
+    resamples: int,
+    confidence: float,
+    deploy_fn: DeployFn | None,
+    replay: bool,
+) -> ABResult:
+    """Run both sides on `wl` and compare them. A dead server raises BenchAborted whose
+    `.partial` is the ABResult so far (reports are the caller's: toolkit.bench.api)."""
+    settings = {
+        "concurrency": levels,
+        **opts.settings(),
+        "resamples": resamples,
+        "confidence": confidence,
+        "allow_inexact": opts.allow_inexact,
+    }
+    ab = ABResult(sides[0].describe(), sides[1].describe(), wl.to_dict(), settings)
+    runs: dict[str, BenchResult | None] = {}
+    current = sides[0]
+    try:
+        for side in sides:
+            current = side
+            run = measure_side(side, wl, opts, Load(concurrency=levels), deploy_fn=deploy_fn)
+            if side.steps_from_chunks:
+                compare_mod.count_steps_from_chunks(run)
+            runs[side.label] = run
+    except BenchAborted as e:
+        runs[current.label] = e.partial
+        compare_mod.finish(ab, runs, resamples, opts.seed, confidence)
+        compare_mod.mark_partial(ab, current.label, e.cause or e.message)
+        raise BenchAborted(
+            f"comparison stopped: {ab.error}", partial=ab, cause=e.cause, hint=e.hint
+        ) from None
+    compare_mod.finish(ab, runs, resamples, opts.seed, confidence)
+    if replay:
+        ab.replayed = replay_side(sides[1], wl, opts, ab.speculative)
+    return ab
+
+
+def replay_side(
+    side: Side, wl: Workload, opts: RunOptions, run: BenchResult | None
+) -> replay_mod.ReplayedAcceptance | None:
+    """Per-position acceptance of a greedy reference-backend speculative side (see measure.replay),
+    from the recipe the side was resolved with."""
+    rec = side.recipe
+    if rec is None or not replay_mod.replayable(rec, opts.temperature):
+        return None
+    opts.steps("compare")("speculative: replaying the requests in process for acceptance per draft position")
+    first = run.levels[0].records if run is not None and run.levels else None
+    return replay_mod.replay_acceptance(rec, wl.sample(opts.requests, opts.seed), first)

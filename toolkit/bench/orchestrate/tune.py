@@ -1,0 +1,179 @@
+"""`sdtk tune`, run: one measurement per configuration (and the baseline), each through
+measure_side, then the decisions of toolkit.bench.decide.tune over them.
+
+Two ways to change the draft length:
+
+- per-request (draft-target through `tensorrt_llm_bls`): one deployment, each request sends
+  `num_draft_tokens` = γ; γ = 0 is the baseline (the BLS then decodes plainly);
+- redeploy: one deployment per configuration through `deploy_fn(recipe, overrides)` with
+  `--set speculative.max_draft_len=γ` (or lookahead W/N/G, or a Medusa/EAGLE tree), and the
+  baseline as the same recipe with speculation off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from toolkit.bench.decide import tune as tune_mod
+from toolkit.bench.decide.plan import add_serving_overhead
+from toolkit.bench.decide.predict import PlanResult, valid_schedule
+from toolkit.bench.errors import BenchAborted
+from toolkit.bench.measure.inprocess import probe_possible
+from toolkit.bench.measure.records import BenchResult
+from toolkit.bench.measure.tokens import TokenCounter, recipe_tokenizer
+from toolkit.bench.measure.workloads import Workload
+from toolkit.bench.options import RunOptions
+from toolkit.bench.orchestrate.plan import run_plan
+from toolkit.bench.orchestrate.side import Load, live_side, measure_side
+from toolkit.bench.results import TuneResult
+from toolkit.bench.targets import DeployFn, Side
+from toolkit.modes import CHAIN_MODES
+
+if TYPE_CHECKING:
+    from toolkit.recipe import Recipe
+
+
+class Sweep:
+    """One tune run's measurements: the same workload, options and token counter for each."""
+
+    def __init__(
+        self,
+        result: TuneResult,
+        wl: Workload,
+        opts: RunOptions,
+        rec: Recipe,
+        *,
+        deploy_fn: DeployFn | None,
+        model: str | None,
+        recipe_path: Path | str,
+    ):
+        self.result = result
+        self.wl = wl
+        # Each configuration is deployed into a temporary directory of its own (no `workdir`).
+        self.opts = dataclasses.replace(opts, workdir=None)
+        # Counts tokens where the server does not: the given tokenizer, else the recipe's.
+        self.tokenizer = opts.tokenizer or recipe_tokenizer(rec)
+        self.count_tokens = TokenCounter(self.tokenizer) if self.tokenizer else None  # loaded once, shared
+        self.deploy_fn = deploy_fn
+        self.model = model
+        self.recipe_path = Path(recipe_path)
+
+    def config(self, overrides: list[str]) -> Side:
+        """The recipe with `overrides`, a side to deploy (the redeploy method)."""
+        path = self.recipe_path
+        return Side("target", str(path), "recipe", recipe_path=path, model=self.model, overrides=overrides)
+
+    def measure(
+        self,
+        side: Side,
+        *,
+        label: str,
+        num_draft_tokens: int | None = None,
+        bls: bool = False,
+        draft_len: int | None = None,
+    ) -> BenchResult:
+        """One measurement of `side` at every level (deployed for it when it is a recipe)."""
+        side = dataclasses.replace(side, draft_len=draft_len, tokenizer=self.tokenizer, twin=None)
+        load = Load(
+            self.result.concurrency,
+            num_draft_tokens=num_draft_tokens,
+            bls=bls,
+            count_tokens=self.count_tokens,
+        )
+        return measure_side(side, self.wl, self.opts, load, deploy_fn=self.deploy_fn, label=label)
+
+
+def run_tune(
+    side: Side,
+    rec: Recipe,
+    result: TuneResult,
+    wl: Workload,
+    opts: RunOptions,
+    *,
+    deploy_fn: DeployFn | None,
+    model: str | None,
+    resamples: int,
+    plan_result: PlanResult | None,
+    predict: bool,
+    check: bool,
+    recipe_path: Path | str,
+) -> TuneResult:
+    """Measure speedup per configuration × concurrency into `result` (made by toolkit.bench.api).
+
+    A dead server raises BenchAborted whose `.partial` is the result so far. Without a
+    `plan_result`, `predict` runs `plan` for chain modes (when this machine can probe the recipe).
+    `recipe_path`: what the redeploy method deploys.
+    """
+    sweep = Sweep(result, wl, opts, rec, deploy_fn=deploy_fn, model=model, recipe_path=recipe_path)
+    try:
+        if result.method == "per-request":
+            _per_request(sweep, side)
+        else:
+            _redeploy(sweep, rec)
+    except BenchAborted as e:
+        result.partial, result.error = True, e.cause or e.message
+        tune_mod.finish(result, resamples, opts.seed, plan_result)
+        raise BenchAborted(
+            f"tune stopped: {result.error}", partial=result, cause=e.cause, hint=e.hint
+        ) from None
+    if plan_result is None and predict and result.mode in CHAIN_MODES and probe_possible(rec)[0]:
+        gmax = max(c["draft_len"] for c in result.configs)
+        plan_result = run_plan(
+            rec,
+            wl,
+            gamma_max=gmax,
+            concurrency=result.concurrency,
+            seed=opts.seed,
+            progress=opts.steps("plan"),
+        )
+    if plan_result is not None and rec.backend == "reference":
+        overhead = tune_mod.serving_overhead(result.baseline, plan_result)
+        if overhead is not None:
+            result.settings["serving_overhead_ms"] = round(overhead * 1e3, 3)
+            add_serving_overhead(
+                plan_result, rec, overhead, "served baseline TPOT at c=1 − in-process plain step"
+            )
+    tune_mod.finish(result, resamples, opts.seed, plan_result)
+    if check and result.method == "redeploy" and rec.backend == "reference" and len(result.concurrency) > 1:
+        _check_schedule(sweep, resamples, opts.seed)
+    return result
+
+
+def _per_request(sweep: Sweep, side: Side) -> None:
+    """One deployment; each configuration's requests send its draft length (the BLS)."""
+    result = sweep.result
+    with live_side(side, protocol=sweep.opts.protocol, deploy_fn=sweep.deploy_fn) as live:
+        result.baseline = sweep.measure(live, label="γ=0 (baseline)", num_draft_tokens=0, bls=True)
+        for cfg in result.configs:
+            result.runs[cfg["label"]] = sweep.measure(
+                live, label=cfg["label"], num_draft_tokens=cfg["draft_len"], bls=True
+            )
+
+
+def _redeploy(sweep: Sweep, rec: Recipe) -> None:
+    """One deployment per configuration, and the baseline as the recipe with speculation off."""
+    result = sweep.result
+    chain = tune_mod.chain_sweep(result.configs)
+    result.baseline = sweep.measure(sweep.config(tune_mod.baseline_overrides(rec)), label="baseline")
+    for cfg in result.configs:
+        result.runs[cfg["label"]] = sweep.measure(
+            sweep.config(cfg["overrides"]), label=cfg["label"], draft_len=cfg["draft_len"] if chain else None
+        )
+
+
+def _check_schedule(sweep: Sweep, resamples: int, seed: int) -> None:
+    """Redeploy with the tuned schedule (the reference runtime follows it per batch size, as
+    TensorRT-LLM's drafter does) and measure it against every fixed draft length."""
+    result = sweep.result
+    sched = valid_schedule(result.schedule)
+    if not sched or not tune_mod.chain_sweep(result.configs):
+        return
+    side = sweep.config(tune_mod.schedule_overrides(sched))
+    try:
+        run = sweep.measure(side, label="draft_len_schedule", draft_len=sched[1])
+    except BenchAborted as e:
+        result.partial, result.error = True, f"schedule check: {e.cause or e.message}"
+    else:
+        tune_mod.check_schedule(result, run, resamples, seed)
