@@ -10,14 +10,12 @@ Importable without torch, tritonclient or tensorrt_llm.
 from __future__ import annotations
 
 import re
-import reprlib
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
@@ -27,10 +25,18 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from toolkit import modes
-from toolkit import trees as tree
 from toolkit.errors import RecipeError, did_you_mean
+from toolkit.modes.draft_target import DraftTarget
+from toolkit.modes.eagle import Eagle
+from toolkit.modes.eagle3 import Eagle3
+from toolkit.modes.lookahead import Lookahead
+from toolkit.modes.lookahead import lookahead_max_draft_len as lookahead_max_draft_len  # re-export
+from toolkit.modes.medusa import Medusa
+from toolkit.modes.ngram import NGram
+from toolkit.modes.none import NoSpeculation
 from toolkit.resources import recipes_dir
-from toolkit.shellsafe import escape_controls, has_control
+from toolkit.schema import FieldError, Strict, clip, no_controls
+from toolkit.shellsafe import has_control
 
 MODES = modes.MODES
 BACKENDS = modes.BACKENDS
@@ -49,38 +55,9 @@ MAX_NODES = 20_000  # values after YAML alias expansion
 # TensorRT-LLM takes lengths as int32 and sizes buffers by them; no supported model has a context
 # beyond 2^20 tokens, and the model's max_position_embeddings is checked at build time.
 MAX_LEN = 1 << 20
-_CLIP = 100
-
-_repr = reprlib.Repr()
-_repr.maxstring = _repr.maxother = _CLIP
-_repr.maxlist = _repr.maxdict = _repr.maxtuple = _repr.maxset = 8
-_repr.maxlevel = 3
-
-
-def clip(value: Any, limit: int = _CLIP) -> str:
-    """A value for an error message: bounded repr (never walks a whole structure), one line."""
-    s = value if isinstance(value, str) else _repr.repr(value)
-    s = escape_controls(s)
-    return s if len(s) <= limit else s[: limit - 1] + "…"
-
-
-def _no_controls(v: str | None, what: str) -> str | None:
-    if v is not None and has_control(v):
-        raise ValueError(f"{what} '{clip(v)}' contains a control character (newline, tab, escape, …)")
-    return v
-
-
-class FieldError(ValueError):
-    """A validator error that names the offending field, relative to the model it is raised in."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
-
-
-class _Strict(BaseModel):
-    # strict: `true` is not a number and "4" is not an int (YAML already gives typed scalars).
-    model_config = ConfigDict(extra="forbid", frozen=False, validate_default=True, strict=True)
+# The closed-schema base (toolkit.schema), under the names this module has always used.
+_Strict = Strict
+_no_controls = no_controls
 
 
 # --------------------------------------------------------------------------- models
@@ -162,312 +139,17 @@ class Models(_Strict):
 
 
 # --------------------------------------------------------------------------- speculative modes
-
-
-class _LoadAware(_Strict):
-    """TensorRT-LLM LLM-API `DecodingBaseConfig` runtime knobs (tensorrt_llm/llmapi/llm_args.py;
-    tensorrt_llm/_torch/speculative/drafter.py), honoured by the reference runtime too, and
-    sdtk's per-request adaptive draft length."""
-
-    max_concurrency: int | None = Field(
-        None, ge=1, description="Speculation off while more requests than this are in the batch."
-    )
-    draft_len_schedule: dict[int, int] | None = Field(
-        None,
-        description="Batch size -> draft length (0 = off); the largest threshold <= the batch size "
-        "applies. Must contain 1, mapped to max_draft_len; no value above max_draft_len.",
-    )
-    adaptive_draft_len: bool = Field(
-        False,
-        description="Reference backend: per request, shrink the draft length when the running "
-        "acceptance falls and grow it back when drafts are fully accepted (sdtk, not upstream).",
-    )
-
-    @field_validator("draft_len_schedule", mode="before")
-    @classmethod
-    def _json_keys(cls, v: Any) -> Any:
-        # JSON (the engine directory's config.json, --json reports) has only string keys: "1" -> 1.
-        if isinstance(v, dict):
-            return {int(k) if isinstance(k, str) and k.isdecimal() else k: x for k, x in v.items()}
-        return v
-
-    @model_validator(mode="after")
-    def _schedule(self) -> _LoadAware:
-        v = self.draft_len_schedule
-        top = getattr(self, "max_draft_len", None)
-        if v is None:
-            return self
-        for batch, length in v.items():
-            if batch < 1:
-                raise FieldError("draft_len_schedule", f"batch size threshold must be >= 1, got {batch}")
-            if length < 0:
-                raise FieldError("draft_len_schedule", f"draft length must be >= 0, got {length}")
-            if top is not None and length > top:
-                raise FieldError(
-                    "draft_len_schedule",
-                    f"draft length {length} (batch size {batch}) exceeds max_draft_len={top}",
-                )
-        if 1 not in v:
-            raise FieldError("draft_len_schedule", f"must contain batch size 1 (add 1: {top})")
-        if top is not None and v[1] != top:
-            raise FieldError("draft_len_schedule", f"entry 1 must equal max_draft_len={top}, got {v[1]}")
-        self.draft_len_schedule = dict(sorted(v.items()))
-        return self
-
-
-class NoSpeculation(_Strict):
-    """Plain autoregressive decoding: the baseline."""
-
-    mode: modes.NoneName = "none"
-
-    @property
-    def draft_len(self) -> int:
-        return 0
-
-
-class DraftTarget(_LoadAware):
-    """A separate small draft model proposes tokens that the target verifies (Leviathan/Chen)."""
-
-    mode: modes.DraftTargetName
-    max_draft_len: int = Field(4, ge=1, le=256, description="Draft tokens proposed per step (γ).")
-    use_draft_logits: bool = Field(
-        False,
-        description="Engine path: pass draft logits for probabilistic acceptance (needs generation logits).",
-    )
-
-    @property
-    def draft_len(self) -> int:
-        return self.max_draft_len
-
-
-class NGram(_LoadAware):
-    """Prompt lookup: propose the continuation of an earlier match of the last tokens."""
-
-    mode: modes.NGramName
-    max_draft_len: int = Field(4, ge=1, le=256, description="Tokens proposed per step.")
-    max_matching_ngram_size: int = Field(
-        2, ge=1, le=32, description="Longest suffix matched against the context."
-    )
-    is_keep_all: bool = Field(
-        True, description="TRT-LLM NGram pool: keep all candidates, not only the newest."
-    )
-    is_use_oldest: bool = Field(True, description="TRT-LLM NGram pool: prefer the oldest match.")
-    is_public_pool: bool = Field(True, description="TRT-LLM NGram pool: share the pool across requests.")
-
-    @property
-    def draft_len(self) -> int:
-        return self.max_draft_len
-
-
-def lookahead_max_draft_len(window: int, ngram: int, verification_set: int) -> int:
-    """TRT-LLM `examples/lookahead/README.md`: (0 if N==1 else N-2) + (W-1+G)*(N-1)."""
-    return (0 if ngram == 1 else ngram - 2) + (window - 1 + verification_set) * (ngram - 1)
-
-
-class Lookahead(_Strict):
-    """Lookahead decoding: a Jacobi window W, n-gram size N and verification set G."""
-
-    mode: modes.LookaheadName
-    window: int = Field(4, ge=1, le=64, description="W: lookahead window size.")
-    ngram: int = Field(3, ge=1, le=16, description="N: n-gram size.")
-    verification_set: int = Field(4, ge=0, le=64, description="G: n-grams verified per step.")
-    max_draft_len: int | None = Field(
-        None,
-        ge=0,
-        description="Engine `--max_draft_len`; must equal (N-2 if N>1 else 0)+(W-1+G)*(N-1) when given.",
-    )
-
-    @model_validator(mode="after")
-    def _formula(self) -> Lookahead:
-        need = lookahead_max_draft_len(self.window, self.ngram, self.verification_set)
-        if self.max_draft_len is not None and self.max_draft_len != need:
-            raise FieldError(
-                "max_draft_len",
-                f"{self.max_draft_len} does not match (W={self.window}, N={self.ngram}, G={self.verification_set}): "
-                f"(N-2 if N>1 else 0) + (W-1+G)*(N-1) = {need}; set max_draft_len: {need} or drop it",
-            )
-        return self
-
-    @property
-    def draft_len(self) -> int:
-        return lookahead_max_draft_len(self.window, self.ngram, self.verification_set)
-
-
-def _check_tree(choices: list[list[int]] | None, field: str) -> None:
-    if choices is not None and (why := tree.check_choices(choices)):
-        raise FieldError(field, why)
-
-
-class Medusa(_Strict):
-    """Medusa heads on the target's last hidden state, verified as a tree (greedy only)."""
-
-    mode: modes.MedusaName
-    num_medusa_heads: int | None = Field(
-        None,
-        ge=1,
-        le=16,
-        description="Heads to use; default: `medusa_num_heads` from the heads' config.json.",
-    )
-    medusa_choices: list[list[int]] | None = Field(
-        None, description="Tree paths (list of lists of top-k indices); default: mc_sim_7b_63."
-    )
-    max_draft_len: int | None = Field(
-        None, ge=1, le=1024, description="Engine draft-token budget (`--max_medusa_token_len`); ≥ tree size."
-    )
-
-    @model_validator(mode="after")
-    def _tree(self) -> Medusa:
-        _check_tree(self.medusa_choices, "medusa_choices")
-        ch = self.choices
-        if self.num_medusa_heads is not None and tree.depth(ch) > self.num_medusa_heads:
-            raise FieldError(
-                "medusa_choices",
-                f"tree depth {tree.depth(ch)} exceeds num_medusa_heads={self.num_medusa_heads}",
-            )
-        if self.max_draft_len is not None and self.max_draft_len < len(ch):
-            raise FieldError("max_draft_len", f"{self.max_draft_len} is smaller than the tree size {len(ch)}")
-        return self
-
-    @property
-    def choices(self) -> list[list[int]]:
-        return self.medusa_choices if self.medusa_choices is not None else tree.MEDUSA_MC_SIM_7B_63
-
-    @property
-    def draft_len(self) -> int:
-        return self.max_draft_len if self.max_draft_len is not None else len(self.choices)
-
-
-class Eagle(_Strict):
-    """EAGLE-1/EAGLE-2 (engine path only): a feature-level draft head with a static or dynamic tree."""
-
-    mode: modes.EagleName
-    max_draft_len: int = Field(
-        63, ge=1, le=256, description="Draft-token budget (converter `--max_draft_len`)."
-    )
-    num_eagle_layers: int = Field(
-        4, ge=1, le=16, description="Maximum tree depth (converter `--num_eagle_layers`)."
-    )
-    max_non_leaves_per_layer: int = Field(10, ge=1, description="Converter `--max_non_leaves_per_layer`.")
-    eagle_choices: list[list[int]] | None = Field(
-        None, description="Static tree; default: TRT-LLM's built-in."
-    )
-    use_dynamic_tree: bool = Field(False, description="EAGLE-2 dynamic tree instead of `eagle_choices`.")
-    dynamic_tree_max_top_k: int | None = Field(None, ge=1, description="EAGLE-2 expansion top-k.")
-    posterior_threshold: float | None = Field(
-        None, gt=0, lt=1, description="Typical-acceptance threshold (lossy); default: greedy acceptance."
-    )
-
-    @model_validator(mode="after")
-    def _tree(self) -> Eagle:
-        _check_tree(self.eagle_choices, "eagle_choices")
-        if self.use_dynamic_tree:
-            if self.eagle_choices is not None:
-                raise FieldError(
-                    "eagle_choices", "is a static tree; it cannot be combined with use_dynamic_tree"
-                )
-            if self.dynamic_tree_max_top_k is None:
-                raise FieldError("dynamic_tree_max_top_k", "is required when use_dynamic_tree is true")
-        elif self.dynamic_tree_max_top_k is not None:
-            raise FieldError("dynamic_tree_max_top_k", "applies only with use_dynamic_tree: true")
-        if self.eagle_choices is not None:
-            ch = self.eagle_choices
-            if tree.depth(ch) > self.num_eagle_layers:
-                raise FieldError(
-                    "eagle_choices",
-                    f"tree depth {tree.depth(ch)} exceeds num_eagle_layers={self.num_eagle_layers}",
-                )
-            if tree.max_non_leaves_per_level(ch) > self.max_non_leaves_per_layer:
-                raise FieldError(
-                    "eagle_choices",
-                    f"{tree.max_non_leaves_per_level(ch)} non-leaf nodes on one level exceed "
-                    f"max_non_leaves_per_layer={self.max_non_leaves_per_layer}",
-                )
-            if len(ch) > self.max_draft_len:
-                raise FieldError(
-                    "eagle_choices", f"{len(ch)} nodes exceed max_draft_len={self.max_draft_len}"
-                )
-        return self
-
-    @property
-    def draft_len(self) -> int:
-        return self.max_draft_len
-
-
-class Eagle3(_LoadAware):
-    """EAGLE-3 (llmapi path): fused low/mid/high features, chain by default, optional tree."""
-
-    mode: modes.Eagle3Name
-    max_draft_len: int = Field(3, ge=1, le=64, description="Draft depth per step (chain length).")
-    eagle_choices: list[list[int]] | None = Field(None, description="Static tree; default: a chain.")
-    use_dynamic_tree: bool = Field(False, description="TRT-LLM dynamic tree (`dynamic_tree_max_topK`).")
-    dynamic_tree_max_top_k: int | None = Field(None, ge=1, description="Dynamic-tree expansion top-k.")
-    max_total_draft_tokens: int | None = Field(
-        None,
-        ge=1,
-        description="Tree size budget; max_draft_len ≤ it ≤ top_k*max_draft_len for dynamic trees.",
-    )
-    eagle3_one_model: bool = Field(True, description="TRT-LLM one-model EAGLE-3 (default and faster).")
-    layers_to_capture: list[int] | None = Field(
-        None,
-        description="Target layers whose outputs feed the head (TRT-LLM/ModelOpt convention: outputs of "
-        "{1, L//2-1, L-4}); default: read from the head's config.",
-    )
-
-    @model_validator(mode="after")
-    def _tree(self) -> Eagle3:
-        _check_tree(self.eagle_choices, "eagle_choices")
-        if self.eagle_choices is not None:
-            if self.use_dynamic_tree:
-                raise FieldError(
-                    "eagle_choices", "is a static tree; it cannot be combined with use_dynamic_tree"
-                )
-            if tree.depth(self.eagle_choices) > self.max_draft_len:
-                raise FieldError(
-                    "eagle_choices",
-                    f"tree depth {tree.depth(self.eagle_choices)} exceeds max_draft_len={self.max_draft_len}",
-                )
-            if (
-                self.max_total_draft_tokens is not None
-                and len(self.eagle_choices) > self.max_total_draft_tokens
-            ):
-                raise FieldError(
-                    "eagle_choices",
-                    f"{len(self.eagle_choices)} nodes exceed max_total_draft_tokens={self.max_total_draft_tokens}",
-                )
-        if self.use_dynamic_tree:
-            if self.dynamic_tree_max_top_k is None:
-                raise FieldError("dynamic_tree_max_top_k", "is required when use_dynamic_tree is true")
-            total = self.max_total_draft_tokens
-            hi = self.dynamic_tree_max_top_k * self.max_draft_len
-            if total is not None and not (self.max_draft_len <= total <= hi):
-                raise FieldError(
-                    "max_total_draft_tokens",
-                    f"{total} must lie in [max_draft_len, top_k*max_draft_len] = [{self.max_draft_len}, {hi}]",
-                )
-        elif self.dynamic_tree_max_top_k is not None:
-            raise FieldError("dynamic_tree_max_top_k", "applies only with use_dynamic_tree: true")
-        if self.adaptive_draft_len and (self.eagle_choices is not None or self.use_dynamic_tree):
-            raise FieldError("adaptive_draft_len", "applies to a chain (no eagle_choices, no dynamic tree)")
-        if self.layers_to_capture is not None:
-            if len(self.layers_to_capture) != 3 or len(set(self.layers_to_capture)) != 3:
-                raise FieldError("layers_to_capture", "needs three distinct layer ids (low, mid, high)")
-            if min(self.layers_to_capture) < 0:
-                raise FieldError("layers_to_capture", "layer ids must be ≥ 0")
-        return self
-
-    @property
-    def draft_len(self) -> int:
-        if self.eagle_choices is not None:
-            return len(self.eagle_choices)
-        return self.max_total_draft_tokens or self.max_draft_len
-
+# Each mode's recipe class lives in its home, toolkit/modes/<mode>.py; the union is the registry's.
 
 SpecT = TypeVar("SpecT", NoSpeculation, DraftTarget, Eagle3, Eagle, Medusa, Lookahead, NGram)
 
-Speculative = Annotated[
-    Union[NoSpeculation, DraftTarget, Eagle3, Eagle, Medusa, Lookahead, NGram],  # noqa: UP007
-    Field(discriminator="mode"),
-]
+if TYPE_CHECKING:
+    Speculative = Annotated[
+        Union[NoSpeculation, DraftTarget, Eagle3, Eagle, Medusa, Lookahead, NGram],  # noqa: UP007
+        Field(discriminator="mode"),
+    ]
+else:
+    Speculative = Annotated[Union[tuple(m.spec for m in modes.PLUGINS)], Field(discriminator="mode")]  # noqa: UP007
 
 # Which model source each mode needs; the others must be absent.
 MODE_SOURCES = modes.MODE_SOURCES

@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from toolkit import modes
 from toolkit.build.context import DTYPE_BYTES, BuildContext
 from toolkit.checks import FAILED, PASSED, SKIPPED, Check
 from toolkit.errors import PreflightError
 from toolkit.hub import ModelFacts, Resolved, eagle3_vocab_map, medusa_heads
-from toolkit.modes import DRAFT_TARGET, EAGLE, EAGLE3, LOOKAHEAD, MEDUSA
-from toolkit.recipe import Eagle3, Lookahead, Medusa, lookahead_max_draft_len
+from toolkit.modes import EAGLE3
+from toolkit.recipe import Eagle3, Lookahead, Medusa
 
 CheckResult = Check  # a preflight verdict: passed | failed | skipped
 
@@ -384,7 +385,7 @@ def check_eagle3_layers(ctx: BuildContext) -> CheckResult:
 
 def check_lookahead(ctx: BuildContext) -> CheckResult:
     s = ctx.recipe.spec_as(Lookahead)
-    need = lookahead_max_draft_len(s.window, s.ngram, s.verification_set)
+    need = s.draft_len
     if s.max_draft_len is not None and s.max_draft_len != need:
         return CheckResult(
             "lookahead-draft-len",
@@ -524,16 +525,6 @@ def check_seq_len(ctx: BuildContext) -> CheckResult:
 def run_checks(ctx: BuildContext, *, gpus: Gpus | None) -> list[CheckResult]:
     """The mode- and resource-specific checks (sources and backend are checked by the caller)."""
     out = [check_target_tokenizer(ctx), check_seq_len(ctx)]
-    mode = ctx.mode
-    if mode == DRAFT_TARGET:
-        out += check_draft_target(ctx)
-    elif mode == MEDUSA:
-        out += [check_head_fit(ctx, "medusa_heads"), check_medusa_heads(ctx)]
-    elif mode == EAGLE:
-        out += [check_head_fit(ctx, "eagle_head")]
-    elif mode == EAGLE3:
-        out += [check_head_fit(ctx, "eagle_head"), check_eagle3_vocab_map(ctx), check_eagle3_layers(ctx)]
-    elif mode == LOOKAHEAD:
-        out.append(check_lookahead(ctx))
+    out += modes.hooks(ctx.mode).preflight(ctx)  # the mode's own checks (toolkit/modes/<mode>.py)
     out += [check_gpus(ctx, gpus), check_memory(ctx, gpus)]
     return out

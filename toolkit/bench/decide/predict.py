@@ -16,6 +16,7 @@ from toolkit.bench.decide import sizing as sz
 from toolkit.bench.measure.metrics import Interval
 from toolkit.bench.proposers import (
     ONE_PASS_SOURCE,
+    WINDOW_FIELDS,
     draft_forwards,
     has_draft_model,
     has_window,
@@ -273,10 +274,10 @@ def config_shape(mode: str, settings: dict[str, Any], spec: Any) -> cm.Shape:
 
 
 def config_draft_len(mode: str, settings: dict[str, Any], spec: Any) -> int:
-    from toolkit.recipe import lookahead_max_draft_len
-
-    if has_window(settings):
-        return lookahead_max_draft_len(*window_of(settings))
+    if has_window(settings):  # the mode's own draft length (Lookahead.draft_len) at this window
+        return int(
+            spec.model_copy(update=dict(zip(WINDOW_FIELDS, window_of(settings), strict=True))).draft_len
+        )
     if "max_draft_len" in settings:
         return int(settings["max_draft_len"])
     if "medusa_choices" in settings:
