@@ -56,10 +56,9 @@ def roles(ctx: BuildContext) -> list[str]:
 
 
 def _converter_key(ctx: BuildContext, role: str) -> str:
-    if role == "target" and ctx.mode == modes.MEDUSA:
-        return MEDUSA_CONVERTER
-    if role == "target" and ctx.mode == modes.EAGLE:
-        return EAGLE_CONVERTER
+    converter = modes.info(ctx.mode).engine_converter
+    if role == "target" and converter is not None:
+        return converter
     return CONVERTERS.get(family(ctx, role) or "llama", CONVERTERS["llama"])
 
 

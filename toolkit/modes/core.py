@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from toolkit.build.context import BuildContext
-    from toolkit.build.preflight import CheckResult
+    from toolkit.checks import Check as CheckResult
 
 # The mode names, for code that must name one (dispatch tables, head kinds, recipe discriminators);
 # what a mode does is a ModeInfo attribute or a hook. A test checks no other module spells them out.
@@ -99,6 +99,9 @@ class ModeInfo:
     heads_in_engine: bool = False
     # trtllm-build flags the mode needs besides --speculative_decoding_mode (upstream examples).
     engine_build_args: tuple[str, ...] = ()
+    # The converter the target converts with when the heads convert into it (a key of the
+    # container facts' `converters`); None: the target family's own converter.
+    engine_converter: str | None = None
     # `sdtk train-draft`: the modelopt.torch.speculative mode that trains its drafting heads
     # (mtsp.convert(model, [(modelopt_mode, config)])); None where ModelOpt trains nothing for it.
     modelopt_mode: str | None = None
@@ -181,6 +184,21 @@ class ProposerFacts:
     window: tuple[int, int, int] | None = None
 
 
+class PreflightKit(Protocol):
+    """The shared build checks a mode's `preflight` hook picks from (toolkit.build.preflight passes
+    them in, so that a mode's home does not import the build stage)."""
+
+    def draft_target(self, ctx: BuildContext) -> list[CheckResult]: ...
+
+    def head_fit(self, ctx: BuildContext, role: str) -> CheckResult: ...
+
+    def medusa_heads(self, ctx: BuildContext) -> CheckResult: ...
+
+    def eagle3_vocab_map(self, ctx: BuildContext) -> CheckResult: ...
+
+    def eagle3_layers(self, ctx: BuildContext) -> CheckResult: ...
+
+
 class ModeHooks(Protocol):
     """The hooks every mode plug-in defines (module-level functions of these names)."""
 
@@ -201,12 +219,13 @@ class ModeHooks(Protocol):
         """The llmapi `speculative_config` (without the load-aware knobs), None for no speculation."""
         ...
 
-    def preflight(self, ctx: BuildContext) -> list[CheckResult]:
-        """The mode's own build preflight checks."""
+    def preflight(self, ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
+        """The mode's own build preflight checks (its own, or picked from `checks`)."""
         ...
 
     def reference_speculator(self, spec: Any, runtime: Any, sampling: Any, draft: Any) -> Any:
-        """The reference runtime's Speculator for `spec` (imports torch lazily)."""
+        """The reference runtime's Speculator for `spec`, None for plain decoding; imports its
+        toolkit/reference/<mode>.py (and so torch) inside. Raises where the runtime cannot run it."""
         ...
 
     def draft_forwards(self, draft_len: int) -> int:

@@ -15,6 +15,7 @@ from toolkit.modes.core import (
     Finding,
     LlmapiCall,
     ModeInfo,
+    PreflightKit,
     ProposerFacts,
     Support,
     batched,
@@ -24,7 +25,7 @@ from toolkit.modes.load_aware import LoadAware
 
 if TYPE_CHECKING:
     from toolkit.build.context import BuildContext
-    from toolkit.build.preflight import CheckResult
+    from toolkit.checks import Check as CheckResult
 
 INFO = ModeInfo(
     DRAFT_TARGET,
@@ -115,10 +116,8 @@ def llmapi_config(spec: DraftTarget, call: LlmapiCall) -> dict[str, Any] | None:
     }
 
 
-def preflight(ctx: BuildContext) -> list[CheckResult]:
-    from toolkit.build import preflight as pf
-
-    return pf.check_draft_target(ctx)
+def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
+    return checks.draft_target(ctx)
 
 
 def reference_speculator(spec: DraftTarget, runtime: Any, sampling: Any, draft: Any) -> Any:

@@ -18,6 +18,7 @@ from toolkit.modes.core import (
     Finding,
     LlmapiCall,
     ModeInfo,
+    PreflightKit,
     ProposerFacts,
     Support,
     no_support,
@@ -27,7 +28,7 @@ from toolkit.schema import FieldError, Strict
 
 if TYPE_CHECKING:
     from toolkit.build.context import BuildContext
-    from toolkit.build.preflight import CheckResult
+    from toolkit.checks import Check as CheckResult
 
 INFO = ModeInfo(
     EAGLE,
@@ -35,6 +36,7 @@ INFO = ModeInfo(
     decoding_mode=EAGLE3,
     engine_decoding_mode=EAGLE,
     heads_in_engine=True,
+    engine_converter=EAGLE,  # examples/eagle/convert_checkpoint.py
     engine_build_args=("--use_paged_context_fmha", "enable"),  # examples/eagle/README.md
     chain=False,
     engine_name="eagle",
@@ -164,10 +166,8 @@ def llmapi_config(spec: Eagle, call: LlmapiCall) -> dict[str, Any] | None:
     raise AssertionError("eagle (EAGLE-1/2) has no llmapi form (compat refuses it)")
 
 
-def preflight(ctx: BuildContext) -> list[CheckResult]:
-    from toolkit.build import preflight as pf
-
-    return [pf.check_head_fit(ctx, "eagle_head")]
+def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
+    return [checks.head_fit(ctx, "eagle_head")]
 
 
 def reference_speculator(spec: Eagle, runtime: Any, sampling: Any, draft: Any) -> Any:
@@ -182,7 +182,7 @@ def reference_speculator(spec: Eagle, runtime: Any, sampling: Any, draft: Any) -
 
 
 def draft_forwards(draft_len: int) -> int:
-    return 0  # priced as a tree verified in the target's step (bench's plan before issue 24)
+    return draft_len  # the head runs once per drafted position (as bench's roofline priced it)
 
 
 def proposer(spec: Eagle) -> ProposerFacts:

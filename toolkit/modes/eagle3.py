@@ -17,6 +17,7 @@ from toolkit.modes.core import (
     Finding,
     LlmapiCall,
     ModeInfo,
+    PreflightKit,
     ProposerFacts,
     Support,
     batched,
@@ -28,7 +29,7 @@ from toolkit.schema import FieldError
 
 if TYPE_CHECKING:
     from toolkit.build.context import BuildContext
-    from toolkit.build.preflight import CheckResult
+    from toolkit.checks import Check as CheckResult
 
 INFO = ModeInfo(
     EAGLE3,
@@ -176,10 +177,8 @@ def llmapi_config(spec: Eagle3, call: LlmapiCall) -> dict[str, Any] | None:
     return cfg
 
 
-def preflight(ctx: BuildContext) -> list[CheckResult]:
-    from toolkit.build import preflight as pf
-
-    return [pf.check_head_fit(ctx, "eagle_head"), pf.check_eagle3_vocab_map(ctx), pf.check_eagle3_layers(ctx)]
+def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
+    return [checks.head_fit(ctx, "eagle_head"), checks.eagle3_vocab_map(ctx), checks.eagle3_layers(ctx)]
 
 
 def reference_speculator(spec: Eagle3, runtime: Any, sampling: Any, draft: Any) -> Any:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
+from toolkit.checks import FAILED, PASSED, Check
 from toolkit.modes.core import (
     ENGINE_ONLY_FIX,
     LLM_MODEL,
@@ -16,6 +17,7 @@ from toolkit.modes.core import (
     LlmapiCall,
     LookaheadName,
     ModeInfo,
+    PreflightKit,
     ProposerFacts,
     Support,
     batched,
@@ -25,7 +27,7 @@ from toolkit.schema import FieldError, Strict
 
 if TYPE_CHECKING:
     from toolkit.build.context import BuildContext
-    from toolkit.build.preflight import CheckResult
+    from toolkit.checks import Check as CheckResult
 
 # Lookahead's (W, N, G) recipe fields, in that order.
 LOOKAHEAD_FIELDS: tuple[str, str, str] = ("window", "ngram", "verification_set")
@@ -114,10 +116,27 @@ def llmapi_config(spec: Lookahead, call: LlmapiCall) -> dict[str, Any] | None:
     raise AssertionError("lookahead has no llmapi form (compat refuses it)")
 
 
-def preflight(ctx: BuildContext) -> list[CheckResult]:
-    from toolkit.build import preflight as pf
+def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
+    return [check_draft_len(ctx.recipe.spec_as(Lookahead))]
 
-    return [pf.check_lookahead(ctx)]
+
+def check_draft_len(spec: Lookahead) -> CheckResult:
+    """The engine's --max_draft_len must equal the server's lookahead config (W, N, G)."""
+    need = spec.draft_len
+    if spec.max_draft_len is not None and spec.max_draft_len != need:
+        return Check(
+            "lookahead-draft-len",
+            FAILED,
+            f"speculative.max_draft_len {spec.max_draft_len} does not match (W={spec.window}, N={spec.ngram}, "
+            f"G={spec.verification_set}): (N-2 if N>1 else 0) + (W-1+G)*(N-1) = {need}; the engine's "
+            "--max_draft_len must equal the server's lookahead config",
+            f"set speculative.max_draft_len: {need} or drop it",
+        )
+    return Check(
+        "lookahead-draft-len",
+        PASSED,
+        f"max_draft_len {need} for (W,N,G)=({spec.window},{spec.ngram},{spec.verification_set})",
+    )
 
 
 def reference_speculator(spec: Lookahead, runtime: Any, sampling: Any, draft: Any) -> Any:

@@ -17,6 +17,7 @@ from toolkit.modes.core import (
     LlmapiCall,
     MedusaName,
     ModeInfo,
+    PreflightKit,
     ProposerFacts,
     Support,
     batched,
@@ -26,7 +27,7 @@ from toolkit.schema import FieldError, Strict
 
 if TYPE_CHECKING:
     from toolkit.build.context import BuildContext
-    from toolkit.build.preflight import CheckResult
+    from toolkit.checks import Check as CheckResult
 
 INFO = ModeInfo(
     MEDUSA,
@@ -34,6 +35,7 @@ INFO = ModeInfo(
     modelopt_mode=MEDUSA,  # modelopt/torch/speculative's medusa mode
     decoding_mode=MEDUSA,
     heads_in_engine=True,
+    engine_converter=MEDUSA,  # examples/medusa/convert_checkpoint.py
     chain=False,
     engine_name="medusa",
     llmapi_types=(),
@@ -128,10 +130,8 @@ def llmapi_config(spec: Medusa, call: LlmapiCall) -> dict[str, Any] | None:
     raise AssertionError("medusa has no llmapi form (compat refuses it)")
 
 
-def preflight(ctx: BuildContext) -> list[CheckResult]:
-    from toolkit.build import preflight as pf
-
-    return [pf.check_head_fit(ctx, "medusa_heads"), pf.check_medusa_heads(ctx)]
+def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
+    return [checks.head_fit(ctx, "medusa_heads"), checks.medusa_heads(ctx)]
 
 
 def reference_speculator(spec: Medusa, runtime: Any, sampling: Any, draft: Any) -> Any:

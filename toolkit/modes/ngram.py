@@ -14,6 +14,7 @@ from toolkit.modes.core import (
     LlmapiCall,
     ModeInfo,
     NGramName,
+    PreflightKit,
     ProposerFacts,
     Support,
     batched,
@@ -23,7 +24,7 @@ from toolkit.modes.load_aware import LoadAware
 
 if TYPE_CHECKING:
     from toolkit.build.context import BuildContext
-    from toolkit.build.preflight import CheckResult
+    from toolkit.checks import Check as CheckResult
 
 INFO = ModeInfo(
     NGRAM,
@@ -88,7 +89,7 @@ def llmapi_config(spec: NGram, call: LlmapiCall) -> dict[str, Any] | None:
     }
 
 
-def preflight(ctx: BuildContext) -> list[CheckResult]:
+def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return []
 
 

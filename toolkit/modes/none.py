@@ -11,6 +11,7 @@ from toolkit.modes.core import (
     LlmapiCall,
     ModeInfo,
     NoneName,
+    PreflightKit,
     ProposerFacts,
     Support,
     batched,
@@ -19,7 +20,7 @@ from toolkit.schema import Strict
 
 if TYPE_CHECKING:
     from toolkit.build.context import BuildContext
-    from toolkit.build.preflight import CheckResult
+    from toolkit.checks import Check as CheckResult
 
 INFO = ModeInfo(
     NONE,
@@ -63,14 +64,12 @@ def llmapi_config(spec: NoSpeculation, call: LlmapiCall) -> dict[str, Any] | Non
     return None
 
 
-def preflight(ctx: BuildContext) -> list[CheckResult]:
+def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return []
 
 
 def reference_speculator(spec: NoSpeculation, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.reference.runtime import PlainSpeculator
-
-    return PlainSpeculator()
+    return None  # plain decoding: the runtime's own PlainSpeculator
 
 
 def draft_forwards(draft_len: int) -> int:

@@ -577,8 +577,8 @@ class ReferenceRuntime:
         """The mode's own factory (toolkit/modes/<mode>.py `reference_speculator`); an unknown mode
         is a CompatError, never another mode's speculator."""
         factory = modes.hooks(cfg.mode, backend="reference").reference_speculator
-        speculator: Speculator = factory(cfg, self, sampling, draft)
-        return speculator
+        speculator: Speculator | None = factory(cfg, self, sampling, draft)
+        return PlainSpeculator() if speculator is None else speculator
 
 
 def _process(

@@ -534,17 +534,12 @@ def assumed_table(
     Drafting is modelled as a chain of γ: a draft model or EAGLE head runs γ times, Medusa heads
     once, n-gram and lookahead proposers cost nothing on the GPU.
     """
-    if info(mode).source is None or draft is None:
-        per_g = 0
-    elif info(mode).source == ONE_PASS_SOURCE:
-        per_g = -1  # one pass of the heads whatever γ is
-    else:
-        per_g = 1
     out = []
     for a in alphas:
         cands: list[tuple[str, dict[str, Any], cm.Shape, float, float | None, str]] = []
         for g in range(1, gamma_max + 1):
-            fw = g if per_g == 1 else (1 if per_g == -1 else 0)
+            # The mode's cost shape (its draft_forwards hook); unpriced without a draft roofline.
+            fw = draft_forwards(mode, g) if draft is not None else 0
             shape = cm.chain_shape(g, draft_forwards=fw)
             cands.append(
                 (
