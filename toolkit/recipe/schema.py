@@ -1,42 +1,32 @@
-"""Recipes: the closed, typed description of one speculative-decoding deployment.
+"""The recipe schema: the closed, typed description of one speculative-decoding deployment.
 
-A recipe is YAML. Unknown keys are errors, `speculative` is a tagged union on `mode`,
-and cross-field rules (a draft for draft_target, the lookahead draft-length formula,
-well-formed trees) live here, so that every later stage can trust what it gets.
-
-Importable without torch, tritonclient or tensorrt_llm.
+Unknown keys are errors, `speculative` is a tagged union on `mode` (each variant is a mode's recipe
+class, from its home in toolkit/modes/), and cross-field rules live here, so that every later
+stage can trust what it gets. Importable without torch, tritonclient or tensorrt_llm.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, Union
 
-import yaml
 from pydantic import (
-    BaseModel,
     Field,
     PrivateAttr,
-    ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails
 
 from toolkit import modes
-from toolkit.errors import RecipeError, did_you_mean
 from toolkit.modes.draft_target import DraftTarget
 from toolkit.modes.eagle import Eagle
 from toolkit.modes.eagle3 import Eagle3
 from toolkit.modes.lookahead import Lookahead
-from toolkit.modes.lookahead import lookahead_max_draft_len as lookahead_max_draft_len  # re-export
 from toolkit.modes.medusa import Medusa
 from toolkit.modes.ngram import NGram
 from toolkit.modes.none import NoSpeculation
-from toolkit.resources import recipes_dir
 from toolkit.schema import FieldError, Strict, clip, no_controls
-from toolkit.shellsafe import has_control
 
 MODES = modes.MODES
 BACKENDS = modes.BACKENDS
@@ -47,11 +37,6 @@ _NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 # Triton model names become directory names and config.pbtxt `name:` values.
 _MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
-# Loading limits: a recipe is a few dozen values; these stop hostile files (billion laughs, deep
-# nesting, huge files) in milliseconds, long before they cost memory.
-MAX_RECIPE_BYTES = 1 << 20
-MAX_DEPTH = 32
-MAX_NODES = 20_000  # values after YAML alias expansion
 # TensorRT-LLM takes lengths as int32 and sizes buffers by them; no supported model has a context
 # beyond 2^20 tokens, and the model's max_position_embeddings is checked at build time.
 MAX_LEN = 1 << 20
@@ -442,369 +427,3 @@ class Recipe(_Strict):
         if not p.is_absolute() and self._source is not None:
             p = self._source.parent / p
         return p.resolve()
-
-
-# --------------------------------------------------------------------------- loading
-
-
-# libyaml when PyYAML has it: the pure-Python scanner is quadratic on deep flow nesting.
-_SafeBase: Any = yaml.CSafeLoader if getattr(yaml, "__with_libyaml__", False) else yaml.SafeLoader
-
-
-class _UniqueKeyLoader(_SafeBase):
-    """PyYAML silently keeps the last of duplicate keys; a recipe must not."""
-
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict[Any, Any] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if isinstance(key, (dict, list, set)):  # `{}: x` or `[a]: x`: YAML allows it, a recipe does not
-            raise yaml.constructor.ConstructorError(
-                None, None, f"a key must be a plain name, not a {type(key).__name__}", key_node.start_mark
-            )
-        if key in seen:
-            mark = key_node.start_mark
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key '{key}' (first at line {seen[key].line + 1})", mark
-            )
-        seen[key] = key_node.start_mark
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _where(frames: list[dict]) -> str:
-    """The dotted location of the node being read (`speculative.eagle_choices[3][0]`)."""
-    out = ""
-    for f in frames:
-        if f["seq"]:
-            out += f"[{f['index']}]"
-        elif f["key"] is not None:
-            out += ("." if out else "") + clip(f["key"], 40)
-    return clip(out or "<top>", 120)
-
-
-def _check_shape(text: str, *, path: Path | None, origin: str = "") -> None:
-    """Refuse, from the event stream alone (nothing is built), nesting deeper than MAX_DEPTH and
-    more than MAX_NODES values after alias expansion (billion laughs)."""
-
-    def fail(ev: Any, what: str, field: str) -> RecipeError:
-        return fail_at(ev.start_mark, what, field)
-
-    def fail_at(m: Any, what: str, field: str) -> RecipeError:
-        return RecipeError(
-            f"invalid YAML{origin}: line {m.line + 1}, column {m.column + 1} (in {field}): {what}",
-            path=path,
-            field=field,
-            hint="a recipe is a few levels of plain keys and values (no deep nesting, no alias bombs)",
-        )
-
-    frames: list[dict] = []
-    sizes: dict[str, int] = {}
-    total = 0
-
-    def placed() -> None:  # a node finished inside the top frame
-        if frames:
-            f = frames[-1]
-            if f["seq"]:
-                f["index"] += 1
-            else:
-                f["want_key"] = not f["want_key"]
-
-    events = yaml.parse(text, Loader=_SafeBase)
-    while True:
-        try:
-            ev = next(events)
-        except StopIteration:
-            return
-        except yaml.MarkedYAMLError as e:
-            # libyaml stops at 1000 levels itself, scanning ahead of the events seen here.
-            if "nesting depth" in str(e.problem) and e.problem_mark is not None:
-                raise fail_at(
-                    e.problem_mark, f"nested deeper than {MAX_DEPTH} levels", _where(frames)
-                ) from None
-            raise
-        if isinstance(ev, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
-            if frames and not frames[-1]["seq"] and frames[-1]["want_key"]:
-                frames[-1]["key"] = ev.value if isinstance(ev, yaml.ScalarEvent) else "?"
-            grow = sizes.get(ev.anchor or "", 1) if isinstance(ev, yaml.AliasEvent) else 1
-            total += grow
-            if total > MAX_NODES:
-                what = (
-                    f"alias *{clip(ev.anchor, 40)} expands the recipe beyond {MAX_NODES} values"
-                    if isinstance(ev, yaml.AliasEvent)
-                    else f"the recipe holds more than {MAX_NODES} values"
-                )
-                raise fail(ev, what, _where(frames))
-        if isinstance(ev, yaml.CollectionStartEvent):
-            frames.append(
-                {"seq": isinstance(ev, yaml.SequenceStartEvent), "index": 0, "key": None, "want_key": True,
-                 "anchor": ev.anchor, "start": total - 1}
-            )  # fmt: skip
-            if len(frames) > MAX_DEPTH:
-                raise fail(ev, f"nested deeper than {MAX_DEPTH} levels", _where(frames[:-1]))
-        elif isinstance(ev, yaml.CollectionEndEvent):
-            f = frames.pop()
-            if f["anchor"]:
-                sizes[f["anchor"]] = total - f["start"]
-            placed()
-        elif isinstance(ev, (yaml.ScalarEvent, yaml.AliasEvent)):
-            if isinstance(ev, yaml.ScalarEvent) and ev.anchor:
-                sizes[ev.anchor] = 1
-            placed()
-
-
-def _yaml_error(e: yaml.YAMLError, path: Path | None, origin: str = "") -> RecipeError:
-    mark = getattr(e, "problem_mark", None)
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-    return RecipeError(f"invalid YAML{origin}: {where}{clip(problem, 200)}", path=path)
-
-
-def load_yaml_text(text: str, *, path: Path | None = None, origin: str = "") -> Any:
-    """YAML → Python with sdtk's limits: size, depth, alias expansion, duplicate keys."""
-    if len(text) > MAX_RECIPE_BYTES:
-        raise RecipeError(
-            f"{origin.strip(' ()') or 'the recipe'} is {len(text)} characters; recipes are limited to "
-            f"{MAX_RECIPE_BYTES} (1 MiB)",
-            path=path,
-        )
-    try:
-        _check_shape(text, path=path, origin=origin)
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.YAMLError as e:
-        raise _yaml_error(e, path, origin) from None
-    except RecursionError:  # the limits above make this unreachable; keep it a clear error anyway
-        raise RecipeError(f"invalid YAML{origin}: nested too deeply", path=path) from None
-
-
-def load_yaml(path: Path) -> dict[str, Any]:
-    try:
-        if path.is_file() and path.stat().st_size > MAX_RECIPE_BYTES:
-            raise RecipeError(
-                f"the recipe is {path.stat().st_size} bytes; recipes are limited to {MAX_RECIPE_BYTES} (1 MiB)",
-                path=path,
-            )
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RecipeError(
-            "no such recipe file", path=path, hint="check the path, or run `sdtk recipes list`"
-        ) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise RecipeError(f"cannot read recipe: {e.__class__.__name__}", path=path) from None
-    data = load_yaml_text(text, path=path)
-    if data is None:
-        raise RecipeError("the recipe is empty", path=path, hint="a recipe needs at least `models.target`")
-    if not isinstance(data, dict):
-        raise RecipeError(
-            f"the top level must be a mapping of fields, not a {type(data).__name__}",
-            path=path,
-            hint="start the file with keys such as `models:` and `speculative:`",
-        )
-    return data
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """Apply `a.b=c` overrides in place; values parse as YAML scalars (`4` → int, `true` → bool)."""
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key or any(not part for part in key.split(".")):
-            raise RecipeError(f"--set '{clip(item)}' is not of the form a.b=value", field=clip(key or item))
-        if len(raw) > MAX_RECIPE_BYTES:
-            raise RecipeError(
-                f"--set {clip(key, 60)}: the value is longer than {MAX_RECIPE_BYTES}", field=key
-            )
-        try:
-            if raw.strip():
-                _check_shape(raw, path=None, origin=f" (--set {clip(key, 60)})")  # limits stay errors
-            value = yaml.load(raw, Loader=_UniqueKeyLoader) if raw.strip() else None  # noqa: S506
-        except yaml.YAMLError:
-            value = raw  # not YAML: the plain string
-        parts = key.split(".")
-        node = data
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            elif not isinstance(child, dict):
-                where = ".".join(parts[: i + 1])
-                raise RecipeError(f"--set {key}: '{where}' is a value, not a section", field=where)
-            node = child
-        node[parts[-1]] = value
-    return data
-
-
-def bundled_recipes() -> dict[str, Path]:
-    d = recipes_dir()
-    return {p.stem: p for p in sorted(d.glob("*.yaml"))} if d.is_dir() else {}
-
-
-def resolve_recipe_path(ref: str | Path) -> Path:
-    """A recipe file path, or the name of a bundled recipe (`tiny-eagle3`)."""
-    p = Path(ref)
-    if p.exists() or p.suffix in (".yaml", ".yml") or len(p.parts) > 1:
-        return p
-    bundled = bundled_recipes()
-    if str(ref) in bundled:
-        return bundled[str(ref)]
-    guess = did_you_mean(str(ref), bundled)
-    raise RecipeError(
-        f"no recipe file or bundled recipe named '{clip(str(ref))}'"
-        + (f"; did you mean '{guess}'?" if guess else ""),
-        hint="`sdtk recipes list` shows the bundled recipes",
-    )
-
-
-def load_recipe(ref: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
-    path = resolve_recipe_path(ref)
-    data = apply_overrides(load_yaml(path), overrides)
-    return parse_recipe(data, path=path)
-
-
-def parse_recipe(data: dict[str, Any], *, path: Path | None = None) -> Recipe:
-    try:
-        recipe = Recipe.model_validate(data)
-    except ValidationError as e:
-        # Unknown keys first: a typo'd key also shows up as a missing required field.
-        errors = sorted(e.errors(), key=lambda err: err.get("type") != "extra_forbidden")
-        problems = [_explain(err) for err in errors]
-        first_field, first_msg = problems[0]
-        line = f"{first_field}: {first_msg}" if first_field else first_msg
-        if len(problems) > 1:
-            more = [f or "<top>" for f, _ in problems[1:6]] + (["…"] if len(problems) > 6 else [])
-            line += f" (and {len(problems) - 1} more: " + ", ".join(more) + ")"
-        raise RecipeError(line, path=path, field=first_field, problems=problems) from None
-    recipe._source = Path(path).resolve() if path else None
-    if recipe.name is None and recipe._source is not None and has_control(recipe._source.stem):
-        raise RecipeError(
-            f"the file name '{clip(recipe._source.stem)}' contains a control character and would name "
-            "the deployment",
-            path=None,
-            field="name",
-            hint="rename the file, or set `name:` in the recipe",
-        )
-    return recipe
-
-
-# --------------------------------------------------------------------------- error translation
-
-
-def _unwrap(annotation: Any) -> Any:
-    """Strip Optional/Annotated so that we can look at the model type inside."""
-    while True:
-        origin = get_origin(annotation)
-        if origin is Annotated:
-            annotation = get_args(annotation)[0]
-        elif origin is Union or str(origin) == "types.UnionType":
-            args = [a for a in get_args(annotation) if a is not type(None)]
-            if len(args) == 1:
-                annotation = args[0]
-            else:
-                return tuple(args)
-        else:
-            return annotation
-
-
-def _variants(annotation: Any) -> dict[str, type[BaseModel]] | None:
-    """Tag → model for a discriminated union on `mode`."""
-    inner = _unwrap(annotation)
-    if isinstance(inner, tuple) and all(isinstance(a, type) and issubclass(a, BaseModel) for a in inner):
-        out = {}
-        for model in inner:
-            ann = model.model_fields["mode"].annotation
-            for tag in get_args(ann):
-                out[tag] = model
-        return out
-    return None
-
-
-def _walk(loc: tuple) -> tuple[list[str], type[BaseModel] | None]:
-    """Turn a pydantic loc into dotted parts (dropping union tags) and the model at the end."""
-    parts: list[str] = []
-    model: Any = Recipe
-    i = 0
-    while i < len(loc):
-        item = loc[i]
-        if isinstance(item, int):
-            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
-            model = None
-            i += 1
-            continue
-        parts.append(str(item))
-        nxt = None
-        if isinstance(model, type) and issubclass(model, BaseModel) and item in model.model_fields:
-            ann = model.model_fields[item].annotation
-            variants = _variants(ann)
-            if variants is not None:
-                if i + 1 < len(loc) and loc[i + 1] in variants:
-                    nxt = variants[loc[i + 1]]
-                    i += 1  # the tag is pydantic's, not the user's
-            else:
-                inner = _unwrap(ann)
-                if isinstance(inner, type) and issubclass(inner, BaseModel):
-                    nxt = inner
-        model = nxt
-        i += 1
-    return parts, model
-
-
-_QUOTED = re.compile(r"'([^']*)'")
-
-
-def _explain(err: ErrorDetails) -> tuple[str, str]:
-    loc = tuple(err.get("loc", ()))
-    kind = err.get("type", "")
-    ctx = err.get("ctx") or {}
-    if kind == "extra_forbidden":
-        parts, parent = _walk(loc[:-1])
-        key = clip(str(loc[-1]), 60)
-        allowed = sorted(parent.model_fields) if parent else []
-        guess = did_you_mean(key, allowed)
-        msg = "unknown field"
-        if guess:
-            msg += f"; did you mean '{guess}'?"
-        if allowed:
-            msg += " Allowed: " + ", ".join(allowed)
-        return ".".join([*parts, key]), msg
-    parts, _ = _walk(loc)
-    field = ".".join(parts)
-    if kind == "union_tag_invalid":
-        tag = clip(ctx.get("tag"))
-        allowed = _QUOTED.findall(str(ctx.get("expected_tags", ""))) or list(MODES)
-        guess = did_you_mean(tag, allowed)
-        msg = f"'{tag}' is not a known mode" + (f"; did you mean '{guess}'?" if guess else "")
-        return f"{field}.mode", msg + " Allowed: " + ", ".join(allowed)
-    if kind == "union_tag_not_found":
-        return f"{field}.mode", "is required. Allowed: " + ", ".join(MODES)
-    if kind in ("literal_error", "enum"):
-        allowed = _QUOTED.findall(str(ctx.get("expected", "")))
-        got = clip(err.get("input"))
-        guess = did_you_mean(got, allowed)
-        msg = f"'{got}' is not allowed" + (f"; did you mean '{guess}'?" if guess else "")
-        return field, msg + " Allowed: " + ", ".join(allowed)
-    if kind == "missing":
-        return field, "is required"
-    if kind in ("value_error", "assertion_error"):
-        original = ctx.get("error")
-        if isinstance(original, FieldError):
-            return ".".join(p for p in (field, original.field) if p), str(original)
-        return field, str(original) if original else err.get("msg", "")
-    if kind == "model_type" or kind == "model_attributes_type":
-        return field, f"must be a mapping of fields, not {type(err.get('input')).__name__}"
-    if kind == "less_than_equal" and parts and parts[-1] in _BOUND_WHY:
-        return field, f"{clip(err.get('input'))} exceeds {ctx.get('le')}: {_BOUND_WHY[parts[-1]]}"
-    value = err.get("input")
-    return (
-        field,
-        f"{err.get('msg', 'invalid')} (got {repr(clip(value)) if isinstance(value, str) else clip(value)})",
-    )
-
-
-# Why an upper bound exists, for the message that enforces it.
-_BOUND_WHY = {
-    name: f"TensorRT-LLM sizes its buffers by this length; sdtk allows at most {MAX_LEN} tokens "
-    "(2^20), and the build checks it against the model's max_position_embeddings"
-    for name in ("max_input_len", "max_seq_len", "max_num_tokens")
-}
