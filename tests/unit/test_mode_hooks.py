@@ -50,6 +50,8 @@ def test_a_plugin_that_leaves_out_a_hook_fails_at_registration(hook):
 def test_registration_names_a_hook_that_is_not_callable_and_checks_info_and_spec():
     with pytest.raises(TypeError, match=r"lacks the hook\(s\) draft_forwards;"):
         modes.register(_plugin(ngram, draft_forwards=3))
+    with pytest.raises(TypeError, match=r"hook preflight takes \(ctx\), not \(ctx, checks\)"):
+        modes.register(_plugin(ngram, preflight=lambda ctx: []))
     with pytest.raises(TypeError, match="INFO must be a toolkit.modes.ModeInfo"):
         modes.register(_plugin(ngram, without="INFO"))
     with pytest.raises(TypeError, match="SPEC must be its recipe class"):

@@ -12,6 +12,7 @@ fails at import rather than at the first request that reaches the missing piece.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, cast, get_args
 
@@ -262,10 +263,15 @@ class Mode:
         return self.info.name
 
 
+def _params(fn: Any) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
 def register(plugin: object) -> Mode:
     """Check a mode plug-in (INFO, SPEC and every hook in HOOKS) and return its Mode.
 
-    Raises TypeError naming what is missing: a plug-in without a hook fails here, at import."""
+    Raises TypeError naming what is missing or wrong: a plug-in without a hook, or with a hook whose
+    parameters are not ModeHooks', fails here, at import."""
     where = getattr(plugin, "__name__", repr(plugin))
     info = getattr(plugin, "INFO", None)
     if not isinstance(info, ModeInfo):
@@ -276,6 +282,14 @@ def register(plugin: object) -> Mode:
             f"mode plug-in {where} (mode {info.name!r}) lacks the hook(s) {', '.join(missing)}; "
             f"every mode defines {', '.join(HOOKS)} (toolkit.modes.ModeHooks)"
         )
+    for hook in HOOKS:
+        want = _params(getattr(ModeHooks, hook))[1:]  # less `self`
+        got = _params(getattr(plugin, hook))
+        if got != want:
+            raise TypeError(
+                f"mode plug-in {where} (mode {info.name!r}): hook {hook} takes ({', '.join(got)}), "
+                f"not ({', '.join(want)}) as toolkit.modes.ModeHooks.{hook} does"
+            )
     spec = getattr(plugin, "SPEC", None)
     if not (isinstance(spec, type) and issubclass(spec, BaseModel)):
         raise TypeError(f"mode plug-in {where} (mode {info.name!r}): SPEC must be its recipe class")
