@@ -17,14 +17,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from toolkit import stress
+from toolkit import modes, stress
 from toolkit.checks import FAILED, Check, Status
 from toolkit.client import TritonClient
 from toolkit.errors import SdtkError, ServerError
 from toolkit.gate import TIE_MARGIN, Divergence, Scorer, judge
 from toolkit.generate import _runtime, reference_dtype, run_generate
 from toolkit.progress import Step, steps
-from toolkit.recipe import DraftTarget, Recipe
+from toolkit.recipe import Recipe
 
 # Short code prompts: the tiny CPU models are trained on Python source, and a real model
 # continues them sensibly too.
@@ -211,8 +211,8 @@ def validate_deployment(
         # the LLM-API model names it sampling_param_return_perf_metrics (toolkit/client/llmapi.py)
         if {"return_perf_metrics", "sampling_param_return_perf_metrics"} & set(info.inputs):
             params["return_perf_metrics"] = True
-        if entry_kind == "bls" and recipe is not None and isinstance(recipe.speculative, DraftTarget):
-            params["num_draft_tokens"] = recipe.speculative.max_draft_len
+        if entry_kind == "bls" and recipe is not None and modes.info(recipe.mode).two_model:
+            params["num_draft_tokens"] = recipe.speculative.draft_len
 
         served: list[Any] = []
         try:

@@ -1,15 +1,16 @@
 """How a speculative mode proposes drafts, as bench's measurements and predictions need it.
 
 Everything here derives from the mode registry (toolkit.modes): which model source a mode
-needs and whether it proposes a chain. bench never spells a mode's name, so a new mode is
-measured, predicted and tuned by what its registry entry says it is.
+needs and whether it proposes a chain (its ModeInfo), its draft forwards per step and the tree
+or window its recipe gives (its `draft_forwards` and `proposer` hooks). bench never spells a
+mode's name, so a new mode is measured, predicted and tuned by what its home says it is.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from toolkit.modes import LOOKAHEAD_FIELDS, REGISTRY, info
+from toolkit.modes import LOOKAHEAD_FIELDS, REGISTRY, hooks, info
 
 DRAFT_SOURCE = "draft"  # a separate draft model (the BLS loop drives it when served on Triton)
 ONE_PASS_SOURCE = "medusa_heads"  # heads that propose a whole tree in one pass
@@ -42,37 +43,33 @@ def varies_per_step(mode: str) -> bool:
 
 
 def draft_forwards(mode: str, draft_len: int) -> int:
-    """Draft-side forward passes per step: γ for a model or head chain, one for heads that
-    propose a tree in one pass, none for proposers without a model."""
-    m = info(mode)
-    if m.source == ONE_PASS_SOURCE:
-        return 1
-    return draft_len if m.chain and m.source is not None else 0
+    """Draft-side forward passes per step (the mode's cost shape): γ for a model or head chain,
+    one for heads that propose a tree in one pass, none for proposers without a model."""
+    return hooks(mode).draft_forwards(draft_len)
 
 
 def tree_field(spec: Any) -> tuple[str, list[list[int]]] | None:
     """(the `--set` field, its paths) of a recipe's static tree, or None for a chain or a mode
     without one."""
-    if info(spec.mode).source == ONE_PASS_SOURCE:
-        return "medusa_choices", spec.choices
-    choices = getattr(spec, "eagle_choices", None)
-    return ("eagle_choices", choices) if choices is not None else None
+    return hooks(spec.mode).proposer(spec).tree
 
 
 def has_window(spec_or_settings: Any) -> bool:
     """A (window, ngram, verification_set) proposer: Jacobi lookahead."""
     if isinstance(spec_or_settings, dict):
         return WINDOW_FIELDS[0] in spec_or_settings
-    return getattr(spec_or_settings, WINDOW_FIELDS[0], None) is not None
+    return hooks(spec_or_settings.mode).proposer(spec_or_settings).window is not None
 
 
 def window_of(spec_or_settings: Any) -> tuple[int, int, int]:
     """(W, N, G) of a windowed proposer's recipe `speculative`, or of its settings."""
     if isinstance(spec_or_settings, dict):
         w, n, g = (spec_or_settings[f] for f in WINDOW_FIELDS)
-    else:
-        w, n, g = (getattr(spec_or_settings, f) for f in WINDOW_FIELDS)
-    return int(w), int(n), int(g)
+        return int(w), int(n), int(g)
+    window = hooks(spec_or_settings.mode).proposer(spec_or_settings).window
+    if window is None:
+        raise ValueError(f"speculative.mode {spec_or_settings.mode} has no (window, ngram, verification_set)")
+    return window
 
 
 def window_settings(w: int, n: int, g: int) -> dict[str, Any]:

@@ -28,7 +28,6 @@ from toolkit import modes
 from toolkit.build.context import SPEC_MODE_NAMES, BuildContext
 from toolkit.build.preflight import FAILED, PASSED, SKIPPED, CheckResult
 from toolkit.build.steps import Step
-from toolkit.recipe import DraftTarget, Eagle, Medusa
 
 # HF model_type → the converter (a key of the container facts' `converters`, a path under <examples>);
 # Mixtral converts with the Llama script (examples/models/core/mixtral/README.md uses
@@ -57,10 +56,9 @@ def roles(ctx: BuildContext) -> list[str]:
 
 
 def _converter_key(ctx: BuildContext, role: str) -> str:
-    if role == "target" and ctx.mode == modes.MEDUSA:
-        return MEDUSA_CONVERTER
-    if role == "target" and ctx.mode == modes.EAGLE:
-        return EAGLE_CONVERTER
+    converter = modes.info(ctx.mode).engine_converter
+    if role == "target" and converter is not None:
+        return converter
     return CONVERTERS.get(family(ctx, role) or "llama", CONVERTERS["llama"])
 
 
@@ -147,11 +145,8 @@ def parallel_of(ctx: BuildContext, role: str) -> tuple[int, int]:
 def convert_argv(ctx: BuildContext, role: str, out: Path) -> list[str]:
     tp, pp = parallel_of(ctx, role)
     argv = ["python3", str(ctx.examples().path / _script(ctx, role)), "--model_dir", ctx.source_arg(role)]
-    spec = ctx.recipe.speculative
-    if role == "target" and isinstance(spec, Medusa):
-        argv += ["--medusa_model_dir", ctx.source_arg("medusa_heads")]
-    elif role == "target" and isinstance(spec, Eagle):
-        argv += ["--eagle_model_dir", ctx.source_arg("eagle_head")]
+    mode_args = modes.hooks(ctx.mode).engine_args(ctx.recipe.speculative, ctx, role)
+    argv += mode_args.convert_sources
     argv += [
         "--output_dir", str(out),
         "--dtype", ctx.dtype,
@@ -159,21 +154,7 @@ def convert_argv(ctx: BuildContext, role: str, out: Path) -> list[str]:
         "--pp_size", str(pp),
         "--workers", str(tp * pp),
     ]  # fmt: skip
-    if role == "target" and isinstance(spec, Medusa):
-        heads = spec.num_medusa_heads or ctx.sources["medusa_heads"].facts.medusa_num_heads
-        if heads:
-            argv += ["--num_medusa_heads", str(heads)]
-        argv += ["--max_medusa_token_len", str(spec.draft_len)]
-        fam = family(ctx, "target")
-        if fam in ("qwen2", "mixtral"):
-            argv += ["--model_type", fam]
-    elif role == "target" and isinstance(spec, Eagle):
-        argv += [
-            "--max_draft_len", str(spec.max_draft_len),
-            "--num_eagle_layers", str(spec.num_eagle_layers),
-            "--max_non_leaves_per_layer", str(spec.max_non_leaves_per_layer),
-        ]  # fmt: skip
-    return argv
+    return argv + list(mode_args.convert)
 
 
 def build_argv(ctx: BuildContext, role: str, ckpt: Path, out: Path) -> list[str]:
@@ -198,9 +179,7 @@ def build_argv(ctx: BuildContext, role: str, ckpt: Path, out: Path) -> list[str]
             str(ctx.recipe.speculative.draft_len),
         ]
     argv += modes.info(mode).engine_build_args
-    spec = ctx.recipe.speculative
-    if isinstance(spec, DraftTarget) and spec.use_draft_logits:
-        argv.append("--gather_generation_logits")
+    argv += modes.hooks(mode).engine_args(ctx.recipe.speculative, ctx, role).build
     tp, pp = parallel_of(ctx, role)
     argv += ["--workers", str(tp * pp)]
     return argv

@@ -37,7 +37,7 @@ the later llm_args.py (shared/reference/trtllm-speculative.md §2.1 "New base fi
 came with NVIDIA/TensorRT-LLM PR #8194 (Oct 2025: NGram and two-model drafters), PR #10860 (Jan
 2026: one-model EAGLE-3) and PR #12262 (Mar 2026: the other algorithms), all after the 1.1 branch,
 so sdtk writes them only for the 1.2+ field names and refuses them for 1.0/1.1. Validation mirrors
-upstream's `validate_draft_len_schedule_and_sort` (toolkit.recipe._LoadAware).
+upstream's `validate_draft_len_schedule_and_sort` (toolkit.modes.load_aware.LoadAware).
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ from dataclasses import asdict, dataclass
 import yaml
 from packaging.version import Version
 
-from toolkit import __version__
+from toolkit import __version__, modes
 from toolkit.build.configs import build_config, pretrained_config
 from toolkit.build.context import SPEC_MODE_NAMES, BuildContext
 from toolkit.build.preflight import FAILED, PASSED, CheckResult
 from toolkit.build.steps import Step
-from toolkit.modes import DRAFT_TARGET, EAGLE3, NGRAM
+from toolkit.modes import LlmapiCall
 from toolkit.shellsafe import comment
 
 EXTRA_OPTIONS = "extra_llm_api_options.yaml"
@@ -132,43 +132,20 @@ def needs_local(ctx: BuildContext, role: str) -> bool:
 
 
 def _mode_config(ctx: BuildContext) -> dict | None:
+    """The mode's speculative_config (its `llmapi_config` hook), with the decoding_type this
+    version accepts: the first of `ModeInfo.llmapi_types`, or the version's EAGLE-3 spelling."""
     s = ctx.recipe.speculative
+    m = modes.info(s.mode)
+    if not m.llmapi_types:
+        return modes.hooks(s.mode, backend="llmapi").llmapi_config(s, LlmapiCall("", "", None))
     sc = schema(ctx)
-    if s.mode == "none":
-        return None
-    if s.mode == EAGLE3:
-        cfg: dict = {
-            "decoding_type": sc.eagle3_decoding_type,
-            "max_draft_len": s.max_draft_len,
-            sc.model_key: _model_ref(ctx, "eagle_head", local=needs_local(ctx, "eagle_head")),
-            "eagle3_one_model": s.eagle3_one_model,
-        }
-        if s.eagle_choices is not None:
-            cfg["eagle_choices"] = s.eagle_choices
-        if s.use_dynamic_tree:
-            cfg["use_dynamic_tree"] = True
-            cfg["dynamic_tree_max_topK"] = s.dynamic_tree_max_top_k
-        if s.max_total_draft_tokens is not None:
-            cfg["max_total_draft_tokens"] = s.max_total_draft_tokens
-        if s.layers_to_capture is not None:
-            cfg["eagle3_layers_to_capture"] = sorted(s.layers_to_capture)
-        return cfg
-    if s.mode == NGRAM:
-        return {
-            "decoding_type": "NGram",
-            "max_draft_len": s.max_draft_len,
-            "max_matching_ngram_size": s.max_matching_ngram_size,
-            "is_keep_all": s.is_keep_all,
-            "is_use_oldest": s.is_use_oldest,
-            "is_public_pool": s.is_public_pool,
-        }
-    if s.mode == DRAFT_TARGET:
-        return {
-            "decoding_type": "DraftTarget",
-            "max_draft_len": s.max_draft_len,
-            sc.model_key: _model_ref(ctx, "draft", local=needs_local(ctx, "draft")),
-        }
-    raise AssertionError(f"mode {s.mode} has no llmapi form (compat should have refused it)")
+    decoding_type = (
+        sc.eagle3_decoding_type if sc.eagle3_decoding_type in m.llmapi_types else m.llmapi_types[0]
+    )
+    model = None if m.source is None else _model_ref(ctx, m.source, local=needs_local(ctx, m.source))
+    return modes.hooks(s.mode, backend="llmapi").llmapi_config(
+        s, LlmapiCall(decoding_type, sc.model_key, model)
+    )
 
 
 def speculative_config(ctx: BuildContext) -> dict | None:
@@ -188,14 +165,7 @@ def speculative_config(ctx: BuildContext) -> dict | None:
 def check_fields(ctx: BuildContext) -> CheckResult:
     s = ctx.recipe.speculative
     sc = schema(ctx)
-    used = []
-    if s.mode == EAGLE3:
-        used = [f for f, on in (
-            ("eagle_choices", s.eagle_choices is not None),
-            ("use_dynamic_tree", s.use_dynamic_tree),
-            ("max_total_draft_tokens", s.max_total_draft_tokens is not None),
-            ("layers_to_capture", s.layers_to_capture is not None),
-        ) if on]  # fmt: skip
+    used = [f for f in modes.info(s.mode).llmapi_fields_since_1_1 if getattr(s, f) not in (None, False)]
     load = [f for f in ("max_concurrency", "draft_len_schedule") if getattr(s, f, None) is not None]
     if load and sc.era != "1.2+":
         return CheckResult(
@@ -238,7 +208,7 @@ def llm_args(ctx: BuildContext) -> dict:
         "enable_block_reuse": r.serving.enable_kv_cache_reuse,
     }
     out["cuda_graph_config"] = {"max_batch_size": r.build.max_batch_size}
-    if r.mode in (DRAFT_TARGET, NGRAM):
+    if modes.info(r.mode).llmapi_disable_overlap:
         out["disable_overlap_scheduler"] = True
     spec = speculative_config(ctx)
     if spec is not None:

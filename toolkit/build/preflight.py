@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from toolkit import modes
 from toolkit.build.context import DTYPE_BYTES, BuildContext
 from toolkit.checks import FAILED, PASSED, SKIPPED, Check
 from toolkit.errors import PreflightError
 from toolkit.hub import ModelFacts, Resolved, eagle3_vocab_map, medusa_heads
-from toolkit.modes import DRAFT_TARGET, EAGLE, EAGLE3, LOOKAHEAD, MEDUSA
-from toolkit.recipe import Eagle3, Lookahead, Medusa, lookahead_max_draft_len
+from toolkit.modes import EAGLE3
+from toolkit.modes.lookahead import check_draft_len as check_lookahead_draft_len
+from toolkit.recipe import Eagle3, Lookahead, Medusa
 
 CheckResult = Check  # a preflight verdict: passed | failed | skipped
 
@@ -383,22 +385,7 @@ def check_eagle3_layers(ctx: BuildContext) -> CheckResult:
 
 
 def check_lookahead(ctx: BuildContext) -> CheckResult:
-    s = ctx.recipe.spec_as(Lookahead)
-    need = lookahead_max_draft_len(s.window, s.ngram, s.verification_set)
-    if s.max_draft_len is not None and s.max_draft_len != need:
-        return CheckResult(
-            "lookahead-draft-len",
-            FAILED,
-            f"speculative.max_draft_len {s.max_draft_len} does not match (W={s.window}, N={s.ngram}, "
-            f"G={s.verification_set}): (N-2 if N>1 else 0) + (W-1+G)*(N-1) = {need}; the engine's "
-            "--max_draft_len must equal the server's lookahead config",
-            f"set speculative.max_draft_len: {need} or drop it",
-        )
-    return CheckResult(
-        "lookahead-draft-len",
-        PASSED,
-        f"max_draft_len {need} for (W,N,G)=({s.window},{s.ngram},{s.verification_set})",
-    )
+    return check_lookahead_draft_len(ctx.recipe.spec_as(Lookahead))
 
 
 # --------------------------------------------------------------------------- GPUs and memory
@@ -521,19 +508,22 @@ def check_seq_len(ctx: BuildContext) -> CheckResult:
     )
 
 
+class _ModeChecks:
+    """The shared checks a mode's preflight hook picks from (toolkit.modes.PreflightKit)."""
+
+    draft_target = staticmethod(check_draft_target)
+    head_fit = staticmethod(check_head_fit)
+    medusa_heads = staticmethod(check_medusa_heads)
+    eagle3_vocab_map = staticmethod(check_eagle3_vocab_map)
+    eagle3_layers = staticmethod(check_eagle3_layers)
+
+
+MODE_CHECKS = _ModeChecks()
+
+
 def run_checks(ctx: BuildContext, *, gpus: Gpus | None) -> list[CheckResult]:
     """The mode- and resource-specific checks (sources and backend are checked by the caller)."""
     out = [check_target_tokenizer(ctx), check_seq_len(ctx)]
-    mode = ctx.mode
-    if mode == DRAFT_TARGET:
-        out += check_draft_target(ctx)
-    elif mode == MEDUSA:
-        out += [check_head_fit(ctx, "medusa_heads"), check_medusa_heads(ctx)]
-    elif mode == EAGLE:
-        out += [check_head_fit(ctx, "eagle_head")]
-    elif mode == EAGLE3:
-        out += [check_head_fit(ctx, "eagle_head"), check_eagle3_vocab_map(ctx), check_eagle3_layers(ctx)]
-    elif mode == LOOKAHEAD:
-        out.append(check_lookahead(ctx))
+    out += modes.hooks(ctx.mode).preflight(ctx, MODE_CHECKS)  # the mode's own (toolkit/modes/<mode>.py)
     out += [check_gpus(ctx, gpus), check_memory(ctx, gpus)]
     return out

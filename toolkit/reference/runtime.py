@@ -14,16 +14,14 @@ from typing import Any
 
 import torch
 
+from toolkit import modes
 from toolkit.errors import CompatError, GenerationError, ModelError
-from toolkit.modes import DRAFT_TARGET, EAGLE, EAGLE3, LOOKAHEAD, MEDUSA, NGRAM
+from toolkit.modes import DRAFT_TARGET, EAGLE, EAGLE3, MEDUSA
 from toolkit.recipe import Speculative
-from toolkit.reference.core import Context, Proposal, Speculator, Verdict, tree_from_choices, verify
-from toolkit.reference.draft_target import DraftTargetSpeculator
-from toolkit.reference.eagle3 import Eagle3Head, Eagle3Speculator, load_eagle3_head
-from toolkit.reference.lookahead import LookaheadSpeculator
-from toolkit.reference.medusa import MedusaHeads, MedusaSpeculator, load_medusa_heads
+from toolkit.reference.core import Context, Proposal, Speculator, Verdict, verify
+from toolkit.reference.eagle3 import Eagle3Head, load_eagle3_head
+from toolkit.reference.medusa import MedusaHeads, load_medusa_heads
 from toolkit.reference.models import CachedLM, Forward, inflate_mlp, load_causal_lm, step_bytes
-from toolkit.reference.ngram import NGramSpeculator
 from toolkit.reference.processors import Processors, Trace, tree_prefixes
 from toolkit.reference.sampling import SamplingParams, generator
 from toolkit.reference.stats import SpecStats
@@ -576,44 +574,11 @@ class ReferenceRuntime:
         return prompt
 
     def _speculator(self, cfg: Any, sampling: SamplingParams, draft: Any = None) -> Speculator:
-        mode = cfg.mode
-        if mode == "none":
-            return PlainSpeculator()
-        if mode == EAGLE:
-            raise CompatError(
-                "EAGLE-1/2 is not implemented by the reference runtime",
-                mode=EAGLE,
-                backend="reference",
-                hint="use speculative.mode eagle3 with an EAGLE-3 head, or the engine backend",
-            )
-        if mode == DRAFT_TARGET:
-            if self.draft is None:
-                raise GenerationError(
-                    "draft_target needs a draft model", hint="load the runtime with draft=<dir>"
-                )
-            return DraftTargetSpeculator(draft if draft is not None else self.draft, cfg.max_draft_len)
-        if mode == NGRAM:
-            return NGramSpeculator(cfg.max_draft_len, cfg.max_matching_ngram_size, cfg.is_use_oldest)
-        if mode == LOOKAHEAD:
-            return LookaheadSpeculator(cfg.window, cfg.ngram, cfg.verification_set)
-        if mode == MEDUSA:
-            if self.medusa is None:
-                raise GenerationError("medusa needs Medusa heads", hint="load the runtime with medusa=<dir>")
-            if not sampling.greedy:
-                raise GenerationError(
-                    "Medusa decoding is greedy-only (as in TensorRT-LLM)",
-                    hint="use temperature 0, or a mode that samples (draft_target, eagle3, ngram, lookahead)",
-                )
-            return MedusaSpeculator(self.medusa, cfg.choices, cfg.num_medusa_heads)
-        if self.eagle3 is None:
-            raise GenerationError("eagle3 needs an EAGLE-3 head", hint="load the runtime with eagle3=<dir>")
-        if cfg.use_dynamic_tree:
-            raise GenerationError(
-                "EAGLE-3 dynamic trees are not implemented by the reference runtime",
-                hint="use a static tree (speculative.eagle_choices) or the default chain",
-            )
-        choices = cfg.eagle_choices or [[0] * d for d in range(1, cfg.max_draft_len + 1)]
-        return Eagle3Speculator(self.eagle3, tree_from_choices(choices))
+        """The mode's own factory (toolkit/modes/<mode>.py `reference_speculator`); an unknown mode
+        is a CompatError, never another mode's speculator."""
+        factory = modes.hooks(cfg.mode, backend="reference").reference_speculator
+        speculator: Speculator | None = factory(cfg, self, sampling, draft)
+        return PlainSpeculator() if speculator is None else speculator
 
 
 def _process(

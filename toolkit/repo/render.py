@@ -31,12 +31,11 @@ from toolkit import __version__, modes
 from toolkit._fs import publish_dir
 from toolkit.build.context import SPEC_MODE_NAMES
 from toolkit.errors import CompatError
-from toolkit.recipe import DraftTarget, Eagle, Eagle3, Lookahead, Medusa, Recipe, lookahead_max_draft_len
+from toolkit.recipe import Recipe
 from toolkit.repo.engines import TRITON_DTYPES, EngineInfo, read_engine
 from toolkit.repo.errors import RenderError
 from toolkit.repo.versions import LLMAPI_MODEL_DIRS, llmapi_late_inputs
 from toolkit.resources import templates_dir
-from toolkit.trees import to_triton_string
 
 BACKENDS = ("engine", "llmapi", "reference")
 MANIFEST = "sdtk-repository.json"
@@ -176,48 +175,12 @@ def _check_engines(recipe: Recipe, backend: str, engines: dict[str, EngineInfo])
             file=engines["draft"].config_path,
             hint="rebuild the draft engine without a speculative mode",
         )
-    if backend == "engine" and isinstance(spec, Lookahead):
-        need = lookahead_max_draft_len(spec.window, spec.ngram, spec.verification_set)
-        if target.max_draft_len != need:
-            raise RenderError(
-                f"build_config.max_draft_len is {target.max_draft_len}, but lookahead (W={spec.window}, "
-                f"N={spec.ngram}, G={spec.verification_set}) needs exactly {need}; the C++ backend would "
-                f"fail at load (tensorrtllm_backend#710)",
-                file=target.config_path,
-                hint="rebuild the engine for these lookahead sizes",
-            )
-    if (
-        backend == "engine"
-        and isinstance(spec, DraftTarget)
-        and target.max_draft_len is not None
-        and target.max_draft_len < spec.max_draft_len
-    ):
+    for found in modes.hooks(recipe.mode).serving_checks(spec, backend, target.max_draft_len):
+        if not found.fatal:
+            warnings.append(found.message)
+            continue
         raise RenderError(
-            f"the target engine accepts at most {target.max_draft_len} draft tokens (build_config.max_draft_len), "
-            f"fewer than speculative.max_draft_len {spec.max_draft_len} (tensorrtllm_backend#473)",
-            file=target.config_path,
-            hint="rebuild the target with --max_draft_len ≥ speculative.max_draft_len, or lower it",
-        )
-    if backend == "engine" and isinstance(spec, Eagle) and spec.use_dynamic_tree:
-        raise RenderError(
-            "the Triton tensorrt_llm model takes only a static EAGLE tree (eagle_choices); "
-            "speculative.use_dynamic_tree cannot be served",
-            hint="set speculative.use_dynamic_tree: false (optionally with eagle_choices)",
-        )
-    if backend == "engine" and isinstance(spec, Eagle) and spec.posterior_threshold is not None:
-        warnings.append(
-            "speculative.posterior_threshold is not a Triton tensorrt_llm parameter; the deployment uses "
-            "greedy acceptance"
-        )
-    if backend == "reference" and isinstance(spec, Eagle3) and spec.use_dynamic_tree:
-        raise RenderError(
-            "the reference runtime does not implement EAGLE-3 dynamic trees",
-            hint="use a static tree (speculative.eagle_choices) or the default chain",
-        )
-    if backend == "reference" and isinstance(spec, DraftTarget) and spec.use_draft_logits:
-        warnings.append(
-            "speculative.use_draft_logits is ignored on the reference backend: its verification needs no "
-            "draft logits"
+            found.message, file=target.config_path if found.on_engine else None, hint=found.hint or None
         )
     if backend != "llmapi" and recipe.build.max_batch_size != target.max_batch_size:
         warnings.append(
@@ -306,14 +269,7 @@ def _spec_params(recipe: Recipe, backend: str, role: str) -> dict[str, str]:
     # Two-model: the target verifies the BLS's draft_input_ids; the C++ backend takes the decoding
     # mode from the draft_tokens_external engine ("" here), and the reference model decodes plainly.
     out["decoding_mode"] = modes.info(recipe.mode).triton_decoding_mode(backend)
-    if isinstance(spec, Medusa):
-        out["medusa_choices"] = to_triton_string(spec.choices)
-    elif isinstance(spec, (Eagle, Eagle3)):
-        out["eagle_choices"] = to_triton_string(spec.eagle_choices) if spec.eagle_choices else ""
-    elif isinstance(spec, Lookahead):
-        out["lookahead_window_size"] = str(spec.window)
-        out["lookahead_ngram_size"] = str(spec.ngram)
-        out["lookahead_verification_set_size"] = str(spec.verification_set)
+    out.update(modes.hooks(recipe.mode).triton_parameters(spec, backend, modes.LLM_MODEL))
     return out
 
 
@@ -580,10 +536,9 @@ def _plan_inflight(
             "tensorrt_llm_model_name": "tensorrt_llm",
             "tensorrt_llm_draft_model_name": "tensorrt_llm_draft" if draft_target else "",
             "multimodal_encoders_name": "",
-            "default_num_draft_tokens": str(spec.max_draft_len if isinstance(spec, DraftTarget) else 0),
-            "default_use_draft_logits": _b(
-                isinstance(spec, DraftTarget) and backend == "engine" and spec.use_draft_logits
-            ),
+            "default_num_draft_tokens": "0",
+            "default_use_draft_logits": _b(False),
+            **modes.hooks(recipe.mode).triton_parameters(spec, backend, modes.BLS_MODEL),
             "exclude_input_in_output": _b(s.exclude_input_in_output),
             "max_input_len": str(recipe.build.max_input_len),
             "max_seq_len": str(recipe.build.max_seq_len),

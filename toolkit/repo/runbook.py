@@ -99,8 +99,6 @@ def _launch(recipe: Recipe, r: RenderResult) -> tuple[str, list[str]]:
 
 
 def _request(r: RenderResult, recipe: Recipe, *, stream: bool) -> dict[str, Any]:
-    from toolkit.recipe import DraftTarget
-
     if r.entry_kind == "llmapi":
         body: dict[str, Any] = {
             "text_input": PROMPT,
@@ -111,8 +109,8 @@ def _request(r: RenderResult, recipe: Recipe, *, stream: bool) -> dict[str, Any]
             body["streaming"] = True
         return body
     body = {"text_input": PROMPT, "max_tokens": 64, "return_perf_metrics": True}
-    if r.entry_kind == "bls" and isinstance(recipe.speculative, DraftTarget):
-        body["num_draft_tokens"] = recipe.speculative.max_draft_len
+    if r.entry_kind == "bls" and info(recipe.mode).two_model:  # the BLS loop's draft length γ
+        body["num_draft_tokens"] = recipe.speculative.draft_len
     if stream:
         body["stream"] = True
     return body

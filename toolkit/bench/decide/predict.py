@@ -16,6 +16,7 @@ from toolkit.bench.decide import sizing as sz
 from toolkit.bench.measure.metrics import Interval
 from toolkit.bench.proposers import (
     ONE_PASS_SOURCE,
+    WINDOW_FIELDS,
     draft_forwards,
     has_draft_model,
     has_window,
@@ -273,10 +274,10 @@ def config_shape(mode: str, settings: dict[str, Any], spec: Any) -> cm.Shape:
 
 
 def config_draft_len(mode: str, settings: dict[str, Any], spec: Any) -> int:
-    from toolkit.recipe import lookahead_max_draft_len
-
-    if has_window(settings):
-        return lookahead_max_draft_len(*window_of(settings))
+    if has_window(settings):  # the mode's own draft length (Lookahead.draft_len) at this window
+        return int(
+            spec.model_copy(update=dict(zip(WINDOW_FIELDS, window_of(settings), strict=True))).draft_len
+        )
     if "max_draft_len" in settings:
         return int(settings["max_draft_len"])
     if "medusa_choices" in settings:
@@ -533,17 +534,12 @@ def assumed_table(
     Drafting is modelled as a chain of γ: a draft model or EAGLE head runs γ times, Medusa heads
     once, n-gram and lookahead proposers cost nothing on the GPU.
     """
-    if info(mode).source is None or draft is None:
-        per_g = 0
-    elif info(mode).source == ONE_PASS_SOURCE:
-        per_g = -1  # one pass of the heads whatever γ is
-    else:
-        per_g = 1
     out = []
     for a in alphas:
         cands: list[tuple[str, dict[str, Any], cm.Shape, float, float | None, str]] = []
         for g in range(1, gamma_max + 1):
-            fw = g if per_g == 1 else (1 if per_g == -1 else 0)
+            # The mode's cost shape (its draft_forwards hook); unpriced without a draft roofline.
+            fw = draft_forwards(mode, g) if draft is not None else 0
             shape = cm.chain_shape(g, draft_forwards=fw)
             cands.append(
                 (

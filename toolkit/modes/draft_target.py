@@ -1,0 +1,137 @@
+"""Mode `draft_target`: a separate small draft model proposes γ tokens that the target verifies
+(Leviathan et al.; Chen et al.). On Triton the tensorrt_llm_bls loop drives the two models."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from toolkit.modes.core import (
+    BLS_MODEL,
+    DRAFT_TARGET,
+    DraftTargetName,
+    EngineArgs,
+    Finding,
+    LlmapiCall,
+    ModeInfo,
+    PreflightKit,
+    ProposerFacts,
+    Support,
+    batched,
+    triton_bool,
+)
+from toolkit.modes.load_aware import LoadAware
+
+if TYPE_CHECKING:
+    from toolkit.build.context import BuildContext
+    from toolkit.checks import Check as CheckResult
+
+INFO = ModeInfo(
+    DRAFT_TARGET,
+    source="draft",
+    two_model=True,
+    decoding_mode="",
+    engine_build_args=("--use_paged_context_fmha", "enable"),  # examples/draft_target_model
+    chain=True,
+    engine_name="draft_tokens_external",
+    llmapi_types=("DraftTarget",),
+    llmapi_disable_overlap=True,
+    draft_len_rule="max_draft_len (γ)",
+    engine=Support(
+        True,
+        "two engines: the target with draft_tokens_external, served through the tensorrt_llm_bls loop",
+    ),
+    llmapi=Support(True, "speculative_config decoding_type DraftTarget (two-model)"),
+    reference=batched("target verification (BLS draft_input_ids) and the draft model's steps"),
+)
+
+
+class DraftTarget(LoadAware):
+    """A separate small draft model proposes tokens that the target verifies (Leviathan/Chen)."""
+
+    mode: DraftTargetName
+    max_draft_len: int = Field(4, ge=1, le=256, description="Draft tokens proposed per step (γ).")
+    use_draft_logits: bool = Field(
+        False,
+        description="Engine path: pass draft logits for probabilistic acceptance (needs generation logits).",
+    )
+
+    @property
+    def draft_len(self) -> int:
+        return self.max_draft_len
+
+
+SPEC = DraftTarget
+
+
+def draft_logits(spec: DraftTarget, backend: str) -> bool:
+    """Whether the deployment passes draft logits (engine only: trtllm-build
+    --gather_generation_logits on both engines, the BLS's use_draft_logits)."""
+    return backend == "engine" and spec.use_draft_logits
+
+
+def triton_parameters(spec: DraftTarget, backend: str, model: str) -> dict[str, str]:
+    if model != BLS_MODEL:
+        return {}
+    return {
+        "default_num_draft_tokens": str(spec.max_draft_len),
+        "default_use_draft_logits": triton_bool(draft_logits(spec, backend)),
+    }
+
+
+def serving_checks(spec: DraftTarget, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+    out = []
+    if backend == "engine" and engine_max_draft_len is not None and engine_max_draft_len < spec.max_draft_len:
+        out.append(
+            Finding(
+                f"the target engine accepts at most {engine_max_draft_len} draft tokens "
+                f"(build_config.max_draft_len), fewer than speculative.max_draft_len {spec.max_draft_len} "
+                "(tensorrtllm_backend#473)",
+                "rebuild the target with --max_draft_len ≥ speculative.max_draft_len, or lower it",
+                on_engine=True,
+            )
+        )
+    if backend == "reference" and spec.use_draft_logits:
+        out.append(
+            Finding(
+                "speculative.use_draft_logits is ignored on the reference backend: its verification needs "
+                "no draft logits",
+                fatal=False,
+            )
+        )
+    return out
+
+
+def engine_args(spec: DraftTarget, ctx: BuildContext, role: str) -> EngineArgs:
+    # Draft logits for acceptance: both engines gather generation logits.
+    return EngineArgs(build=("--gather_generation_logits",) if spec.use_draft_logits else ())
+
+
+def llmapi_config(spec: DraftTarget, call: LlmapiCall) -> dict[str, Any] | None:
+    return {
+        "decoding_type": call.decoding_type,
+        "max_draft_len": spec.max_draft_len,
+        call.model_key: call.model,
+    }
+
+
+def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
+    return checks.draft_target(ctx)
+
+
+def reference_speculator(spec: DraftTarget, runtime: Any, sampling: Any, draft: Any) -> Any:
+    from toolkit.errors import GenerationError
+    from toolkit.reference.draft_target import DraftTargetSpeculator
+
+    if runtime.draft is None:
+        raise GenerationError("draft_target needs a draft model", hint="load the runtime with draft=<dir>")
+    return DraftTargetSpeculator(draft if draft is not None else runtime.draft, spec.max_draft_len)
+
+
+def draft_forwards(draft_len: int) -> int:
+    return draft_len  # the draft model runs once per proposed token
+
+
+def proposer(spec: DraftTarget) -> ProposerFacts:
+    return ProposerFacts()
