@@ -36,7 +36,7 @@ from toolkit.server import logscan, procs
 from toolkit.server.discover import Candidate, choose_tritonserver
 from toolkit.server.embedded import is_embedded, prepare_embedded
 from toolkit.server.lock import WorkdirLock
-from toolkit.server.mpi import mpirun_argv, orchestrator_env
+from toolkit.server.plan import LaunchPlan, LaunchSite
 from toolkit.server.ports import PORT_FIELDS, PortInUseError, Ports, auto_ports, check_free
 from toolkit.server.state import (
     REPO_KEY_HEADER,
@@ -255,12 +255,7 @@ class TritonServer:
         log_verbose: int = 0,
         exit_timeout_s: int | None = 10,
         disable_auto_complete_config: bool = False,
-        world_size: int = 1,
-        tensorrt_llm_model_names: Sequence[str] = ("tensorrt_llm",),
-        multi_model: bool = False,
-        spawn_processes: bool = True,
-        num_gpus: int | None = None,
-        triton_container_version: str | None = None,
+        plan: LaunchPlan | None = None,
         env: Mapping[str, str] | None = None,
         echo: TextIO | None = None,
         ready_timeout: float = DEFAULT_READY_TIMEOUT,
@@ -282,12 +277,8 @@ class TritonServer:
             int(env_exit) if env_exit.isdigit() and exit_timeout_s is not None else exit_timeout_s
         )
         self.disable_auto_complete_config = disable_auto_complete_config
-        self.world_size = world_size
-        self.tensorrt_llm_model_names = list(tensorrt_llm_model_names)
-        self.multi_model = multi_model
-        self.spawn_processes = spawn_processes
-        self.num_gpus = num_gpus  # orchestrator mode: one --cuda-memory-pool-byte-size per GPU
-        self.triton_container_version = triton_container_version  # default $NVIDIA_TRITON_SERVER_VERSION
+        # ranks, orchestrator mode, memory pools, env (toolkit.server.plan); default one process
+        self.plan = plan if plan is not None else LaunchPlan()
         self.env_overrides = dict(env or {})
         self.echo = echo
         self.ready_timeout = ready_timeout
@@ -324,12 +315,7 @@ class TritonServer:
             log_verbose=self.log_verbose,
             exit_timeout_s=self.exit_timeout_s,
             disable_auto_complete_config=self.disable_auto_complete_config,
-            world_size=self.world_size,
-            tensorrt_llm_model_names=list(self.tensorrt_llm_model_names),
-            multi_model=self.multi_model,
-            spawn_processes=self.spawn_processes,
-            num_gpus=self.num_gpus,
-            triton_container_version=self.triton_container_version,
+            plan=self.plan.to_dict(),
             env=dict(self.env_overrides),
             ready_timeout=self.ready_timeout,
         )
@@ -337,6 +323,7 @@ class TritonServer:
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> TritonServer:
         values = dict(spec)
+        values["plan"] = LaunchPlan.from_dict(values.get("plan") or {})
         return cls(values.pop("model_repo"), **values)
 
     @classmethod
@@ -398,57 +385,30 @@ class TritonServer:
         b = self.binary
         return b.embedded or is_embedded(b.path)
 
-    def command(self, backend_directory: Path | None = None) -> list[str]:
-        """The argv `start()` runs with the current ports (no side effects)."""
-        exe = str(self.binary.path)
+    def site(self, backend_directory: Path | None = None) -> LaunchSite:
+        """Where this server runs, for the plan's argv builder (toolkit.server.plan)."""
         if backend_directory is None and self.embedded:
             backend_directory = self.workdir / "triton_backends"
-        if self.world_size > 1 or self.multi_model:
-            return mpirun_argv(
-                exe,
-                self.model_repo,
-                self.world_size,
-                http_port=self.ports.http,
-                grpc_port=self.ports.grpc,
-                metrics_port=self.ports.metrics,
-                host=self.host,
-                tensorrt_llm_model_names=self.tensorrt_llm_model_names,
-                exit_timeout_s=self.exit_timeout_s,
-                backend_directory=backend_directory,
-                shm_prefix=self.shm_prefix,
-                multi_model=self.multi_model,
-                spawn_processes=self.spawn_processes,
-                num_gpus=self.num_gpus,
-                triton_container_version=self.triton_container_version,
-                extra_args=[
-                    *([f"--log-verbose={self.log_verbose}"] if self.log_verbose else []),
-                    *self.extra_args,
-                ],
-            )
-        h = self.host.strip("[]")
-        argv = [
-            exe,
-            f"--model-repository={self.model_repo}",
-            f"--http-port={self.ports.http}",
-            f"--grpc-port={self.ports.grpc}",
-            f"--metrics-port={self.ports.metrics}",
-            f"--http-address={h}",
-            f"--grpc-address={h}",
-            f"--metrics-address={h}",
-            # Unique per server, so that two servers' Python backends never share a region.
-            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
-        ]
-        if backend_directory is not None:
-            argv.append(f"--backend-directory={backend_directory}")
-        if self.log_verbose:
-            argv.append(f"--log-verbose={self.log_verbose}")
-        if self.exit_timeout_s is not None:
-            argv.append(f"--exit-timeout-secs={self.exit_timeout_s}")
-        if self.disable_auto_complete_config:
-            argv.append("--disable-auto-complete-config")
-        if self.repo_key:
-            argv += model_control_args(self.repo_key)
-        return argv + self.extra_args
+        return LaunchSite(
+            tritonserver=str(self.binary.path),
+            model_repo=str(self.model_repo),
+            http_port=self.ports.http,
+            grpc_port=self.ports.grpc,
+            metrics_port=self.ports.metrics,
+            host=self.host.strip("[]"),
+            shm_prefix=self.shm_prefix,
+            number_single_rank=False,  # the prefix is unique to this server already
+            exit_timeout_s=self.exit_timeout_s,
+            backend_directory=str(backend_directory) if backend_directory is not None else None,
+            log_verbose=self.log_verbose,
+            disable_auto_complete_config=self.disable_auto_complete_config,
+            model_control=tuple(model_control_args(self.repo_key)) if self.repo_key else (),
+            extra_args=tuple(self.extra_args),
+        )
+
+    def command(self, backend_directory: Path | None = None) -> list[str]:
+        """The argv `start()` runs with the current ports (no side effects)."""
+        return self.plan.argv(self.site(backend_directory))
 
     def redact(self, text: str) -> str:
         """`text` without the repository key (or a token from the environment)."""
@@ -476,8 +436,7 @@ class TritonServer:
         if self.embedded:
             setup = prepare_embedded(self.workdir, env)
             env, backend_dir = setup.env, setup.backend_dir
-        if self.multi_model:
-            env.update(orchestrator_env(self.spawn_processes))
+        env.update(self.plan.env)
         env.update(self.env_overrides)
         self.argv = self.command(backend_dir)
         if self.log_path.exists():
@@ -610,8 +569,7 @@ class TritonServer:
             grpc_port=self.ports.grpc,
             metrics_port=self.ports.metrics,
             executable=os.path.basename(self.argv[0]) if self.argv else "tritonserver",
-            env=dict(self.env_overrides)
-            | (orchestrator_env(self.spawn_processes) if self.multi_model else {}),
+            env=dict(self.env_overrides) | self.plan.env,
             detached=self.detached,
             owner_pid=os.getpid(),
             status=status,

@@ -20,14 +20,14 @@ from toolkit.ops.k8s.options import (
     MODELS_MOUNT,
     MONITOR_PORT,
     READY_MARKER,
-    REPO_SUBDIR,
     SCRIPTS_MOUNT,
     K8sOptions,
     k8s_name,
     pull_source,
 )
-from toolkit.ops.layout import Topology, launch_argv, orchestrator_env, plan_topology
+from toolkit.ops.layout import Topology, launch_argv, plan_topology
 from toolkit.ops.templating import raw, render, shell_join, var
+from toolkit.server.workdir import REPO_SUBDIR
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
@@ -188,7 +188,7 @@ def build_objects(recipe: Recipe, opts: K8sOptions) -> K8sPlan:
         layout_line=f"{layout}; {topo.nodes} node(s), {topo.ranks} rank(s), backend {topo.backend}",
         repo=repo,
         marker=marker,
-        env=orchestrator_env(topo),
+        env=topo.launch.env,
         multi_node=topo.multi_node,
         layout=layout,
         nodes=topo.nodes,

@@ -11,8 +11,9 @@ import yaml
 from toolkit import __version__
 from toolkit._fs import atomic_write
 from toolkit.ops.k8s.objects import K8sPlan, build_objects
-from toolkit.ops.k8s.options import HPA_WAITING, MODELS_MOUNT, REPO_SUBDIR, K8sOptions
+from toolkit.ops.k8s.options import HPA_WAITING, MODELS_MOUNT, K8sOptions
 from toolkit.ops.templating import render
+from toolkit.server.workdir import REPO_SUBDIR
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
