@@ -406,24 +406,7 @@ def deploy(
         on_failure = "restart"
     if on_failure is None:
         on_failure = "restart" if detach else "stop"
-    if target != "local":
-        if out is None:
-            raise UsageError(f"--target {target} needs --out DIR")
-        if target == "k8s":
-            from toolkit.ops.k8s import render_k8s
-
-            paths = render_k8s(
-                r, namespace=namespace, image=image, replicas=replicas, out_dir=out, validate=True
-            )
-        else:
-            from toolkit.ops.slurm import render_slurm
-
-            opts = {"container_image": image} if image else {}
-            paths = render_slurm(r, out_dir=out, workdir=str((workdir or Path("workdir")).resolve()), **opts)
-        emit([str(p) for p in paths], as_json, lambda: click.echo("\n".join(str(p) for p in paths)))
-        return
-
-    if dry_run:
+    if dry_run and target == "local":
         from toolkit.deploy import plan_deploy
 
         plan = plan_deploy(r, backend=backend, workdir=workdir, tritonserver=tritonserver)
@@ -447,6 +430,7 @@ def deploy(
 
     result = run_deploy(
         r,
+        target=target,
         backend=backend,
         workdir=workdir,
         render_only=render_only,
@@ -457,8 +441,15 @@ def deploy(
         ready_timeout=ready_timeout,
         on_ready=on_ready,
         on_failure=on_failure,
+        out=out,
+        namespace=namespace,
+        image=image,
+        replicas=replicas,
     )
-    if render_only:
+    if result.files:  # --target k8s | slurm
+        paths = [str(p) for p in result.files]
+        emit(paths, as_json, lambda: click.echo("\n".join(paths)))
+    elif render_only:
         emit(
             result.to_dict(),
             as_json,

@@ -50,6 +50,8 @@ class DeployResult:
     validation: dict[str, Any] | None = None
     ready_seconds: float | None = None
     watchdog_pid: int | None = None  # a detached deploy's watchdog (toolkit.server.watchdog)
+    target: str = "local"  # local | k8s | slurm (TARGETS)
+    files: list[Path] = field(default_factory=list)  # k8s / slurm: what was written, to apply or submit
 
     @property
     def model_name(self) -> str:
@@ -73,7 +75,7 @@ class DeployResult:
             "ready_seconds": self.ready_seconds,
             "validation": self.validation,
             "watchdog_pid": self.watchdog_pid,
-        }
+        } | ({"target": self.target, "files": [str(p) for p in self.files]} if self.target != "local" else {})
 
 
 def render(
@@ -147,9 +149,13 @@ def _server(
     )
 
 
+TARGETS = ("local", "k8s", "slurm")
+
+
 def deploy(
     recipe: Recipe,
     *,
+    target: str = "local",
     backend: str | None = None,
     workdir: Path | None = None,
     render_only: bool = False,
@@ -162,8 +168,17 @@ def deploy(
     on_ready: Callable[[DeployResult], None] | None = None,
     on_failure: str | None = None,
     burst: bool = True,
+    out: Path | None = None,
+    namespace: str = "default",
+    image: str | None = None,
+    replicas: int = 1,
 ) -> DeployResult:
-    """Deploy `recipe`. Foreground mode blocks until Ctrl-C; `detach` returns with the server running.
+    """Deploy `recipe` on `target`.
+
+    local: build, render, launch, validate; foreground mode blocks until Ctrl-C, `detach` returns
+    with the server running. k8s / slurm: write the manifests (toolkit.ops.k8s: `namespace`,
+    `image`, `replicas`) or the sbatch script (toolkit.ops.slurm: `image` runs the ranks in a
+    container, `workdir` is where the nodes find the repository) under `out`, and return them.
 
     `on_ready` runs once the server is ready and validated (the CLI prints the URLs there).
     `on_failure` (toolkit.server.watchdog.POLICIES): what to do when a Python backend stub or the
@@ -171,6 +186,10 @@ def deploy(
     watchdog process started beside the server does it (default `none` here: no watchdog; the
     CLI's default is `restart`).
     """
+    if target != "local":
+        return render_target(
+            recipe, target, out=out, workdir=workdir, namespace=namespace, image=image, replicas=replicas
+        )
     from toolkit.server.launch import check_launch_path, check_workdir_free
     from toolkit.server.lock import WorkdirLock
 
@@ -198,6 +217,52 @@ def deploy(
             on_failure=on_failure or ("none" if detach else "stop"),
             burst=burst,
         )
+
+
+def render_target(
+    recipe: Recipe,
+    target: str,
+    *,
+    out: Path | None,
+    workdir: Path | None = None,
+    namespace: str = "default",
+    image: str | None = None,
+    replicas: int = 1,
+) -> DeployResult:
+    """`deploy(target=k8s|slurm)`: write the files that deploy `recipe` there under `out`."""
+    from toolkit.errors import UsageError
+    from toolkit.repo.render import entry_point
+
+    if target not in TARGETS[1:]:
+        raise UsageError(f"target must be one of {', '.join(TARGETS)}, not '{target}'")
+    if out is None:
+        raise UsageError(f"--target {target} needs --out DIR")
+    if target == "k8s":
+        from toolkit.ops.k8s import MODELS_MOUNT, plan_k8s, write_k8s
+
+        k8s = plan_k8s(recipe, namespace=namespace, image=image, replicas=replicas)
+        files, topology = write_k8s(k8s, out, validate=True), k8s.topology
+        root = Path(MODELS_MOUNT) / recipe.display_name
+    else:
+        from toolkit.ops.slurm import plan_slurm, write_slurm
+
+        root = (workdir or DEFAULT_WORKDIR).resolve()
+        slurm = plan_slurm(recipe, workdir=root, container_image=image)
+        files, topology = write_slurm(slurm, out), slurm.topology
+        root = root / recipe.display_name
+    entry, kind = entry_point(recipe, topology.backend)
+    return DeployResult(
+        recipe=recipe.display_name,
+        backend=topology.backend,
+        mode=recipe.mode,
+        workdir=root,
+        model_repo=root / REPO_SUBDIR,
+        model=entry,
+        entry_kind=kind,
+        decoupled=recipe.serving.decoupled,
+        target=target,
+        files=files,
+    )
 
 
 def _deploy(

@@ -172,5 +172,9 @@ def plan_slurm(
 def render_slurm(recipe: Recipe, *, out_dir: Path | str, **options: Any) -> list[Path]:
     """Write `<out_dir>/<recipe>.sbatch` (submit with `sbatch`); returns the files written.
     `options` are plan_slurm's (workdir is required)."""
-    plan = plan_slurm(recipe, **options)
+    return write_slurm(plan_slurm(recipe, **options), out_dir)
+
+
+def write_slurm(plan: SlurmPlan, out_dir: Path | str) -> list[Path]:
+    """Write a planned job's `<out_dir>/<recipe>.sbatch`; returns the files written."""
     return [atomic_write(Path(out_dir) / f"{plan.recipe_name}.sbatch", plan.script, mode=0o755)]

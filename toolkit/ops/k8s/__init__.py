@@ -53,7 +53,7 @@ from toolkit.ops.k8s.options import (
     Prepare,
     k8s_name,
 )
-from toolkit.ops.k8s.render import load_manifests, plan_k8s, plan_port, render_k8s
+from toolkit.ops.k8s.render import load_manifests, plan_k8s, plan_port, render_k8s, write_k8s
 from toolkit.server.workdir import REPO_SUBDIR
 
 __all__ = [
@@ -75,4 +75,5 @@ __all__ = [
     "plan_k8s",
     "plan_port",
     "render_k8s",
+    "write_k8s",
 ]
