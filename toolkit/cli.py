@@ -19,6 +19,7 @@ from toolkit import __version__
 from toolkit.errors import SdtkError
 from toolkit.modes import BACKENDS, MODES
 from toolkit.progress import enabled as progress_enabled
+from toolkit.server.policies import POLICIES
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 set_option = click.option(
@@ -352,7 +353,7 @@ def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, in
 )
 @click.option(
     "--on-failure",
-    type=click.Choice(["restart", "restart-model", "stop", "none"]),
+    type=click.Choice(POLICIES),
     help="When a Python backend stub or the server dies: restart the server on the same ports "
     "(ends the requests the dead stub held at once), reload just the dead model, stop, or nothing. "
     "Foreground, sdtk does it (default: stop and exit 1); --detach starts a watchdog beside the "

@@ -23,6 +23,7 @@ from toolkit.recipe import Recipe
 if TYPE_CHECKING:
     from toolkit.server.lock import WorkdirLock
 
+from toolkit.server.policies import POLICY_TEXT
 from toolkit.server.workdir import DEFAULT_WORKDIR, REPO_SUBDIR
 
 _stderr = steps("deploy")
@@ -181,7 +182,7 @@ def deploy(
     container, `workdir` is where the nodes find the repository) under `out`, and return them.
 
     `on_ready` runs once the server is ready and validated (the CLI prints the URLs there).
-    `on_failure` (toolkit.server.watchdog.POLICIES): what to do when a Python backend stub or the
+    `on_failure` (toolkit.server.policies.POLICIES): what to do when a Python backend stub or the
     server dies: foreground, this process does it (default `stop`: stop and raise); detached, a
     watchdog process started beside the server does it (default `none` here: no watchdog; the
     CLI's default is `restart`).
@@ -350,7 +351,7 @@ def _deploy(
         result.watchdog_pid = _start_watchdog(server, root, on_failure)
         progress(
             f"watchdog pid {result.watchdog_pid}: when a stub or the server dies, it will "
-            f"{_POLICY_TEXT[on_failure]} (--on-failure {on_failure}); log: {root / 'logs' / 'watchdog.log'}"
+            f"{POLICY_TEXT[on_failure]} (--on-failure {on_failure}); log: {root / 'logs' / 'watchdog.log'}"
         )
     if on_ready is not None:
         on_ready(result)
@@ -358,13 +359,6 @@ def _deploy(
         progress("serving; press Ctrl-C to stop")
         server.serve_forever(on_failure=on_failure)
     return result
-
-
-_POLICY_TEXT = {
-    "restart": "restart the server on the same ports",
-    "restart-model": "reload the dead model",
-    "stop": "stop the server",
-}
 
 
 def _start_watchdog(server: Any, root: Path, policy: str) -> int:
