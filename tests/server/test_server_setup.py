@@ -116,3 +116,22 @@ def test_connect_host():
     assert connect_host("::") == "[::1]"
     assert connect_host("fe80::1") == "[fe80::1]"
     assert connect_host("10.0.0.5") == "10.0.0.5"
+
+
+@needs_pytriton
+def test_a_spec_from_before_the_plan_still_relaunches(tmp_path, monkeypatch):
+    """A watchdog's launch.json written before LaunchPlan held the launch facts as loose keys."""
+    monkeypatch.setenv("NVIDIA_TRITON_SERVER_VERSION", "25.12")
+    plan = LaunchPlan(multi_model=True, num_gpus=2, memory_pools=(0, 1), container_version="25.12")
+    s = TritonServer(tmp_path, workdir=tmp_path / "wd", plan=plan)
+    old = {k: v for k, v in s.spec().items() if k != "plan"} | {
+        "world_size": 1,
+        "tensorrt_llm_model_names": ["tensorrt_llm", "tensorrt_llm_draft"],
+        "multi_model": True,
+        "spawn_processes": True,
+        "num_gpus": 2,
+        "triton_container_version": None,
+    }
+    again = TritonServer.from_spec(old)
+    again.shm_prefix = s.shm_prefix
+    assert again.command() == s.command() and again.plan.env == plan.env

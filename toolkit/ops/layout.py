@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from toolkit import compat, containers
 from toolkit.errors import UsageError
@@ -175,10 +175,30 @@ def pod_site(
     )
 
 
-def launch_argv(topo: Topology, **site: Any) -> list[str]:
-    """The command that starts one replica (`pod_site`'s keywords): the recipe's launch plan
-    (toolkit.server.plan), `mpirun` for several ranks or orchestrator mode."""
-    return topo.launch.argv(pod_site(topo, **site))
+def launch_argv(
+    topo: Topology,
+    *,
+    model_repo: str,
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int,
+    tritonserver: str | None = None,
+    hosts: list[str] | None = None,
+    mpi_args: list[str] | None = None,
+) -> list[str]:
+    """The command that starts one replica: the recipe's launch plan (toolkit.server.plan) at the
+    `pod_site` these values describe; `mpirun` for several ranks or orchestrator mode."""
+    site = pod_site(
+        topo,
+        model_repo=model_repo,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        tritonserver=tritonserver,
+        hosts=hosts,
+        mpi_args=mpi_args,
+    )
+    return topo.launch.argv(site)
 
 
 def rank_commands(argv: list[str]) -> list[list[str]]:

@@ -162,8 +162,7 @@ class TritonServer:
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> TritonServer:
-        values = dict(spec)
-        values["plan"] = LaunchPlan.from_dict(values.get("plan") or {})
+        values = LaunchPlan.spec_values(spec)  # the plan as a LaunchPlan (older specs' loose keys too)
         return cls(values.pop("model_repo"), **values)
 
     @classmethod

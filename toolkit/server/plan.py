@@ -128,6 +128,39 @@ class LaunchPlan:
         d["memory_pools"] = tuple(d.get("memory_pools", ()))
         return cls(**d)
 
+    @classmethod
+    def spec_values(cls, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """A `TritonServer.spec()` with its plan as a LaunchPlan. A spec written before the plan
+        existed (a watchdog's launch.json) held the plan's facts as loose keys: they become one."""
+        values = dict(spec)
+        legacy = {k: values.pop(k) for k in _LEGACY_SPEC_KEYS if k in values}
+        if "plan" in values or not legacy:
+            values["plan"] = cls.from_dict(values.get("plan") or {})
+            return values
+        multi, spawn = bool(legacy.get("multi_model")), bool(legacy.get("spawn_processes", True))
+        version = legacy.get("triton_container_version") or os.environ.get("NVIDIA_TRITON_SERVER_VERSION")
+        pools = multi and spawn and newer_than(version, POOL_CONTAINER_FLOOR)
+        values["plan"] = cls(
+            ranks=int(legacy.get("world_size", 1)),
+            multi_model=multi,
+            model_names=tuple(legacy.get("tensorrt_llm_model_names", ("tensorrt_llm",))),
+            num_gpus=int(legacy.get("num_gpus") or 0),
+            memory_pools=tuple(range(legacy.get("num_gpus") or 1)) if pools else (),
+            spawn_processes=spawn,
+            container_version=version,
+        )
+        return values
+
+
+_LEGACY_SPEC_KEYS = (
+    "world_size",
+    "tensorrt_llm_model_names",
+    "multi_model",
+    "spawn_processes",
+    "num_gpus",
+    "triton_container_version",
+)
+
 
 def orchestrator_env(spawn_processes: bool = True) -> dict[str, str]:
     """The env `launch_triton_server.py --multi-model [--disable-spawn-processes]` sets."""
