@@ -2,7 +2,7 @@
 
 nodes = ceil(tp*pp / gpus_per_node); one task (= MPI rank = tritonserver) per GPU. Rank 0 runs
 on the first node and is the only one with ports; ranks > 0 load the TensorRT-LLM model(s)
-explicitly and each rank gets its own Python-backend shm prefix (toolkit.server.mpi).
+explicitly and each rank gets its own Python-backend shm prefix (toolkit.server.plan).
 
 Two launchers:
 - `srun` (default with a container image): `srun --mpi=pmix` starts one task per rank; a small
