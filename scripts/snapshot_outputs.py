@@ -52,11 +52,11 @@ def _backends(mode: str) -> list[str]:
 
 
 def _local(recipe: Any, backend: str, dest: Path, work: Path) -> None:
+
     from tests.repo.conftest import engines_for, llmapi_options
     from toolkit.deploy import _server
     from toolkit.repo import render_repository
     from toolkit.server.discover import Candidate
-    from toolkit.server.mpi import orchestrator_env
 
     engines = engines_for(work, recipe, backend)
     r = render_repository(
@@ -77,7 +77,7 @@ def _local(recipe: Any, backend: str, dest: Path, work: Path) -> None:
         argv = ["<tritonserver>" if a.endswith("tritonserver") else a for a in argv]
     _dump(
         dest / "launch.json",
-        {"argv": argv, "env": orchestrator_env(server.spawn_processes) if r.multi_model else {}},
+        {"argv": argv, "env": server.plan.env},
     )
 
 

@@ -163,6 +163,12 @@ def newest() -> ContainerFacts:
     return list(all_facts().values())[-1]
 
 
+def ngc_tritonserver() -> str:
+    """The tritonserver binary of NVIDIA's containers: the newest one's (the same path in every
+    one from 25.06 on). The one definition: runbooks, Kubernetes, Slurm and discovery read it."""
+    return newest().tritonserver.value
+
+
 def for_version(trtllm_version: str | None) -> ContainerFacts | None:
     """The newest container that carries TensorRT-LLM `trtllm_version` (major.minor.patch)."""
     try:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolkit import modes
 from toolkit.errors import SdtkError
 from toolkit.progress import Step, quiet, steps
 from toolkit.recipe import Recipe
@@ -24,9 +23,8 @@ from toolkit.recipe import Recipe
 if TYPE_CHECKING:
     from toolkit.server.lock import WorkdirLock
 
-REPO_SUBDIR = "triton_repo"  # also used by toolkit/ops/k8s.py
-DEFAULT_WORKDIR = Path("workdir")
-
+from toolkit.server.policies import POLICY_TEXT
+from toolkit.server.workdir import DEFAULT_WORKDIR, REPO_SUBDIR
 
 _stderr = steps("deploy")
 
@@ -53,6 +51,8 @@ class DeployResult:
     validation: dict[str, Any] | None = None
     ready_seconds: float | None = None
     watchdog_pid: int | None = None  # a detached deploy's watchdog (toolkit.server.watchdog)
+    target: str = "local"  # local | k8s | slurm (TARGETS)
+    files: list[Path] = field(default_factory=list)  # k8s / slurm: what was written, to apply or submit
 
     @property
     def model_name(self) -> str:
@@ -76,7 +76,7 @@ class DeployResult:
             "ready_seconds": self.ready_seconds,
             "validation": self.validation,
             "watchdog_pid": self.watchdog_pid,
-        }
+        } | ({"target": self.target, "files": [str(p) for p in self.files]} if self.target != "local" else {})
 
 
 def render(
@@ -135,14 +135,9 @@ def load_deployed_recipe(root: Path) -> Recipe | None:
 def _server(
     recipe: Recipe, rendered: Any, root: Path, *, tritonserver: Any = None, auto_ports: bool = False
 ) -> Any:
-    """The TritonServer that serves a rendered repository (nothing runs until start()).
-
-    Launch world size and GPU count come from the render (RenderResult.world_size / num_gpus):
-    one tritonserver for llmapi and for engine draft-target (orchestrator mode), a rank per GPU
-    for other engine repositories; see toolkit.repo.render.launch_world_size.
-    """
+    """The TritonServer that serves a rendered repository (nothing runs until start()): the
+    render's launch plan (RenderResult.launch, toolkit.server.plan) at the recipe's host and ports."""
     from toolkit.server.launch import TritonServer
-    from toolkit.server.mpi import container_version
 
     return TritonServer.from_serving(
         recipe.serving,
@@ -151,17 +146,17 @@ def _server(
         tritonserver=tritonserver,
         auto_ports=auto_ports,
         model_name=rendered.entry_model,
-        world_size=rendered.world_size,
-        tensorrt_llm_model_names=tuple(rendered.tensorrt_llm_models),
-        multi_model=rendered.multi_model,
-        num_gpus=rendered.num_gpus or None,
-        triton_container_version=container_version(recipe.trtllm_version) if rendered.multi_model else None,
+        plan=rendered.launch,
     )
+
+
+TARGETS = ("local", "k8s", "slurm")
 
 
 def deploy(
     recipe: Recipe,
     *,
+    target: str = "local",
     backend: str | None = None,
     workdir: Path | None = None,
     render_only: bool = False,
@@ -174,15 +169,28 @@ def deploy(
     on_ready: Callable[[DeployResult], None] | None = None,
     on_failure: str | None = None,
     burst: bool = True,
+    out: Path | None = None,
+    namespace: str = "default",
+    image: str | None = None,
+    replicas: int = 1,
 ) -> DeployResult:
-    """Deploy `recipe`. Foreground mode blocks until Ctrl-C; `detach` returns with the server running.
+    """Deploy `recipe` on `target`.
+
+    local: build, render, launch, validate; foreground mode blocks until Ctrl-C, `detach` returns
+    with the server running. k8s / slurm: write the manifests (toolkit.ops.k8s: `namespace`,
+    `image`, `replicas`) or the sbatch script (toolkit.ops.slurm: `image` runs the ranks in a
+    container, `workdir` is where the nodes find the repository) under `out`, and return them.
 
     `on_ready` runs once the server is ready and validated (the CLI prints the URLs there).
-    `on_failure` (toolkit.server.watchdog.POLICIES): what to do when a Python backend stub or the
+    `on_failure` (toolkit.server.policies.POLICIES): what to do when a Python backend stub or the
     server dies: foreground, this process does it (default `stop`: stop and raise); detached, a
     watchdog process started beside the server does it (default `none` here: no watchdog; the
     CLI's default is `restart`).
     """
+    if target != "local":
+        return render_target(
+            recipe, target, out=out, workdir=workdir, namespace=namespace, image=image, replicas=replicas
+        )
     from toolkit.server.launch import check_launch_path, check_workdir_free
     from toolkit.server.lock import WorkdirLock
 
@@ -210,6 +218,52 @@ def deploy(
             on_failure=on_failure or ("none" if detach else "stop"),
             burst=burst,
         )
+
+
+def render_target(
+    recipe: Recipe,
+    target: str,
+    *,
+    out: Path | None,
+    workdir: Path | None = None,
+    namespace: str = "default",
+    image: str | None = None,
+    replicas: int = 1,
+) -> DeployResult:
+    """`deploy(target=k8s|slurm)`: write the files that deploy `recipe` there under `out`."""
+    from toolkit.errors import UsageError
+    from toolkit.repo.render import entry_point
+
+    if target not in TARGETS[1:]:
+        raise UsageError(f"target must be one of {', '.join(TARGETS)}, not '{target}'")
+    if out is None:
+        raise UsageError(f"--target {target} needs --out DIR")
+    if target == "k8s":
+        from toolkit.ops.k8s import MODELS_MOUNT, plan_k8s, write_k8s
+
+        k8s = plan_k8s(recipe, namespace=namespace, image=image, replicas=replicas)
+        files, topology = write_k8s(k8s, out, validate=True), k8s.topology
+        root = Path(MODELS_MOUNT) / recipe.display_name
+    else:
+        from toolkit.ops.slurm import plan_slurm, write_slurm
+
+        root = (workdir or DEFAULT_WORKDIR).resolve()
+        slurm = plan_slurm(recipe, workdir=root, container_image=image)
+        files, topology = write_slurm(slurm, out), slurm.topology
+        root = root / recipe.display_name
+    entry, kind = entry_point(recipe, topology.backend)
+    return DeployResult(
+        recipe=recipe.display_name,
+        backend=topology.backend,
+        mode=recipe.mode,
+        workdir=root,
+        model_repo=root / REPO_SUBDIR,
+        model=entry,
+        entry_kind=kind,
+        decoupled=recipe.serving.decoupled,
+        target=target,
+        files=files,
+    )
 
 
 def _deploy(
@@ -249,7 +303,7 @@ def _deploy(
     server = _server(recipe, rendered, root, tritonserver=tritonserver, auto_ports=auto_ports)
     server.ready_timeout = ready_timeout
     server.validation = "pending" if validate else "skipped"  # status tells an unfinished one
-    if server.world_size == 1 and not server.multi_model:  # `sdtk restart MODEL` (one process)
+    if not server.plan.mpirun:  # `sdtk restart MODEL` (one process)
         server.repo_key = secrets.token_urlsafe(24)
     progress(
         f"launching {server.binary.path} ({server.binary.source}); log: {root / 'logs' / 'tritonserver.log'}"
@@ -297,7 +351,7 @@ def _deploy(
         result.watchdog_pid = _start_watchdog(server, root, on_failure)
         progress(
             f"watchdog pid {result.watchdog_pid}: when a stub or the server dies, it will "
-            f"{_POLICY_TEXT[on_failure]} (--on-failure {on_failure}); log: {root / 'logs' / 'watchdog.log'}"
+            f"{POLICY_TEXT[on_failure]} (--on-failure {on_failure}); log: {root / 'logs' / 'watchdog.log'}"
         )
     if on_ready is not None:
         on_ready(result)
@@ -305,13 +359,6 @@ def _deploy(
         progress("serving; press Ctrl-C to stop")
         server.serve_forever(on_failure=on_failure)
     return result
-
-
-_POLICY_TEXT = {
-    "restart": "restart the server on the same ports",
-    "restart-model": "reload the dead model",
-    "stop": "stop the server",
-}
 
 
 def _start_watchdog(server: Any, root: Path, policy: str) -> int:
@@ -445,12 +492,11 @@ def plan_deploy(
     /opt/tritonserver/bin/tritonserver) unless --tritonserver names another; the reference backend
     uses the tritonserver `deploy` would pick. `container` / `container_root`: as for `build`.
     """
-    from types import SimpleNamespace
-
     from toolkit.build import build
-    from toolkit.repo.render import bls_instance_count, entry_point, launch_world_size
+    from toolkit.repo.render import entry_point
     from toolkit.server.discover import Candidate
-    from toolkit.server.mpi import container_version, orchestrator_env
+    from toolkit.server.launch import TritonServer
+    from toolkit.server.plan import plan_launch
 
     root = deployment_dir(recipe, workdir)
     built = build(
@@ -463,61 +509,17 @@ def plan_deploy(
         container_root=container_root,
     )
     entry, _kind = entry_point(recipe, built.backend)
-    p = recipe.parallel
-    multi_model = built.backend == "engine" and modes.info(recipe.mode).two_model
-    world = launch_world_size(built.backend, recipe.mode, p.world_size)
-    if built.backend == "reference":
-        num_gpus = 0
-    elif multi_model:
-        ids = set(p.devices("target")) | set(p.devices("draft"))
-        num_gpus = max(ids) + 1
-    else:
-        num_gpus = p.world_size
-    names = ["tensorrt_llm"] + (["tensorrt_llm_draft"] if multi_model else [])
-    rendered = SimpleNamespace(
-        path=root / REPO_SUBDIR,
-        entry_model=entry,
-        world_size=world,
-        tensorrt_llm_models=names if built.backend != "llmapi" else [entry],
-        multi_model=multi_model,
-        num_gpus=num_gpus,
-    )
+    launch = plan_launch(recipe, built.backend)  # what render_repository will store
     binary: Any = tritonserver
     if binary is None and built.backend != "reference":
         from toolkit import containers
 
         lay = containers.layout(trtllm_version=built.trtllm_version, container=container)
         binary = Candidate("ngc", Path(lay.tritonserver), True)
-    server = _server(recipe, rendered, root, tritonserver=binary)
+    server = TritonServer.from_serving(
+        recipe.serving, root / REPO_SUBDIR, workdir=root, tritonserver=binary, model_name=entry, plan=launch
+    )
     server.shm_prefix = "sdtk_"  # a fixed prefix for the plan; deploy picks a unique one
-    repository = []
-    if recipe.repository_layout(built.backend) == "inflight_batcher_llm":
-        n = bls_instance_count(recipe, recipe.build.max_batch_size)
-        repository.append(
-            f"tensorrt_llm_bls: {n} instance(s) ("
-            + (
-                "serving.bls_instance_count"
-                if recipe.serving.bls_instance_count
-                else "the engine's max_batch_size"
-            )
-            + "; tensorrtllm_backend docs/model_config.md: as many BLS instances as the engine's max batch "
-            "size, so that concurrent requests do not queue)"
-        )
-    notes = []
-    if built.backend == "llmapi":
-        notes.append(
-            "llmapi: one tritonserver, no mpirun; the LLM API starts the tensor/pipeline-parallel workers "
-            "(tensorrtllm_backend docs/llmapi.md)"
-        )
-    if multi_model:
-        notes.append(
-            "engine draft-target: orchestrator mode, world size 1 (examples/draft_target_model/README.md); "
-            f"gpu_device_ids target={p.devices('target')} draft={p.devices('draft')}"
-        )
-        if container_version(recipe.trtllm_version) is None:
-            notes.append(
-                "no container version known: the CUDA memory-pool flags of containers > 24.06 are left out"
-            )
     return DeployPlan(
         recipe=str(recipe.source_path) if recipe.source_path else recipe.display_name,
         backend=built.backend,
@@ -526,10 +528,49 @@ def plan_deploy(
         entry_model=entry,
         build_script=built.script or "",
         launch_argv=server.command(),
-        launch_env=orchestrator_env(True) if multi_model else {},
-        world_size=world,
-        multi_model=multi_model,
-        num_gpus=num_gpus,
-        notes=notes,
-        repository=repository,
+        launch_env=launch.env,
+        world_size=launch.ranks,
+        multi_model=launch.multi_model,
+        num_gpus=launch.num_gpus,
+        notes=_plan_notes(built.backend, launch),
+        repository=_repository_lines(recipe, built.backend),
     )
+
+
+def _repository_lines(recipe: Recipe, backend: str) -> list[str]:
+    """What --dry-run says of the repository render would write."""
+    from toolkit.repo.render import bls_instance_count
+
+    if recipe.repository_layout(backend) != "inflight_batcher_llm":
+        return []
+    n = bls_instance_count(recipe, recipe.build.max_batch_size)
+    return [
+        f"tensorrt_llm_bls: {n} instance(s) ("
+        + (
+            "serving.bls_instance_count"
+            if recipe.serving.bls_instance_count
+            else "the engine's max_batch_size"
+        )
+        + "; tensorrtllm_backend docs/model_config.md: as many BLS instances as the engine's max batch "
+        "size, so that concurrent requests do not queue)"
+    ]
+
+
+def _plan_notes(backend: str, launch: Any) -> list[str]:
+    notes = []
+    if backend == "llmapi":
+        notes.append(
+            "llmapi: one tritonserver, no mpirun; the LLM API starts the tensor/pipeline-parallel workers "
+            "(tensorrtllm_backend docs/llmapi.md)"
+        )
+    if launch.multi_model:
+        ids = {role: list(v) for role, v in launch.gpu_ids.items()}
+        notes.append(
+            "engine draft-target: orchestrator mode, world size 1 (examples/draft_target_model/README.md); "
+            f"gpu_device_ids target={ids['target']} draft={ids['draft']}"
+        )
+        if launch.container_version is None:
+            notes.append(
+                "no container version known: the CUDA memory-pool flags of containers > 24.06 are left out"
+            )
+    return notes

@@ -74,12 +74,11 @@ def test_trtllm_version_agrees_with_the_compatibility_matrix(tag):
 
 
 def test_tables_that_name_the_tritonserver_read_the_facts():
-    from toolkit.ops import layout
-    from toolkit.repo import runbook, versions
+    from toolkit.repo import versions
     from toolkit.server import discover
 
     path = containers.newest().tritonserver.value
-    assert runbook.NGC_TRITONSERVER == layout.NGC_TRITONSERVER == str(discover.NGC_TRITONSERVER) == path
+    assert containers.ngc_tritonserver() == str(discover.NGC_TRITONSERVER) == path
     assert {c.tritonserver.value for c in FACTS.values()} == {path}
     assert versions.LLMAPI_MODEL_DIRS[0] == "/app/all_models/llmapi/tensorrt_llm/1"
 

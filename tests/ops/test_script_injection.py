@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _hostile import CONTROL_FREE, CORPUS, calls, created_outside, make_stubs, run_script, tree  # noqa: E402
 
+from toolkit.containers import ngc_tritonserver  # noqa: E402
 from toolkit.errors import UsageError  # noqa: E402
 from toolkit.ops import k8s  # noqa: E402
-from toolkit.ops.layout import NGC_TRITONSERVER  # noqa: E402
 from toolkit.ops.slurm import plan_slurm  # noqa: E402
 from toolkit.recipe import parse_recipe  # noqa: E402
 
@@ -111,7 +111,7 @@ def test_k8s_scripts_are_injection_safe(label, tmp_path, monkeypatch):
         for name, text in files.items():
             if name.endswith(".sh"):
                 # The NGC image's absolute tritonserver path cannot exist here: point it at the stub.
-                (tmp_path / name).write_text(text.replace(NGC_TRITONSERVER, str(stubs / "tritonserver")))
+                (tmp_path / name).write_text(text.replace(ngc_tritonserver(), str(stubs / "tritonserver")))
         before = tree(tmp_path / "sb")
         for name in ("prepare.sh", "launch.sh"):
             res = run_script(tmp_path / name, cwd=cwd, stub_bin=stubs, env={"SDTK_ROLE": "leader"})

@@ -17,8 +17,8 @@ from tritonclient.grpc import model_config_pb2
 
 from toolkit.recipe import load_recipe
 from toolkit.repo import render_repository
-from toolkit.repo.render import launch_world_size
 from toolkit.server.discover import Candidate
+from toolkit.server.plan import launch_ranks as launch_world_size
 
 from .conftest import engines_for, llmapi_options, make_recipe
 
@@ -36,17 +36,27 @@ def _params(cfg) -> dict[str, str]:
     return {k: v.string_value for k, v in cfg.parameters.items()}
 
 
-def _server(recipe, rendered, tmp_path, monkeypatch, container="25.12"):
+def _server(recipe, rendered, tmp_path):
     from toolkit.deploy import _server
 
-    monkeypatch.setenv("NVIDIA_TRITON_SERVER_VERSION", container)
     return _server(recipe, rendered, tmp_path / "wd", tritonserver=NGC)
+
+
+@pytest.fixture
+def container(monkeypatch):
+    """The Triton container the launch is planned for (render plans it): 25.12 unless set again."""
+
+    def set_version(version: str) -> None:
+        monkeypatch.setenv("NVIDIA_TRITON_SERVER_VERSION", version)
+
+    set_version("25.12")
+    return set_version
 
 
 # --------------------------------------------------------------------------- finding 1 (+8)
 
 
-def test_engine_draft_target_tp4_launches_one_orchestrator_with_a_pool_per_gpu(tmp_path, monkeypatch):
+def test_engine_draft_target_tp4_launches_one_orchestrator_with_a_pool_per_gpu(tmp_path, container):
     """Upstream: `launch_triton_server.py --model_repo=... --multi-model --world_size=1`; "--multi-model
     is necessary if TP mode is used" (NVIDIA/TensorRT-LLM examples/draft_target_model/README.md
     @11925f6). With --multi-model, spawning on and NVIDIA_TRITON_SERVER_VERSION > 24.06, the launcher
@@ -63,7 +73,7 @@ def test_engine_draft_target_tp4_launches_one_orchestrator_with_a_pool_per_gpu(t
     (engines["target"] / "config.json").write_text(json.dumps(write))
     r = render_repository(recipe, engines, tmp_path / "repo", backend="engine", tokenizer_dir="/tok")
     assert (r.world_size, r.multi_model, r.num_gpus) == (1, True, 4)
-    server = _server(recipe, r, tmp_path, monkeypatch)
+    server = _server(recipe, r, tmp_path)
     argv = server.command()
     assert argv[:5] == ["mpirun", "--allow-run-as-root", "-n", "1", str(NGC.path)]
     assert ":" not in argv  # one rank
@@ -71,9 +81,8 @@ def test_engine_draft_target_tp4_launches_one_orchestrator_with_a_pool_per_gpu(t
     pools = [a for a in argv if a.startswith("--cuda-memory-pool-byte-size=")]
     assert pools == [f"--cuda-memory-pool-byte-size={g}:0" for g in range(4)]
     assert server.state  # constructible; the env below is what start() adds
-    from toolkit.server.mpi import orchestrator_env
-
-    assert orchestrator_env(server.spawn_processes) == {
+    assert server.plan is r.launch  # the render's plan, read as it is
+    assert server.plan.env == {
         "TRTLLM_ORCHESTRATOR": "1",
         "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES": "1",
     }
@@ -83,8 +92,9 @@ def test_engine_draft_target_tp4_launches_one_orchestrator_with_a_pool_per_gpu(t
     assert _params(_cfg(r.path / "tensorrt_llm_draft/config.pbtxt"))["gpu_device_ids"] == "0"
 
 
-def test_no_pool_flags_in_old_containers(tmp_path, monkeypatch):
+def test_no_pool_flags_in_old_containers(tmp_path, container):
     """launch_triton_server.py adds the pool flags only when the container is newer than 24.06."""
+    container("24.06")
     recipe = make_recipe("engine", "draft_target", serving={"decoupled": False})
     r = render_repository(
         recipe,
@@ -93,7 +103,7 @@ def test_no_pool_flags_in_old_containers(tmp_path, monkeypatch):
         backend="engine",
         tokenizer_dir="/t",
     )
-    argv = _server(recipe, r, tmp_path, monkeypatch, container="24.06").command()
+    argv = _server(recipe, r, tmp_path).command()
     assert not [a for a in argv if "memory-pool" in a or "peer-access" in a]
 
 
@@ -142,7 +152,7 @@ def test_device_lists_must_match_the_model_sizes():
 # --------------------------------------------------------------------------- finding 2
 
 
-def test_llmapi_tp4_is_one_tritonserver_without_mpirun(tmp_path, monkeypatch):
+def test_llmapi_tp4_is_one_tritonserver_without_mpirun(tmp_path, container):
     """tensorrtllm_backend docs/llmapi.md (HEAD 0b9d7d5) launches one server,
     `launch_triton_server.py --model_repo=llmapi_repo/`, and the llmapi model.py clears
     OMPI_COMM_WORLD_* at import (TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/1/model.py
@@ -157,7 +167,7 @@ def test_llmapi_tp4_is_one_tritonserver_without_mpirun(tmp_path, monkeypatch):
         trtllm_dir=tmp_path / "no-checkout",
     )
     assert (r.world_size, r.multi_model, r.num_gpus) == (1, False, 4)
-    argv = _server(recipe, r, tmp_path, monkeypatch).command()
+    argv = _server(recipe, r, tmp_path).command()
     assert argv[0] == str(NGC.path) and "mpirun" not in argv
     assert f"--model-repository={r.path}" in argv
 

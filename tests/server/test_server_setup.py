@@ -13,6 +13,7 @@ from toolkit.recipe import Serving
 from toolkit.server.discover import choose_tritonserver, pytriton_root
 from toolkit.server.embedded import STUB, embedded_env, is_embedded, prepare_embedded
 from toolkit.server.launch import TritonServer, connect_host
+from toolkit.server.plan import LaunchPlan
 
 needs_pytriton = pytest.mark.skipif(pytriton_root() is None, reason="nvidia-pytriton not installed")
 
@@ -90,12 +91,24 @@ def test_command_from_recipe_serving(tmp_path, monkeypatch):
 
 @needs_pytriton
 def test_multi_gpu_command_is_mpirun(tmp_path):
-    s = TritonServer(
-        tmp_path, workdir=tmp_path / "wd", world_size=2, tensorrt_llm_model_names=["tensorrt_llm"]
-    )
+    s = TritonServer(tmp_path, workdir=tmp_path / "wd", plan=LaunchPlan(ranks=2))
     argv = s.command()
     assert argv[:2] == ["mpirun", "--allow-run-as-root"] and argv.count(":") == 1
     assert "--load-model=tensorrt_llm" in argv
+
+
+@needs_pytriton
+def test_spec_round_trips_the_launch_plan(tmp_path):
+    """The watchdog of a detached deploy relaunches from launch.json through spec / from_spec."""
+    import json
+
+    plan = LaunchPlan(multi_model=True, backend="engine", gpu_ids={"target": (0, 1), "draft": (0,)},
+                      num_gpus=2, memory_pools=(0, 1), container_version="25.12")  # fmt: skip
+    s = TritonServer(tmp_path, workdir=tmp_path / "wd", plan=plan, http_port=9100, log_verbose=1)
+    again = TritonServer.from_spec(json.loads(json.dumps(s.spec())))
+    again.shm_prefix = s.shm_prefix
+    assert again.plan == plan and again.command() == s.command()
+    assert again.plan.env["TRTLLM_ORCHESTRATOR"] == "1"
 
 
 def test_connect_host():
@@ -103,3 +116,22 @@ def test_connect_host():
     assert connect_host("::") == "[::1]"
     assert connect_host("fe80::1") == "[fe80::1]"
     assert connect_host("10.0.0.5") == "10.0.0.5"
+
+
+@needs_pytriton
+def test_a_spec_from_before_the_plan_still_relaunches(tmp_path, monkeypatch):
+    """A watchdog's launch.json written before LaunchPlan held the launch facts as loose keys."""
+    monkeypatch.setenv("NVIDIA_TRITON_SERVER_VERSION", "25.12")
+    plan = LaunchPlan(multi_model=True, num_gpus=2, memory_pools=(0, 1), container_version="25.12")
+    s = TritonServer(tmp_path, workdir=tmp_path / "wd", plan=plan)
+    old = {k: v for k, v in s.spec().items() if k != "plan"} | {
+        "world_size": 1,
+        "tensorrt_llm_model_names": ["tensorrt_llm", "tensorrt_llm_draft"],
+        "multi_model": True,
+        "spawn_processes": True,
+        "num_gpus": 2,
+        "triton_container_version": None,
+    }
+    again = TritonServer.from_spec(old)
+    again.shm_prefix = s.shm_prefix
+    assert again.command() == s.command() and again.plan.env == plan.env

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -23,6 +24,49 @@ set_option = click.option(
     metavar="FIELD=VALUE",
     help="Override a recipe field, e.g. --set speculative.max_draft_len=3 (value parsed as YAML).",
 )
+
+
+class LazyChoice(click.Choice):
+    """A click.Choice whose values are read when click first needs them (help, validation,
+    completion), not when the command is declared: the mode names live in toolkit.modes, whose
+    recipe classes pull pydantic, and `import toolkit.cli` stays light for `sdtk --help`."""
+
+    def __init__(self, load: Callable[[], Sequence[str]]) -> None:
+        self._load = load
+        self._values: tuple[str, ...] | None = None
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        if self._values is None:
+            self._values = tuple(self._load())
+        return self._values
+
+    @choices.setter
+    def choices(self, _value: Sequence[str]) -> None:  # click.Choice.__init__ assigns it
+        pass
+
+
+def backends(*, auto: bool = True) -> LazyChoice:
+    """`--backend` choices: toolkit.modes.BACKENDS, "auto" included unless `auto` is false."""
+
+    def load() -> list[str]:
+        from toolkit.modes import BACKENDS
+
+        return [b for b in BACKENDS if auto or b != "auto"]
+
+    return LazyChoice(load)
+
+
+def mode_names() -> LazyChoice:
+    """`--mode` choices: every registered speculative-decoding mode."""
+
+    def load() -> list[str]:
+        from toolkit.modes import MODES
+
+        return list(MODES)
+
+    return LazyChoice(load)
 
 
 def _debug() -> bool:

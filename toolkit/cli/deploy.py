@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from toolkit.cli._app import cli, emit, json_option, set_option
-from toolkit.modes import BACKENDS
+from toolkit.cli._app import backends, cli, emit, json_option, set_option
+from toolkit.server.policies import POLICIES
 
 
 def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, int | None]) -> list[str]:
@@ -28,7 +28,7 @@ def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, in
     show_default=True,
     help="local: launch tritonserver here; k8s/slurm: render manifests or an sbatch script into --out.",
 )
-@click.option("--backend", type=click.Choice(list(BACKENDS)), help="Overrides `backend`.")
+@click.option("--backend", type=backends(), help="Overrides `backend`.")
 @click.option(
     "--workdir", type=click.Path(file_okay=False, path_type=Path), help="Root of deployments (./workdir)."
 )
@@ -54,7 +54,7 @@ def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, in
 )
 @click.option(
     "--on-failure",
-    type=click.Choice(["restart", "restart-model", "stop", "none"]),
+    type=click.Choice(POLICIES),
     help="When a Python backend stub or the server dies: restart the server on the same ports "
     "(ends the requests the dead stub held at once), reload just the dead model, stop, or nothing. "
     "Foreground, sdtk does it (default: stop and exit 1); --detach starts a watchdog beside the "
@@ -108,24 +108,7 @@ def deploy(
         on_failure = "restart"
     if on_failure is None:
         on_failure = "restart" if detach else "stop"
-    if target != "local":
-        if out is None:
-            raise UsageError(f"--target {target} needs --out DIR")
-        if target == "k8s":
-            from toolkit.ops.k8s import render_k8s
-
-            paths = render_k8s(
-                r, namespace=namespace, image=image, replicas=replicas, out_dir=out, validate=True
-            )
-        else:
-            from toolkit.ops.slurm import render_slurm
-
-            opts = {"container_image": image} if image else {}
-            paths = render_slurm(r, out_dir=out, workdir=str((workdir or Path("workdir")).resolve()), **opts)
-        emit([str(p) for p in paths], as_json, lambda: click.echo("\n".join(str(p) for p in paths)))
-        return
-
-    if dry_run:
+    if dry_run and target == "local":
         from toolkit.deploy import plan_deploy
 
         plan = plan_deploy(r, backend=backend, workdir=workdir, tritonserver=tritonserver)
@@ -149,6 +132,7 @@ def deploy(
 
     result = run_deploy(
         r,
+        target=target,
         backend=backend,
         workdir=workdir,
         render_only=render_only,
@@ -159,8 +143,15 @@ def deploy(
         ready_timeout=ready_timeout,
         on_ready=on_ready,
         on_failure=on_failure,
+        out=out,
+        namespace=namespace,
+        image=image,
+        replicas=replicas,
     )
-    if render_only:
+    if result.files:  # --target k8s | slurm
+        paths = [str(p) for p in result.files]
+        emit(paths, as_json, lambda: click.echo("\n".join(paths)))
+    elif render_only:
         emit(
             result.to_dict(),
             as_json,

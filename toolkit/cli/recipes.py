@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 
-from toolkit.cli._app import _table, cli, emit, json_option, set_option
+from toolkit.cli._app import _table, backends, cli, emit, json_option, mode_names, set_option
 from toolkit.errors import SdtkError
-from toolkit.modes import BACKENDS, MODES
 
 
 @cli.group()
@@ -121,7 +120,7 @@ def recipes_schema() -> None:
 @click.argument("recipe")
 @click.option(
     "--backend",
-    type=click.Choice(list(BACKENDS)),
+    type=backends(),
     help="Overrides `backend` in the recipe.",
 )
 @click.option(
@@ -213,8 +212,8 @@ def generate(
 
 
 @cli.command()
-@click.option("--mode", type=click.Choice(list(MODES)))
-@click.option("--backend", type=click.Choice([b for b in BACKENDS if b != "auto"]))
+@click.option("--mode", type=mode_names())
+@click.option("--backend", type=backends(auto=False))
 @json_option
 def compat(mode: str | None, backend: str | None, as_json: bool) -> None:
     """Print the support matrix: mode × backend × TensorRT-LLM versions × model families."""

@@ -1,9 +1,9 @@
 """How a recipe maps onto nodes, GPUs and MPI ranks, and the per-node launch command.
 
-Shared by the Kubernetes and Slurm renderers, so that both launch exactly what
-`toolkit.server.mpi.mpirun_argv` (the local launcher) would: leader mode, one tritonserver per
-rank, ports on rank 0 only, `--model-control-mode=explicit --load-model=...` on ranks > 0, and a
-per-rank Python-backend shm prefix.
+Shared by the Kubernetes and Slurm renderers, so that both launch exactly what the local launcher
+does: the recipe's `LaunchPlan` (toolkit.server.plan: leader mode, one tritonserver per rank, ports
+on rank 0 only, `--model-control-mode=explicit --load-model=...` on ranks > 0, a per-rank
+Python-backend shm prefix), at a site of their own (bind every interface, shm prefix `sdtk`).
 
 - engine backend: world_size = tp*pp MPI ranks, one GPU each. Draft-target needs orchestrator mode
   (`--multi-model`, one process that spawns the ranks), which upstream supports on one node only.
@@ -18,29 +18,47 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from toolkit import compat, containers, modes
+from toolkit import compat, containers
 from toolkit.errors import UsageError
+from toolkit.server.plan import LaunchPlan, LaunchSite, plan_launch
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
 
 DEFAULT_GPUS_PER_NODE = 8
-# the newest container's (toolkit/data/containers/; the same path in every one from 25.06 on)
-NGC_TRITONSERVER = containers.newest().tritonserver.value
+SHM_PREFIX = "sdtk"  # rank r's Python-backend shm region: sdtk{r}_
+EXIT_TIMEOUT_S = 30
 
 
 @dataclass(frozen=True)
 class Topology:
     backend: str  # engine | llmapi | reference
     trtllm_version: str | None
-    ranks: int  # tritonserver processes under one MPI world (1 = no mpirun)
-    gpus: int  # GPUs in one replica (all nodes together)
+    launch: LaunchPlan  # ranks, orchestrator mode, GPUs, pools, env: the local launch's facts
     gpus_per_node: int
     nodes: int
-    multi_model: bool  # orchestrator mode (TRTLLM_ORCHESTRATOR=1)
-    model_names: tuple[str, ...]  # TRT-LLM models that ranks > 0 load explicitly
     why: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ranks(self) -> int:
+        """tritonserver processes under one MPI world (1 = no mpirun)."""
+        return self.launch.ranks
+
+    @property
+    def gpus(self) -> int:
+        """GPUs in one replica (all nodes together)."""
+        return self.launch.num_gpus
+
+    @property
+    def multi_model(self) -> bool:
+        """Orchestrator mode (TRTLLM_ORCHESTRATOR=1)."""
+        return self.launch.multi_model
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """TRT-LLM models that ranks > 0 load explicitly."""
+        return self.launch.model_names
 
     @property
     def multi_node(self) -> bool:
@@ -82,54 +100,78 @@ def plan_topology(
     # The container is where TensorRT-LLM is installed: its version plays the "installed" role.
     res = compat.check_recipe(recipe, installed_version=version)
     backend = res.backend
-    tp, pp = recipe.parallel.tp, recipe.parallel.pp
-    world = tp * pp
+    world = recipe.parallel.tp * recipe.parallel.pp
+    launch = plan_launch(recipe, backend, trtllm_version=version)
     notes: list[str] = []
-    names: tuple[str, ...] = ("tensorrt_llm",)
-    multi_model = False
 
     if backend == "reference":
         if world > 1:
             notes.append(f"backend reference runs on CPU; parallel.tp×pp = {world} is ignored")
-        return Topology(backend, version, 1, 0, gpus_per_node, 1, False, (), res.why, tuple(notes))
-
-    if backend == "llmapi":
-        ranks = 1
-        names = ()
-    else:
-        ranks = world
-        if modes.info(recipe.mode).two_model:
-            names = ("tensorrt_llm", "tensorrt_llm_draft")
-            multi_model = True
-            ranks = 1  # the orchestrator spawns the target's and the draft's ranks
-            notes.append(
-                "engine draft-target runs in orchestrator mode (--multi-model): one tritonserver that "
-                "spawns the target's and draft's ranks (tensorrtllm_backend launch_triton_server.py)"
-            )
-
+        return Topology(backend, version, launch, gpus_per_node, 1, res.why, tuple(notes))
+    if launch.multi_model:
+        notes.append(
+            "engine draft-target runs in orchestrator mode (--multi-model): one tritonserver that "
+            "spawns the target's and draft's ranks (tensorrtllm_backend launch_triton_server.py)"
+        )
     nodes = max(1, math.ceil(world / gpus_per_node))
     if nodes > 1:
-        if backend != "engine":
-            raise UsageError(
-                f"parallel.tp×pp = {world} GPUs needs {nodes} nodes of {gpus_per_node}, but backend "
-                f"'{backend}' serves from one tritonserver process, which cannot span nodes",
-                hint="use backend: engine (leader mode spans nodes), lower parallel.tp/pp, or raise "
-                "--gpus-per-node if your nodes have more GPUs",
-            )
-        if multi_model:
-            raise UsageError(
-                f"engine draft-target needs orchestrator mode, which is single-node only, but "
-                f"parallel.tp×pp = {world} GPUs needs {nodes} nodes of {gpus_per_node}",
-                hint="fit the target into one node (lower parallel.tp/pp) or use backend: llmapi",
-            )
-        if world % gpus_per_node:
-            raise UsageError(
-                f"parallel.tp×pp = {world} is not a multiple of --gpus-per-node {gpus_per_node}; "
-                "a multi-node leader-mode layout puts the same number of ranks on every node",
-                hint=f"use a tp×pp that is a multiple of {gpus_per_node}, or set --gpus-per-node to a divisor of {world}",
-            )
-    return Topology(
-        backend, version, ranks, world, gpus_per_node, nodes, multi_model, names, res.why, tuple(notes)
+        _check_multi_node(backend, launch, world, nodes, gpus_per_node)
+    return Topology(backend, version, launch, gpus_per_node, nodes, res.why, tuple(notes))
+
+
+def _check_multi_node(backend: str, launch: LaunchPlan, world: int, nodes: int, gpus_per_node: int) -> None:
+    if backend != "engine":
+        raise UsageError(
+            f"parallel.tp×pp = {world} GPUs needs {nodes} nodes of {gpus_per_node}, but backend "
+            f"'{backend}' serves from one tritonserver process, which cannot span nodes",
+            hint="use backend: engine (leader mode spans nodes), lower parallel.tp/pp, or raise "
+            "--gpus-per-node if your nodes have more GPUs",
+        )
+    if launch.multi_model:
+        raise UsageError(
+            f"engine draft-target needs orchestrator mode, which is single-node only, but "
+            f"parallel.tp×pp = {world} GPUs needs {nodes} nodes of {gpus_per_node}",
+            hint="fit the target into one node (lower parallel.tp/pp) or use backend: llmapi",
+        )
+    if world % gpus_per_node:
+        raise UsageError(
+            f"parallel.tp×pp = {world} is not a multiple of --gpus-per-node {gpus_per_node}; "
+            "a multi-node leader-mode layout puts the same number of ranks on every node",
+            hint=f"use a tp×pp that is a multiple of {gpus_per_node}, or set --gpus-per-node to a divisor of {world}",
+        )
+
+
+def pod_site(
+    topo: Topology,
+    *,
+    model_repo: str,
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int,
+    tritonserver: str | None = None,
+    hosts: list[str] | None = None,
+    mpi_args: list[str] | None = None,
+) -> LaunchSite:
+    """Where a replica runs in a pod or on a Slurm node: every interface bound (127.0.0.1 would hide
+    the server), shm prefix `sdtk`, the NGC tritonserver unless `tritonserver` names another.
+
+    `hosts` (multi-node): host names, leader first; each gets `ranks_per_node` slots, so rank 0 (the
+    one with ports) runs on the first host. `mpi_args` go to mpirun itself (e.g. an rsh agent).
+    """
+    head: list[str] = []
+    if hosts:
+        if len(hosts) != topo.nodes:
+            raise UsageError(f"{topo.nodes} node(s) need {topo.nodes} host(s), got {len(hosts)}")
+        head += ["--host", ",".join(f"{h}:{topo.ranks_per_node}" for h in hosts)]
+    return LaunchSite(
+        tritonserver=tritonserver or containers.ngc_tritonserver(),
+        model_repo=model_repo,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        shm_prefix=SHM_PREFIX,
+        exit_timeout_s=EXIT_TIMEOUT_S,
+        mpi_args=(*head, *(mpi_args or [])),
     )
 
 
@@ -140,57 +182,23 @@ def launch_argv(
     http_port: int,
     grpc_port: int,
     metrics_port: int,
-    tritonserver: str = NGC_TRITONSERVER,
+    tritonserver: str | None = None,
     hosts: list[str] | None = None,
     mpi_args: list[str] | None = None,
-    shm_prefix: str = "sdtk",
-    exit_timeout_s: int = 30,
-    log_verbose: int = 0,
 ) -> list[str]:
-    """The command that starts one replica: `mpirun` (leader mode, from toolkit.server.mpi) for
-    several ranks or orchestrator mode, a plain tritonserver otherwise.
-
-    `hosts` (multi-node): host names, leader first; each gets `ranks_per_node` slots, so rank 0 (the
-    one with ports) runs on the first host. `mpi_args` go to mpirun itself (e.g. an rsh agent).
-    Binds every interface: inside a pod or on a Slurm node, 127.0.0.1 would hide the server.
-    """
-    from toolkit.server.mpi import mpirun_argv
-
-    extra = [f"--log-verbose={log_verbose}"] if log_verbose else []
-    if topo.ranks == 1 and not topo.multi_model:
-        return [
-            tritonserver,
-            f"--model-repository={model_repo}",
-            f"--http-port={http_port}",
-            f"--grpc-port={grpc_port}",
-            f"--metrics-port={metrics_port}",
-            f"--backend-config=python,shm-region-prefix-name={shm_prefix}0_",
-            f"--exit-timeout-secs={exit_timeout_s}",
-            *extra,
-        ]
-    argv = mpirun_argv(
-        tritonserver,
-        model_repo,
-        topo.ranks,
+    """The command that starts one replica: the recipe's launch plan (toolkit.server.plan) at the
+    `pod_site` these values describe; `mpirun` for several ranks or orchestrator mode."""
+    site = pod_site(
+        topo,
+        model_repo=model_repo,
         http_port=http_port,
         grpc_port=grpc_port,
         metrics_port=metrics_port,
-        tensorrt_llm_model_names=topo.model_names,
-        exit_timeout_s=exit_timeout_s,
-        shm_prefix=shm_prefix,
-        multi_model=topo.multi_model,
-        spawn_processes=True,
-        num_gpus=topo.gpus_in_node,
-        extra_args=extra,
+        tritonserver=tritonserver,
+        hosts=hosts,
+        mpi_args=mpi_args,
     )
-    head: list[str] = []
-    if hosts:
-        if len(hosts) != topo.nodes:
-            raise UsageError(f"{topo.nodes} node(s) need {topo.nodes} host(s), got {len(hosts)}")
-        head += ["--host", ",".join(f"{h}:{topo.ranks_per_node}" for h in hosts)]
-    head += list(mpi_args or [])
-    first = argv.index("-n")
-    return argv[:first] + head + argv[first:]
+    return topo.launch.argv(site)
 
 
 def rank_commands(argv: list[str]) -> list[list[str]]:
@@ -216,11 +224,3 @@ def rank_commands(argv: list[str]) -> list[list[str]]:
     if current:
         out.append(current)
     return out
-
-
-def orchestrator_env(topo: Topology) -> dict[str, str]:
-    if not topo.multi_model:
-        return {}
-    from toolkit.server.mpi import orchestrator_env as env
-
-    return env(True)

@@ -2,7 +2,7 @@
 
 nodes = ceil(tp*pp / gpus_per_node); one task (= MPI rank = tritonserver) per GPU. Rank 0 runs
 on the first node and is the only one with ports; ranks > 0 load the TensorRT-LLM model(s)
-explicitly and each rank gets its own Python-backend shm prefix (toolkit.server.mpi).
+explicitly and each rank gets its own Python-backend shm prefix (toolkit.server.plan).
 
 Two launchers:
 - `srun` (default with a container image): `srun --mpi=pmix` starts one task per rank; a small
@@ -24,17 +24,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from toolkit import __version__
 from toolkit._fs import atomic_write
+from toolkit.containers import ngc_tritonserver
 from toolkit.errors import UsageError
-from toolkit.ops.k8s import REPO_SUBDIR
-from toolkit.ops.layout import (
-    NGC_TRITONSERVER,
-    Topology,
-    launch_argv,
-    orchestrator_env,
-    plan_topology,
-    rank_commands,
-)
+from toolkit.ops.layout import Topology, launch_argv, plan_topology, rank_commands
 from toolkit.ops.templating import render, shell_join, var
+from toolkit.server.workdir import REPO_SUBDIR
 from toolkit.shellsafe import check_line, heredoc_tag
 
 if TYPE_CHECKING:
@@ -114,7 +108,7 @@ def plan_slurm(
     recipe_name = recipe.display_name
     sv = recipe.serving
     repo = f"{workdir.rstrip('/')}/{recipe_name}/{REPO_SUBDIR}"
-    exe = tritonserver or (NGC_TRITONSERVER if container_image else "tritonserver")
+    exe = tritonserver or (ngc_tritonserver() if container_image else "tritonserver")
     argv = launch_argv(
         topo,
         model_repo=repo,
@@ -164,7 +158,7 @@ def plan_slurm(
         metrics_port=sv.metrics_port,
         model_name=sv.model_name,
         ready_timeout_s=ready_timeout_s,
-        env=orchestrator_env(topo),
+        env=topo.launch.env,
         launcher=how,
         ranks=len(ranks),
         rank_cmds=rank_cmds,
@@ -178,5 +172,9 @@ def plan_slurm(
 def render_slurm(recipe: Recipe, *, out_dir: Path | str, **options: Any) -> list[Path]:
     """Write `<out_dir>/<recipe>.sbatch` (submit with `sbatch`); returns the files written.
     `options` are plan_slurm's (workdir is required)."""
-    plan = plan_slurm(recipe, **options)
+    return write_slurm(plan_slurm(recipe, **options), out_dir)
+
+
+def write_slurm(plan: SlurmPlan, out_dir: Path | str) -> list[Path]:
+    """Write a planned job's `<out_dir>/<recipe>.sbatch`; returns the files written."""
     return [atomic_write(Path(out_dir) / f"{plan.recipe_name}.sbatch", plan.script, mode=0o755)]

@@ -19,11 +19,12 @@ Layouts (docs in model_repo_templates/README.md):
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from toolkit.repo.engines import TRITON_DTYPES, EngineInfo, read_engine
 from toolkit.repo.errors import RenderError
 from toolkit.repo.versions import LLMAPI_MODEL_DIRS, llmapi_late_inputs
 from toolkit.resources import templates_dir
+from toolkit.server.plan import LaunchPlan, plan_launch
 
 BACKENDS = ("engine", "llmapi", "reference")
 MANIFEST = "sdtk-repository.json"
@@ -63,9 +65,7 @@ class RenderResult:
     decoupled: bool
     files: list[str]  # relative to `path`
     tensorrt_llm_models: list[str]  # the LLM models (launch_triton_server.py --tensorrt_llm_model_name)
-    world_size: int  # tritonserver ranks to launch (1 unless engine leader mode spans GPUs)
-    multi_model: bool  # draft-target on the engine path: orchestrator mode (--multi-model)
-    num_gpus: int = 1  # GPUs the deployment uses (a CUDA memory pool each in orchestrator mode)
+    launch: LaunchPlan  # how to launch it: ranks, orchestrator mode, GPUs, pools, env, argv
     warnings: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # files to add before launching
 
@@ -73,8 +73,28 @@ class RenderResult:
     def runbook(self) -> Path:
         return self.path / RUNBOOK
 
+    @property
+    def world_size(self) -> int:
+        """tritonserver ranks to launch (1 unless engine leader mode spans GPUs)."""
+        return self.launch.ranks
+
+    @property
+    def multi_model(self) -> bool:
+        """Draft-target on the engine path: orchestrator mode (--multi-model)."""
+        return self.launch.multi_model
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs the deployment uses (a CUDA memory pool each in orchestrator mode)."""
+        return self.launch.num_gpus
+
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "warnings":  # the launch facts where the manifest has always had them
+                d.update(world_size=self.world_size, multi_model=self.multi_model, num_gpus=self.num_gpus)
+            if f.name != "launch":
+                d[f.name] = copy.deepcopy(getattr(self, f.name))
         d["path"] = str(self.path)
         d["runbook"] = str(self.runbook)
         return d
@@ -622,33 +642,6 @@ def llmapi_model_dirs(trtllm_dir: Path | None) -> list[Path]:
     return out + [Path(d) for d in LLMAPI_MODEL_DIRS]
 
 
-def launch_world_size(backend: str, mode: str, engine_world_size: int) -> int:
-    """tritonserver ranks to launch.
-
-    - llmapi: 1. Upstream launches one tritonserver (`launch_triton_server.py --model_repo=llmapi_repo/`,
-      tensorrtllm_backend docs/llmapi.md), and the llmapi model.py clears `OMPI_COMM_WORLD_*` at import
-      (TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/1/model.py @044a90d): the LLM API
-      spawns its own TP/PP workers.
-    - engine draft-target: 1, orchestrator mode: `launch_triton_server.py --multi-model --world_size=1`
-      (TensorRT-LLM examples/draft_target_model/README.md @11925f6).
-    - other engine repositories: one rank per GPU of the engine (leader mode).
-    """
-    if backend == "engine" and not modes.info(mode).two_model:
-        return engine_world_size
-    return 1
-
-
-def _num_gpus(recipe: Recipe, backend: str, info: dict[str, EngineInfo]) -> int:
-    if backend == "reference":
-        return 0
-    if backend == "llmapi":
-        return recipe.parallel.world_size
-    ids = set(recipe.parallel.devices("target"))
-    if "draft" in info:
-        ids |= set(recipe.parallel.devices("draft"))
-    return max(max(ids) + 1, info["target"].world_size)
-
-
 # --------------------------------------------------------------------------- validation
 
 
@@ -856,9 +849,7 @@ def render_repository(
         decoupled=recipe.serving.decoupled,
         files=[],
         tensorrt_llm_models=llm_models,
-        world_size=launch_world_size(backend, recipe.mode, info["target"].world_size),
-        multi_model=backend == "engine" and modes.info(recipe.mode).two_model,
-        num_gpus=_num_gpus(recipe, backend, info),
+        launch=plan_launch(recipe, backend, engine_world_size=info["target"].world_size),
         warnings=warnings,
         missing=missing,
     )

@@ -5,18 +5,19 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit import containers
+from toolkit.containers import ngc_tritonserver
 from toolkit.modes import LOOKAHEAD, info
+from toolkit.server.plan import LaunchSite
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
     from toolkit.repo.render import RenderResult
 
-# the newest container's (toolkit/data/containers/; the same path in every one from 25.06 on)
-NGC_TRITONSERVER = containers.newest().tritonserver.value
 PROMPT = "Speculative decoding is"
 
 
@@ -25,77 +26,61 @@ def _connect_host(host: str) -> str:
 
 
 def _launch(recipe: Recipe, r: RenderResult) -> tuple[str, list[str]]:
-    """The raw launch command, and notes on where it runs."""
-    from toolkit.server.mpi import multi_gpu_plan
-
+    """The raw launch command (the render's launch plan at the recipe's host and ports), and
+    notes on where it runs."""
     s = recipe.serving
-    ports = [f"--http-port={s.http_port}", f"--grpc-port={s.grpc_port}", f"--metrics-port={s.metrics_port}"]
-    address = [f"--http-address={s.host}", f"--grpc-address={s.host}", f"--metrics-address={s.host}"]
+    plan = r.launch
+    site = LaunchSite(
+        tritonserver=ngc_tritonserver(),
+        model_repo=str(r.path),
+        http_port=s.http_port,
+        grpc_port=s.grpc_port,
+        metrics_port=s.metrics_port,
+        host=s.host,
+        shm_prefix=None,
+    )
     if r.backend == "reference":
         venv_bin = str(Path(sys.executable).parent)
-        argv = ["tritonserver", f"--model-repository={r.path}", *ports, *address]
         notes = [
             "Runs on CPU. Triton's Python backend must run a Python with sdtk (and torch) installed: put "
             f"`{venv_bin}` first in PATH. `sdtk deploy` does this, and lays out the CPU tritonserver embedded in "
             "nvidia-pytriton; by hand, use a tritonserver (≥ 2.51) whose Python backend stub matches that Python.",
         ]
-        return f"PATH={shlex.quote(venv_bin)}:$PATH " + shlex.join(argv), notes
+        site = replace(site, tritonserver="tritonserver")
+        return f"PATH={shlex.quote(venv_bin)}:$PATH " + plan.shell(site), notes
     if r.backend == "llmapi":
-        argv = [NGC_TRITONSERVER, f"--model-repository={r.path}", *ports, *address]
         notes = [
             "Run inside NVIDIA's `nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3` container (TensorRT-LLM "
             "≥ 1.0). The LLM API starts its own tensor-/pipeline-parallel workers, so one tritonserver process "
             "serves every GPU.",
         ]
-        return shlex.join(argv), notes
+        return plan.shell(site), notes
     notes = [
         "Run inside NVIDIA's `nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3` container whose TensorRT-LLM "
         "built the engines (≤ 1.1.x for the engine path).",
     ]
-    if r.multi_model or r.world_size > 1:
-        from toolkit.server.mpi import container_version
-
-        plan = multi_gpu_plan(
-            NGC_TRITONSERVER,
-            r.path,
-            r.world_size,
-            multi_model=r.multi_model,
-            num_gpus=r.num_gpus,
-            triton_container_version=container_version(recipe.trtllm_version),
-            tensorrt_llm_model_names=r.tensorrt_llm_models,
-            http_port=s.http_port,
-            grpc_port=s.grpc_port,
-            metrics_port=s.metrics_port,
-            host=s.host,
-        )
+    # upstream's launcher: --disable-auto-complete-config and a shm prefix per rank, prefix0_ first
+    site = replace(site, shm_prefix="prefix", disable_auto_complete_config=True)
+    if plan.mpirun:
         names = ",".join(r.tensorrt_llm_models)
         # /app/scripts in the container (toolkit/data/containers/: `COPY …/triton_backend/scripts scripts`)
         scripts = containers.layout(trtllm_version=recipe.trtllm_version).facts.scripts_dir.value
         upstream = (
             f"python3 {scripts}/launch_triton_server.py "
             f"{shlex.quote(f'--model_repo={r.path}')} "
-            f"--world_size={r.world_size} "
+            f"--world_size={plan.ranks} "
             f"{shlex.quote(f'--tensorrt_llm_model_name={names}')}"
-            + (" --multi-model" if r.multi_model else "")
+            + (" --multi-model" if plan.multi_model else "")
         )
         notes.append(f"Upstream's launcher builds the same command: `{upstream}`.")
-        if r.multi_model:
+        if plan.multi_model:
             notes.append(
                 "Draft-target runs two TensorRT-LLM models, so the executor uses orchestrator mode "
                 "(TRTLLM_ORCHESTRATOR=1): one tritonserver process spawns the workers for every GPU. In containers "
                 "newer than 24.06 add `--pinned-memory-pool-byte-size=0 --enable-peer-access=false` and "
                 "`--cuda-memory-pool-byte-size=<gpu>:0` per GPU (launch_triton_server.py does)."
             )
-        return plan.shell(), notes
-    argv = [
-        NGC_TRITONSERVER,
-        f"--model-repository={r.path}",
-        *ports,
-        *address,
-        "--disable-auto-complete-config",
-        "--backend-config=python,shm-region-prefix-name=prefix0_",
-    ]
-    return shlex.join(argv), notes
+    return plan.shell(site), notes
 
 
 def _request(r: RenderResult, recipe: Recipe, *, stream: bool) -> dict[str, Any]:

@@ -4,7 +4,7 @@
   foreground `serve_forever`, detached `start(detach=True)`.
 - `server_status`, `read_logs`, `follow_logs`, `stop_server` (state.py): `sdtk status | logs |
   stop` against `<workdir>/state.json`.
-- `mpirun_argv`, `multi_gpu_plan` (mpi.py): multi-GPU / orchestrator launch commands.
+- `LaunchPlan`, `plan_launch`, `LaunchSite` (plan.py): a launch's facts and its one argv builder.
 - `find_tritonserver_candidates`, `choose_tritonserver` (discover.py).
 
 Submodules are imported lazily by their users; importing this package is cheap.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from toolkit import containers
 
-NGC_TRITONSERVER = Path(containers.newest().tritonserver.value)
+NGC_TRITONSERVER = Path(containers.ngc_tritonserver())
 
 
 @dataclass(frozen=True)

@@ -17,27 +17,33 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from toolkit import log, runner
-from toolkit.errors import ServerError, ToolNotFound, WorkdirError, did_you_mean
+from toolkit.errors import ServerError, ToolNotFound, did_you_mean
 from toolkit.server import logscan, procs
 from toolkit.server.discover import Candidate, choose_tritonserver
 from toolkit.server.embedded import is_embedded, prepare_embedded
+from toolkit.server.foreground import LogFollower, signals_ignored, signals_interrupt
 from toolkit.server.lock import WorkdirLock
-from toolkit.server.mpi import mpirun_argv, orchestrator_env
+from toolkit.server.plan import LaunchPlan, LaunchSite
 from toolkit.server.ports import PORT_FIELDS, PortInUseError, Ports, auto_ports, check_free
+from toolkit.server.startup import (
+    Health,
+    ServerStartError,
+    check_launch_path,
+    check_workdir_free,
+    connect_host,
+    model_control_args,
+)
 from toolkit.server.state import (
     REPO_KEY_HEADER,
     ServerState,
@@ -48,7 +54,6 @@ from toolkit.server.state import (
     read_state,
     remove_shm,
     remove_state,
-    server_status,
     stub_message,
     update_state,
     write_state,
@@ -64,171 +69,6 @@ DEFAULT_STOP_GRACE = 15.0
 STOPPING_WAIT_S = 1.5
 STUB_DEATH_GRACE_S = 1.0
 _PORT_RETRIES = 3  # with auto_ports, relaunch on a port lost to a race
-
-
-class ServerStartError(ServerError):
-    """tritonserver did not become ready. `reason`: "exited" (the process ended early),
-    "stub_failed" (bash could not start a Python backend stub: the log says so long before
-    Triton gives up on it), "timeout" (the readiness deadline passed), "missing_model" (the server is up but the
-    repository has no such model), "load_failed" (the model is UNAVAILABLE while the server
-    stays up). `errors` holds Triton's own messages found in the log."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        reason: str,
-        pid: int | None,
-        elapsed: float,
-        returncode: int | None = None,
-        errors: list[str] | None = None,
-        log_tail: str = "",
-        log_path: Path | None = None,
-        hint: str | None = None,
-    ):
-        self.reason = reason
-        self.pid = pid
-        self.elapsed = elapsed
-        self.returncode = returncode
-        self.errors = errors or []
-        super().__init__(message, log_tail=log_tail, log_path=log_path, hint=hint)
-
-
-@dataclass(frozen=True)
-class Health:
-    live: bool
-    ready: bool
-    model_ready: bool
-
-    @property
-    def ok(self) -> bool:
-        return self.live and self.ready and self.model_ready
-
-
-def connect_host(host: str) -> str:
-    """The address a client on this machine uses to reach a server bound to `host`."""
-    h = host.strip("[]")
-    if h in ("", "0.0.0.0"):
-        return "127.0.0.1"
-    if h == "::":
-        return "[::1]"
-    return f"[{h}]" if ":" in h else h
-
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@contextlib.contextmanager
-def _signals_interrupt() -> Iterator[list[int]]:
-    """While active (main thread only), SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt,
-    so the `except`/`finally` that stops the server runs; the list collects the signals."""
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-
-    def on_signal(signum: int, frame: Any) -> None:
-        received.append(signum)
-        raise KeyboardInterrupt
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
-    try:
-        yield received
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-@contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-class _LogFollower(threading.Thread):
-    """Copies lines appended to the server log to `out` (foreground echo)."""
-
-    def __init__(self, path: Path, out: TextIO):
-        super().__init__(daemon=True, name="tritonserver-log")
-        self.path = path
-        self.out = out
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self.path.exists() and not self._stop_event.wait(0.05):
-            pass
-        with contextlib.suppress(OSError), open(self.path, errors="replace") as f:
-            while True:
-                line = f.readline()
-                if line:
-                    with contextlib.suppress(ValueError, OSError):
-                        self.out.write(line)
-                        self.out.flush()
-                    continue
-                if self._stop_event.wait(0.1):
-                    for rest in f:
-                        with contextlib.suppress(ValueError, OSError):
-                            self.out.write(rest)
-                    return
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join(timeout=2)
-
-
-# What python_backend's stub launch survives in a path: it runs `bash -c` on the paths unquoted
-# (src/stub_launcher.cc, r24.10), and the stub's embedded Python reads them as ASCII whatever the
-# locale (PYTHONUTF8=1 and LC_ALL=C.UTF-8 do not help: measured on Triton 2.51).
-_LAUNCH_SAFE = re.compile(r"[A-Za-z0-9_./+,:@%=~-]*")
-
-
-def check_launch_path(path: Path | str, what: str) -> None:
-    """WorkdirError, before anything is launched, for a path the Python backend cannot start
-    stubs from: a space, a quote or another character bash treats specially, or non-ASCII."""
-    text = str(path)
-    if _LAUNCH_SAFE.fullmatch(text):
-        return
-    bad = sorted({c for c in text if not _LAUNCH_SAFE.fullmatch(c)})
-    shown = ", ".join(repr(c) for c in bad)
-    raise WorkdirError(
-        f"the {what} {text!r} has characters Triton's Python backend cannot start its stubs from: {shown}",
-        path=path,
-        hint="use a --workdir made of ASCII letters, digits and . _ - + / , : @ % = ~: the Python "
-        "backend runs `bash -c` on its paths unquoted (python_backend src/stub_launcher.cc) and "
-        "its stubs read paths as ASCII",
-    )
-
-
-def model_control_args(key: str) -> list[str]:
-    """Explicit model control, every model loaded at start, and the model-repository API (load,
-    unload, index) only for requests that carry header REPO_KEY_HEADER: KEY (HTTP and gRPC)."""
-    return [
-        "--model-control-mode=explicit",
-        "--load-model=*",
-        f"--http-restricted-api=model-repository:{REPO_KEY_HEADER}={key}",
-        f"--grpc-restricted-protocol=model-repository:{REPO_KEY_HEADER}={key}",
-    ]
-
-
-def check_workdir_free(workdir: Path) -> None:
-    """ServerError if a server recorded in `workdir` still runs; a stale record is removed."""
-    st = read_state(workdir)
-    if st is None:
-        return
-    status = server_status(workdir, timeout=1.0)
-    if status.running:
-        raise ServerError(
-            f"a server already runs from {workdir} (pid {st.pid}, {st.http_url})",
-            hint=f"stop it first (sdtk stop --workdir {workdir}) or use another --workdir",
-        )
-    remove_state(workdir)  # stale record of a server that is gone
 
 
 class TritonServer:
@@ -255,12 +95,7 @@ class TritonServer:
         log_verbose: int = 0,
         exit_timeout_s: int | None = 10,
         disable_auto_complete_config: bool = False,
-        world_size: int = 1,
-        tensorrt_llm_model_names: Sequence[str] = ("tensorrt_llm",),
-        multi_model: bool = False,
-        spawn_processes: bool = True,
-        num_gpus: int | None = None,
-        triton_container_version: str | None = None,
+        plan: LaunchPlan | None = None,
         env: Mapping[str, str] | None = None,
         echo: TextIO | None = None,
         ready_timeout: float = DEFAULT_READY_TIMEOUT,
@@ -282,12 +117,8 @@ class TritonServer:
             int(env_exit) if env_exit.isdigit() and exit_timeout_s is not None else exit_timeout_s
         )
         self.disable_auto_complete_config = disable_auto_complete_config
-        self.world_size = world_size
-        self.tensorrt_llm_model_names = list(tensorrt_llm_model_names)
-        self.multi_model = multi_model
-        self.spawn_processes = spawn_processes
-        self.num_gpus = num_gpus  # orchestrator mode: one --cuda-memory-pool-byte-size per GPU
-        self.triton_container_version = triton_container_version  # default $NVIDIA_TRITON_SERVER_VERSION
+        # ranks, orchestrator mode, memory pools, env (toolkit.server.plan); default one process
+        self.plan = plan if plan is not None else LaunchPlan()
         self.env_overrides = dict(env or {})
         self.echo = echo
         self.ready_timeout = ready_timeout
@@ -303,7 +134,7 @@ class TritonServer:
         self.detached = False
         self._proc: subprocess.Popen | None = None
         self._binary: Candidate | None = None
-        self._follower: _LogFollower | None = None
+        self._follower: LogFollower | None = None
         self._lock: WorkdirLock | None = None
         self._own_lock = False
 
@@ -324,19 +155,14 @@ class TritonServer:
             log_verbose=self.log_verbose,
             exit_timeout_s=self.exit_timeout_s,
             disable_auto_complete_config=self.disable_auto_complete_config,
-            world_size=self.world_size,
-            tensorrt_llm_model_names=list(self.tensorrt_llm_model_names),
-            multi_model=self.multi_model,
-            spawn_processes=self.spawn_processes,
-            num_gpus=self.num_gpus,
-            triton_container_version=self.triton_container_version,
+            plan=self.plan.to_dict(),
             env=dict(self.env_overrides),
             ready_timeout=self.ready_timeout,
         )
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> TritonServer:
-        values = dict(spec)
+        values = LaunchPlan.spec_values(spec)  # the plan as a LaunchPlan (older specs' loose keys too)
         return cls(values.pop("model_repo"), **values)
 
     @classmethod
@@ -398,57 +224,30 @@ class TritonServer:
         b = self.binary
         return b.embedded or is_embedded(b.path)
 
-    def command(self, backend_directory: Path | None = None) -> list[str]:
-        """The argv `start()` runs with the current ports (no side effects)."""
-        exe = str(self.binary.path)
+    def site(self, backend_directory: Path | None = None) -> LaunchSite:
+        """Where this server runs, for the plan's argv builder (toolkit.server.plan)."""
         if backend_directory is None and self.embedded:
             backend_directory = self.workdir / "triton_backends"
-        if self.world_size > 1 or self.multi_model:
-            return mpirun_argv(
-                exe,
-                self.model_repo,
-                self.world_size,
-                http_port=self.ports.http,
-                grpc_port=self.ports.grpc,
-                metrics_port=self.ports.metrics,
-                host=self.host,
-                tensorrt_llm_model_names=self.tensorrt_llm_model_names,
-                exit_timeout_s=self.exit_timeout_s,
-                backend_directory=backend_directory,
-                shm_prefix=self.shm_prefix,
-                multi_model=self.multi_model,
-                spawn_processes=self.spawn_processes,
-                num_gpus=self.num_gpus,
-                triton_container_version=self.triton_container_version,
-                extra_args=[
-                    *([f"--log-verbose={self.log_verbose}"] if self.log_verbose else []),
-                    *self.extra_args,
-                ],
-            )
-        h = self.host.strip("[]")
-        argv = [
-            exe,
-            f"--model-repository={self.model_repo}",
-            f"--http-port={self.ports.http}",
-            f"--grpc-port={self.ports.grpc}",
-            f"--metrics-port={self.ports.metrics}",
-            f"--http-address={h}",
-            f"--grpc-address={h}",
-            f"--metrics-address={h}",
-            # Unique per server, so that two servers' Python backends never share a region.
-            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
-        ]
-        if backend_directory is not None:
-            argv.append(f"--backend-directory={backend_directory}")
-        if self.log_verbose:
-            argv.append(f"--log-verbose={self.log_verbose}")
-        if self.exit_timeout_s is not None:
-            argv.append(f"--exit-timeout-secs={self.exit_timeout_s}")
-        if self.disable_auto_complete_config:
-            argv.append("--disable-auto-complete-config")
-        if self.repo_key:
-            argv += model_control_args(self.repo_key)
-        return argv + self.extra_args
+        return LaunchSite(
+            tritonserver=str(self.binary.path),
+            model_repo=str(self.model_repo),
+            http_port=self.ports.http,
+            grpc_port=self.ports.grpc,
+            metrics_port=self.ports.metrics,
+            host=self.host.strip("[]"),
+            shm_prefix=self.shm_prefix,
+            number_single_rank=False,  # the prefix is unique to this server already
+            exit_timeout_s=self.exit_timeout_s,
+            backend_directory=str(backend_directory) if backend_directory is not None else None,
+            log_verbose=self.log_verbose,
+            disable_auto_complete_config=self.disable_auto_complete_config,
+            model_control=tuple(model_control_args(self.repo_key)) if self.repo_key else (),
+            extra_args=tuple(self.extra_args),
+        )
+
+    def command(self, backend_directory: Path | None = None) -> list[str]:
+        """The argv `start()` runs with the current ports (no side effects)."""
+        return self.plan.argv(self.site(backend_directory))
 
     def redact(self, text: str) -> str:
         """`text` without the repository key (or a token from the environment)."""
@@ -476,8 +275,7 @@ class TritonServer:
         if self.embedded:
             setup = prepare_embedded(self.workdir, env)
             env, backend_dir = setup.env, setup.backend_dir
-        if self.multi_model:
-            env.update(orchestrator_env(self.spawn_processes))
+        env.update(self.plan.env)
         env.update(self.env_overrides)
         self.argv = self.command(backend_dir)
         if self.log_path.exists():
@@ -506,7 +304,7 @@ class TritonServer:
             # status/stop/redeploy must still find.
             write_state(self.workdir, self.state(status="starting"))
         if self.echo is not None and self._follower is None:
-            self._follower = _LogFollower(self.log_path, self.echo)
+            self._follower = LogFollower(self.log_path, self.echo)
             self._follower.start()
 
     def start(
@@ -549,7 +347,7 @@ class TritonServer:
     def _start(self, detach: bool, wait: bool, ready_timeout: float | None, record: bool) -> None:
         self._record = record or detach
         attempts = _PORT_RETRIES if self.auto_ports else 1
-        with _signals_interrupt():
+        with signals_interrupt():
             for attempt in range(1, attempts + 1):
                 try:
                     self._launch_once()
@@ -563,13 +361,13 @@ class TritonServer:
                     if attempt == attempts:
                         raise
                 except ServerStartError as e:
-                    with _signals_ignored():
+                    with signals_ignored():
                         self.stop()
                     lost_port = e.reason == "exited" and any("already in use" in m for m in e.errors)
                     if not (lost_port and attempt < attempts):
                         raise
                 except BaseException:
-                    with _signals_ignored():
+                    with signals_ignored():
                         self.stop()
                     raise
         if detach:
@@ -610,8 +408,7 @@ class TritonServer:
             grpc_port=self.ports.grpc,
             metrics_port=self.ports.metrics,
             executable=os.path.basename(self.argv[0]) if self.argv else "tritonserver",
-            env=dict(self.env_overrides)
-            | (orchestrator_env(self.spawn_processes) if self.multi_model else {}),
+            env=dict(self.env_overrides) | self.plan.env,
             detached=self.detached,
             owner_pid=os.getpid(),
             status=status,
@@ -830,7 +627,7 @@ class TritonServer:
                     restart_model(self.workdir, model)
                 continue
             if on_failure == "stop":
-                with _signals_ignored():
+                with signals_ignored():
                     self.stop(STUB_DEATH_GRACE_S)
                 raise ServerError(
                     stub_message(dead) + "; the server was stopped",
@@ -840,7 +637,7 @@ class TritonServer:
                 )
             log.logger("server").warning(f"{stub_message(dead)}; restarting the server\n{tail}")
             restarts = self.restarts + 1
-            with _signals_ignored():
+            with signals_ignored():
                 self.stop(STUB_DEATH_GRACE_S)
             self.auto_ports = False  # the same ports: clients keep their URLs
             self.restarts = restarts
@@ -862,12 +659,12 @@ class TritonServer:
         if self._proc is None:
             raise ServerError("the server was never started")
         try:
-            with _signals_interrupt() as received:
+            with signals_interrupt() as received:
                 try:
                     rc = self._supervise(on_failure, poll_s)
                 except KeyboardInterrupt:
                     # Shield the clean stop from a second Ctrl-C; the group is killed either way.
-                    with _signals_ignored():
+                    with signals_ignored():
                         self.stop(grace)
                     return received[0] if received else int(signal.SIGINT)
         finally:

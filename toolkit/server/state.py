@@ -29,6 +29,7 @@ from toolkit._fs import atomic_write
 from toolkit.errors import ServerError, WorkdirError
 from toolkit.server import logscan, procs, stubcheck
 from toolkit.server.lock import WorkdirLock
+from toolkit.server.workdir import DEFAULT_WORKDIR
 
 STATE_FILE = "state.json"
 REPO_KEY_HEADER = "sdtk-repo-key"  # the header that opens Triton's model-repository API
@@ -90,9 +91,6 @@ class ServerState:
     def from_dict(cls, data: dict) -> ServerState:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
-
-
-DEFAULT_WORKDIR = Path("workdir")
 
 
 def find_deployment(workdir: Path | str | None, *, default: Path = DEFAULT_WORKDIR) -> Path:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from toolkit.errors import SdtkError
 from toolkit.server import procs
+from toolkit.server.policies import WATCHDOG_POLICIES
 from toolkit.server.state import (
     WATCHDOG_MODULE as MODULE,
 )
@@ -51,7 +52,6 @@ from toolkit.server.state import (
     write_state,
 )
 
-POLICIES = ("restart", "restart-model", "stop", "none")
 SPEC_FILE = "launch.json"
 MAX_FAILURES_KEPT = 20
 KEPT_LOGS = 5  # logs of failed servers kept as tritonserver.<pid>.log
@@ -192,7 +192,7 @@ def watch(workdir: Path, policy: str, poll_s: float = 0.5) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
     ap.add_argument("workdir", type=Path)
-    ap.add_argument("--on-failure", choices=[p for p in POLICIES if p != "none"], default="restart")
+    ap.add_argument("--on-failure", choices=list(WATCHDOG_POLICIES), default="restart")
     ap.add_argument("--poll", type=float, default=0.5)
     args = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

@@ -47,14 +47,14 @@ from toolkit.ops.k8s.options import (
     MODELS_MOUNT,
     MONITOR_PORT,
     READY_MARKER,
-    REPO_SUBDIR,
     SCRIPTS_MOUNT,
     K8sOptions,
     MultiNode,
     Prepare,
     k8s_name,
 )
-from toolkit.ops.k8s.render import load_manifests, plan_k8s, plan_port, render_k8s
+from toolkit.ops.k8s.render import load_manifests, plan_k8s, plan_port, render_k8s, write_k8s
+from toolkit.server.workdir import REPO_SUBDIR
 
 __all__ = [
     "HPA_PENDING",
@@ -75,4 +75,5 @@ __all__ = [
     "plan_k8s",
     "plan_port",
     "render_k8s",
+    "write_k8s",
 ]

@@ -16,7 +16,6 @@ MultiNode = Literal["leaderworkerset", "statefulset"]
 
 MODELS_MOUNT = "/models"
 SCRIPTS_MOUNT = "/sdtk"
-REPO_SUBDIR = "triton_repo"  # <workdir>/<recipe>/triton_repo: what `sdtk deploy --render-only` writes
 READY_MARKER = ".sdtk-ready"
 MONITOR_PORT = 9400
 KUBECTL_VERSION = "v1.30.0"

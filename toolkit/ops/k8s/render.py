@@ -11,8 +11,9 @@ import yaml
 from toolkit import __version__
 from toolkit._fs import atomic_write
 from toolkit.ops.k8s.objects import K8sPlan, build_objects
-from toolkit.ops.k8s.options import HPA_WAITING, MODELS_MOUNT, REPO_SUBDIR, K8sOptions
+from toolkit.ops.k8s.options import HPA_WAITING, MODELS_MOUNT, K8sOptions
 from toolkit.ops.templating import render
+from toolkit.server.workdir import REPO_SUBDIR
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
@@ -147,16 +148,23 @@ def render_k8s(
     `options` are plan_k8s's (gpus_per_node, multinode, prepare, pull_from, storage_size, ...).
     With `validate`, every manifest is checked offline first (toolkit.ops.manifests).
     """
+    plan = plan_k8s(recipe, namespace=namespace, image=image, replicas=replicas, **options)
+    return write_k8s(plan, out_dir, validate=validate, k8s_version=k8s_version)
+
+
+def write_k8s(
+    plan: K8sPlan, out_dir: Path | str, *, validate: bool = False, k8s_version: str | None = None
+) -> list[Path]:
+    """Write a planned deployment's files under `out_dir` (see render_k8s)."""
     from importlib import resources
 
-    plan = plan_k8s(recipe, namespace=namespace, image=image, replicas=replicas, **options)
     if validate:
         from toolkit.ops.manifests import DEFAULT_K8S_VERSION, validate_all
 
         validate_all(plan.manifests + plan.monitoring, k8s_version or DEFAULT_K8S_VERSION)
     out = Path(out_dir)
     header = (
-        f"# Rendered by sdtk {__version__} for recipe {plan.recipe_name} (namespace {namespace}).\n"
+        f"# Rendered by sdtk {__version__} for recipe {plan.recipe_name} (namespace {plan.namespace}).\n"
         f"# Layout: {plan.layout}. {plan.layout_why}\n"
         f"# Image: {plan.image} ({plan.image_why}).\n"
         "# Do not edit by hand: re-render with `sdtk deploy RECIPE --target k8s`.\n"

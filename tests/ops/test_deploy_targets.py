@@ -1,0 +1,92 @@
+"""`deploy(target=local|k8s|slurm)` is one function (toolkit.deploy): the CLI's `--target` goes
+through it, and k8s / slurm write exactly what their renderers write."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from toolkit.deploy import deploy
+from toolkit.errors import UsageError
+from toolkit.ops.k8s import render_k8s
+from toolkit.ops.slurm import render_slurm
+from toolkit.recipe import load_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = ROOT / "recipes" / "llama-3.3-70b-draft-target.yaml"
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_k8s_target_writes_what_render_k8s_writes(tmp_path):
+    recipe = load_recipe(RECIPE)
+    result = deploy(recipe, target="k8s", out=tmp_path / "a", namespace="llm", replicas=2)
+    render_k8s(recipe, namespace="llm", replicas=2, out_dir=tmp_path / "b", validate=True)
+    assert _tree(tmp_path / "a") == _tree(tmp_path / "b")
+    assert sorted(result.files) == sorted(p for p in (tmp_path / "a").rglob("*") if p.is_file())
+    # the newest container's TensorRT-LLM serves draft-target through the LLM API
+    assert (result.target, result.backend, result.model, result.entry_kind) == (
+        "k8s",
+        "llmapi",
+        "tensorrt_llm",
+        "llmapi",
+    )
+    assert result.model_repo == Path("/models/llama-3.3-70b-draft-target/triton_repo")
+    assert result.to_dict()["files"] == [str(p) for p in result.files]
+
+
+def test_slurm_target_writes_what_render_slurm_writes(tmp_path):
+    recipe = load_recipe(RECIPE)
+    result = deploy(
+        recipe,
+        target="slurm",
+        out=tmp_path / "a",
+        workdir=tmp_path / "wd",
+        image="nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
+    )
+    render_slurm(
+        recipe,
+        out_dir=tmp_path / "b",
+        workdir=str(tmp_path / "wd"),
+        container_image="nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
+    )
+    assert _tree(tmp_path / "a") == _tree(tmp_path / "b") and len(result.files) == 1
+    assert result.model_repo == tmp_path / "wd" / recipe.display_name / "triton_repo"
+    assert "srun" in result.files[0].read_text()  # the image runs the ranks through pyxis
+
+
+def test_a_target_needs_an_out_dir_and_a_known_name(tmp_path):
+    recipe = load_recipe(RECIPE)
+    with pytest.raises(UsageError, match="--target slurm needs --out DIR"):
+        deploy(recipe, target="slurm")
+    with pytest.raises(UsageError, match="target must be one of local, k8s, slurm"):
+        deploy(recipe, target="nomad", out=tmp_path)
+
+
+def test_cli_target_goes_through_toolkit_deploy(tmp_path, monkeypatch):
+    from toolkit import deploy as deploy_mod
+    from toolkit.cli import cli
+
+    calls = []
+    real = deploy_mod.deploy
+
+    def spy(recipe, **kwargs):
+        calls.append(kwargs)
+        return real(recipe, **kwargs)
+
+    monkeypatch.setattr(deploy_mod, "deploy", spy)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(
+        cli,
+        ["deploy", str(RECIPE), "--target", "slurm", "--out", str(out), "--workdir", str(tmp_path), "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    assert [c["target"] for c in calls] == ["slurm"] and calls[0]["out"] == out
+    assert json.loads(res.stdout) == [str(out / "llama-3.3-70b-draft-target.sbatch")]
+    res = CliRunner().invoke(cli, ["deploy", str(RECIPE), "--target", "k8s"])
+    assert res.exit_code != 0 and "--target k8s needs --out DIR" in res.output
