@@ -19,12 +19,9 @@ Layouts (docs in model_repo_templates/README.md):
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
-import traceback
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +30,16 @@ from toolkit._fs import publish_dir
 from toolkit.build.context import SPEC_MODE_NAMES
 from toolkit.errors import CompatError
 from toolkit.recipe import Recipe
+from toolkit.repo.checks import check_configs, parse_configs, scan
 from toolkit.repo.engines import TRITON_DTYPES, EngineInfo, read_engine
 from toolkit.repo.errors import RenderError
+from toolkit.repo.result import MANIFEST, RUNBOOK, RenderResult
+from toolkit.repo.templates import RepoFile, environment, pybool, python_model, render_template
 from toolkit.repo.versions import LLMAPI_MODEL_DIRS, llmapi_late_inputs
 from toolkit.resources import templates_dir
-from toolkit.server.plan import LaunchPlan, plan_launch
+from toolkit.server.plan import plan_launch
 
 BACKENDS = ("engine", "llmapi", "reference")
-MANIFEST = "sdtk-repository.json"
-RUNBOOK = "RUNBOOK.md"
 TRTLLM_DIR_ENV = "TRTLLM_DIR"
 LLMAPI_MODEL_SOURCE = "triton_backend/all_models/llmapi/tensorrt_llm/1"
 REFERENCE_LLMAPI_MODEL = "reference_llmapi/tensorrt_llm/1/model.py"
@@ -50,125 +48,6 @@ DEFAULT_MODEL_NAME = "ensemble"
 FIXED_MODELS = ("preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_draft")
 # llmapi speculative_config decoding_type per mode; "Eagle" is the 1.0/1.1 spelling of EAGLE-3.
 LLMAPI_DECODING_TYPES = modes.LLMAPI_DECODING_TYPES
-
-
-@dataclass
-class RenderResult:
-    """What was rendered, and how to use it."""
-
-    path: Path
-    backend: str
-    mode: str
-    entry_model: str  # the model clients call
-    entry_kind: str  # "ensemble" | "bls" | "llmapi": which inputs it takes
-    models: list[str]
-    decoupled: bool
-    files: list[str]  # relative to `path`
-    tensorrt_llm_models: list[str]  # the LLM models (launch_triton_server.py --tensorrt_llm_model_name)
-    launch: LaunchPlan  # how to launch it: ranks, orchestrator mode, GPUs, pools, env, argv
-    warnings: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)  # files to add before launching
-
-    @property
-    def runbook(self) -> Path:
-        return self.path / RUNBOOK
-
-    @property
-    def world_size(self) -> int:
-        """tritonserver ranks to launch (1 unless engine leader mode spans GPUs)."""
-        return self.launch.ranks
-
-    @property
-    def multi_model(self) -> bool:
-        """Draft-target on the engine path: orchestrator mode (--multi-model)."""
-        return self.launch.multi_model
-
-    @property
-    def num_gpus(self) -> int:
-        """GPUs the deployment uses (a CUDA memory pool each in orchestrator mode)."""
-        return self.launch.num_gpus
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {}
-        for f in fields(self):
-            if f.name == "warnings":  # the launch facts where the manifest has always had them
-                d.update(world_size=self.world_size, multi_model=self.multi_model, num_gpus=self.num_gpus)
-            if f.name != "launch":
-                d[f.name] = copy.deepcopy(getattr(self, f.name))
-        d["path"] = str(self.path)
-        d["runbook"] = str(self.runbook)
-        return d
-
-
-@dataclass
-class _File:
-    rel: str
-    text: str
-    model: str | None
-    source: str  # the template or file it came from, for error messages
-    scan: bool = True  # False for third-party files copied verbatim
-
-
-# --------------------------------------------------------------------------- jinja
-
-
-def _pbstr(value: Any) -> str:
-    """A protobuf text-format string literal."""
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise TypeError(f"expected a string value for a config.pbtxt parameter, got {value!r}")
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{text}"'
-
-
-def _pbbool(value: Any) -> str:
-    if not isinstance(value, bool):
-        raise TypeError(f"expected a boolean, got {value!r}")
-    return "true" if value else "false"
-
-
-def _yaml(value: Any) -> str:
-    import yaml
-
-    return yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=4096).rstrip("\n")
-
-
-def _environment(root: Path):
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined
-
-    env = Environment(
-        loader=FileSystemLoader(str(root)),
-        undefined=StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters.update(pbstr=_pbstr, pbbool=_pbbool, yaml=_yaml)
-    return env
-
-
-def _render(env, template: str, context: dict[str, Any], *, model: str | None, root: Path) -> str:
-    from jinja2 import TemplateError
-
-    try:
-        return env.get_template(template).render(**context)
-    except (TemplateError, TypeError) as e:
-        line = getattr(e, "lineno", None)
-        if line is None:  # runtime errors: the template frame in the traceback has the line
-            for frame in reversed(traceback.extract_tb(e.__traceback__)):
-                if frame.filename.endswith(template):
-                    line = frame.lineno
-                    break
-        raise RenderError(
-            f"template error: {e}",
-            model=model,
-            file=root / template,
-            line=line,
-            hint="a template and toolkit.repo disagree on a value; this is a bug in sdtk",
-        ) from None
-
-
-def _b(value: bool) -> str:
-    """A boolean parameter value, spelled as upstream's fill commands spell it."""
-    return "True" if value else "False"
 
 
 # --------------------------------------------------------------------------- checks
@@ -355,14 +234,14 @@ def _llm_context(
         "kv_cache_host_memory_bytes": "",
         "kv_cache_onboard_blocks": "",
         "enable_trt_overlap": "",
-        "exclude_input_in_output": _b(s.exclude_input_in_output),
+        "exclude_input_in_output": pybool(s.exclude_input_in_output),
         "cancellation_check_period_ms": "",
         "stats_check_period_ms": "",
         "iter_stats_max_iterations": "",
         "request_stats_max_iterations": "",
-        "enable_kv_cache_reuse": _b(s.enable_kv_cache_reuse),
-        "normalize_log_probs": "" if s.normalize_log_probs is None else _b(s.normalize_log_probs),
-        "enable_chunked_context": _b(s.enable_chunked_context),
+        "enable_kv_cache_reuse": pybool(s.enable_kv_cache_reuse),
+        "normalize_log_probs": "" if s.normalize_log_probs is None else pybool(s.normalize_log_probs),
+        "enable_chunked_context": pybool(s.enable_chunked_context),
         "gpu_device_ids": _gpu_device_ids(recipe, engine.role),
         "participant_ids": "",
         "num_nodes": "",
@@ -451,23 +330,6 @@ def _read_llmapi_options(target: EngineInfo) -> dict[str, Any] | None:
 # --------------------------------------------------------------------------- the plan
 
 
-def _static(root: Path, rel: str) -> str:
-    return (root / rel).read_text(encoding="utf-8")
-
-
-def _python_model(root: Path, files: list[_File], name: str, model_py: str) -> None:
-    """A Python model's code: its model.py and the shared helpers next to it."""
-    files.append(_File(f"{name}/1/model.py", _static(root, model_py), name, model_py))
-    files.append(
-        _File(
-            f"{name}/1/sdtk_triton.py",
-            _static(root, "_common/sdtk_triton.py"),
-            name,
-            "_common/sdtk_triton.py",
-        )
-    )
-
-
 def _plan_inflight(
     recipe: Recipe,
     backend: str,
@@ -476,7 +338,7 @@ def _plan_inflight(
     tokenizer_dir: str,
     env,
     root: Path,
-) -> tuple[list[_File], list[str], list[str]]:
+) -> tuple[list[RepoFile], list[str], list[str]]:
     """Files, empty version directories and LLM model names of an engine or reference repository."""
     s = recipe.serving
     target = engines["target"]
@@ -494,10 +356,12 @@ def _plan_inflight(
         "logits_datatype": "TYPE_FP32",
         **_contract_names(recipe, target),
     }
-    files: list[_File] = []
+    files: list[RepoFile] = []
 
     def render(template: str, rel: str, model: str, context: dict[str, Any]) -> None:
-        files.append(_File(rel, _render(env, template, context, model=model, root=root), model, template))
+        files.append(
+            RepoFile(rel, render_template(env, template, context, model=model, root=root), model, template)
+        )
 
     base = "inflight_batcher_llm"
     render(
@@ -507,7 +371,7 @@ def _plan_inflight(
         {
             **common,
             "tokenizer_dir": tokenizer_dir,
-            "add_special_tokens": _b(s.add_special_tokens),
+            "add_special_tokens": pybool(s.add_special_tokens),
             "multimodal_model_path": "",
             "engine_dir": str(target.path),
             "max_num_images": "",
@@ -515,7 +379,7 @@ def _plan_inflight(
             "preprocessing_instance_count": s.preprocessing_instance_count,
         },
     )
-    _python_model(root, files, "preprocessing", f"{base}/preprocessing/1/model.py")
+    python_model(root, files, "preprocessing", f"{base}/preprocessing/1/model.py")
     render(
         f"{base}/postprocessing/config.pbtxt.j2",
         "postprocessing/config.pbtxt",
@@ -523,11 +387,11 @@ def _plan_inflight(
         {
             **common,
             "tokenizer_dir": tokenizer_dir,
-            "skip_special_tokens": _b(s.skip_special_tokens),
+            "skip_special_tokens": pybool(s.skip_special_tokens),
             "postprocessing_instance_count": s.postprocessing_instance_count,
         },
     )
-    _python_model(root, files, "postprocessing", f"{base}/postprocessing/1/model.py")
+    python_model(root, files, "postprocessing", f"{base}/postprocessing/1/model.py")
 
     llm_models = ["tensorrt_llm"] + (["tensorrt_llm_draft"] if draft_target else [])
     empty_dirs = []
@@ -540,7 +404,7 @@ def _plan_inflight(
             _llm_context(recipe, backend, engine, name, tokenizer_dir, common),
         )
         if backend == "reference":
-            _python_model(root, files, name, "reference/tensorrt_llm/1/model.py")
+            python_model(root, files, name, "reference/tensorrt_llm/1/model.py")
         else:
             empty_dirs.append(f"{name}/1")
 
@@ -557,15 +421,15 @@ def _plan_inflight(
             "tensorrt_llm_draft_model_name": "tensorrt_llm_draft" if draft_target else "",
             "multimodal_encoders_name": "",
             "default_num_draft_tokens": "0",
-            "default_use_draft_logits": _b(False),
+            "default_use_draft_logits": pybool(False),
             **modes.hooks(recipe.mode).triton_parameters(spec, backend, modes.BLS_MODEL),
-            "exclude_input_in_output": _b(s.exclude_input_in_output),
+            "exclude_input_in_output": pybool(s.exclude_input_in_output),
             "max_input_len": str(recipe.build.max_input_len),
             "max_seq_len": str(recipe.build.max_seq_len),
             "bls_instance_count": bls_instance_count(recipe, target.max_batch_size),
         },
     )
-    _python_model(root, files, bls, f"{base}/tensorrt_llm_bls/1/model.py")
+    python_model(root, files, bls, f"{base}/tensorrt_llm_bls/1/model.py")
     render(
         f"{base}/ensemble/config.pbtxt.j2",
         f"{ensemble}/config.pbtxt",
@@ -586,7 +450,7 @@ def _plan_llmapi(
     root: Path,
     *,
     reference: bool = False,
-) -> tuple[list[_File], list[str], list[str]]:
+) -> tuple[list[RepoFile], list[str], list[str]]:
     """Files, warnings and missing files of an llmapi repository. `reference`: the reference
     backend's flavour, the same config.pbtxt and model.yaml served by sdtk's reference llmapi model."""
     context = {
@@ -599,15 +463,15 @@ def _plan_llmapi(
         "late_inputs": llmapi_late_inputs(recipe.trtllm_version),
     }
     files = [
-        _File(
+        RepoFile(
             f"{entry}/config.pbtxt",
-            _render(env, "llmapi/tensorrt_llm/config.pbtxt.j2", context, model=entry, root=root),
+            render_template(env, "llmapi/tensorrt_llm/config.pbtxt.j2", context, model=entry, root=root),
             entry,
             "llmapi/tensorrt_llm/config.pbtxt.j2",
         ),
-        _File(
+        RepoFile(
             f"{entry}/1/model.yaml",
-            _render(env, "llmapi/tensorrt_llm/1/model.yaml.j2", context, model=entry, root=root),
+            render_template(env, "llmapi/tensorrt_llm/1/model.yaml.j2", context, model=entry, root=root),
             entry,
             "llmapi/tensorrt_llm/1/model.yaml.j2",
         ),
@@ -615,14 +479,14 @@ def _plan_llmapi(
     warnings: list[str] = []
     missing: list[str] = []
     if reference:
-        _python_model(root, files, entry, REFERENCE_LLMAPI_MODEL)
+        python_model(root, files, entry, REFERENCE_LLMAPI_MODEL)
         return files, warnings, missing
     candidates = llmapi_model_dirs(trtllm_dir)
     source = next((c for c in candidates if (c / "model.py").is_file()), None)
     if source is not None:
         for py in sorted(source.glob("*.py")):
             files.append(
-                _File(f"{entry}/1/{py.name}", py.read_text(encoding="utf-8"), entry, str(py), scan=False)
+                RepoFile(f"{entry}/1/{py.name}", py.read_text(encoding="utf-8"), entry, str(py), scan=False)
             )
     else:
         missing.append(f"{entry}/1/model.py")
@@ -642,85 +506,6 @@ def llmapi_model_dirs(trtllm_dir: Path | None) -> list[Path]:
     return out + [Path(d) for d in LLMAPI_MODEL_DIRS]
 
 
-# --------------------------------------------------------------------------- validation
-
-
-def _parse_configs(files: list[_File]) -> dict[str, Any]:
-    """Parse every config.pbtxt as a Triton ModelConfig (before anything is written)."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    configs = {}
-    for f in files:
-        if not f.rel.endswith("/config.pbtxt"):
-            continue
-        cfg = model_config_pb2.ModelConfig()
-        try:
-            text_format.Parse(f.text, cfg)
-        except text_format.ParseError as e:
-            raise RenderError(
-                f"rendered config.pbtxt is not a valid ModelConfig: {e}",
-                model=f.model,
-                file=f.rel,
-                line=e.GetLine() if hasattr(e, "GetLine") else None,
-                hint=f"rendered from {f.source}; this is a bug in sdtk's templates",
-            ) from None
-        directory = f.rel.split("/", 1)[0]
-        if cfg.name != directory:
-            raise RenderError(
-                f"config name '{cfg.name}' differs from its directory '{directory}'",
-                model=f.model,
-                file=f.rel,
-            )
-        configs[directory] = cfg
-    return configs
-
-
-def _check_configs(
-    configs: dict[str, Any], *, decoupled: bool, llm_models: list[str], bls: str | None
-) -> None:
-    """The models must agree on the transaction policy; ensemble steps must exist."""
-    for name in [*llm_models, *([bls] if bls else [])]:
-        cfg = configs[name]
-        if cfg.model_transaction_policy.decoupled != decoupled:
-            raise RenderError(
-                f"decoupled is {cfg.model_transaction_policy.decoupled} but serving.decoupled is {decoupled}: "
-                "the BLS calls the LLM models with its own transaction policy, so they must agree",
-                model=name,
-                file=f"{name}/config.pbtxt",
-            )
-    for name, cfg in configs.items():
-        if cfg.platform != "ensemble":
-            continue
-        for step in cfg.ensemble_scheduling.step:
-            if step.model_name not in configs:
-                raise RenderError(
-                    f"ensemble step calls model '{step.model_name}', which the repository does not have",
-                    model=name,
-                    file=f"{name}/config.pbtxt",
-                )
-
-
-def _scan(files: list[_File]) -> None:
-    """No template syntax may be left in anything sdtk rendered or wrote."""
-    for f in files:
-        if not f.scan:
-            continue
-        for number, line in enumerate(f.text.splitlines(), 1):
-            for token in ("${", "{{", "{%"):
-                if token in line:
-                    raise RenderError(
-                        f"'{token}' left in the output: {line.strip()[:120]}",
-                        model=f.model,
-                        file=f.rel,
-                        line=number,
-                        # A path holding the token (a directory named `${HOME}x`) lands here too:
-                        # the file could not be told apart from an unfilled template.
-                        hint=f"from {f.source}; every value must be filled, and no path sdtk writes "
-                        f"into it (output directory, engines, checkpoints) may contain {token!r}",
-                    )
-
-
 # --------------------------------------------------------------------------- writing
 
 
@@ -728,7 +513,7 @@ def _is_repository(path: Path) -> bool:
     return (path / MANIFEST).is_file()
 
 
-def _write(out: Path, files: list[_File], empty_dirs: list[str]) -> None:
+def _write(out: Path, files: list[RepoFile], empty_dirs: list[str]) -> None:
     """Write into `<out>.incomplete`, then swap it in; a previous repository goes only on success."""
     tmp = out.with_name(out.name + ".incomplete")
     old = out.with_name(out.name + ".previous")
@@ -810,7 +595,7 @@ def render_repository(
     warnings = _check_engines(recipe, backend, info)
     entry, kind = entry_point(recipe, backend)
     root = Path(templates).absolute() if templates is not None else templates_dir()
-    env = _environment(root)
+    env = environment(root)
 
     missing: list[str] = []
     if layout == "llmapi":
@@ -837,8 +622,8 @@ def render_repository(
         files, empty_dirs, llm_models = _plan_inflight(recipe, backend, info, entry, tok, env, root)
         bls = entry if kind == "bls" else "tensorrt_llm_bls"
 
-    configs = _parse_configs(files)
-    _check_configs(configs, decoupled=recipe.serving.decoupled, llm_models=llm_models, bls=bls)
+    configs = parse_configs(files)
+    check_configs(configs, decoupled=recipe.serving.decoupled, llm_models=llm_models, bls=bls)
     result = RenderResult(
         path=out,
         backend=backend,
@@ -856,9 +641,9 @@ def render_repository(
     from toolkit.repo.runbook import runbook
 
     files.append(
-        _File(
+        RepoFile(
             RUNBOOK,
-            _render(env, "RUNBOOK.md.j2", runbook(recipe, result), model=None, root=root),
+            render_template(env, "RUNBOOK.md.j2", runbook(recipe, result), model=None, root=root),
             None,
             "RUNBOOK.md.j2",
         )
@@ -867,7 +652,7 @@ def render_repository(
     manifest = {"sdtk_version": __version__, "recipe": recipe.display_name, **result.to_dict()}
     manifest.pop("path")
     manifest["runbook"] = RUNBOOK
-    files.append(_File(MANIFEST, json.dumps(manifest, indent=2) + "\n", None, "toolkit/repo/render.py"))
-    _scan(files)
+    files.append(RepoFile(MANIFEST, json.dumps(manifest, indent=2) + "\n", None, "toolkit/repo/render.py"))
+    scan(files)
     _write(out, files, empty_dirs)
     return result
