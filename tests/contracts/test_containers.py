@@ -17,7 +17,7 @@ import pytest
 
 from toolkit import containers
 from toolkit.build import engine
-from toolkit.ops import images
+from toolkit.containers import images
 
 HERE = Path(__file__).parent
 MIRRORS = {
@@ -63,7 +63,7 @@ def test_layout_of_each_container(tag):
 
 @pytest.mark.parametrize("tag", list(FACTS))
 def test_trtllm_version_agrees_with_the_compatibility_matrix(tag):
-    """toolkit/ops/images.py holds Triton's release compatibility matrix; a container whose Dockerfile
+    """toolkit/containers/images.py holds Triton's release compatibility matrix; a container whose Dockerfile
     disagrees with it (25.11: tensorrt_llm==1.2.0rc2 vs 1.0.3.2510) must say so."""
     c = FACTS[tag]
     matrix = images.CONTAINER_TO_TRTLLM[tag]

@@ -231,7 +231,7 @@ BUNDLED = sorted(p.name for p in (REPO / "recipes").glob("*.yaml") if not p.name
 def test_bundled_recipe_build_plans_match_their_declared_version(name, tmp_path):
     """The real-model recipes, planned (dry run) for the version they declare (default: the newest
     verified container's, 1.1.0), use only flags and options that version has."""
-    from toolkit.ops.images import DEFAULT_TRTLLM
+    from toolkit.containers.images import DEFAULT_TRTLLM
     from toolkit.recipe import load_recipe
 
     recipe = load_recipe(REPO / "recipes" / name)

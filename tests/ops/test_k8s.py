@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from toolkit.containers import images
 from toolkit.errors import CompatError, UsageError
-from toolkit.ops import images
 from toolkit.ops.k8s import HPA_PENDING, HPA_WAITING, k8s_name, load_manifests, plan_k8s, render_k8s
 from toolkit.ops.layout import rank_commands
 from toolkit.ops.manifests import ManifestError, validate_all, validate_manifest

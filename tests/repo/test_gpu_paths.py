@@ -314,7 +314,7 @@ def test_ensemble_request_is_unchanged(tmp_path):
 def test_pinned_versions_have_a_verified_container():
     """Triton's release compatibility matrix: newest trtllm-python-py3 row 25.12 → TensorRT-LLM
     1.1.0. Every bundled recipe that pins a version pins one a verified container carries."""
-    from toolkit.ops import images
+    from toolkit.containers import images
 
     pinned = {}
     for path in sorted((REPO / "recipes").glob("*.yaml")):

@@ -118,3 +118,26 @@ def test_no_new_runtime_import_cycles():
     assert "toolkit.build.llmapi" not in graph["toolkit.build.reference"] or (
         "toolkit.build.reference" not in graph["toolkit.build.llmapi"]
     )
+
+
+def test_the_documented_layers_are_the_import_contract():
+    """docs/architecture.md's layer list is pyproject.toml's repo-wide import-linter contract,
+    line for line, and the contract names every top-level module (exhaustive)."""
+    import tomllib
+
+    import toolkit
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    contracts = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in contracts if c.get("containers") == ["toolkit"] and c["type"] == "layers"]
+    assert contract["exhaustive"] is True
+    text = DOC.read_text(encoding="utf-8")
+    block = re.search(r"<!-- layers:[^>]*-->\n```\n(.*?)\n```", text, re.S)
+    assert block is not None
+    assert block.group(1).splitlines() == contract["layers"]
+    named = {m.strip() for line in contract["layers"] for m in re.split(r"[|:]", line)}
+    root = Path(toolkit.__file__).parent
+    top = {p.stem for p in root.glob("*.py") if p.stem != "__init__"} | {
+        p.name for p in root.iterdir() if (p / "__init__.py").exists()
+    }
+    assert named == top

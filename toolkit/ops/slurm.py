@@ -101,7 +101,7 @@ def plan_slurm(
             "--container-image runs tasks through srun (pyxis); mpirun cannot start ranks inside it",
             hint="drop --how mpirun, or drop --container-image to run on bare metal",
         )
-    from toolkit.ops import images
+    from toolkit.containers import images
 
     version = trtllm_version or (images.trtllm_version_of(container_image) if container_image else None)
     topo = plan_topology(recipe, gpus_per_node=gpus_per_node, trtllm_version=version)

@@ -34,7 +34,7 @@ from toolkit.server.state import server_status, stop_server
 from toolkit.validate import validate_deployment
 
 STEPS = ("build", "deploy", "validate", "bench", "stop")
-WOULD_RUN = "1.1.0"  # the TensorRT-LLM of the newest verified NGC container (toolkit/ops/images.py)
+WOULD_RUN = "1.1.0"  # the TensorRT-LLM of the newest verified NGC container (toolkit/containers/images.py)
 
 
 @dataclass

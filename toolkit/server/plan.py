@@ -195,13 +195,13 @@ def launch_ranks(backend: str, mode: str, engine_world_size: int) -> int:
 def container_version(trtllm_version: str | None = None) -> str | None:
     """The Triton container version (yy.mm) launch_triton_server.py compares with 24.06:
     $NVIDIA_TRITON_SERVER_VERSION inside the container, else the NGC container that carries
-    `trtllm_version` (toolkit/ops/images.py), so that a dry run shows what the container runs."""
+    `trtllm_version` (toolkit/containers/images.py), so that a dry run shows what the container runs."""
     env = os.environ.get("NVIDIA_TRITON_SERVER_VERSION")
     if env:
         return env
     from packaging.version import InvalidVersion, Version
 
-    from toolkit.ops import images
+    from toolkit.containers import images
 
     version = trtllm_version or images.DEFAULT_TRTLLM
     try:

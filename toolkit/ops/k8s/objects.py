@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from toolkit.containers import images
 from toolkit.errors import UsageError
-from toolkit.ops import images
 from toolkit.ops.k8s import pods, workloads
 from toolkit.ops.k8s.context import Context
 from toolkit.ops.k8s.options import (

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from toolkit.errors import UsageError
 
-DATA_DIR = Path(__file__).resolve().parent / "data" / "containers"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "containers"
 # Every Triton container sets it: triton-inference-server/server build.py
 # `ENV NVIDIA_TRITON_SERVER_VERSION ${TRITON_CONTAINER_VERSION}` (dockerfile_prepare_container_linux).
 CONTAINER_ENV = "NVIDIA_TRITON_SERVER_VERSION"
