@@ -242,16 +242,16 @@ def render_target(
         from toolkit.ops.k8s import MODELS_MOUNT, plan_k8s, write_k8s
 
         k8s = plan_k8s(recipe, namespace=namespace, image=image, replicas=replicas)
-        files, topology = write_k8s(k8s, out, validate=True), k8s.topology
-        root = Path(MODELS_MOUNT) / recipe.display_name
+        topology, root = k8s.topology, Path(MODELS_MOUNT) / recipe.display_name
     else:
         from toolkit.ops.slurm import plan_slurm, write_slurm
 
-        root = (workdir or DEFAULT_WORKDIR).resolve()
-        slurm = plan_slurm(recipe, workdir=root, container_image=image)
-        files, topology = write_slurm(slurm, out), slurm.topology
-        root = root / recipe.display_name
+        base = (workdir or DEFAULT_WORKDIR).resolve()
+        slurm = plan_slurm(recipe, workdir=base, container_image=image)
+        topology, root = slurm.topology, base / recipe.display_name
+    # What clients call is decided (and a bad serving.model_name refused) before a file is written.
     entry, kind = entry_point(recipe, topology.backend)
+    files = write_k8s(k8s, out, validate=True) if target == "k8s" else write_slurm(slurm, out)
     return DeployResult(
         recipe=recipe.display_name,
         backend=topology.backend,

@@ -350,3 +350,13 @@ def test_served_predictions_amortise_a_per_step_serving_cost():
     assert "served: + 2.79 ms per step (served baseline)" in result.basis
     assert result.recommendation is not None and result.recommendation.basis == result.basis
     assert result.probe is not None and result.probe.timing.serving_overhead == o
+
+
+def test_hub_eagle_tree_is_priced_per_tree_level_not_per_budget_token():
+    """Without a probe, plan assumes a tree depth of 4 for tree modes; the EAGLE-1/2 head runs once
+    per level (num_eagle_layers), so the roofline charges 4 head reads a step, not its 63-token
+    budget (max_draft_len); Medusa's heads run once."""
+    eagle = plan("vicuna-7b-eagle", gpu="h100", concurrency=(1,), progress=False, fetch="none")
+    assert eagle.sizing is not None and eagle.sizing.draft_forwards == 4
+    medusa = plan("vicuna-7b-medusa", gpu="h100", concurrency=(1,), progress=False, fetch="none")
+    assert medusa.sizing is not None and medusa.sizing.draft_forwards == 1

@@ -14,6 +14,7 @@ from toolkit.errors import UsageError
 from toolkit.ops.k8s import render_k8s
 from toolkit.ops.slurm import render_slurm
 from toolkit.recipe import load_recipe
+from toolkit.repo.errors import RenderError
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "llama-3.3-70b-draft-target.yaml"
@@ -90,3 +91,14 @@ def test_cli_target_goes_through_toolkit_deploy(tmp_path, monkeypatch):
     assert json.loads(res.stdout) == [str(out / "llama-3.3-70b-draft-target.sbatch")]
     res = CliRunner().invoke(cli, ["deploy", str(RECIPE), "--target", "k8s"])
     assert res.exit_code != 0 and "--target k8s needs --out DIR" in res.output
+
+
+@pytest.mark.parametrize("target", ["k8s", "slurm"])
+def test_a_bad_entry_point_name_is_refused_before_a_file_is_written(tmp_path, target):
+    """serving.model_name naming another model of the repository fails the render in the pod;
+    deploy(target=k8s|slurm) refuses it up front and leaves --out as it was."""
+    recipe = load_recipe(ROOT / "recipes" / "tiny-eagle3.yaml", ["serving.model_name=preprocessing"])
+    out = tmp_path / "out"
+    with pytest.raises(RenderError, match="serving.model_name 'preprocessing'"):
+        deploy(recipe, target=target, out=out, workdir=tmp_path / "wd")
+    assert not out.exists() or not any(out.rglob("*"))

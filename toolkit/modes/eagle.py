@@ -182,7 +182,7 @@ def reference_speculator(spec: Eagle, runtime: Any, sampling: Any, draft: Any) -
 
 
 def draft_forwards(draft_len: int) -> int:
-    return draft_len  # the head runs once per drafted position (as bench's roofline priced it)
+    return draft_len  # the head runs once per tree level: pass the depth, not the token budget
 
 
 def proposer(spec: Eagle) -> ProposerFacts:

@@ -152,9 +152,12 @@ def size_and_roofline(
         tau, tau_src = best_pred.expected_tokens, f"probe ({best_pred.label})"
         draft_fw = config_shape(mode, best_pred.settings, spec).draft_forwards
     elif mode != "none":
-        tau = cm.expected_tokens(0.8, spec.draft_len if mode in CHAIN_MODES else 4)
+        # One depth for both: a chain's draft length, or an assumed tree depth of 4 (EAGLE-1/2's
+        # num_eagle_layers default); a tree's token budget (EAGLE's max_draft_len, 63) is no depth.
+        depth = spec.draft_len if mode in CHAIN_MODES else 4
+        tau = cm.expected_tokens(0.8, depth)
         tau_src = "assumed α=0.8 (no probe)"
-        draft_fw = draft_forwards(mode, spec.draft_len)
+        draft_fw = draft_forwards(mode, depth)
     result.sizing = sz.size(
         components,
         gpu_obj,
