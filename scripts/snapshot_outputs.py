@@ -12,6 +12,7 @@ Per recipe (recipes/*.yaml) and per backend the support matrix allows for its mo
   <recipe>/<backend>/render.json                 the RenderResult
   <recipe>/<backend>/launch.json                 the local launch: argv and env (NGC tritonserver)
   <recipe>/k8s/, <recipe>/slurm/                 `sdtk deploy --target k8s|slurm`
+  <recipe>/k8s-25.06/, <recipe>/slurm-25.06/     the same with the 25.06 image (TensorRT-LLM 0.20: engine path)
 Plus the test fixtures' backend × mode matrix (tests/repo/conftest.py make_recipe) as
 `matrix-<backend>-<mode>/`. Engines are the tests' stand-ins (config.json only), as in
 tests/repo; nothing is built or launched. Work paths are fixed, so the output is deterministic.
@@ -29,6 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 WORK = Path("/tmp/sdtk-snapshot-work")  # fixed: rendered files hold absolute paths
+OLD_IMAGE = "nvcr.io/nvidia/tritonserver:25.06-trtllm-python-py3"
 
 
 def _dump(path: Path, data: Any) -> None:
@@ -52,7 +54,6 @@ def _backends(mode: str) -> list[str]:
 
 
 def _local(recipe: Any, backend: str, dest: Path, work: Path) -> None:
-
     from tests.repo.conftest import engines_for, llmapi_options
     from toolkit.deploy import _server
     from toolkit.repo import render_repository
@@ -103,6 +104,12 @@ def _one(name: str, recipe: Any, out: Path) -> None:
     for target, fn in (
         ("k8s", lambda d: render_k8s(recipe, out_dir=d, validate=True)),
         ("slurm", lambda d: render_slurm(recipe, out_dir=d, workdir=str(WORK / "wd"))),
+        # An older container (TensorRT-LLM 0.20): the engine path, orchestrator mode included.
+        ("k8s-25.06", lambda d: render_k8s(recipe, out_dir=d, image=OLD_IMAGE, validate=True)),
+        (
+            "slurm-25.06",
+            lambda d: render_slurm(recipe, out_dir=d, workdir=str(WORK / "wd"), container_image=OLD_IMAGE),
+        ),
     ):
         try:
             fn(out / name / target)
