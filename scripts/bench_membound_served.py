@@ -8,7 +8,7 @@ sdtk, paired requests, 95% CI by paired bootstrap over requests: the CLI's own n
 given concurrency levels. With --plan, `sdtk plan RECIPE --concurrency LEVELS` (the in-process
 probe) predicts the speedup at the recipe's own draft length, and the section shows
 |plan − measured| ÷ measured per level. The section between the bench_membound_served markers in
-docs/benchmarks.md is replaced.
+docs/benchmarks.md (or --section NAME's) is replaced.
 
     python scripts/bench_membound_served.py [RECIPE ...] [--concurrency 1] [--requests 16]
         [--max-tokens 64] [--plan] [--no-write]
@@ -30,7 +30,7 @@ from _bench import cpu_model, sdtk  # scripts/_bench.py
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-START, END = "<!-- bench_membound_served:start -->", "<!-- bench_membound_served:end -->"
+SECTION = "bench_membound_served"  # --section names another marked section (e.g. a --plan run)
 BASELINE = "tiny-baseline-membound"
 DEFAULT = [
     "tiny-ngram-membound",
@@ -78,7 +78,9 @@ def main() -> int:
     ap.add_argument("--plan", action="store_true", help="also run sdtk plan and show its error")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--section", default=SECTION, help="marker name of the section to replace")
     args = ap.parse_args()
+    start, end = f"<!-- {args.section}:start -->", f"<!-- {args.section}:end -->"
     load0 = os.getloadavg()[0]
     started = datetime.now(timezone.utc)
     rows: list[str] = []
@@ -106,8 +108,9 @@ def main() -> int:
         rule += "---:|---:|"
     section = "\n".join(
         [
-            START,
-            "## The memory-bound twin, served: every mode against the padded baseline (issue 27)",
+            start,
+            "## The memory-bound twin, served: every mode against the padded baseline (issue 27)"
+            + (", and plan's prediction" if args.plan else ""),
             "",
             f"- machine: {cpu_model()}, {os.cpu_count()} cores; load average {load0:.1f} before, "
             f"{load1:.1f} after",
@@ -123,14 +126,14 @@ def main() -> int:
             rule + "---|",
             *rows,
             "",
-            END,
+            end,
         ]
     )
     print(section)
     if not args.no_write:
         from toolkit._fs import replace_section
 
-        replace_section(args.out, START, END, section)
+        replace_section(args.out, start, end, section)
     return 0
 
 
