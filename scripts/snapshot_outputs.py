@@ -39,18 +39,10 @@ def _dump(path: Path, data: Any) -> None:
 
 
 def _backends(mode: str) -> list[str]:
-    from toolkit.compat import check
-    from toolkit.errors import SdtkError
-    from toolkit.modes import BACKENDS
+    """The backends the support matrix allows for `mode` (toolkit.compat's cells)."""
+    from toolkit.compat import matrix
 
-    out = []
-    for b in BACKENDS[1:]:
-        try:
-            check(mode, b)
-        except SdtkError:
-            continue
-        out.append(b)
-    return out
+    return [c.backend for c in matrix(mode) if c.supported]
 
 
 def _local(recipe: Any, backend: str, dest: Path, work: Path) -> None:

@@ -159,18 +159,10 @@ def slurm_launch(script: str) -> tuple[str, Launch]:
 
 
 def _backends(mode: str) -> list[str]:
-    from toolkit.compat import check
-    from toolkit.errors import SdtkError
-    from toolkit.modes import BACKENDS
+    """The backends the support matrix allows for `mode` (toolkit.compat's cells)."""
+    from toolkit.compat import matrix
 
-    out = []
-    for b in BACKENDS[1:]:
-        try:
-            check(mode, b)
-        except SdtkError:
-            continue
-        out.append(b)
-    return out
+    return [c.backend for c in matrix(mode) if c.supported]
 
 
 @pytest.mark.parametrize(("name", "overrides"), CASES, ids=[f"{n}{''.join(o)}" for n, o in CASES])
