@@ -360,3 +360,36 @@ def test_hub_eagle_tree_is_priced_per_tree_level_not_per_budget_token():
     assert eagle.sizing is not None and eagle.sizing.draft_forwards == 4
     medusa = plan("vicuna-7b-medusa", gpu="h100", concurrency=(1,), progress=False, fetch="none")
     assert medusa.sizing is not None and medusa.sizing.draft_forwards == 1
+
+
+def test_draft_target_through_the_bls_loop_pays_the_plain_fill():
+    """The BLS asks the target for γ+1 tokens per iteration (upstream decode.py); after verifying
+    (τ tokens) the target decodes plainly up to γ+1. Plan prices those E[γ+1−τ] plain steps for
+    the engine/reference repositories, not for llmapi (one executor runs both models)."""
+    from toolkit.bench.decide import costmodel as cm
+    from toolkit.bench.decide.plan import bls_loop, predict_from_probe
+    from toolkit.bench.decide.predict import PlanResult, Probe, ProbeConfig
+    from toolkit.recipe import load_recipe
+
+    # τ = 2 at γ=3 leaves 2 plain steps: 4 tokens for t_step + 2·t_plain.
+    assert cm.bls_loop_speedup(2.0, 3, 1.0, 1.5) == pytest.approx(4.0 / 3.5)
+    assert cm.bls_loop_speedup(2.0, 3, 1.0, 1.5, 0.5) == pytest.approx(4.0 * 1.5 / 4.0)
+    assert cm.bls_loop_speedup(4.0, 3, 1.0, 1.5) == pytest.approx(cm.served_speedup(4.0, 1.0, 1.5))  # no fill
+    steps = [[2, 1, 3, 2]] * 4  # τ = 2 per prompt
+    cfg = ProbeConfig(
+        "γ=3", {"max_draft_len": 3}, cm.chain_shape(3), 16, 32, 48, 16,
+        [16, 8, 4], [8, 4, 2], 1.5e-3, steps,
+    )  # fmt: skip
+    probe = Probe(4, 8, 0.0, {"name": "code"}, StepTiming(t_base=1e-3, forward_points=[(1, 1e-3)]), [cfg])
+    rec = load_recipe("tiny-draft-target")
+    assert bls_loop(rec, "reference") and bls_loop(rec, "engine") and not bls_loop(rec, "llmapi")
+    assert not bls_loop(load_recipe("tiny-draft-target", ["serving.repository=llmapi"]), "reference")
+    assert not bls_loop(load_recipe("tiny-eagle3"), "reference")
+    for backend, fills in (("reference", True), ("llmapi", False)):
+        result = PlanResult("tiny-draft-target", "draft_target", backend, "", [1])
+        predict_from_probe(result, rec, probe, gamma_max=3, concurrency=[1], twin=None)
+        p3 = next(p for p in result.predictions if p.draft_len == 3)
+        tau = p3.expected_tokens
+        want = cm.bls_loop_speedup(tau, 3, 1e-3, 1.5e-3) if fills else cm.served_speedup(tau, 1e-3, 1.5e-3)
+        assert p3.speedup[1] == pytest.approx(want)
+        assert ("BLS loop" in p3.source) is fills

@@ -833,11 +833,17 @@ def test_reference_model_execute(ref_module, pb, monkeypatch):
 
     model = ref_module.TritonPythonModel()
     model.initialize(args(model_config("tensorrt_llm_draft", params, decoupled=False)))
-    responses = model.execute(
-        [pb.Request(llm_request([0, 5], 3)), pb.Request(llm_request([0, 5], 3, streaming=True))]
+    # Not decoupled, as the C++ backend: execute() returns at once (requests of later calls join
+    # the batch) and each request gets exactly one response, with the final flag.
+    one, streamed = pb.Request(llm_request([0, 5], 3)), pb.Request(llm_request([0, 5], 3, streaming=True))
+    assert model.execute([one, streamed]) is None
+    assert model.wait_idle()
+    assert [f for _, f in one.sender.sent] == [final]
+    assert not one.sender.sent[0][0].has_error() and toks(one.sender.sent[0][0].as_dict()) == greedy(
+        [0, 5], 3
     )
-    assert len(responses) == 2 and not responses[0].has_error()
-    assert "tensorrt_llm_draft: Streaming is only supported" in responses[1].error().message()
+    assert [f for _, f in streamed.sender.sent] == [final]
+    assert "tensorrt_llm_draft: Streaming is only supported" in streamed.sender.sent[0][0].error().message()
     with pytest.raises(ValueError, match="max_beam_width"):
         ref_module.TritonPythonModel().initialize(
             args(model_config("tensorrt_llm", {**params, "max_beam_width": "4"}))
@@ -950,7 +956,9 @@ def test_reference_sampling_knobs_and_outputs(ref_module, tiny_runtime):
     assert greedy_ids[0] not in toks(out)[:3]
     # Log probs and generation logits: [1, beams, tokens] / [1, beams] / [1, beams, tokens, vocab];
     # normalize_log_probs true (upstream's default) gives greedy tokens 0.
-    (out,) = list(gen(llm_request(prompt, 5, end_id=-1, return_log_probs=True, return_generation_logits=True)))
+    (out,) = list(
+        gen(llm_request(prompt, 5, end_id=-1, return_log_probs=True, return_generation_logits=True))
+    )
     assert out["output_log_probs"].shape == (1, 1, 5) and not out["output_log_probs"].any()
     assert out["cum_log_probs"].shape == (1, 1)
     vocab = rt.target.config.vocab_size
@@ -975,7 +983,9 @@ def test_reference_draft_target_loader_pads_the_target(ref_module, tmp_path):
     tiny = Path(__file__).resolve().parents[2] / "models" / "tiny"
     ref = {"checkpoint": str(tiny / "target"), "tokenizer": None, "inflate": 2}
     ref["speculative"] = {"mode": "draft_target", "max_draft_len": 2}
-    (tmp_path / "config.json").write_text(json.dumps({"pretrained_config": {"dtype": "float32"}, "reference": ref}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"pretrained_config": {"dtype": "float32"}, "reference": ref})
+    )
     runtime, built = ref_module.load_runtime(tmp_path)
     assert built["mode"] == "draft_target" and runtime.inflate == 2 and runtime.draft is None
     width = runtime.target.model.model.layers[0].mlp.gate_proj.out_features

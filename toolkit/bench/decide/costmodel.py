@@ -11,7 +11,9 @@ formulas (tests pin them to the paper's Table 1) and extend them with
   stops paying once the target step becomes compute-bound;
 - shapes for trees (n = nodes+1 tokens verified) and lookahead ((W+G)(N−1) tokens);
 - a serving cost per step: a served step pays o beyond its forwards (a response through the
-  ensemble, detokenization, IPC per chunk) whether it commits 1 token or τ (`served_speedup`).
+  ensemble, detokenization, IPC per chunk) whether it commits 1 token or τ (`served_speedup`);
+- draft-target through the BLS loop, whose target request decodes plainly up to γ+1 tokens
+  after the verification (`bls_loop_speedup`).
 """
 
 from __future__ import annotations
@@ -200,6 +202,19 @@ def served_speedup(expected: float, t_plain: float, t_spec: float, overhead: flo
         raise ValueError(f"serving overhead must be ≥ 0 seconds, got {overhead}")
     den = t_spec + overhead
     return expected * (t_plain + overhead) / den if den > 0 else 0.0
+
+
+def bls_loop_speedup(
+    expected: float, gamma: int, t_plain: float, t_step: float, overhead: float = 0.0
+) -> float:
+    """Draft-target served through the `tensorrt_llm_bls` loop: each iteration asks the target
+    for `request_output_len` = γ+1 tokens with the γ draft tokens (upstream's decode.py), so the
+    target verifies the draft (τ tokens, the step of `t_step`) and then decodes plainly until it
+    has γ+1: E[γ+1−τ] plain steps more, after which the next iteration drafts again. Per
+    iteration γ+1 tokens for t_step + (γ+1−τ)·t_plain (+ the serving cost o once):
+    (γ+1)(t_plain + o) / (t_step + (γ+1−τ)·t_plain + o)."""
+    fill = max(0.0, gamma + 1 - expected)
+    return served_speedup(gamma + 1.0, t_plain, t_step + fill * t_plain, overhead)
 
 
 def leviathan_speedup_with_verify(

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from toolkit import modes
 from toolkit.bench.decide import costmodel as cm
 from toolkit.bench.decide import sizing as sz
 from toolkit.bench.decide.predict import (
@@ -66,6 +67,12 @@ def new_plan(rec: Recipe, backend: str, concurrency: list[int]) -> PlanResult:
     return result
 
 
+def bls_loop(rec: Recipe, backend: str) -> bool:
+    """Whether the deployment speculates through the `tensorrt_llm_bls` draft-target loop (a draft
+    model on the engine or reference repository; llmapi runs both models in one executor)."""
+    return modes.info(rec.speculative.mode).two_model and rec.repository_layout(backend) != "llmapi"
+
+
 def predict_from_probe(
     result: PlanResult,
     rec: Recipe,
@@ -87,6 +94,7 @@ def predict_from_probe(
         gamma_max=gamma_max,
         concurrency=concurrency,
         alpha=alpha.point if alpha else None,
+        bls_loop=bls_loop(rec, result.backend),
     )
     result.basis = "measured (reference runtime on this CPU)"
     if twin:
@@ -118,6 +126,7 @@ def add_serving_overhead(result: PlanResult, rec: Recipe, overhead: float, sourc
         gamma_max=max(p.draft_len for p in result.predictions),
         concurrency=result.concurrency,
         alpha=alpha.point if alpha else None,
+        bls_loop=bls_loop(rec, result.backend),
     )
     result.basis = f"{old_basis}, served: + {overhead * 1e3:.2f} ms per step ({source})"
     if result.recommendation is not None and result.recommendation.basis == old_basis:

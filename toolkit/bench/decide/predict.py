@@ -343,7 +343,14 @@ def interpolate(points: Sequence[tuple[int, float]], x: int) -> float:
 
 
 def predict_measured(
-    probe: Probe, mode: str, spec: Any, *, gamma_max: int, concurrency: Sequence[int], alpha: float | None
+    probe: Probe,
+    mode: str,
+    spec: Any,
+    *,
+    gamma_max: int,
+    concurrency: Sequence[int],
+    alpha: float | None,
+    bls_loop: bool = False,
 ) -> list[Prediction]:
     """Cost model with this machine's measured costs (reference runtime, one sequence at a time).
 
@@ -360,6 +367,9 @@ def predict_measured(
     plain step grows from 1 to b rows against how much a step verifying γ+1 tokens per row
     grows (`StepTiming.batch_scale`, from timed batched forwards; b capped at max_batch_size).
     The draft's and proposers' own costs are taken to scale like the plain step.
+    `bls_loop`: draft-target served through the `tensorrt_llm_bls` loop (engine and reference
+    repositories), where each iteration's target request also decodes plainly up to γ+1 tokens
+    (`costmodel.bls_loop_speedup`).
     """
     t = probe.timing
     out: list[Prediction] = []
@@ -375,7 +385,10 @@ def predict_measured(
         for g in range(1, min(gamma_max, gmax) + 1):
             e = simulate_tau(runs, g) if runs else cm.expected_tokens_from_marginals(primary.marginals, g)
             step = interpolate(step_pts, g) if step_pts else t.t_base
-            s = cm.served_speedup(e, t.t_base, step, t.serving_overhead)
+            if bls_loop:
+                s = cm.bls_loop_speedup(e, g, t.t_base, step, t.serving_overhead)
+            else:
+                s = cm.served_speedup(e, t.t_base, step, t.serving_overhead)
             e_iid = cm.expected_tokens(alpha, g) if alpha is not None else None
             lev = (
                 {b: cm.leviathan_speedup_with_verify(e_iid, g, c_lev, t.kappa, g + 1) for b in concurrency}
@@ -392,7 +405,8 @@ def predict_measured(
                     speedup={b: s * t.batch_scale(g + 1, b) for b in concurrency},
                     speedup_iid=lev,
                     source=f"τ replayed from the {primary.label} probe; step time interpolated from probes at "
-                    + ", ".join(f"γ={x}" for x, _ in sorted(step_pts)),
+                    + ", ".join(f"γ={x}" for x, _ in sorted(step_pts))
+                    + ("; BLS loop: plain steps up to γ+1 tokens per iteration" if bls_loop else ""),
                 )
             )
     for cfg in probe.configs:

@@ -43,8 +43,10 @@ In-flight batching: execute() hands each request to its own thread and returns; 
 iteration, up to the engine's max_batch_size sequences, and requests that arrive meanwhile join
 at the next iteration. One `Responder` thread does every Triton call after execute() (sending,
 is_cancelled() at most every CANCEL_CHECK_S per request, the sdtk_spec_* metrics); the
-generation threads only exchange numpy dicts and Events with it. Not decoupled, the requests of
-one execute() call run batched and the stub thread asks is_cancelled() while it waits.
+generation threads only exchange numpy dicts and Events with it. Decoupled or not, as the C++
+backend: not decoupled, each request gets one response through its response sender (the Python
+backend's default mode, Triton ≥ 24.06), so requests of separate execute() calls (e.g. the
+iterations of concurrent draft-target BLS loops) share the batch too.
 
 sdtk's own code; needs sdtk (toolkit.reference) in the Python that runs Triton's Python backend.
 """
@@ -236,10 +238,12 @@ class Responder(Sink):
 
     Generation threads (one per request, batched by the runtime) only put numpy dicts on the
     outbox and read an Event, so Triton's objects are never used from two threads at once, and
-    each request's objects are released on this thread. Not decoupled, only the metrics go
-    through it: custom-metric calls made from several generation threads at once crash
-    tritonserver 2.51 (Signal 11 in libtriton_python; reproduced with four concurrent BLS
-    instances calling a non-decoupled tensorrt_llm, tests/stress/test_faithful_twin.py)."""
+    each request's objects are released on this thread. Custom-metric calls made from several
+    threads at once crash tritonserver 2.51 (Signal 11 in libtriton_python; reproduced with four
+    concurrent BLS instances calling a non-decoupled tensorrt_llm, tests/stress/test_served.py).
+
+    Not decoupled (`single`), a request gets exactly one response, its last output with the
+    final flag (the Python backend's default mode with a response sender, Triton ≥ 24.06)."""
 
     def __init__(self, name: str, metrics=None, batch_metrics=None):
         self.name = name
@@ -247,20 +251,23 @@ class Responder(Sink):
         self.batch_metrics = batch_metrics
         self._flushed = 0.0
         self.outbox: queue.Queue = queue.Queue()
-        self.flight: dict[int, tuple] = {}  # key -> (sender, stop Event, cancel probe, request id)
+        # key -> (sender, stop Event, cancel probe, request id, single response)
+        self.flight: dict[int, tuple] = {}
+        self.last: dict[int, dict] = {}  # a `single` request's latest output, sent with its end
         self.stopped: set[int] = set()  # keys a `stop` request cancelled
         self._next = 0
         self.thread = threading.Thread(target=self._loop, name="sdtk-reference-respond", daemon=True)
         self.thread.start()
 
-    def start(self, sender, work, request_id: str = "") -> None:
+    def start(self, sender, work, request_id: str = "", single: bool = False) -> None:
         """Run `work(cancelled)` (an iterable of output dicts) in its own thread; stream its
-        outputs through `sender`. `request_id`: what a `stop` request names to cancel it."""
+        outputs through `sender` (`single`: only the last, as the request's one response).
+        `request_id`: what a `stop` request names to cancel it."""
         self._next += 1
         key, stop = self._next, threading.Event()
         # is_cancelled() at most every CANCEL_CHECK_S, never in a request's first CANCEL_CHECK_S.
         probe = st.every(st.CANCEL_CHECK_S, sender.is_cancelled)
-        self.outbox.put(("open", key, (sender, stop, probe, request_id)))
+        self.outbox.put(("open", key, (sender, stop, probe, request_id, single)))
 
         def run():
             try:
@@ -301,15 +308,24 @@ class Responder(Sink):
                 if self.metrics is not None:
                     self.metrics.record(value)
             elif kind == "cancel":
-                for k, (_, stop, _, request_id) in self.flight.items():
+                for k, (_, stop, _, request_id, _) in self.flight.items():
                     if request_id == value:
                         stop.set()
                         self.stopped.add(k)
             elif kind is not None and key in self.flight:
-                sender, stop, _, _ = self.flight[key]
+                sender, stop, _, _, single = self.flight[key]
                 try:
-                    if kind == "out":
+                    if kind == "out" and single:
+                        self.last[key] = value
+                    elif kind == "out":
                         sender.send(st.response(value))
+                    elif kind == "final" and single:
+                        del self.flight[key]
+                        out = self.last.pop(key, None)
+                        if out is None:
+                            sender.send(st.failure(self.name, RuntimeError("no output")), flags=final)
+                        else:
+                            sender.send(st.response(out), flags=final)
                     elif kind == "final":
                         del self.flight[key]
                         sender.send(flags=final)
@@ -325,7 +341,8 @@ class Responder(Sink):
                     stop.set()
                 if kind in ("final", "error"):
                     self.stopped.discard(key)
-            for _, stop, probe, _ in self.flight.values():
+                    self.last.pop(key, None)
+            for _, stop, probe, _, _ in self.flight.values():
                 if not stop.is_set() and probe():
                     stop.set()
 
@@ -787,56 +804,34 @@ class TritonPythonModel:
         return inputs
 
     def execute(self, requests):
-        if self.decoupled:
-            # Hand each request to its own generation thread and return at once, so that
-            # requests arriving meanwhile join the running batch at its next iteration.
-            for request in requests:
-                inputs = self._inputs(request)
-                request_id = request.request_id()
-                if st.scalar(inputs, "stop", False):
-                    # TensorRT-LLM's `stop`: cancel the running requests of this request id.
-                    if not request_id:
-                        request.get_response_sender().send(
-                            st.error_response(
-                                f"{self.name}: a request id must be provided for request cancellation",
-                                bad=True,
-                            ),
-                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
-                        )
-                        continue
-                    self.responder.cancel(request_id)
-                    request_id = ""  # the stop request itself is not cancellable by that id
-                self.responder.start(
-                    request.get_response_sender(),
-                    lambda cancelled, inputs=inputs: self.generate(inputs, cancelled),
-                    request_id,
-                )
-            return None
-        # Not decoupled: Triton waits for the responses; the requests of one call run batched.
-        responses: list = [None] * len(requests)
-
-        def run(k, inputs, cancelled):
-            try:
-                responses[k] = list(self.generate(inputs, cancelled))[-1]
-            except Exception as e:
-                responses[k] = e
-
-        threads, stops, probes = [], [], []
-        for k, request in enumerate(requests):
-            stop = threading.Event()
+        # Hand each request to its own generation thread and return at once, so that requests
+        # arriving meanwhile join the running batch at its next iteration: TensorRT-LLM's C++
+        # backend batches in flight whether or not the model is decoupled (each draft-target BLS
+        # iteration is a new, non-decoupled request, and concurrent BLS loops share the target's
+        # forwards). Not decoupled, each request gets one response (Responder `single`).
+        for request in requests:
             inputs = self._inputs(request)
-            threads.append(threading.Thread(target=run, args=(k, inputs, stop.is_set), daemon=True))
-            stops.append(stop)
-            probes.append(st.every(st.CANCEL_CHECK_S, request.is_cancelled))
-        for t in threads:
-            t.start()
-        # This (the stub's) thread asks is_cancelled() while the workers generate.
-        while any(t.is_alive() for t in threads):
-            next(t for t in threads if t.is_alive()).join(st.CANCEL_CHECK_S)
-            for probe, stop in zip(probes, stops, strict=True):
-                if not stop.is_set() and probe():
-                    stop.set()
-        return [st.failure(self.name, r) if isinstance(r, Exception) else st.response(r) for r in responses]
+            request_id = request.request_id()
+            if st.scalar(inputs, "stop", False):
+                # TensorRT-LLM's `stop`: cancel the running requests of this request id.
+                if not request_id:
+                    request.get_response_sender().send(
+                        st.error_response(
+                            f"{self.name}: a request id must be provided for request cancellation",
+                            bad=True,
+                        ),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                    )
+                    continue
+                self.responder.cancel(request_id)
+                request_id = ""  # the stop request itself is not cancellable by that id
+            self.responder.start(
+                request.get_response_sender(),
+                lambda cancelled, inputs=inputs: self.generate(inputs, cancelled),
+                request_id,
+                single=not self.decoupled,
+            )
+        return None
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Whether every handed-over request has sent its final response (for tests)."""
