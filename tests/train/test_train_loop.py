@@ -91,6 +91,26 @@ def test_interrupt_then_resume_equals_an_uninterrupted_run(tmp_path):
         assert torch.equal(a, b)
 
 
+def test_resume_with_a_larger_budget_follows_its_schedule(tmp_path):
+    """2 steps of a 2-step budget, resumed to 4, equal 4 steps straight: the first two steps have the
+    same lr under both budgets (1 warm-up step, then the cosine's top), the last two the 4-step
+    budget's, not the lr the optimizer saved at the end of the 2-step schedule."""
+    import torch
+
+    straight = _model()
+    full = _run(straight, _step_fn(), LoopConfig(max_steps=4, lr=1e-2, seed=1, batch_size=3), tmp_path / "a")
+    m = _model()
+    _run(m, _step_fn(), LoopConfig(max_steps=2, lr=1e-2, seed=1, batch_size=3), tmp_path / "b")
+    m2 = _model()
+    rest = _run(
+        m2, _step_fn(), LoopConfig(max_steps=4, lr=1e-2, seed=1, batch_size=3), tmp_path / "b", resume=True
+    )
+    assert (rest.steps, rest.resumed_from) == (4, 2)
+    assert [e["loss"] for e in rest.log] == [e["loss"] for e in full.log]
+    for a, b in zip(straight.parameters(), m2.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_resume_refuses_another_runs_checkpoint_and_a_missing_one(tmp_path):
     cfg = LoopConfig(max_steps=2, checkpoint_every=1, batch_size=2)
     _run(_model(), _step_fn(), cfg, tmp_path, fingerprint="A")

@@ -356,6 +356,11 @@ def _control(cfg: LoopConfig, run: _Run, bar: _Bar, world: int, sigint: _Sigint,
         def on_train_begin(
             self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
         ) -> None:
+            # The optimizer's saved lr is the step's lr under the checkpoint's budget; a resumed run
+            # with another --max-steps follows the new budget's schedule from its first step on.
+            warmup = cfg.warmup_steps
+            for g in kwargs["optimizer"].param_groups:
+                g["lr"] = cfg.lr * lr_at(int(state.global_step), cfg.max_steps, 1.0, warmup)
             bar.begin(int(state.global_step))
 
         def on_step_end(
