@@ -244,8 +244,6 @@ def _make_trainer(
         logging_strategy="no",
         report_to="none",
         disable_tqdm=True,
-        log_level="warning",
-        log_level_replica="error",
         dataloader_num_workers=0,
         dataloader_pin_memory=False,
         remove_unused_columns=False,
