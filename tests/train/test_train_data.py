@@ -42,3 +42,70 @@ def test_cache_key_changes_with_every_input():
 def test_bundled_workload_loads():
     name, ps = load_prompts("summarization")
     assert name == "summarization" and len(ps) > 20 and all(p.text for p in ps)
+
+
+def _save_dataset(path, columns: dict, *, splits: tuple[str, ...] = ()) -> None:
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict(columns)
+    if splits:
+        ds = datasets.DatasetDict({s: ds for s in splits})
+    ds.save_to_disk(str(path))
+
+
+def test_hf_dataset_dir_with_a_prompt_column_trains(tmp_path):
+    """`--data DIR` (a `datasets` save_to_disk directory, its path with a space): the prompts it
+    holds are split, self-distilled and trained on, a couple of steps of the tiny draft."""
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from toolkit.cli import cli
+
+    prompts = ["def read_config(path):", "class LRUCache:", "for i in range(10):", "import os\n", ""]
+    data = tmp_path / "my workload"
+    _save_dataset(data, {"prompt": prompts, "id": list(range(len(prompts)))})
+    out = tmp_path / "td"
+    recipe = str(Path(__file__).resolve().parents[2] / "recipes" / "tiny-draft-target.yaml")
+    args = ["train-draft", recipe, "--data", str(data), "--out", str(out), "--holdout", "0.25",
+            "--batch-size", "2", "--seq-len", "24", "--gen-tokens", "6", "--eval-tokens", "4",
+            "--max-steps", "2", "--threads", "1", "--json"]  # fmt: skip
+    r = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output[-3000:]
+    rep = json.loads(r.stdout)
+    assert rep["data"]["workload"] == "dataset:my workload" and rep["data"]["prompts"] == 4  # "" dropped
+    assert rep["training"]["steps"] == 2
+    read = [json.loads(x)["prompt"] for x in (out / "data" / "train.jsonl").read_text().splitlines()]
+    read += [json.loads(x)["prompt"] for x in (out / "data" / "holdout.jsonl").read_text().splitlines()]
+    assert sorted(read) == sorted(p for p in prompts if p)
+    assert rep["data"]["self_distillation"]["prompts"] == len(read) - rep["data"]["holdout_prompts"]
+
+
+def test_hf_dataset_dict_with_messages_reads_the_train_split(tmp_path):
+    chats = [
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": f"question {i}"},
+         {"role": "assistant", "content": "answer"}]
+        for i in range(3)
+    ]  # fmt: skip
+    _save_dataset(tmp_path / "chats", {"messages": chats}, splits=("test", "train"))
+    name, ps = load_prompts(tmp_path / "chats")
+    assert name == "dataset:chats" and [p.text for p in ps] == ["question 0", "question 1", "question 2"]
+    # ShareGPT's `conversations` (from/value) and a plain `text` column too
+    sharegpt = [[{"from": "human", "value": "hi there"}, {"from": "gpt", "value": "hello"}]]
+    _save_dataset(tmp_path / "sg", {"conversations": sharegpt})
+    assert [p.text for p in load_prompts(tmp_path / "sg")[1]] == ["hi there"]
+    _save_dataset(tmp_path / "txt", {"text": ["a text", "another"]})
+    assert [p.text for p in load_prompts(tmp_path / "txt")[1]] == ["a text", "another"]
+
+
+def test_hf_dataset_without_a_prompt_column_names_the_columns_it_found(tmp_path):
+    _save_dataset(tmp_path / "qa", {"question": ["q"], "answer": ["a"]})
+    with pytest.raises(UsageError, match=r"`conversations` column \(columns: answer, question\)") as e:
+        load_prompts(tmp_path / "qa")
+    assert "rename_column" in (e.value.hint or "")
+    (tmp_path / "not a dataset").mkdir()
+    with pytest.raises(UsageError, match="not a Hugging Face dataset"):
+        load_prompts(tmp_path / "not a dataset")
+    _save_dataset(tmp_path / "empty", {"prompt": ["", " "]})
+    with pytest.raises(UsageError, match="no non-empty prompts"):
+        load_prompts(tmp_path / "empty")

@@ -2,8 +2,9 @@
 torch.distributed's gloo backend: a stand-in for the multi-GPU launch (the same code path, NCCL and
 CUDA placement aside, which need GPUs).
 
-Two ranks of 2 sequences each must train what one process trains with the global batch of 4 (each
-rank takes its slice of the same global batch and DistributedDataParallel averages the gradients),
+Two ranks of 2 sequences each must train what one process trains with the global batch of 4 (the
+Trainer gives each rank its half of the same global batch and DistributedDataParallel averages the
+gradients),
 and not what one rank would train alone on its half (the control run)."""
 
 from __future__ import annotations
@@ -43,14 +44,14 @@ def _train(out: Path, prompts: Path, procs: int, batch: int) -> dict:
 
 
 def _params(out: Path) -> list:
-    """The trained parameters (float32) of the run's last checkpoint."""
-    import torch
-
-    from toolkit.train.loop import latest_checkpoint
+    """The trained parameters (float32) of the run's last checkpoint, in name order."""
+    from toolkit.train.loop import latest_checkpoint, load_trainable
 
     path = latest_checkpoint(out / "checkpoints")
-    assert path is not None
-    return torch.load(path, weights_only=False)["params"]
+    assert path is not None and path.name == "checkpoint-3"
+    tensors = load_trainable(path)
+    assert tensors and all(n.startswith("eagle_module.") for n in tensors)  # the head alone
+    return [tensors[n] for n in sorted(tensors)]
 
 
 def test_two_ranks_train_what_one_process_trains_with_their_global_batch(tmp_path):

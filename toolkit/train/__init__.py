@@ -9,7 +9,7 @@ measure it before/after on a hold-out split with `sdtk plan`'s code.
     eagle3     ModelOpt EAGLE-3: config, init, train step, export (shared with scripts/train_tiny_models.py)
     medusa     ModelOpt Medusa: convert, self-distillation loss, FasterDecoding export (shared too)
     draft      draft-model distillation: forward KL, save_pretrained + tokenizer (shared too)
-    loop       AdamW loop: checkpoints, --resume, budgets, Ctrl-C, rich progress
+    loop       the Hugging Face Trainer: AdamW, checkpoints, --resume, budgets, Ctrl-C, rich progress
     data       workload loading, hold-out split, self-distillation with its cache
 
 torch, transformers and modelopt are imported lazily.

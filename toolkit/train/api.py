@@ -6,8 +6,8 @@ measure on a held-out split whether it helped.
    DIR/data with a hash of their inputs.
 3. Before: acceptance per position, τ and the predicted speedup of RECIPE on the hold-out split,
    by `sdtk plan`'s code (toolkit.train.evaluate).
-4. Training (toolkit.train.loop) with the mode's trainer (toolkit.train.trainers): EAGLE-3 and Medusa
-   with ModelOpt, a draft model by distillation.
+4. Training (toolkit.train.loop: the Hugging Face Trainer) with the mode's trainer
+   (toolkit.train.trainers): EAGLE-3 and Medusa with ModelOpt, a draft model by distillation.
 5. Export in the layout `sdtk build` and the upstream converters read, an overlay recipe
    DIR/<recipe>-trained.yaml that points at it, the same numbers after, and DIR/train_report.json.
 """

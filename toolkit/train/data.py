@@ -45,8 +45,9 @@ class Example:
 
 def load_prompts(data: str | Path) -> tuple[str, list[TrainPrompt]]:
     """(name, prompts) of `data`: a bundled workload name, a JSONL of prompts (`bench --prompts`
-    format), or a local Hugging Face `datasets` directory (`save_to_disk`) with a `prompt`,
-    `text` or `messages` column."""
+    format), or a local Hugging Face `datasets` directory (`save_to_disk`; a DatasetDict's `train`
+    split, else its first) with a `prompt`, `text`, `messages` or `conversations` column (of a chat,
+    the first user turn)."""
     p = Path(str(data))
     if p.is_dir():
         return _load_hf_dir(p)
@@ -62,8 +63,16 @@ def _load_hf_dir(path: Path) -> tuple[str, list[TrainPrompt]]:
             f"{path} is a directory: reading a Hugging Face dataset needs the `datasets` package",
             hint="pip install datasets, or pass a .jsonl of prompts",
         ) from None
-    ds = datasets.load_from_disk(str(path))
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except FileNotFoundError:
+        raise UsageError(
+            f"{path} is a directory, but not a Hugging Face dataset (`save_to_disk`)",
+            hint="pass a .jsonl of prompts, a bundled workload name, or a dataset saved with save_to_disk",
+        ) from None
     if isinstance(ds, datasets.DatasetDict):
+        if not ds:
+            raise UsageError(f"{path}: the DatasetDict has no splits")
         ds = ds["train"] if "train" in ds else ds[next(iter(ds))]
     cols = set(ds.column_names)
     out = []
@@ -84,7 +93,9 @@ def _load_hf_dir(path: Path) -> tuple[str, list[TrainPrompt]]:
             )
         else:
             raise UsageError(
-                f"{path}: no `prompt`, `text` or `messages` column (columns: {', '.join(sorted(cols))})"
+                f"{path}: no `prompt`, `text`, `messages` or `conversations` column "
+                f"(columns: {', '.join(sorted(cols))})",
+                hint="rename the prompt column, e.g. ds.rename_column('question', 'prompt'), and save again",
             )
         if isinstance(text, str) and text.strip():
             out.append(TrainPrompt(text, "dataset", 128))

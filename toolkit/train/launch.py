@@ -1,9 +1,9 @@
 """`sdtk train-draft --dry-run`: the multi-GPU launch (torchrun, one process per GPU, data parallel),
 the memory each GPU needs, and the steps per epoch, from the recipe's config alone (no weights).
 
-The launch runs this same command under `torchrun`; the trainer wraps the trained module in
-DistributedDataParallel, which all-reduces its gradients across ranks in backward (torch.distributed:
-NCCL on GPUs, gloo on CPU); rank 0 writes the data,
+The launch runs this same command under `torchrun`; the Hugging Face Trainer wraps the trained
+module in DistributedDataParallel, which all-reduces its gradients across ranks in backward
+(torch.distributed: NCCL on GPUs, gloo on CPU); rank 0 writes the data,
 checkpoints, export and report. Every rank holds the whole frozen target (as ModelOpt's EAGLE
 examples do with DDP), so the memory per GPU does not shrink with more GPUs; the steps do.
 

@@ -1,8 +1,10 @@
-"""One trainer per trainable mode, behind one loop (toolkit.train.loop): EAGLE-3 (ModelOpt `eagle`),
-Medusa (ModelOpt `medusa`), and a draft model distilled from the target (draft-target).
+"""One trainer per trainable mode, behind one loop (toolkit.train.loop, the Hugging Face Trainer):
+EAGLE-3 (ModelOpt `eagle`), Medusa (ModelOpt `medusa`), and a draft model distilled from the target
+(draft-target).
 
-Batches are random windows of `seq_len` tokens over the concatenated self-distilled sequences,
-drawn from the loop's seeded generator; under torchrun each rank takes its slice of one global batch.
+A sample is a window of `seq_len` tokens over the concatenated self-distilled sequences at a start
+drawn from a generator seeded by (seed, sample index); under torchrun the Trainer gives each rank
+its share of every global batch.
 """
 
 from __future__ import annotations
@@ -24,8 +26,7 @@ from toolkit.train import draft, eagle3, loop, medusa
 
 @dataclass
 class Trainee:
-    params: list[Any]
-    module: Any  # the nn.Module whose forward `step` calls: wrapped in DDP under torchrun
+    module: Any  # the nn.Module whose parameters with requires_grad train (DDP-wrapped under torchrun)
     step: Callable[[Any, Any], tuple[Any, dict[str, float]]]  # (module, token batch) -> (loss, metrics)
     export: Callable[[Path], dict[str, Any]]
     info: dict[str, Any] = field(default_factory=dict)
@@ -57,20 +58,11 @@ def train(
     with contextlib.redirect_stdout(sys.stderr):  # ModelOpt prints; stdout carries the --json data
         trainee = builders[mode](target_dir, current, stream, opts, device)
     seq = min(opts.seq_len, max(8, int(stream.numel()) - 1))
-    forward = trainee.module
-    if world > 1:  # data parallel: DDP all-reduces the trainable parameters' gradients in backward
-        from torch.nn.parallel import DistributedDataParallel
+    n_starts = int(stream.numel()) - seq + 1
 
-        forward = DistributedDataParallel(
-            trainee.module,
-            device_ids=[device.index] if device.type == "cuda" else None,
-            find_unused_parameters=True,  # ModelOpt's heads need not use every parameter each step
-        )
-
-    def step_fn(gen: Any) -> tuple[Any, dict[str, float]]:
-        starts = torch.randint(0, int(stream.numel()) - seq + 1, (opts.batch_size * world,), generator=gen)
-        mine = starts.tolist()[rank * opts.batch_size : (rank + 1) * opts.batch_size]
-        return trainee.step(forward, torch.stack([stream[s : s + seq] for s in mine]).to(device))
+    def window(gen: Any) -> Any:  # one training sample: `seq` tokens from a seeded start
+        s = int(torch.randint(0, n_starts, (1,), generator=gen))
+        return stream[s : s + seq]
 
     fp = hashlib.sha256(
         json.dumps(
@@ -84,9 +76,12 @@ def train(
         checkpoint_every=opts.checkpoint_every,
         max_minutes=opts.max_minutes,
         seed=opts.seed,
+        batch_size=opts.batch_size,
     )
+    # the Trainer places the batches on the module's device and, under torchrun, wraps the module
+    # in DistributedDataParallel (gradients of the trainable parameters all-reduced in backward)
     res = loop.run(
-        mode, trainee.params, step_fn, cfg, Path(opts.out) / "checkpoints",
+        mode, trainee.module, trainee.step, window, cfg, Path(opts.out) / "checkpoints",
         resume=opts.resume, progress=opts.progress, fingerprint=fp,
     )  # fmt: skip
     if res.stopped == "interrupted" or rank != 0:
@@ -147,10 +142,9 @@ def _eagle3(target_dir: Path, current: Path | None, stream: Any, opts: Any, devi
     if device.type != "cpu":  # the target stays bf16; the head trains in fp32 under autocast
         model.to(device)
         model.eagle_module.float()
-    params = eagle3.freeze_for_training(model)
+    eagle3.freeze_for_training(model)  # the head alone trains (checked)
     model.train()
     return Trainee(
-        params=params,
         module=model,
         step=eagle3.train_step,
         export=lambda d: _keys(eagle3.export(model.float().cpu(), d)),
@@ -187,10 +181,8 @@ def _medusa(target_dir: Path, current: Path | None, stream: Any, opts: Any, devi
     if device.type != "cpu":
         model.to(device)
         model.medusa_heads.float()
-    model.train()
-    params = [p for p in model.medusa_heads.parameters() if p.requires_grad]
+    model.train()  # medusa.convert froze everything but the heads
     return Trainee(
-        params=params,
         module=model,
         step=medusa.loss,
         export=lambda d: medusa.export(model.float().cpu(), d, heads, layers, str(target_dir)),
@@ -218,7 +210,6 @@ def _draft(target_dir: Path, current: Path | None, stream: Any, opts: Any, devic
     model = draft.load(src, fresh=opts.from_ is None, seed=opts.seed).to(device)
     model.train()
     return Trainee(
-        params=[p for p in model.parameters() if p.requires_grad],
         module=model,
         step=lambda m, x: draft.loss(target, m, x),
         export=lambda d: draft.export(model, d, target_dir),
