@@ -206,7 +206,7 @@ def _draft(target_dir: Path, current: Path | None, stream: Any, opts: Any, devic
         raise UsageError(
             "draft-target training needs a draft architecture: --from DRAFT or models.draft.path"
         )
-    target = _load_target(target_dir, device)
+    target = _load_target(target_dir, device).to(device)  # the teacher: bf16 on a GPU
     model = draft.load(src, fresh=opts.from_ is None, seed=opts.seed).to(device)
     model.train()
     return Trainee(
