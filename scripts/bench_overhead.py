@@ -64,11 +64,12 @@ class ForwardClock:
         module.register_forward_hook(self._post)
 
 
-def clock_cost(n: int = 5000, repeats: int = 5) -> float:
+def clock_cost(n: int = 300) -> float:
     """CPU seconds the clock itself adds outside the forwards, per outermost hooked call: torch's
     hook dispatch and about half of each clock read (reading a thread's CPU clock is a system
-    call, microseconds on a virtual machine). Measured on a no-op module, hooked against not
-    hooked (median of `repeats`); the no-op forward is counted on both sides, so this errs low."""
+    call, microseconds on a virtual machine). Measured as the runtime meets it, right after work
+    that streams megabytes through the caches (as a forward does): a no-op module, hooked against
+    not hooked, the median of `n` paired calls. The no-op forward counts on both sides."""
     import torch
 
     class Noop(torch.nn.Module):
@@ -79,19 +80,19 @@ def clock_cost(n: int = 5000, repeats: int = 5) -> float:
     plain, hooked = Noop(), Noop()
     clock = ForwardClock()
     clock.hook(hooked)
-
-    def run(module: Any) -> float:
+    flush = torch.zeros(4 << 20)  # 16 MB, about the tiny target's weights
+    diffs = []
+    for _ in range(n):
+        flush.add_(1.0)
         t = time.thread_time()
-        for _ in range(n):
-            module(x)
-        return time.thread_time() - t
-
-    costs = []
-    for _ in range(repeats + 1):
+        plain(x)
+        base = time.thread_time() - t
+        flush.add_(1.0)
         clock.total = 0.0
-        base, measured = run(plain), run(hooked)
-        costs.append((measured - clock.total - base) / n)
-    return max(0.0, statistics.median(costs[1:]))  # the first round warms up
+        t = time.thread_time()
+        hooked(x)
+        diffs.append(time.thread_time() - t - clock.total - base)
+    return max(0.0, statistics.median(diffs))
 
 
 def _specs(rt: Any) -> dict[str, Any]:
@@ -211,14 +212,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def per_step(rounds: list[dict[str, Any]], mode: str, key: str) -> float:
+def per_step(rounds: list[dict[str, Any]], mode: str, key: str, cost: float | None = None) -> float:
     """Median over rounds of milliseconds per target step: `wall`, `forwards`, `clock` (what the
-    clock itself added: hooked calls × its cost per call) or `overhead` (wall − forwards − clock;
-    a round without clock figures, from an older run, subtracts nothing)."""
+    clock itself added: hooked calls × `cost`, its CPU seconds per call; None: each round's own
+    calibration) or `overhead` (wall − forwards − clock; a round without clock figures, from an
+    older run, subtracts nothing)."""
 
     def one(r: dict[str, Any]) -> float:
         d = r[mode]
-        clock = d.get("calls", 0) * d.get("clock_cost", 0.0)
+        clock = d.get("calls", 0) * (d.get("clock_cost", 0.0) if cost is None else cost)
         if key == "overhead":
             v = d["wall"] - d["forwards"] - clock
         else:
@@ -237,6 +239,12 @@ def _section(
 ) -> str:
     import torch
 
+    # One cost per call for every tree (the median of all rounds' calibrations): the clock is the
+    # same code in every worker, and a per-process figure would only add its noise to the ratios.
+    costs = [
+        d["clock_cost"] for t in trees for r in rounds[t] for d in list(r.values())[:1] if "clock_cost" in d
+    ]
+    cost = statistics.median(costs) if costs else 0.0
     names = [t.name if t != REPO else "this tree" for t in trees]
     paths = [t.name if t != REPO else "." for t in trees]
     cmd = "python scripts/bench_overhead.py" + "".join(f" --tree {p}" for p in paths if len(trees) > 1)
@@ -255,8 +263,9 @@ def _section(
         "head, the EAGLE-3 head's modules and the Medusa heads (forward hooks); times are the "
         "thread's CPU time (load from other processes does not count); clock = what the measuring "
         "itself adds outside the forwards: outermost hooked calls × the clock's cost per call (hook "
-        "dispatch and clock reads, a system call each; calibrated per round on a no-op module: "
-        f"{_clock_us(trees, rounds)}); overhead = total − forwards − clock (add the clock column "
+        "dispatch and clock reads, a system call each; calibrated per round on a no-op module "
+        "called right after a cache flush, as the runtime calls its modules after a forward: "
+        f"{cost * 1e6:.1f} µs per call, the median of all rounds' calibrations, for every tree); overhead = total − forwards − clock (add the clock column "
         f"back for the raw figure), per target step; median of {args.runs} rounds, each tree in its own process, "
         "the trees taking turns per round" + (f"; the anchor is `{names[0]}`" if len(trees) > 1 else ""),
         "",
@@ -271,18 +280,15 @@ def _section(
         steps = rounds[trees[0]][0][mode]["steps"]
         row = f"| {mode} | {steps} |"
         for t in trees:
-            row += "".join(f" {per_step(rounds[t], mode, k):.3f} |" for k in ("wall", "clock", "overhead"))
-        anchor = per_step(rounds[trees[0]], mode, "overhead")
+            row += "".join(
+                f" {per_step(rounds[t], mode, k, cost):.3f} |" for k in ("wall", "clock", "overhead")
+            )
+        anchor = per_step(rounds[trees[0]], mode, "overhead", cost)
         for t in trees[1:]:
-            row += f" {per_step(rounds[t], mode, 'overhead') / anchor:.2f} |" if anchor > 0 else " – |"
+            row += f" {per_step(rounds[t], mode, 'overhead', cost) / anchor:.2f} |" if anchor > 0 else " – |"
         lines.append(row)
     lines += ["", END]
     return "\n".join(lines)
-
-
-def _clock_us(trees: list[Path], rounds: dict[Path, list[dict[str, Any]]]) -> str:
-    costs = [d.get("clock_cost", 0.0) * 1e6 for t in trees for r in rounds[t] for d in list(r.values())[:1]]
-    return f"{statistics.median(costs):.1f} µs per call (median of rounds)" if costs else "not measured"
 
 
 if __name__ == "__main__":

@@ -56,6 +56,9 @@ class Proposal:
 class Verdict:
     path: list[int]  # accepted candidate nodes, root to leaf
     token: int  # the target's own token after the path
+    # Greedy verification: the argmax of every row of the forward's logits (the verified rows
+    # processed, the rest raw), for a speculator that needs them too (lookahead's window).
+    argmax: list[int] | None = None
 
 
 @dataclass
@@ -90,12 +93,13 @@ def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.
         k = 0
         while k < prop.num_draft and prop.tokens[k] == preds[k]:
             k += 1
-        return Verdict(list(range(k)), preds[k])
+        return Verdict(list(range(k)), preds[k], preds)
     children: dict[int, dict[int, int]] = {}
     for i in range(prop.num_draft):
         # Tokens are distinct among siblings in every tree we build; keep the first if not.
         children.setdefault(prop.parents[i], {}).setdefault(prop.tokens[i], i)
     pick: Callable[[int], int]
+    preds = None
     if sp.greedy:
         preds = logits.argmax(-1).tolist()
         pick = preds.__getitem__
@@ -110,7 +114,7 @@ def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.
         y = pick(node + 1)
         nxt = children.get(node, {}).get(y)
         if nxt is None:
-            return Verdict(path, y)
+            return Verdict(path, y, preds)
         path.append(nxt)
         node = nxt
 

@@ -28,10 +28,13 @@ from toolkit.reference.core import Context, Proposal, Verdict
 from toolkit.reference.models import (
     ContextMask,
     Forward,
+    arange_row,
+    ids_tensor,
     inference,
     preallocated_cache,
     read_config,
     require_weights,
+    rows_tensor,
     tree_mask,
 )
 
@@ -83,23 +86,28 @@ class Eagle3Head(nn.Module):
         positions: list[int],
         mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run m inputs [m, H] after the cache with attention mask `mask` [1, 1, m, past+m].
-        Returns the pre-norm outputs [m, H] and the draft-vocabulary logits [m, draft_vocab]."""
+        """Run m inputs `g` [1, m, H] after the cache with attention mask `mask` [1, 1, m, past+m].
+        Returns the pre-norm outputs [1, m, H] and the draft-vocabulary logits [1, m, draft_vocab]."""
         embed = self.embed
         assert embed is not None
         layer, hidden_norm = self._parts()
-        emb = embed(torch.tensor([tokens], dtype=torch.long))
-        x = g[None]
+        emb = embed(ids_tensor(tokens))
+        x = g
         attn_in = torch.cat([layer.input_layernorm(emb), hidden_norm(layer.input_layernorm(x))], dim=-1)
+        first = positions[0]
+        if positions == list(range(first, first + len(positions))):
+            pos = arange_row(first, first + len(positions))  # a view, no new tensor
+        else:
+            pos = torch.tensor([positions], dtype=torch.long)
         attn, _ = layer.self_attn(
             hidden_states=attn_in,
-            position_embeddings=self.rotary(x, torch.tensor([positions], dtype=torch.long)),
+            position_embeddings=self.rotary(x, pos),
             attention_mask=mask,
             past_key_values=cache,
         )
         h = x + attn
         h = h + layer.mlp(layer.post_attention_layernorm(h))
-        return h[0], self.lm_head(self.norm(h))[0]
+        return h, self.lm_head(self.norm(h))
 
     def to_target(self, draft_ids: torch.Tensor) -> list[int]:
         return (draft_ids + self.d2t[draft_ids]).tolist()
@@ -239,7 +247,7 @@ class Eagle3Speculator:
 
     def prefill(self, ctx: Context, fwd: Forward | None) -> None:
         self.cache = self.head.new_cache()
-        self.feats = fwd.aux if fwd is not None else None
+        self.feats = fwd.aux[None] if fwd is not None and fwd.aux is not None else None
         self.next_tokens = ctx.tokens[1:] if fwd is not None else []
 
     def _causal_mask(self, m: int, past: int) -> torch.Tensor:
@@ -266,9 +274,11 @@ class Eagle3Speculator:
         limit = min(budget, self.max_depth)
         tokens = [0] * self.count_at[limit]
         to_target = head.target_ids()
-        # The previous head step's outputs (pre-norm, logits) and the rows of the nodes it ran.
-        hs, ls = h[m - 1 :], logits[m - 1 :]
-        row_of = {-1: 0}
+        # The previous head step's outputs (pre-norm: only the rows the next level grows from;
+        # logits) and the row of each node it ran.
+        hs, ls = h[:, m - 1 :], logits
+        row_of = {-1: m - 1}
+        ran = 1  # rows in hs
         for d in range(1, limit + 1):
             level = self.levels[d - 1]
             ranked: dict[int, list[int]] = {}
@@ -277,13 +287,13 @@ class Eagle3Speculator:
                 top = ranked.get(p)
                 if top is None:
                     top = ranked[p] = [
-                        to_target[j] for j in torch.topk(ls[row_of[p]], self.top[p]).indices.tolist()
+                        to_target[j] for j in torch.topk(ls[0, row_of[p]], self.top[p]).indices.tolist()
                     ]
                 tokens[i] = top[self.choices[i][-1]]
             grow = level.grow
             if d >= limit or not grow:
                 break
-            g = hs if level.contiguous and len(grow) == hs.shape[0] else hs.index_select(0, level.rows_t)
+            g = hs if level.contiguous and len(grow) == ran else hs.index_select(1, level.rows_t)
             # Node at depth d sits at eagle position t-1+d = context-1+d; it sees the verified context.
             hs, ls = head.step(
                 g,
@@ -293,6 +303,7 @@ class Eagle3Speculator:
                 level.masks.mask(context),
             )
             row_of = {i: r for r, i in enumerate(grow)}
+            ran = len(grow)
         self.cache.crop(context)
         return Proposal(tokens=tokens, parents=self.parents[: len(tokens)])
 
@@ -302,13 +313,13 @@ class Eagle3Speculator:
         path = verdict.path
         k = len(path)
         if all(i == r for r, i in enumerate(path)):
-            feats = aux[: k + 1]  # the root and a prefix of the nodes (a chain): a view
+            feats = aux[None, : k + 1]  # the root and a prefix of the nodes (a chain): a view
         else:
-            feats = aux[torch.tensor([0, *(i + 1 for i in path)], dtype=torch.long)]
+            feats = aux[None, rows_tensor((0, *(i + 1 for i in path)))]
         tokens = proposal.tokens
         nxt = [tokens[i] for i in path]
         nxt.append(verdict.token)
         if self.feats is not None:
-            feats = torch.cat([self.feats, feats])
+            feats = torch.cat([self.feats, feats], dim=1)
             nxt = self.next_tokens + nxt
         self.feats, self.next_tokens = feats, nxt

@@ -151,17 +151,18 @@ class ContextMask:
     def __init__(self, block: torch.Tensor):
         self.block = block
         self._buf = block[None, None]
+        self._room = 0  # cached entries the buffer has columns for
 
     def mask(self, past: int) -> torch.Tensor:
         """The mask after `past` entries that every row sees (the block covers the rest)."""
-        buf = self._buf
-        room = buf.shape[-1] - self.block.shape[-1]
+        room = self._room
         if past > room:
             room = max(past, 256, 2 * room)
-            buf = torch.ones(1, 1, self.block.shape[0], room + self.block.shape[-1], dtype=torch.bool)
+            rows, cols = self.block.shape
+            buf = torch.ones(1, 1, rows, room + cols, dtype=torch.bool)
             buf[0, 0, :, room:] = self.block
-            self._buf = buf
-        return buf[..., room - past :]
+            self._buf, self._room = buf, room
+        return self._buf[..., room - past :]
 
 
 class TreeShape:
@@ -170,18 +171,64 @@ class TreeShape:
 
     def __init__(self, parents: tuple[int, ...]):
         q = len(parents)
-        anc = torch.eye(q, dtype=torch.bool)
+        rows: list[list[bool]] = []
         depth = [0] * q
         for i, p in enumerate(parents):
             if p >= 0:
                 if p >= i:
                     raise ValueError(f"tree node {i} has parent {p}; parents must come first")
-                anc[i] |= anc[p]
+                row = list(rows[p])
                 depth[i] = depth[p] + 1
-        self.anc = anc
+            else:
+                row = [False] * q
+            row[i] = True
+            rows.append(row)
+        self.anc = torch.tensor(rows, dtype=torch.bool).reshape(q, q)
         self.depth = tuple(depth)
         self.depth_t = torch.tensor([depth], dtype=torch.long)
-        self.masks = ContextMask(anc)
+        self.masks = ContextMask(self.anc)
+        self._positions = self.depth_t  # row r: the positions after r cached entries
+        self._rows = 1
+
+    def positions(self, past: int) -> torch.Tensor:
+        """[1, q]: each node's position after `past` cached entries (past + its depth), a row of
+        a table built once per shape and grown with the context. Shared: never write into it."""
+        if past >= self._rows:
+            self._rows = max(past + 1, 256, 2 * self._rows)
+            self._positions = self.depth_t + torch.arange(self._rows, dtype=torch.long)[:, None]
+        return self._positions[past : past + 1]
+
+
+_ONE_TOKEN: dict[int, torch.Tensor] = {}
+
+
+def ids_tensor(ids: list[int]) -> torch.Tensor:
+    """[1, q] long tensor of `ids`. A single token's (every decoding step's, every draft token's)
+    is made once and shared: a step then creates no tensor for it. Never write into it."""
+    if len(ids) == 1:
+        t = _ONE_TOKEN.get(ids[0])
+        if t is None:
+            t = _ONE_TOKEN[ids[0]] = torch.tensor([ids], dtype=torch.long)
+        return t
+    return torch.tensor([ids], dtype=torch.long)
+
+
+_ARANGE = torch.arange(0)
+
+
+def arange_row(start: int, stop: int) -> torch.Tensor:
+    """[1, stop - start]: the positions start..stop-1, a view of a shared arange (grown as needed)."""
+    global _ARANGE
+    table = _ARANGE
+    if stop > table.shape[0]:
+        table = _ARANGE = torch.arange(max(stop, 1024, 2 * table.shape[0]), dtype=torch.long)
+    return table[None, start:stop]
+
+
+@functools.lru_cache(maxsize=4096)
+def rows_tensor(rows: tuple[int, ...]) -> torch.Tensor:
+    """`rows` as a long tensor, made once per tuple (a tree step keeps one of a few row sets)."""
+    return torch.tensor(rows, dtype=torch.long)
 
 
 @functools.lru_cache(maxsize=512)
@@ -393,7 +440,7 @@ class CachedLM:
         per KVStore (all the layers that share it at once)."""
         n = len(rows)
         if any(r != i for i, r in enumerate(rows)):
-            src = torch.tensor([start + r for r in rows], dtype=torch.long)
+            src = rows_tensor(tuple(rows))  # relative to `start`
             stores: list[KVStore] = []
             for layer in self.cache.layers:
                 if isinstance(layer, PreallocLayer):
@@ -402,12 +449,13 @@ class CachedLM:
                     continue
                 # Other (sliding) layers are DynamicLayers and hold keys and values themselves.
                 assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None
-                layer.keys[:, :, start : start + n] = layer.keys.index_select(2, src)
-                layer.values[:, :, start : start + n] = layer.values.index_select(2, src)
+                layer.keys[:, :, start : start + n] = layer.keys[:, :, start:].index_select(2, src)
+                layer.values[:, :, start : start + n] = layer.values[:, :, start:].index_select(2, src)
             for st in stores:
                 buf = st.buf
                 assert buf is not None
-                buf[..., start : start + n, :] = buf.index_select(-2, src)
+                seg = buf.narrow(-2, start, rows[-1] + 1)
+                seg.narrow(-2, 0, n).copy_(seg.index_select(-2, src))
         self.crop(start + n)
 
     @inference
@@ -423,12 +471,12 @@ class CachedLM:
         """Run `ids` after the cached context and append their KV to the cache."""
         q = len(ids)
         past = self.length
-        input_ids = torch.tensor([ids if isinstance(ids, list) else list(ids)], dtype=torch.long)
+        input_ids = ids_tensor(ids if isinstance(ids, list) else list(ids))
         mask = positions = None
         if parents is not None and not is_chain(parents):
             shape = _tree(tuple(parents))
             mask = shape.masks.mask(past)
-            positions = shape.depth_t + past
+            positions = shape.positions(past)
         self._captured.clear()
         self._recording = aux
         out = self.decoder(
@@ -439,8 +487,10 @@ class CachedLM:
             use_cache=True,
         )
         h = out.last_hidden_state[0]
-        logits = self.lm_head(h[logits_from:]) if logits_from < q else None
+        logits = None
+        if logits_from < q:
+            logits = self.lm_head(h[logits_from:] if logits_from else h)
         self._recording = False
-        captured = torch.cat([t[0] for t in self._captured], dim=-1) if aux and self._hooks else None
+        captured = torch.cat(self._captured, dim=-1)[0] if aux and self._hooks else None
         self._captured.clear()
         return Forward(logits=logits, hidden=h if hidden else None, aux=captured)
