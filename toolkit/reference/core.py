@@ -99,10 +99,10 @@ def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.
         # Tokens are distinct among siblings in every tree we build; keep the first if not.
         children.setdefault(prop.parents[i], {}).setdefault(prop.tokens[i], i)
     pick: Callable[[int], int]
-    preds = None
+    argmax: list[int] | None = None
     if sp.greedy:
-        preds = logits.argmax(-1).tolist()
-        pick = preds.__getitem__
+        argmax = logits.argmax(-1).tolist()
+        pick = argmax.__getitem__
     else:
         # Sample-and-match: each emitted token is a fresh draw from the target given its exact
         # prefix, so the output is distributed as the target's (lossless for any proposal).
@@ -114,7 +114,7 @@ def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.
         y = pick(node + 1)
         nxt = children.get(node, {}).get(y)
         if nxt is None:
-            return Verdict(path, y, preds)
+            return Verdict(path, y, argmax)
         path.append(nxt)
         node = nxt
 

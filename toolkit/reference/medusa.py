@@ -109,6 +109,7 @@ class MedusaSpeculator:
             )
         # How many top candidates each head must supply.
         self.top = [1 + max(c[-1] for c in self.choices if len(c) == d) for d in range(1, depth + 1)]
+        self.kmax = max(self.top)
         self.head_logits: torch.Tensor | None = None
         # Per depth budget: the nodes the pruned tree keeps, as (head, rank) of each, and their parents.
         self._pruned: dict[int, tuple[list[tuple[int, int]], list[int]]] = {}
@@ -122,7 +123,9 @@ class MedusaSpeculator:
     def propose(self, ctx: Context, budget: int) -> Proposal:
         if self.head_logits is None or budget <= 0:
             return Proposal()
-        top = [torch.topk(self.head_logits[d], k).indices.tolist() for d, k in enumerate(self.top)]
+        # One top-k over all the heads used (as many as the widest level needs): each level reads
+        # its first k. Medusa verifies greedily, so the proposal can change no committed token.
+        top = torch.topk(self.head_logits, self.kmax).indices.tolist()
         shape = self._pruned.get(budget)
         if shape is None:
             # The tree's shape under this budget is fixed: prune once, map tokens per step.

@@ -9,6 +9,7 @@ transformers' own mask path.
 
 from __future__ import annotations
 
+import array
 import functools
 import json
 from collections.abc import Callable, Sequence
@@ -210,7 +211,9 @@ def ids_tensor(ids: list[int]) -> torch.Tensor:
         if t is None:
             t = _ONE_TOKEN[ids[0]] = torch.tensor([ids], dtype=torch.long)
         return t
-    return torch.tensor([ids], dtype=torch.long)
+    # A view of the ids' own 64-bit buffer (the tensor keeps the array alive): cheaper than
+    # torch.tensor's walk over a nested list.
+    return torch.frombuffer(array.array("q", ids), dtype=torch.long)[None]
 
 
 _ARANGE = torch.arange(0)
@@ -292,7 +295,7 @@ class PreallocLayer(DynamicLayer):
         super().__init__(**kwargs)
 
     # DynamicLayer's code reads and assigns `keys` / `values`: here they are the live views.
-    @property  # type: ignore[override]
+    @property
     def keys(self) -> torch.Tensor | None:
         return self._keys if self.kbuf is None else self.kbuf[..., : self.length, :]
 
@@ -300,7 +303,7 @@ class PreallocLayer(DynamicLayer):
     def keys(self, value: torch.Tensor | None) -> None:
         self._keys = value
 
-    @property  # type: ignore[override]
+    @property
     def values(self) -> torch.Tensor | None:
         return self._values if self.vbuf is None else self.vbuf[..., : self.length, :]
 
