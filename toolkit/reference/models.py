@@ -462,6 +462,15 @@ class CachedLM:
         self.crop(start + n)
 
     @inference
+    def greedy_next(self, ids: list[int]) -> int:
+        """Run `ids` after the cached context (their KV appended) and return the argmax of the last
+        one's logits: forward(ids, logits_from=len(ids) - 1).logits[-1].argmax(), without the
+        Forward and the reshapes (the output head runs on that row alone, as there)."""
+        out = self.decoder(input_ids=ids_tensor(ids), past_key_values=self.cache, use_cache=True)
+        last = out.last_hidden_state
+        return int(self.lm_head(last if len(ids) == 1 else last[:, -1:]).argmax())
+
+    @inference
     def forward(
         self,
         ids: Sequence[int],
