@@ -4,7 +4,9 @@
 Every model forward (target and draft decoders and output heads, the EAGLE-3 head's layers,
 the Medusa heads) is timed by forward hooks on the outermost module calls; what is left of a
 generation's wall time is the runtime's own work: proposing, tree and mask building, KV-cache
-bookkeeping, verification, copies. Reported per mode as milliseconds per target step (median of
+bookkeeping, verification, copies. What the measuring itself adds outside the forwards (hook
+dispatch and the CPU clock's reads, a system call each) is calibrated per round and subtracted
+per hooked call (the `clock` column; add it back for the raw figure). Reported per mode as milliseconds per target step (median of
 --runs rounds, each over the same prompts). Times are this thread's CPU time (torch runs on this
 one thread, --threads 1): on a machine shared with other work, wall time also counts the time
 the scheduler gave the core to someone else, CPU time does not.
@@ -38,15 +40,17 @@ MODES = ["none", "draft_target", "ngram", "lookahead", "medusa", "eagle3_chain",
 
 
 class ForwardClock:
-    """Seconds spent inside the outermost calls of the hooked modules."""
+    """Seconds spent inside the outermost calls of the hooked modules, and how many there were."""
 
     def __init__(self) -> None:
         self.depth = 0
         self.start = 0.0
         self.total = 0.0
+        self.calls = 0
 
     def _pre(self, *_: Any) -> None:
         if self.depth == 0:
+            self.calls += 1
             self.start = time.thread_time()
         self.depth += 1
 
@@ -58,6 +62,37 @@ class ForwardClock:
     def hook(self, module: Any) -> None:
         module.register_forward_pre_hook(self._pre)
         module.register_forward_hook(self._post)
+
+
+def clock_cost(n: int = 300) -> float:
+    """CPU seconds the clock itself adds outside the forwards, per outermost hooked call: torch's
+    hook dispatch and about half of each clock read (reading a thread's CPU clock is a system
+    call, microseconds on a virtual machine). Measured as the runtime meets it, right after work
+    that streams megabytes through the caches (as a forward does): a no-op module, hooked against
+    not hooked, the median of `n` paired calls. The no-op forward counts on both sides."""
+    import torch
+
+    class Noop(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return x
+
+    x = torch.zeros(1)
+    plain, hooked = Noop(), Noop()
+    clock = ForwardClock()
+    clock.hook(hooked)
+    flush = torch.zeros(4 << 20)  # 16 MB, about the tiny target's weights
+    diffs = []
+    for _ in range(n):
+        flush.add_(1.0)
+        t = time.thread_time()
+        plain(x)
+        base = time.thread_time() - t
+        flush.add_(1.0)
+        clock.total = 0.0
+        t = time.thread_time()
+        hooked(x)
+        diffs.append(time.thread_time() - t - clock.total - base)
+    return max(0.0, statistics.median(diffs))
 
 
 def _specs(rt: Any) -> dict[str, Any]:
@@ -100,16 +135,21 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         spec = specs[mode]
         rt.generate(prompts[0], 8, spec=spec, end_id=-1)  # warm-up
         wall = fwd = 0.0
-        steps = tokens = 0
+        steps = tokens = calls = 0
         for ids in prompts:
             clock.total = 0.0
+            clock.calls = 0
             t = time.thread_time()
             g = rt.generate(ids, args.new_tokens, spec=spec, end_id=-1)
             wall += time.thread_time() - t
             fwd += clock.total
+            calls += clock.calls
             steps += g.stats.steps
             tokens += len(g.token_ids)
-        out[mode] = {"wall": wall, "forwards": fwd, "steps": steps, "tokens": tokens}
+        out[mode] = {"wall": wall, "forwards": fwd, "steps": steps, "tokens": tokens, "calls": calls}
+    cost = clock_cost()
+    for d in out.values():
+        d["clock_cost"] = cost
     return out
 
 
@@ -172,12 +212,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def per_step(rounds: list[dict[str, Any]], mode: str, key: str) -> float:
-    """Median over rounds of milliseconds per target step: `wall`, `forwards` or `overhead`."""
+def per_step(rounds: list[dict[str, Any]], mode: str, key: str, cost: float | None = None) -> float:
+    """Median over rounds of milliseconds per target step: `wall`, `forwards`, `clock` (what the
+    clock itself added: hooked calls × `cost`, its CPU seconds per call; None: each round's own
+    calibration) or `overhead` (wall − forwards − clock; a round without clock figures, from an
+    older run, subtracts nothing)."""
 
     def one(r: dict[str, Any]) -> float:
         d = r[mode]
-        v = d["wall"] - d["forwards"] if key == "overhead" else d[key]
+        clock = d.get("calls", 0) * (d.get("clock_cost", 0.0) if cost is None else cost)
+        if key == "overhead":
+            v = d["wall"] - d["forwards"] - clock
+        else:
+            v = clock if key == "clock" else d[key]
         return 1e3 * v / max(d["steps"], 1)
 
     return statistics.median(one(r) for r in rounds)
@@ -192,6 +239,12 @@ def _section(
 ) -> str:
     import torch
 
+    # One cost per call for every tree (the median of all rounds' calibrations): the clock is the
+    # same code in every worker, and a per-process figure would only add its noise to the ratios.
+    costs = [
+        d["clock_cost"] for t in trees for r in rounds[t] for d in list(r.values())[:1] if "clock_cost" in d
+    ]
+    cost = statistics.median(costs) if costs else 0.0
     names = [t.name if t != REPO else "this tree" for t in trees]
     paths = [t.name if t != REPO else "." for t in trees]
     cmd = "python scripts/bench_overhead.py" + "".join(f" --tree {p}" for p in paths if len(trees) > 1)
@@ -208,23 +261,31 @@ def _section(
         f"- method: {args.prompts} code prompts × {args.new_tokens} tokens per mode, greedy, EOS ignored; "
         "forwards = time inside the outermost calls of the target's and draft's decoder and output "
         "head, the EAGLE-3 head's modules and the Medusa heads (forward hooks); times are the "
-        "thread's CPU time (load from other processes does not count); overhead = total − "
-        f"forwards, per target step; median of {args.runs} rounds, each tree in its own process, "
+        "thread's CPU time (load from other processes does not count); clock = what the measuring "
+        "itself adds outside the forwards: outermost hooked calls × the clock's cost per call (hook "
+        "dispatch and clock reads, a system call each; calibrated per round on a no-op module "
+        "called right after a cache flush, as the runtime calls its modules after a forward: "
+        f"{cost * 1e6:.1f} µs per call, the median of all rounds' calibrations, for every tree); overhead = total − forwards − clock (add the clock column "
+        f"back for the raw figure), per target step; median of {args.runs} rounds, each tree in its own process, "
         "the trees taking turns per round" + (f"; the anchor is `{names[0]}`" if len(trees) > 1 else ""),
         "",
     ]
-    head = "| mode | steps |" + "".join(f" CPU ms/step ({n}) | overhead ms/step ({n}) |" for n in names)
+    head = "| mode | steps |" + "".join(
+        f" CPU ms/step ({n}) | clock ms/step ({n}) | overhead ms/step ({n}) |" for n in names
+    )
     if len(trees) > 1:
         head += "".join(f" overhead {n} ÷ {names[0]} |" for n in names[1:])
-    lines += [head, "|---|---:|" + "---:|---:|" * len(trees) + "---:|" * (len(trees) - 1)]
+    lines += [head, "|---|---:|" + "---:|---:|---:|" * len(trees) + "---:|" * (len(trees) - 1)]
     for mode in args.modes:
         steps = rounds[trees[0]][0][mode]["steps"]
         row = f"| {mode} | {steps} |"
         for t in trees:
-            row += f" {per_step(rounds[t], mode, 'wall'):.3f} | {per_step(rounds[t], mode, 'overhead'):.3f} |"
-        anchor = per_step(rounds[trees[0]], mode, "overhead")
+            row += "".join(
+                f" {per_step(rounds[t], mode, k, cost):.3f} |" for k in ("wall", "clock", "overhead")
+            )
+        anchor = per_step(rounds[trees[0]], mode, "overhead", cost)
         for t in trees[1:]:
-            row += f" {per_step(rounds[t], mode, 'overhead') / anchor:.2f} |" if anchor > 0 else " – |"
+            row += f" {per_step(rounds[t], mode, 'overhead', cost) / anchor:.2f} |" if anchor > 0 else " – |"
         lines.append(row)
     lines += ["", END]
     return "\n".join(lines)

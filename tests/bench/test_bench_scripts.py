@@ -113,8 +113,13 @@ def test_bench_overhead_splits_cpu_time_into_forwards_and_the_rest(tmp_path):
     for mode in args.modes:
         d = one[mode]
         assert d["tokens"] == 6 and 1 <= d["steps"] <= 6 and 0 < d["forwards"] < d["wall"]
-    # Two trees: the second is reported as a ratio of overhead per step against the first.
-    other = {m: {**d, "wall": d["forwards"] + 2 * (d["wall"] - d["forwards"])} for m, d in one.items()}
+        assert d["calls"] >= 2 * d["steps"] and d["clock_cost"] >= 0
+    # Two trees: the second is reported as a ratio of overhead per step against the first (overhead
+    # = CPU time − forwards − hooked calls × the clock's own cost per call).
+    other = {
+        m: {**d, "wall": d["wall"] + d["wall"] - d["forwards"] - d["calls"] * d["clock_cost"]}
+        for m, d in one.items()
+    }
     trees = [tmp_path / "old", mod.REPO]
     text = mod._section(args, trees, {trees[0]: [one], trees[1]: [other]}, 0.5, 0.6)
     rows = [line for line in text.splitlines() if line.startswith("| eagle3_tree |")]

@@ -8,6 +8,7 @@ root-to-leaf path; the target's pick after that path is the step's own token.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -40,22 +41,40 @@ class Proposal:
 
     def per_depth(self) -> list[int]:
         """Candidate nodes at depth 1, 2, ..."""
-        depth: list[int] = []
-        counts: list[int] = []
-        for i in range(self.num_draft):
-            p = self.parents[i]
-            d = 1 if p < 0 else depth[p] + 1
-            depth.append(d)
-            if d > len(counts):
-                counts.append(0)
-            counts[d - 1] += 1
-        return counts
+        return list(_per_depth(tuple(self.parents[: self.num_draft])))
+
+
+@functools.lru_cache(maxsize=1024)
+def _per_depth(parents: tuple[int, ...]) -> tuple[int, ...]:
+    """Nodes at depth 1, 2, ... of a tree shape (cached: a mode proposes a few shapes)."""
+    depth: list[int] = []
+    counts: list[int] = []
+    for p in parents:
+        d = 1 if p < 0 else depth[p] + 1
+        depth.append(d)
+        if d > len(counts):
+            counts.append(0)
+        counts[d - 1] += 1
+    return tuple(counts)
+
+
+@functools.lru_cache(maxsize=1024)
+def _children(parents: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
+    """Each node's children (-1: the root's), in index order, per tree shape (cached). Shared:
+    never modify it."""
+    kids: dict[int, list[int]] = {}
+    for i, p in enumerate(parents):
+        kids.setdefault(p, []).append(i)
+    return {p: tuple(c) for p, c in kids.items()}
 
 
 @dataclass
 class Verdict:
     path: list[int]  # accepted candidate nodes, root to leaf
     token: int  # the target's own token after the path
+    # Greedy verification: the argmax of every row of the forward's logits (the verified rows
+    # processed, the rest raw), for a speculator that needs them too (lookahead's window).
+    argmax: list[int] | None = None
 
 
 @dataclass
@@ -90,15 +109,14 @@ def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.
         k = 0
         while k < prop.num_draft and prop.tokens[k] == preds[k]:
             k += 1
-        return Verdict(list(range(k)), preds[k])
-    children: dict[int, dict[int, int]] = {}
-    for i in range(prop.num_draft):
-        # Tokens are distinct among siblings in every tree we build; keep the first if not.
-        children.setdefault(prop.parents[i], {}).setdefault(prop.tokens[i], i)
+        return Verdict(list(range(k)), preds[k], preds)
+    kids = _children(tuple(prop.parents[: prop.num_draft]))
+    tokens = prop.tokens
     pick: Callable[[int], int]
+    argmax: list[int] | None = None
     if sp.greedy:
-        preds = logits.argmax(-1).tolist()
-        pick = preds.__getitem__
+        argmax = logits.argmax(-1).tolist()
+        pick = argmax.__getitem__
     else:
         # Sample-and-match: each emitted token is a fresh draw from the target given its exact
         # prefix, so the output is distributed as the target's (lossless for any proposal).
@@ -108,9 +126,10 @@ def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.
     path: list[int] = []
     while True:
         y = pick(node + 1)
-        nxt = children.get(node, {}).get(y)
+        # Tokens are distinct among siblings in every tree we build; the first match wins if not.
+        nxt = next((c for c in kids.get(node, ()) if tokens[c] == y), None)
         if nxt is None:
-            return Verdict(path, y)
+            return Verdict(path, y, argmax)
         path.append(nxt)
         node = nxt
 

@@ -38,13 +38,21 @@ class DraftTargetSpeculator:
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         sp = ctx.sampling
+        # A CachedLM drafts greedily in one call per token (a batched draft has no greedy_next).
+        greedy_next = getattr(self.draft, "greedy_next", None) if sp.greedy else None
+        if greedy_next is not None:
+            for _ in range(k):
+                feed = [greedy_next(feed)]
+                tokens.append(feed[0])
+            return Proposal.chain(tokens)
         for _ in range(k):
             out = self.draft.forward(feed, logits_from=len(feed) - 1).logits
-            assert out is not None  # logits_from is inside the fed tokens
-            logits = out[-1]
+            assert out is not None  # logits_from is inside the fed tokens: one row
             if sp.greedy:
-                x = int(logits.argmax())
+                # One row: its argmax is the flat one (no row view to make).
+                x = int(out.argmax() if out.shape[0] == 1 else out[-1].argmax())
             else:
+                logits = out[-1]
                 assert ctx.gen is not None
                 q = probs(logits, sp)
                 x = draw(q, ctx.gen)

@@ -25,7 +25,18 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMS
 
 from toolkit.errors import ModelError
 from toolkit.reference.core import Context, Proposal, Verdict
-from toolkit.reference.models import Forward, preallocated_cache, read_config, require_weights, tree_mask
+from toolkit.reference.models import (
+    ContextMask,
+    Forward,
+    arange_row,
+    ids_tensor,
+    inference,
+    preallocated_cache,
+    read_config,
+    require_weights,
+    rows_tensor,
+    tree_mask,
+)
 
 
 class Eagle3Head(nn.Module):
@@ -55,36 +66,62 @@ class Eagle3Head(nn.Module):
     def new_cache(self) -> DynamicCache:
         return preallocated_cache(self.config)
 
-    @torch.inference_mode()
+    def _parts(self) -> tuple[LlamaDecoderLayer, LlamaRMSNorm]:
+        """The decoder layer and its hidden_norm, looked up once (ModuleList indexing and module
+        attribute reads are slow per step); kept in a tuple, not registered as submodules again."""
+        parts = self.__dict__.get("_layer_parts")
+        if parts is None:
+            # casts: ModuleList items and attributes set on a module read as `Module` / `Tensor | Module`.
+            layer = cast(LlamaDecoderLayer, self.layers[0])
+            parts = (layer, cast(LlamaRMSNorm, layer.hidden_norm))
+            self.__dict__["_layer_parts"] = parts
+        return parts
+
+    @inference
     def step(
         self,
         g: torch.Tensor,
         tokens: list[int],
         cache: DynamicCache,
         positions: list[int],
-        visible: torch.Tensor,
+        mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run m inputs after the cache with attention mask `visible` [m, past+m].
-        Returns the pre-norm outputs [m, H] and the draft-vocabulary logits [m, draft_vocab]."""
-        assert self.embed is not None
-        # casts: ModuleList items and attributes set on a module read as `Module` / `Tensor | Module`.
-        layer = cast(LlamaDecoderLayer, self.layers[0])
-        hidden_norm = cast(LlamaRMSNorm, layer.hidden_norm)
-        emb = self.embed(torch.tensor([tokens], dtype=torch.long))
-        x = g[None]
+        """Run m inputs `g` [1, m, H] after the cache with attention mask `mask` [1, 1, m, past+m].
+        Returns the pre-norm outputs [1, m, H] and the draft-vocabulary logits [1, m, draft_vocab]."""
+        embed = self.embed
+        assert embed is not None
+        layer, hidden_norm = self._parts()
+        emb = embed(ids_tensor(tokens))
+        x = g
         attn_in = torch.cat([layer.input_layernorm(emb), hidden_norm(layer.input_layernorm(x))], dim=-1)
+        first = positions[0]
+        if positions == list(range(first, first + len(positions))):
+            pos = arange_row(first, first + len(positions))  # a view, no new tensor
+        else:
+            pos = torch.tensor([positions], dtype=torch.long)
         attn, _ = layer.self_attn(
             hidden_states=attn_in,
-            position_embeddings=self.rotary(x, torch.tensor([positions], dtype=torch.long)),
-            attention_mask=visible[None, None],
+            position_embeddings=self.rotary(x, pos),
+            attention_mask=mask,
             past_key_values=cache,
         )
         h = x + attn
         h = h + layer.mlp(layer.post_attention_layernorm(h))
-        return h[0], self.lm_head(self.norm(h))[0]
+        return h, self.lm_head(self.norm(h))
 
     def to_target(self, draft_ids: torch.Tensor) -> list[int]:
         return (draft_ids + self.d2t[draft_ids]).tolist()
+
+    def target_ids(self) -> list[int]:
+        """Target id of each draft id (draft id + d2t), as a list: the top-k of a step map to
+        target ids by list indexing. Rebuilt when d2t changes (its version counter)."""
+        cached = self.__dict__.get("_target_ids")
+        version = self.d2t._version
+        if cached is None or cached[0] != version:
+            ids = (torch.arange(len(self.d2t), dtype=torch.long) + self.d2t).tolist()
+            cached = (version, ids)
+            self.__dict__["_target_ids"] = cached
+        return cached[1]
 
 
 def load_eagle3_head(path: Path, target_config: Any, layers: list[int] | None = None) -> Eagle3Head:
@@ -153,18 +190,20 @@ def load_eagle3_head(path: Path, target_config: Any, layers: list[int] | None = 
     return head.eval()
 
 
-def _visible(cached: list[int], anc: torch.Tensor, past: int, nodes: list[int]) -> torch.Tensor:
-    """Attention rows for draft `nodes`: the verified context (the cache minus the `cached` draft
-    nodes at its end), those cached nodes that are ancestors, and the node itself. `anc` is the
-    tree's ancestor-or-self matrix (anc[i, j]: node j is node i or one of its ancestors)."""
-    ctx = past - len(cached)
-    mask = torch.zeros(len(nodes), past + len(nodes), dtype=torch.bool)
-    mask[:, :ctx] = True
-    rows = torch.tensor(nodes, dtype=torch.long)
-    if cached:
-        mask[:, ctx:past] = anc[rows][:, torch.tensor(cached, dtype=torch.long)]
-    mask[:, past:] = anc[rows][:, rows]  # each node sees itself; siblings do not see each other
-    return mask
+class _Level:
+    """One level d of a static draft tree as the head drafts it: its nodes; the nodes that grow
+    children (run through the head when d < the step's depth limit), with the row of each one's
+    parent in the previous head step's outputs; and their attention mask after the verified
+    context: the cached nodes of earlier levels that are ancestors, and the node itself (siblings
+    do not see each other)."""
+
+    def __init__(self, nodes: list[int], grow: list[int], parent_rows: list[int], block: torch.Tensor):
+        self.nodes = nodes
+        self.grow = grow
+        self.parent_rows = parent_rows
+        self.rows_t = torch.tensor(parent_rows, dtype=torch.long)
+        self.contiguous = parent_rows == list(range(len(parent_rows)))
+        self.masks = ContextMask(block)
 
 
 class Eagle3Speculator:
@@ -178,26 +217,44 @@ class Eagle3Speculator:
         self.choices, self.parents = tree
         n = len(self.choices)
         self.depth = [len(c) for c in self.choices]
-        self.has_children = [False] * n
+        self.max_depth = max(self.depth, default=0)
+        has_children = [False] * n
         for p in self.parents:
             if p >= 0:
-                self.has_children[p] = True
-        self.anc = tree_mask(self.parents)[0] if n else torch.zeros(0, 0, dtype=torch.bool)
-        self.levels = [
-            [i for i in range(n) if self.depth[i] == d] for d in range(1, max(self.depth, default=0) + 1)
-        ]
+                has_children[p] = True
+        anc = tree_mask(self.parents)[0] if n else torch.zeros(0, 0, dtype=torch.bool)
         # Top-k needed below each parent (-1: the root).
         self.top: dict[int, int] = {}
         for c, p in zip(self.choices, self.parents, strict=True):
             self.top[p] = max(self.top.get(p, 0), c[-1] + 1)
+        self.levels: list[_Level] = []
+        cached: list[int] = []
+        prev: list[int] = []  # the nodes the previous head step ran
+        for d in range(1, self.max_depth + 1):
+            nodes = [i for i in range(n) if self.depth[i] == d]
+            grow = [i for i in nodes if has_children[i]]
+            rows = [prev.index(self.parents[i]) if d > 1 else 0 for i in grow]
+            cols = torch.tensor(cached + grow, dtype=torch.long)
+            block = anc[torch.tensor(grow, dtype=torch.long)][:, cols]
+            self.levels.append(_Level(nodes, grow, rows, block))
+            cached += grow
+            prev = grow
+        self.count_at = [sum(1 for x in self.depth if x <= d) for d in range(self.max_depth + 1)]
+        self._causal: dict[int, ContextMask] = {}  # per number of fed positions
         self.cache = head.new_cache()
         self.feats: torch.Tensor | None = None  # target features not yet run through the head
         self.next_tokens: list[int] = []  # the token after each of those positions
 
     def prefill(self, ctx: Context, fwd: Forward | None) -> None:
         self.cache = self.head.new_cache()
-        self.feats = fwd.aux if fwd is not None else None
+        self.feats = fwd.aux[None] if fwd is not None and fwd.aux is not None else None
         self.next_tokens = ctx.tokens[1:] if fwd is not None else []
+
+    def _causal_mask(self, m: int, past: int) -> torch.Tensor:
+        masks = self._causal.get(m)
+        if masks is None:
+            masks = self._causal[m] = ContextMask(torch.ones(m, m, dtype=torch.bool).tril())
+        return masks.mask(past)
 
     def propose(self, ctx: Context, budget: int) -> Proposal:
         if self.feats is None or budget <= 0:
@@ -205,48 +262,64 @@ class Eagle3Speculator:
         head = self.head
         m = len(self.next_tokens)
         past = self.cache.get_seq_length()
-        causal = torch.ones(m, past + m, dtype=torch.bool).tril(past)
         h, logits = head.step(
-            head.fc(self.feats), self.next_tokens, self.cache, list(range(past, past + m)), causal
+            head.fc(self.feats),
+            self.next_tokens,
+            self.cache,
+            list(range(past, past + m)),
+            self._causal_mask(m, past),
         )
         self.feats, self.next_tokens = None, []
-        context = self.cache.get_seq_length()
-        limit = min(budget, max(self.depth))
-        count = sum(1 for d in self.depth if d <= limit)
-        tokens = [0] * count
-        # Per node: (pre-norm output, logits) of the head run on it, for its children.
-        out: dict[int, tuple[torch.Tensor, torch.Tensor]] = {-1: (h[-1], logits[-1])}
-        ranked: dict[int, list[int]] = {}
-        cached: list[int] = []
+        context = past + m
+        limit = min(budget, self.max_depth)
+        tokens = [0] * self.count_at[limit]
+        to_target = head.target_ids()
+        # The previous head step's outputs (pre-norm: only the rows the next level grows from;
+        # logits) and the row of each node it ran.
+        hs, ls = h[:, m - 1 :], logits
+        row_of = {-1: m - 1}
+        ran = 1  # rows in hs
         for d in range(1, limit + 1):
             level = self.levels[d - 1]
-            for i in level:
+            ranked: dict[int, list[int]] = {}
+            for i in level.nodes:
                 p = self.parents[i]
-                if p not in ranked:
-                    ranked[p] = head.to_target(torch.topk(out[p][1], self.top[p]).indices)
-                tokens[i] = ranked[p][self.choices[i][-1]]
-            grow = [i for i in level if self.has_children[i] and d < limit]
-            if not grow:
+                top = ranked.get(p)
+                if top is None:
+                    top = ranked[p] = [
+                        to_target[j] for j in torch.topk(ls[0, row_of[p]], self.top[p]).indices.tolist()
+                    ]
+                tokens[i] = top[self.choices[i][-1]]
+            grow = level.grow
+            if d >= limit or not grow:
                 break
-            g = torch.stack([out[self.parents[i]][0] for i in grow])
-            past = self.cache.get_seq_length()
-            visible = _visible(cached, self.anc, past, grow)
-            # Node at depth d sits at eagle position t-1+d = context-1+d.
+            g = hs if level.contiguous and len(grow) == ran else hs.index_select(1, level.rows_t)
+            # Node at depth d sits at eagle position t-1+d = context-1+d; it sees the verified context.
             hs, ls = head.step(
-                g, [tokens[i] for i in grow], self.cache, [context - 1 + d] * len(grow), visible
+                g,
+                [tokens[i] for i in grow],
+                self.cache,
+                [context - 1 + d] * len(grow),
+                level.masks.mask(context),
             )
-            for r, i in enumerate(grow):
-                out[i] = (hs[r], ls[r])
-            cached.extend(grow)
+            row_of = {i: r for r, i in enumerate(grow)}
+            ran = len(grow)
         self.cache.crop(context)
-        return Proposal(tokens=tokens, parents=self.parents[:count])
+        return Proposal(tokens=tokens, parents=self.parents[: len(tokens)])
 
     def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
-        assert fwd.aux is not None
-        rows = [0, *(i + 1 for i in verdict.path)]
-        feats = fwd.aux[rows]
-        nxt = [proposal.tokens[i] for i in verdict.path] + [verdict.token]
+        aux = fwd.aux
+        assert aux is not None
+        path = verdict.path
+        k = len(path)
+        if all(i == r for r, i in enumerate(path)):
+            feats = aux[None, : k + 1]  # the root and a prefix of the nodes (a chain): a view
+        else:
+            feats = aux[None, rows_tensor((0, *(i + 1 for i in path)))]
+        tokens = proposal.tokens
+        nxt = [tokens[i] for i in path]
+        nxt.append(verdict.token)
         if self.feats is not None:
-            feats = torch.cat([self.feats, feats])
+            feats = torch.cat([self.feats, feats], dim=1)
             nxt = self.next_tokens + nxt
         self.feats, self.next_tokens = feats, nxt

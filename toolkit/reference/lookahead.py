@@ -31,6 +31,7 @@ class LookaheadSpeculator:
         self.g = verification_set
         self.levels: list[list[int]] = []
         self.pool: dict[int, OrderedDict[tuple[int, ...], None]] = {}
+        self._rel: dict[int, list[int]] = {}
 
     def _remember(self, gram: tuple[int, ...]) -> None:
         """Add an n-gram; each key keeps its G most recent continuations (LRU)."""
@@ -71,21 +72,33 @@ class LookaheadSpeculator:
                         parents.append(parent)
                     parent = node[key]
         num_draft = len(tokens)
-        for level, row in enumerate(self.levels):
-            for i, tok in enumerate(row):
-                if level == 0:
-                    parents.append(-1 if i == 0 else len(tokens) - 1)
-                else:
-                    parents.append(num_draft + (level - 1) * self.w + i)
-                tokens.append(tok)
+        # The window's parents, relative to its first node, depend only on its number of levels.
+        rel = self._window_parents(len(self.levels))
+        parents.extend([-1 if r < 0 else num_draft + r for r in rel])
+        for row in self.levels:
+            tokens.extend(row)
         return Proposal(tokens=tokens, parents=parents, num_draft=num_draft)
+
+    def _window_parents(self, levels: int) -> list[int]:
+        """Parent of each window node, as an index from the window's first node (-1: the root):
+        (0, i) follows (0, i-1), and (l, i) sits under (l-1, i)."""
+        rel = self._rel.get(levels)
+        if rel is None:
+            w = self.w
+            rel = [i - 1 if level == 0 else (level - 1) * w + i for level in range(levels) for i in range(w)]
+            self._rel[levels] = rel
+        return rel
 
     def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
         if not self.levels:
             return
         assert fwd.logits is not None
         top = 1 + proposal.num_draft + (len(self.levels) - 1) * self.w
-        out = fwd.logits[top : top + self.w].argmax(-1).tolist()
+        if verdict.argmax is not None:
+            # Greedy verification took every row's argmax; the window's rows are raw logits there.
+            out = verdict.argmax[top : top + self.w]
+        else:
+            out = fwd.logits[top : top + self.w].argmax(-1).tolist()
         if len(self.levels) < self.n - 1:
             self.levels.append(out)
             return

@@ -45,7 +45,8 @@ class MedusaHeads(nn.ModuleList):
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor, n: int) -> torch.Tensor:
         """[n, vocab]: the first n heads on one hidden vector."""
-        return torch.stack([self[i](hidden) for i in range(n)])
+        # Iterating the ModuleList (not indexing it per head, which is slow) visits the same heads.
+        return torch.stack([head(hidden) for head, _ in zip(self, range(n), strict=False)])
 
 
 def load_medusa_heads(path: Path, target_config: Any) -> MedusaHeads:
@@ -108,7 +109,10 @@ class MedusaSpeculator:
             )
         # How many top candidates each head must supply.
         self.top = [1 + max(c[-1] for c in self.choices if len(c) == d) for d in range(1, depth + 1)]
+        self.kmax = max(self.top)
         self.head_logits: torch.Tensor | None = None
+        # Per depth budget: the nodes the pruned tree keeps, as (head, rank) of each, and their parents.
+        self._pruned: dict[int, tuple[list[tuple[int, int]], list[int]]] = {}
 
     def prefill(self, ctx: Context, fwd: Forward | None) -> None:
         self.head_logits = None
@@ -119,10 +123,17 @@ class MedusaSpeculator:
     def propose(self, ctx: Context, budget: int) -> Proposal:
         if self.head_logits is None or budget <= 0:
             return Proposal()
-        top = [torch.topk(self.head_logits[d], k).indices.tolist() for d, k in enumerate(self.top)]
-        tokens = [top[len(c) - 1][c[-1]] for c in self.choices]
-        tokens, parents = prune(tokens, self.parents, budget)
-        return Proposal(tokens=tokens, parents=parents)
+        # One top-k over all the heads used (as many as the widest level needs): each level reads
+        # its first k. Medusa verifies greedily, so the proposal can change no committed token.
+        top = torch.topk(self.head_logits, self.kmax).indices.tolist()
+        shape = self._pruned.get(budget)
+        if shape is None:
+            # The tree's shape under this budget is fixed: prune once, map tokens per step.
+            picks = [(len(c) - 1, c[-1]) for c in self.choices]
+            kept, parents = prune(list(range(len(picks))), self.parents, budget)
+            shape = self._pruned[budget] = ([picks[i] for i in kept], parents)
+        picks, parents = shape
+        return Proposal(tokens=[top[d][r] for d, r in picks], parents=list(parents))
 
     def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
         assert fwd.hidden is not None

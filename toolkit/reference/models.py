@@ -9,18 +9,22 @@ transformers' own mask path.
 
 from __future__ import annotations
 
+import array
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import torch
 from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from toolkit.errors import ModelError
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
@@ -135,79 +139,243 @@ class Forward:
 def tree_mask(parents: Sequence[int]) -> tuple[torch.Tensor, list[int]]:
     """Ancestor-or-self matrix [q, q] and the depth of each node (roots at depth 0). The matrix
     is built once per tree shape and shared: read it, never write into it."""
-    mask, depth, _ = _tree(tuple(parents))
-    return mask, list(depth)
+    shape = _tree(tuple(parents))
+    return shape.anc, list(shape.depth)
+
+
+class ContextMask:
+    """Attention masks [1, 1, q, past + q] = [every cached entry | `block`] for a fixed block
+    [q, q'] of the new rows over the step's own entries (q' ≥ q: a block may also cover cached
+    draft entries), as views of one buffer [ones | block] built once and grown with the context:
+    no new tensor per step. Shared: read the masks, never write into them."""
+
+    def __init__(self, block: torch.Tensor):
+        self.block = block
+        self._buf = block[None, None]
+        self._room = 0  # cached entries the buffer has columns for
+
+    def mask(self, past: int) -> torch.Tensor:
+        """The mask after `past` entries that every row sees (the block covers the rest)."""
+        room = self._room
+        if past > room:
+            room = max(past, 256, 2 * room)
+            rows, cols = self.block.shape
+            buf = torch.ones(1, 1, rows, room + cols, dtype=torch.bool)
+            buf[0, 0, :, room:] = self.block
+            self._buf, self._room = buf, room
+        return self._buf[..., room - past :]
+
+
+class TreeShape:
+    """What a tree shape's forwards need, built once: its ancestor-or-self matrix, depths (also
+    as a [1, q] tensor), and its attention masks after the cached context (ContextMask)."""
+
+    def __init__(self, parents: tuple[int, ...]):
+        q = len(parents)
+        rows: list[list[bool]] = []
+        depth = [0] * q
+        for i, p in enumerate(parents):
+            if p >= 0:
+                if p >= i:
+                    raise ValueError(f"tree node {i} has parent {p}; parents must come first")
+                row = list(rows[p])
+                depth[i] = depth[p] + 1
+            else:
+                row = [False] * q
+            row[i] = True
+            rows.append(row)
+        self.anc = torch.tensor(rows, dtype=torch.bool).reshape(q, q)
+        self.depth = tuple(depth)
+        self.depth_t = torch.tensor([depth], dtype=torch.long)
+        self.masks = ContextMask(self.anc)
+        self._positions = self.depth_t  # row r: the positions after r cached entries
+        self._rows = 1
+
+    def positions(self, past: int) -> torch.Tensor:
+        """[1, q]: each node's position after `past` cached entries (past + its depth), a row of
+        a table built once per shape and grown with the context. Shared: never write into it."""
+        if past >= self._rows:
+            self._rows = max(past + 1, 256, 2 * self._rows)
+            self._positions = self.depth_t + torch.arange(self._rows, dtype=torch.long)[:, None]
+        return self._positions[past : past + 1]
+
+
+_ONE_TOKEN: dict[int, torch.Tensor] = {}
+
+
+def ids_tensor(ids: list[int]) -> torch.Tensor:
+    """[1, q] long tensor of `ids`. A single token's (every decoding step's, every draft token's)
+    is made once and shared: a step then creates no tensor for it. Never write into it."""
+    if len(ids) == 1:
+        t = _ONE_TOKEN.get(ids[0])
+        if t is None:
+            t = _ONE_TOKEN[ids[0]] = torch.tensor([ids], dtype=torch.long)
+        return t
+    # A view of the ids' own 64-bit buffer (the tensor keeps the array alive): cheaper than
+    # torch.tensor's walk over a nested list.
+    return torch.frombuffer(array.array("q", ids), dtype=torch.long)[None]
+
+
+_ARANGE = torch.arange(0)
+
+
+def arange_row(start: int, stop: int) -> torch.Tensor:
+    """[1, stop - start]: the positions start..stop-1, a view of a shared arange (grown as needed)."""
+    global _ARANGE
+    table = _ARANGE
+    if stop > table.shape[0]:
+        table = _ARANGE = torch.arange(max(stop, 1024, 2 * table.shape[0]), dtype=torch.long)
+    return table[None, start:stop]
+
+
+@functools.lru_cache(maxsize=4096)
+def rows_tensor(rows: tuple[int, ...]) -> torch.Tensor:
+    """`rows` as a long tensor, made once per tuple (a tree step keeps one of a few row sets)."""
+    return torch.tensor(rows, dtype=torch.long)
 
 
 @functools.lru_cache(maxsize=512)
-def _tree(parents: tuple[int, ...]) -> tuple[torch.Tensor, tuple[int, ...], torch.Tensor]:
-    """(ancestor-or-self matrix, depths, depths as a tensor) of one tree shape, cached: a mode
-    verifies the same few shapes step after step."""
-    q = len(parents)
-    mask = torch.eye(q, dtype=torch.bool)
-    depth = [0] * q
-    for i, p in enumerate(parents):
-        if p >= 0:
-            if p >= i:
-                raise ValueError(f"tree node {i} has parent {p}; parents must come first")
-            mask[i] |= mask[p]
-            depth[i] = depth[p] + 1
-    return mask, tuple(depth), torch.tensor([depth], dtype=torch.long)
+def _tree(parents: tuple[int, ...]) -> TreeShape:
+    """The TreeShape of `parents`, cached: a mode verifies the same few shapes step after step."""
+    return TreeShape(parents)
+
+
+class KVStore:
+    """The keys and values of a cache's full-attention layers in one buffer [layers, 2, batch,
+    heads, capacity, head_dim] that grows geometrically: a step writes each layer's new entries
+    in place (no concatenation of the whole cache), and a tree step's accepted rows move down
+    in all layers at once (CachedLM.keep). Values and their order are those of DynamicLayer."""
+
+    def __init__(self, count: int):
+        self.count = count
+        self.buf: torch.Tensor | None = None
+        self.generation = 0  # bumped when the buffer is replaced (the layers refresh their views)
+
+    def fits(self, states: torch.Tensor) -> bool:
+        """Whether a layer whose new entries look like `states` [batch, heads, q, head_dim] can live here."""
+        buf = self.buf
+        if buf is None:
+            return True
+        return (
+            buf.dtype == states.dtype
+            and buf.shape[2:4] == states.shape[:2]
+            and buf.shape[-1] == states.shape[-1]
+        )
+
+    def reserve(self, states: torch.Tensor, n: int, min_capacity: int) -> None:
+        """Room for `n` entries per layer, keeping what is there."""
+        old = self.buf
+        cap = 0 if old is None else old.shape[-2]
+        if n <= cap:
+            return
+        b, h, _, d = states.shape
+        new = states.new_empty(self.count, 2, b, h, max(n, min_capacity, 2 * cap), d)
+        if old is not None:
+            new[..., :cap, :] = old
+        self.buf = new
+        self.generation += 1
 
 
 class PreallocLayer(DynamicLayer):
-    """A DynamicLayer whose keys and values are views [..., :length, :] of buffers that grow
-    geometrically: a step writes its new entries in place instead of concatenating the whole
-    cache into a new tensor (per layer, per step). Values and their order are the same."""
+    """A DynamicLayer whose keys and values are views [..., :length, :] of its slot in a KVStore
+    (shared with the cache's other layers, or its own): a step writes its new entries in place,
+    and a crop only sets the length. Values and their order are the same."""
 
     MIN_CAPACITY = 256
 
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        super().lazy_initialization(key_states, value_states)
+    def __init__(self, store: KVStore | None = None, slot: int = 0, **kwargs: Any) -> None:
+        self.store = store if store is not None else KVStore(1)
+        self.slot = slot if store is not None else 0
         self.kbuf: torch.Tensor | None = None
         self.vbuf: torch.Tensor | None = None
+        self._gen = -1
         self.length = 0
+        self._keys: torch.Tensor | None = None
+        self._values: torch.Tensor | None = None
+        super().__init__(**kwargs)
+
+    # DynamicLayer's code reads and assigns `keys` / `values`: here they are the live views.
+    @property
+    def keys(self) -> torch.Tensor | None:
+        return self._keys if self.kbuf is None else self.kbuf[..., : self.length, :]
+
+    @keys.setter
+    def keys(self, value: torch.Tensor | None) -> None:
+        self._keys = value
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return self._values if self.vbuf is None else self.vbuf[..., : self.length, :]
+
+    @values.setter
+    def values(self, value: torch.Tensor | None) -> None:
+        self._values = value
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.length = 0
+        if not self.store.fits(key_states):
+            self.store, self.slot = KVStore(1), 0  # a layer of another shape gets its own buffer
+        self.is_initialized = True
+
+    def _views(self) -> None:
+        buf = self.store.buf
+        assert buf is not None
+        self.kbuf, self.vbuf = buf[self.slot, 0], buf[self.slot, 1]
+        self._gen = self.store.generation
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        n = self.length + key_states.shape[-2]
-        if self.kbuf is None or self.vbuf is None or n > self.kbuf.shape[-2]:
-            cap = max(n, self.MIN_CAPACITY, 2 * (self.kbuf.shape[-2] if self.kbuf is not None else 0))
-            kbuf = key_states.new_empty(*key_states.shape[:-2], cap, key_states.shape[-1])
-            vbuf = value_states.new_empty(*value_states.shape[:-2], cap, value_states.shape[-1])
-            if self.length:
-                assert self.keys is not None and self.values is not None  # set by the previous update
-                kbuf[..., : self.length, :] = self.keys
-                vbuf[..., : self.length, :] = self.values
-            self.kbuf, self.vbuf = kbuf, vbuf
-        self.kbuf[..., self.length : n, :] = key_states
-        self.vbuf[..., self.length : n, :] = value_states
+        start = self.length
+        n = start + key_states.shape[-2]
+        store = self.store
+        store.reserve(key_states, n, self.MIN_CAPACITY)
+        if self._gen != store.generation:
+            self._views()
+        kbuf, vbuf = self.kbuf, self.vbuf
+        assert kbuf is not None and vbuf is not None
+        kbuf[..., start:n, :] = key_states
+        vbuf[..., start:n, :] = value_states
         self.length = n
-        self.keys, self.values = self.kbuf[..., :n, :], self.vbuf[..., :n, :]
-        return self.keys, self.values
+        return kbuf[..., :n, :], vbuf[..., :n, :]
 
     def get_seq_length(self) -> int:
-        return self.length if self.is_initialized else 0
+        return self.length
 
     def crop(self, max_length: int) -> None:
         if max_length <= 0:
-            max_length = self.get_seq_length() - abs(max_length)
-        # kbuf and vbuf exist once lazy_initialization has run.
-        kbuf, vbuf = getattr(self, "kbuf", None), getattr(self, "vbuf", None)
-        if self.get_seq_length() <= max_length or kbuf is None or vbuf is None:
-            return
-        self.length = max(0, max_length)
-        self.keys, self.values = kbuf[..., : self.length, :], vbuf[..., : self.length, :]
+            max_length = self.length - abs(max_length)
+        self.length = max(0, min(self.length, max_length))
 
 
 def preallocated_cache(config: PreTrainedConfig) -> DynamicCache:
-    """A DynamicCache whose full-attention layers are PreallocLayers (sliding ones stay as they are)."""
+    """A DynamicCache whose full-attention layers are PreallocLayers sharing one KVStore (sliding
+    ones stay as they are)."""
     cache = DynamicCache(config=config)
-    cache.layers = [PreallocLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    full = [i for i, layer in enumerate(cache.layers) if type(layer) is DynamicLayer]
+    store = KVStore(len(full))
+    slots = {i: s for s, i in enumerate(full)}
+    cache.layers = [
+        PreallocLayer(store, slots[i]) if i in slots else layer for i, layer in enumerate(cache.layers)
+    ]
     return cache
+
+
+def inference(fn: Callable[P, R]) -> Callable[P, R]:
+    """torch.inference_mode() as a decorator, entered only when it is not on already (the
+    runtime's generation loop runs in it): the same mode, without a context switch per call."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        if torch.is_inference_mode_enabled():
+            return fn(*args, **kwargs)
+        with torch.inference_mode():
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def is_chain(parents: Sequence[int]) -> bool:
@@ -244,7 +412,20 @@ class CachedLM:
 
     @property
     def length(self) -> int:
-        return self.cache.get_seq_length()
+        first = self._first
+        return first.length if first is not None else self.cache.get_seq_length()
+
+    @property
+    def cache(self) -> DynamicCache:
+        return self._cache
+
+    @cache.setter
+    def cache(self, cache: DynamicCache) -> None:
+        self._cache = cache
+        # The cache's length is its first layer's when that one is preallocated (all layers agree
+        # between forwards): read without DynamicCache's per-call checks.
+        first = cache.layers[0] if cache.layers else None
+        self._first = first if isinstance(first, PreallocLayer) else None
 
     def reset(self) -> None:
         self.cache = preallocated_cache(self.config)
@@ -255,22 +436,41 @@ class CachedLM:
         elif length < self.length:
             self.cache.crop(length)
 
-    @torch.inference_mode()
+    @inference
     def keep(self, start: int, rows: Sequence[int]) -> None:
         """Keep the first `start` cached entries plus entries start+r for r in `rows` (ascending).
-        The kept rows move down in place (the context before `start` is not copied)."""
-        rows = list(rows)
+        The kept rows move down in place (the context before `start` is not copied), in one copy
+        per KVStore (all the layers that share it at once)."""
         n = len(rows)
-        if rows != list(range(n)):
-            src = torch.tensor(rows, dtype=torch.long) + start
+        if any(r != i for i, r in enumerate(rows)):
+            src = rows_tensor(tuple(rows))  # relative to `start`
+            stores: list[KVStore] = []
             for layer in self.cache.layers:
-                # Full and sliding attention layers (DynamicLayer and its subclasses) hold keys and values.
+                if isinstance(layer, PreallocLayer):
+                    if layer.store.buf is not None and all(st is not layer.store for st in stores):
+                        stores.append(layer.store)
+                    continue
+                # Other (sliding) layers are DynamicLayers and hold keys and values themselves.
                 assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None
-                layer.keys[:, :, start : start + n] = layer.keys.index_select(2, src)
-                layer.values[:, :, start : start + n] = layer.values.index_select(2, src)
+                layer.keys[:, :, start : start + n] = layer.keys[:, :, start:].index_select(2, src)
+                layer.values[:, :, start : start + n] = layer.values[:, :, start:].index_select(2, src)
+            for st in stores:
+                buf = st.buf
+                assert buf is not None
+                seg = buf.narrow(-2, start, rows[-1] + 1)
+                seg.narrow(-2, 0, n).copy_(seg.index_select(-2, src))
         self.crop(start + n)
 
-    @torch.inference_mode()
+    @inference
+    def greedy_next(self, ids: list[int]) -> int:
+        """Run `ids` after the cached context (their KV appended) and return the argmax of the last
+        one's logits: forward(ids, logits_from=len(ids) - 1).logits[-1].argmax(), without the
+        Forward and the reshapes (the output head runs on that row alone, as there)."""
+        out = self.decoder(input_ids=ids_tensor(ids), past_key_values=self.cache, use_cache=True)
+        last = out.last_hidden_state
+        return int(self.lm_head(last if len(ids) == 1 else last[:, -1:]).argmax())
+
+    @inference
     def forward(
         self,
         ids: Sequence[int],
@@ -283,13 +483,12 @@ class CachedLM:
         """Run `ids` after the cached context and append their KV to the cache."""
         q = len(ids)
         past = self.length
-        input_ids = torch.tensor([list(ids)], dtype=torch.long)
+        input_ids = ids_tensor(ids if isinstance(ids, list) else list(ids))
         mask = positions = None
         if parents is not None and not is_chain(parents):
-            anc, _, depth = _tree(tuple(parents))
-            mask = torch.ones(1, 1, q, past + q, dtype=torch.bool)
-            mask[0, 0, :, past:] = anc
-            positions = depth + past
+            shape = _tree(tuple(parents))
+            mask = shape.masks.mask(past)
+            positions = shape.positions(past)
         self._captured.clear()
         self._recording = aux
         out = self.decoder(
@@ -300,8 +499,10 @@ class CachedLM:
             use_cache=True,
         )
         h = out.last_hidden_state[0]
-        logits = self.lm_head(h[logits_from:]) if logits_from < q else None
+        logits = None
+        if logits_from < q:
+            logits = self.lm_head(h[logits_from:] if logits_from else h)
         self._recording = False
-        captured = torch.cat([t[0] for t in self._captured], dim=-1) if aux and self._hooks else None
+        captured = torch.cat(self._captured, dim=-1)[0] if aux and self._hooks else None
         self._captured.clear()
         return Forward(logits=logits, hidden=h if hidden else None, aux=captured)

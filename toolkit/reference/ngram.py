@@ -42,10 +42,16 @@ class NGramSpeculator:
         self._extend_index(tokens)
         size = len(tokens)
         for n in range(min(self.max_n, size), 0, -1):
-            # The suffix itself is an occurrence too, but nothing follows it yet.
-            ends = [e for e in self.index[n - 1].get(tuple(tokens[size - n :]), ()) if e < size]
-            if ends:
-                end = ends[0] if self.use_oldest else ends[-1]
+            ends = self.index[n - 1].get(tuple(tokens[size - n :]))
+            if not ends:
+                continue
+            # The suffix itself is an occurrence too, but nothing follows it yet: ends ascend and
+            # are distinct, so it is the last one, if any (no scan of every occurrence).
+            if self.use_oldest:
+                end = ends[0] if ends[0] < size else -1
+            else:
+                end = ends[-1] if ends[-1] < size else (ends[-2] if len(ends) > 1 else -1)
+            if end >= 0:
                 return Proposal.chain(tokens[end : end + k])
         return Proposal()
 

@@ -416,10 +416,13 @@ class ReferenceRuntime:
         out: list[int] = []
         stats = SpecStats()
         finish = "length"
+        # Without a batcher the batch is this one sequence: its draft-length cap is fixed.
+        fixed_cap = self.draft_len_now(mode_cfg) if self.batcher is None else None
         while len(out) < max_new_tokens:
             remaining = max_new_tokens - len(out)
             budget = remaining - 1
-            for cap in (self.draft_len_now(mode_cfg), adaptive.draft_len if adaptive else None):
+            now = fixed_cap if self.batcher is None else self.draft_len_now(mode_cfg)
+            for cap in (now, adaptive.draft_len if adaptive else None):
                 if cap is not None:
                     budget = min(budget, cap)
             prop = speculator.propose(ctx, budget)
@@ -434,9 +437,10 @@ class ReferenceRuntime:
             logits = _process(fwd.logits, prop, ctx.tokens, prompt_len, processors, sampling)
             verdict = self._check_tokens(prop, logits, sampling, ctx.gen)
             commit = [prop.tokens[i] for i in verdict.path] + [verdict.token]
+            rows = [0, *(i + 1 for i in verdict.path)]
             if trace is not None:
-                trace.record(commit, logits, fwd.logits, [0, *(i + 1 for i in verdict.path)], sampling)
-            target.keep(start, [0, *(i + 1 for i in verdict.path)])
+                trace.record(commit, logits, fwd.logits, rows, sampling)
+            target.keep(start, rows)
             ctx.tokens.extend(commit)
             speculator.update(ctx, prop, fwd, verdict)
             take = commit[:remaining]
