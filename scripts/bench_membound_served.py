@@ -36,6 +36,7 @@ DEFAULT = [
     "tiny-ngram-membound",
     "tiny-lookahead-membound",
     "tiny-eagle3-membound",
+    "tiny-eagle3-tree-membound",
     "tiny-draft-target-membound",
     "tiny-medusa-membound",
 ]

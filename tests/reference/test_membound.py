@@ -119,3 +119,31 @@ def test_a_model_without_a_gated_mlp_is_refused() -> None:
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32, n_positions=16))
     with pytest.raises(ModelError, match="gate/up/down"):
         inflate_mlp(gpt2, 2)
+
+
+def test_padded_projections_run_one_kernel(twin: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every padded projection takes the matrix-matrix kernel: a one-row product is made over two
+    rows (the second zero) and its first row kept, so a twin step over 1 token runs the kernel a
+    verify step over 2 to 8 tokens runs (the CPU's matrix-vector discount is not a GPU's). The
+    kept row equals a plain Linear's."""
+    from toolkit.reference.models import MatrixLinear
+
+    mlp = twin.target.model.get_decoder().layers[0].mlp
+    lins = [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+    assert all(type(lin) is MatrixLinear for lin in lins)
+    rows: list[int] = []
+    real = torch.nn.functional.linear
+
+    def spy(x, w, b=None):
+        rows.append(x.reshape(-1, x.shape[-1]).shape[0])
+        return real(x, w, b)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", spy)
+    gate = mlp.gate_proj
+    for shape in ((1, 1), (1, 3), (2, 1)):
+        x = torch.randn(*shape, gate.in_features, generator=torch.Generator().manual_seed(len(rows)))
+        rows.clear()
+        y = gate(x)
+        assert rows == [max(2, shape[0] * shape[1])]
+        assert y.shape == (*shape, gate.out_features)
+        torch.testing.assert_close(y, real(x, gate.weight, gate.bias), rtol=1e-5, atol=1e-5)
