@@ -114,11 +114,11 @@ class MatrixLinear(torch.nn.Linear):
     first row kept.
 
     Why: on this CPU a one-row product takes the matrix-vector kernel, about twice as fast as the
-    matrix-matrix kernel that any 2 to 8 rows take (measured on the ×32 tiny target, 1 thread:
-    50 ms a 1-token step, 104-116 ms a step over 2, 4, 5 or 8 tokens). A GPU has no such
+    matrix-matrix kernel that any 2 to 8 rows take (measured on the ×32 tiny target, 1 thread,
+    quiet machine: 50 ms a 1-token step, 83-95 ms a step over 2, 4 or 8 tokens). A GPU has no such
     discount: at batch 1 its step streams the weights once whether it carries 1 token or 8 (the
     extra FLOPs are free below the ridge point), which is the regime speculation trades on. Run
-    on one kernel, a twin step over 1 to 8 tokens costs the same (97-112 ms), as on the GPU, and
+    on one kernel, a twin step over 1 to 8 tokens costs the same (95-108 ms), as on the GPU, and
     so do 1 to 8 batched sequences. Row 0 of the two-row product is row 0 of the same product
     without the zero row (each output row is its own dot products)."""
 
