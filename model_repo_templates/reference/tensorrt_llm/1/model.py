@@ -240,7 +240,8 @@ class Responder(Sink):
     outbox and read an Event, so Triton's objects are never used from two threads at once, and
     each request's objects are released on this thread. Custom-metric calls made from several
     threads at once crash tritonserver 2.51 (Signal 11 in libtriton_python; reproduced with four
-    concurrent BLS instances calling a non-decoupled tensorrt_llm, tests/stress/test_served.py).
+    concurrent BLS instances calling a non-decoupled tensorrt_llm; tests/stress/test_served.py runs
+    such traffic).
 
     Not decoupled (`single`), a request gets exactly one response, its last output with the
     final flag (the Python backend's default mode with a response sender, Triton ≥ 24.06)."""
