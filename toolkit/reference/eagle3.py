@@ -35,6 +35,7 @@ from toolkit.reference.models import (
     read_config,
     require_weights,
     rows_tensor,
+    same_row,
     tree_mask,
 )
 
@@ -77,6 +78,36 @@ class Eagle3Head(nn.Module):
             self.__dict__["_layer_parts"] = parts
         return parts
 
+    def forward(
+        self,
+        g: torch.Tensor,
+        ids: torch.Tensor,
+        cache: DynamicCache,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        features: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One draft step, the head's whole computation in one module call: m inputs `g` [1, m, H]
+        (with `features`, the captured target layers [1, m, k·H], run through fc first) and
+        their next tokens `ids` [1, m] at `positions` [1, m] after the cache, attention mask
+        `mask` [1, 1, m, past+m]. Returns the pre-norm outputs [1, m, H] and the draft-vocabulary
+        logits [1, m, draft_vocab]."""
+        embed = self.embed
+        assert embed is not None
+        layer, hidden_norm = self._parts()
+        x = self.fc(g) if features else g
+        emb = embed(ids)
+        attn_in = torch.cat([layer.input_layernorm(emb), hidden_norm(layer.input_layernorm(x))], dim=-1)
+        attn, _ = layer.self_attn(
+            hidden_states=attn_in,
+            position_embeddings=self.rotary(x, positions),
+            attention_mask=mask,
+            past_key_values=cache,
+        )
+        h = x + attn
+        h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return h, self.lm_head(self.norm(h))
+
     @inference
     def step(
         self,
@@ -86,28 +117,13 @@ class Eagle3Head(nn.Module):
         positions: list[int],
         mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run m inputs `g` [1, m, H] after the cache with attention mask `mask` [1, 1, m, past+m].
-        Returns the pre-norm outputs [1, m, H] and the draft-vocabulary logits [1, m, draft_vocab]."""
-        embed = self.embed
-        assert embed is not None
-        layer, hidden_norm = self._parts()
-        emb = embed(ids_tensor(tokens))
-        x = g
-        attn_in = torch.cat([layer.input_layernorm(emb), hidden_norm(layer.input_layernorm(x))], dim=-1)
-        first = positions[0]
-        if positions == list(range(first, first + len(positions))):
-            pos = arange_row(first, first + len(positions))  # a view, no new tensor
-        else:
-            pos = torch.tensor([positions], dtype=torch.long)
-        attn, _ = layer.self_attn(
-            hidden_states=attn_in,
-            position_embeddings=self.rotary(x, pos),
-            attention_mask=mask,
-            past_key_values=cache,
+        """Run m inputs `g` [1, m, H] after the cache with attention mask `mask` [1, 1, m, past+m]
+        (forward with token and position lists). Returns the pre-norm outputs [1, m, H] and the
+        draft-vocabulary logits [1, m, draft_vocab]."""
+        result: tuple[torch.Tensor, torch.Tensor] = self(
+            g, ids_tensor(tokens), cache, torch.tensor([positions], dtype=torch.long), mask
         )
-        h = x + attn
-        h = h + layer.mlp(layer.post_attention_layernorm(h))
-        return h, self.lm_head(self.norm(h))
+        return result
 
     def to_target(self, draft_ids: torch.Tensor) -> list[int]:
         return (draft_ids + self.d2t[draft_ids]).tolist()
@@ -262,12 +278,13 @@ class Eagle3Speculator:
         head = self.head
         m = len(self.next_tokens)
         past = self.cache.get_seq_length()
-        h, logits = head.step(
-            head.fc(self.feats),
-            self.next_tokens,
+        h, logits = head(
+            self.feats,
+            ids_tensor(self.next_tokens),
             self.cache,
-            list(range(past, past + m)),
+            arange_row(past, past + m),
             self._causal_mask(m, past),
+            True,
         )
         self.feats, self.next_tokens = None, []
         context = past + m
@@ -295,11 +312,11 @@ class Eagle3Speculator:
                 break
             g = hs if level.contiguous and len(grow) == ran else hs.index_select(1, level.rows_t)
             # Node at depth d sits at eagle position t-1+d = context-1+d; it sees the verified context.
-            hs, ls = head.step(
+            hs, ls = head(
                 g,
-                [tokens[i] for i in grow],
+                ids_tensor([tokens[i] for i in grow]),
                 self.cache,
-                [context - 1 + d] * len(grow),
+                same_row(context - 1 + d, len(grow)),
                 level.masks.mask(context),
             )
             row_of = {i: r for r, i in enumerate(grow)}

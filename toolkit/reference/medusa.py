@@ -18,7 +18,7 @@ from torch import nn
 
 from toolkit.errors import GenerationError, ModelError
 from toolkit.reference.core import Context, Proposal, Verdict, prune, tree_from_choices
-from toolkit.reference.models import Forward, read_config, require_weights
+from toolkit.reference.models import Forward, inference, read_config, require_weights
 
 WEIGHT_FILES = ("model.safetensors", "medusa_lm_head.safetensors")
 
@@ -42,11 +42,16 @@ class MedusaHeads(nn.ModuleList):
             for _ in range(num_heads)
         )
 
-    @torch.inference_mode()
-    def logits(self, hidden: torch.Tensor, n: int) -> torch.Tensor:
-        """[n, vocab]: the first n heads on one hidden vector."""
+    def forward(self, hidden: torch.Tensor, n: int) -> torch.Tensor:
+        """[n, vocab]: the first n heads on one hidden vector, in one module call."""
         # Iterating the ModuleList (not indexing it per head, which is slow) visits the same heads.
         return torch.stack([head(hidden) for head, _ in zip(self, range(n), strict=False)])
+
+    @inference
+    def logits(self, hidden: torch.Tensor, n: int) -> torch.Tensor:
+        """[n, vocab]: the first n heads on one hidden vector."""
+        out: torch.Tensor = self(hidden, n)
+        return out
 
 
 def load_medusa_heads(path: Path, target_config: Any) -> MedusaHeads:

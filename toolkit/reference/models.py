@@ -249,6 +249,18 @@ def arange_row(start: int, stop: int) -> torch.Tensor:
     return table[None, start:stop]
 
 
+_SAME: dict[int, torch.Tensor] = {}
+
+
+def same_row(value: int, k: int) -> torch.Tensor:
+    """[1, k]: `value` k times, a row of a per-k table (grown as needed). Shared: never write into it."""
+    table = _SAME.get(k)
+    if table is None or value >= table.shape[0]:
+        rows = max(value + 1, 1024, 0 if table is None else 2 * table.shape[0])
+        table = _SAME[k] = torch.arange(rows, dtype=torch.long)[:, None].expand(rows, k).contiguous()
+    return table[value : value + 1]
+
+
 @functools.lru_cache(maxsize=4096)
 def rows_tensor(rows: tuple[int, ...]) -> torch.Tensor:
     """`rows` as a long tensor, made once per tuple (a tree step keeps one of a few row sets)."""

@@ -416,6 +416,15 @@ class ReferenceRuntime:
         out: list[int] = []
         stats = SpecStats()
         finish = "length"
+        if (
+            type(speculator) is PlainSpeculator
+            and sampling.greedy
+            and (processors is None or not processors.active)
+            and trace is None
+            and isinstance(target, CachedLM)
+            and self.draft_len_now(mode_cfg) is None
+        ):
+            return _plain_greedy(ctx.tokens[-1], max_new_tokens, eos, on_tokens, target, stats)
         # Without a batcher the batch is this one sequence: its draft-length cap is fixed.
         fixed_cap = self.draft_len_now(mode_cfg) if self.batcher is None else None
         while len(out) < max_new_tokens:
@@ -583,6 +592,36 @@ class ReferenceRuntime:
         factory = modes.hooks(cfg.mode, backend="reference").reference_speculator
         speculator: Speculator | None = factory(cfg, self, sampling, draft)
         return PlainSpeculator() if speculator is None else speculator
+
+
+def _plain_greedy(
+    token: int,
+    max_new_tokens: int,
+    eos: int | None,
+    on_tokens: Callable[[list[int]], None] | None,
+    target: CachedLM,
+    stats: SpecStats,
+) -> GenerationResult:
+    """Greedy decoding without speculation: one `greedy_next` per token (the output head on the
+    step's one row and its argmax), the same tokens and SpecStats as the general loop's steps
+    with an empty proposal, without a Proposal, Forward or Verdict per step."""
+    out: list[int] = []
+    finish = "length"
+    greedy_next = target.greedy_next
+    ids = [token]
+    while len(out) < max_new_tokens:
+        token = greedy_next(ids)
+        ids = [token]
+        out.append(token)
+        if on_tokens is not None:
+            on_tokens(ids)
+        if token == eos:
+            finish = "eos"
+            break
+    n = len(out)
+    stats.steps += n
+    stats.tokens += n
+    return GenerationResult(token_ids=out, stats=stats, finish_reason=finish)
 
 
 def _process(
