@@ -30,6 +30,8 @@ class Proposal:
     num_draft: int = -1
     # draft_target sampling: the draft distribution each chain token was drawn from.
     q: list[torch.Tensor] | None = None
+    # Whether `parents` is a chain (i-1 each), when known at construction (None: not checked yet).
+    chained: bool | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.num_draft < 0:
@@ -37,11 +39,27 @@ class Proposal:
 
     @classmethod
     def chain(cls, tokens: list[int], q: list[torch.Tensor] | None = None) -> Proposal:
-        return cls(tokens=tokens, parents=list(range(-1, len(tokens) - 1)), q=q)
+        n = len(tokens)
+        parents = _CHAIN_PARENTS[:n] if n < len(_CHAIN_PARENTS) else list(range(-1, n - 1))
+        return cls(tokens=tokens, parents=parents, q=q, chained=True)
+
+    @property
+    def is_chain(self) -> bool:
+        """Every node's parent is the one before it (the root's child first): plain causal attention."""
+        chained = self.chained
+        if chained is None:
+            chained = self.chained = _is_chain(self.parents)
+        return chained
 
     def per_depth(self) -> list[int]:
         """Candidate nodes at depth 1, 2, ..."""
+        if self.chained and self.num_draft == len(self.tokens):
+            return [1] * self.num_draft
         return list(_per_depth(tuple(self.parents[: self.num_draft])))
+
+
+# The parents of a chain of up to 256 nodes; a chain's are a slice (a new list) of it.
+_CHAIN_PARENTS = list(range(-1, 255))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -103,7 +121,7 @@ def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.
     """Longest accepted path; `logits` row 0 is the root, row i+1 is node i."""
     if prop.q is not None and not sp.greedy:
         return speculative_sampling(prop.tokens, prop.q, logits, sp, gen)
-    if sp.greedy and prop.num_draft == len(prop.tokens) and _is_chain(prop.parents):
+    if sp.greedy and prop.num_draft == len(prop.tokens) and prop.is_chain:
         # A greedy chain (or no proposal): the longest prefix equal to the target's argmaxes.
         preds = logits.argmax(-1).tolist()
         k = 0
@@ -127,11 +145,13 @@ def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.
     while True:
         y = pick(node + 1)
         # Tokens are distinct among siblings in every tree we build; the first match wins if not.
-        nxt = next((c for c in kids.get(node, ()) if tokens[c] == y), None)
-        if nxt is None:
+        for c in kids.get(node, ()):
+            if tokens[c] == y:
+                break
+        else:
             return Verdict(path, y, argmax)
-        path.append(nxt)
-        node = nxt
+        path.append(c)
+        node = c
 
 
 def _is_chain(parents: list[int]) -> bool:

@@ -38,13 +38,10 @@ class DraftTargetSpeculator:
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         sp = ctx.sampling
-        # A CachedLM drafts greedily in one call per token (a batched draft has no greedy_next).
-        greedy_next = getattr(self.draft, "greedy_next", None) if sp.greedy else None
-        if greedy_next is not None:
-            for _ in range(k):
-                feed = [greedy_next(feed)]
-                tokens.append(feed[0])
-            return Proposal.chain(tokens)
+        # A CachedLM drafts greedily in one call (a batched draft has no greedy_chain).
+        greedy_chain = getattr(self.draft, "greedy_chain", None) if sp.greedy else None
+        if greedy_chain is not None:
+            return Proposal.chain(greedy_chain(feed, k))
         for _ in range(k):
             out = self.draft.forward(feed, logits_from=len(feed) - 1).logits
             assert out is not None  # logits_from is inside the fed tokens: one row

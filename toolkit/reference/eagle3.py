@@ -220,6 +220,7 @@ class _Level:
         self.rows_t = torch.tensor(parent_rows, dtype=torch.long)
         self.contiguous = parent_rows == list(range(len(parent_rows)))
         self.masks = ContextMask(block)
+        self.one_parent = False  # whether every node of the level has the same parent
 
 
 class Eagle3Speculator:
@@ -252,7 +253,9 @@ class Eagle3Speculator:
             rows = [prev.index(self.parents[i]) if d > 1 else 0 for i in grow]
             cols = torch.tensor(cached + grow, dtype=torch.long)
             block = anc[torch.tensor(grow, dtype=torch.long)][:, cols]
-            self.levels.append(_Level(nodes, grow, rows, block))
+            level = _Level(nodes, grow, rows, block)
+            level.one_parent = len({self.parents[i] for i in nodes}) == 1
+            self.levels.append(level)
             cached += grow
             prev = grow
         self.count_at = [sum(1 for x in self.depth if x <= d) for d in range(self.max_depth + 1)]
@@ -263,7 +266,7 @@ class Eagle3Speculator:
 
     def prefill(self, ctx: Context, fwd: Forward | None) -> None:
         self.cache = self.head.new_cache()
-        self.feats = fwd.aux[None] if fwd is not None and fwd.aux is not None else None
+        self.feats = fwd.aux.unsqueeze(0) if fwd is not None and fwd.aux is not None else None
         self.next_tokens = ctx.tokens[1:] if fwd is not None else []
 
     def _causal_mask(self, m: int, past: int) -> torch.Tensor:
@@ -293,7 +296,7 @@ class Eagle3Speculator:
         to_target = head.target_ids()
         # The previous head step's outputs (pre-norm: only the rows the next level grows from;
         # logits) and the row of each node it ran.
-        hs, ls = h[:, m - 1 :], logits
+        hs, ls = (h if m == 1 else h.narrow(1, m - 1, 1)), logits
         row_of = {-1: m - 1}
         ran = 1  # rows in hs
         for d in range(1, limit + 1):
@@ -303,9 +306,13 @@ class Eagle3Speculator:
                 p = self.parents[i]
                 top = ranked.get(p)
                 if top is None:
-                    top = ranked[p] = [
-                        to_target[j] for j in torch.topk(ls[0, row_of[p]], self.top[p]).indices.tolist()
-                    ]
+                    if level.one_parent:
+                        # The level's one parent: the top-k of every row (per row, the same as of
+                        # that row alone), read at the parent's row; no row view to make.
+                        best = torch.topk(ls, self.top[p]).indices.tolist()[0][row_of[p]]
+                    else:
+                        best = torch.topk(ls.select(0, 0).select(0, row_of[p]), self.top[p]).indices.tolist()
+                    top = ranked[p] = [to_target[j] for j in best]
                 tokens[i] = top[self.choices[i][-1]]
             grow = level.grow
             if d >= limit or not grow:
@@ -332,7 +339,7 @@ class Eagle3Speculator:
         if all(i == r for r, i in enumerate(path)):
             feats = aux[None, : k + 1]  # the root and a prefix of the nodes (a chain): a view
         else:
-            feats = aux[None, rows_tensor((0, *(i + 1 for i in path)))]
+            feats = aux.index_select(0, rows_tensor((0, *(i + 1 for i in path)))).unsqueeze(0)
         tokens = proposal.tokens
         nxt = [tokens[i] for i in path]
         nxt.append(verdict.token)

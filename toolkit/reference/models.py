@@ -172,6 +172,7 @@ class ContextMask:
 
     def __init__(self, block: torch.Tensor):
         self.block = block
+        self._cols = block.shape[1]
         self._buf = block[None, None]
         self._room = 0  # cached entries the buffer has columns for
 
@@ -184,7 +185,7 @@ class ContextMask:
             buf = torch.ones(1, 1, rows, room + cols, dtype=torch.bool)
             buf[0, 0, :, room:] = self.block
             self._buf, self._room = buf, room
-        return self._buf[..., room - past :]
+        return self._buf.narrow(3, room - past, past + self._cols)
 
 
 class TreeShape:
@@ -218,7 +219,7 @@ class TreeShape:
         if past >= self._rows:
             self._rows = max(past + 1, 256, 2 * self._rows)
             self._positions = self.depth_t + torch.arange(self._rows, dtype=torch.long)[:, None]
-        return self._positions[past : past + 1]
+        return self._positions.narrow(0, past, 1)
 
 
 _ONE_TOKEN: dict[int, torch.Tensor] = {}
@@ -234,19 +235,19 @@ def ids_tensor(ids: list[int]) -> torch.Tensor:
         return t
     # A view of the ids' own 64-bit buffer (the tensor keeps the array alive): cheaper than
     # torch.tensor's walk over a nested list.
-    return torch.frombuffer(array.array("q", ids), dtype=torch.long)[None]
+    return torch.frombuffer(array.array("q", ids), dtype=torch.long).view(1, len(ids))
 
 
-_ARANGE = torch.arange(0)
+_ARANGE = torch.arange(0)[None]  # [1, n]
 
 
 def arange_row(start: int, stop: int) -> torch.Tensor:
     """[1, stop - start]: the positions start..stop-1, a view of a shared arange (grown as needed)."""
     global _ARANGE
     table = _ARANGE
-    if stop > table.shape[0]:
-        table = _ARANGE = torch.arange(max(stop, 1024, 2 * table.shape[0]), dtype=torch.long)
-    return table[None, start:stop]
+    if stop > table.shape[1]:
+        table = _ARANGE = torch.arange(max(stop, 1024, 2 * table.shape[1]), dtype=torch.long)[None]
+    return table.narrow(1, start, stop - start)
 
 
 _SAME: dict[int, torch.Tensor] = {}
@@ -258,7 +259,7 @@ def same_row(value: int, k: int) -> torch.Tensor:
     if table is None or value >= table.shape[0]:
         rows = max(value + 1, 1024, 0 if table is None else 2 * table.shape[0])
         table = _SAME[k] = torch.arange(rows, dtype=torch.long)[:, None].expand(rows, k).contiguous()
-    return table[value : value + 1]
+    return table.narrow(0, value, 1)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -330,7 +331,7 @@ class PreallocLayer(DynamicLayer):
     # DynamicLayer's code reads and assigns `keys` / `values`: here they are the live views.
     @property
     def keys(self) -> torch.Tensor | None:
-        return self._keys if self.kbuf is None else self.kbuf[..., : self.length, :]
+        return self._keys if self.kbuf is None else self.kbuf.narrow(-2, 0, self.length)
 
     @keys.setter
     def keys(self, value: torch.Tensor | None) -> None:
@@ -338,7 +339,7 @@ class PreallocLayer(DynamicLayer):
 
     @property
     def values(self) -> torch.Tensor | None:
-        return self._values if self.vbuf is None else self.vbuf[..., : self.length, :]
+        return self._values if self.vbuf is None else self.vbuf.narrow(-2, 0, self.length)
 
     @values.setter
     def values(self, value: torch.Tensor | None) -> None:
@@ -370,10 +371,11 @@ class PreallocLayer(DynamicLayer):
             self._views()
         kbuf, vbuf = self.kbuf, self.vbuf
         assert kbuf is not None and vbuf is not None
-        kbuf[..., start:n, :] = key_states
-        vbuf[..., start:n, :] = value_states
+        q = n - start
+        kbuf.narrow(-2, start, q).copy_(key_states)
+        vbuf.narrow(-2, start, q).copy_(value_states)
         self.length = n
-        return kbuf[..., :n, :], vbuf[..., :n, :]
+        return kbuf.narrow(-2, 0, n), vbuf.narrow(-2, 0, n)
 
     def get_seq_length(self) -> int:
         return self.length
@@ -459,6 +461,24 @@ class CachedLM:
         # between forwards): read without DynamicCache's per-call checks.
         first = cache.layers[0] if cache.layers else None
         self._first = first if isinstance(first, PreallocLayer) else None
+        self._keep_plan: tuple[list[KVStore], list[DynamicLayer]] | None = None
+
+    def _plan(self) -> tuple[list[KVStore], list[DynamicLayer]]:
+        """The KVStores of this cache (each once) and its other layers, found once per cache after
+        its layers were initialized (a layer of another shape may get its own store then)."""
+        plan = self._keep_plan
+        if plan is None:
+            stores: list[KVStore] = []
+            others: list[DynamicLayer] = []
+            for layer in self.cache.layers:
+                if isinstance(layer, PreallocLayer):
+                    if layer.store.buf is not None and all(st is not layer.store for st in stores):
+                        stores.append(layer.store)
+                else:
+                    assert isinstance(layer, DynamicLayer)
+                    others.append(layer)
+            plan = self._keep_plan = (stores, others)
+        return plan
 
     def reset(self) -> None:
         self.cache = preallocated_cache(self.config)
@@ -475,16 +495,13 @@ class CachedLM:
         The kept rows move down in place (the context before `start` is not copied), in one copy
         per KVStore (all the layers that share it at once)."""
         n = len(rows)
-        if any(r != i for i, r in enumerate(rows)):
+        # Ascending distinct rows from 0 are 0..n-1 exactly when the last one is n-1.
+        if n and rows[-1] != n - 1:
             src = rows_tensor(tuple(rows))  # relative to `start`
-            stores: list[KVStore] = []
-            for layer in self.cache.layers:
-                if isinstance(layer, PreallocLayer):
-                    if layer.store.buf is not None and all(st is not layer.store for st in stores):
-                        stores.append(layer.store)
-                    continue
+            stores, others = self._plan()
+            for layer in others:
                 # Other (sliding) layers are DynamicLayers and hold keys and values themselves.
-                assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None
+                assert layer.keys is not None and layer.values is not None
                 layer.keys[:, :, start : start + n] = layer.keys[:, :, start:].index_select(2, src)
                 layer.values[:, :, start : start + n] = layer.values[:, :, start:].index_select(2, src)
             for st in stores:
@@ -501,7 +518,25 @@ class CachedLM:
         Forward and the reshapes (the output head runs on that row alone, as there)."""
         out = self.decoder(input_ids=ids_tensor(ids), past_key_values=self.cache, use_cache=True)
         last = out.last_hidden_state
-        return int(self.lm_head(last if len(ids) == 1 else last[:, -1:]).argmax())
+        return int(self.lm_head(last if len(ids) == 1 else last.narrow(1, -1, 1)).argmax().item())
+
+    @inference
+    def greedy_chain(self, ids: list[int], k: int) -> list[int]:
+        """`k` greedy tokens after the cached context and `ids`: greedy_next k times, each token's
+        argmax fed to the next step as it is (a [1, 1] tensor, not a Python int): one tensor op
+        per token besides the forwards, and one conversion to a list at the end."""
+        decoder, lm_head, cache = self.decoder, self.lm_head, self.cache
+        x = ids_tensor(ids)
+        last = decoder(input_ids=x, past_key_values=cache, use_cache=True).last_hidden_state
+        x = lm_head(last if len(ids) == 1 else last.narrow(1, -1, 1)).argmax(-1)
+        if k == 1:
+            return x.tolist()[0]
+        out = [x]
+        for _ in range(k - 1):
+            last = decoder(input_ids=x, past_key_values=cache, use_cache=True).last_hidden_state
+            x = lm_head(last).argmax(-1)
+            out.append(x)
+        return torch.cat(out, dim=1).tolist()[0]
 
     @inference
     def forward(
@@ -531,11 +566,11 @@ class CachedLM:
             past_key_values=self.cache,
             use_cache=True,
         )
-        h = out.last_hidden_state[0]
+        h = out.last_hidden_state.select(0, 0)
         logits = None
         if logits_from < q:
             logits = self.lm_head(h[logits_from:] if logits_from else h)
         self._recording = False
-        captured = torch.cat(self._captured, dim=-1)[0] if aux and self._hooks else None
+        captured = torch.cat(self._captured, dim=-1).select(0, 0) if aux and self._hooks else None
         self._captured.clear()
         return Forward(logits=logits, hidden=h if hidden else None, aux=captured)

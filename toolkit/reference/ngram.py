@@ -20,18 +20,28 @@ class NGramSpeculator:
         self.max_draft_len = max_draft_len
         self.max_n = max_matching_ngram_size
         self.use_oldest = use_oldest
-        # index[n-1][ngram] = ends (exclusive) of its occurrences, ascending.
+        # index[n-1][ngram] = ends (exclusive) of its occurrences, ascending; with use_oldest only
+        # the first one matters: first[n-1][ngram] = the end of its first occurrence.
         self.index: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(self.max_n)]
+        self.first: list[dict[tuple[int, ...], int]] = [{} for _ in range(self.max_n)]
         self.indexed = 0
 
     def _extend_index(self, tokens: list[int]) -> None:
-        for end in range(self.indexed + 1, len(tokens) + 1):
-            for n in range(1, min(self.max_n, end) + 1):
-                self.index[n - 1].setdefault(tuple(tokens[end - n : end]), []).append(end)
+        max_n = self.max_n
+        if self.use_oldest:
+            first = self.first
+            for end in range(self.indexed + 1, len(tokens) + 1):
+                for n in range(1, min(max_n, end) + 1):
+                    first[n - 1].setdefault(tuple(tokens[end - n : end]), end)
+        else:
+            for end in range(self.indexed + 1, len(tokens) + 1):
+                for n in range(1, min(max_n, end) + 1):
+                    self.index[n - 1].setdefault(tuple(tokens[end - n : end]), []).append(end)
         self.indexed = len(tokens)
 
     def prefill(self, ctx: Context, fwd: Forward | None) -> None:
         self.index = [{} for _ in range(self.max_n)]
+        self.first = [{} for _ in range(self.max_n)]
         self.indexed = 0
 
     def propose(self, ctx: Context, budget: int) -> Proposal:
@@ -42,15 +52,17 @@ class NGramSpeculator:
         self._extend_index(tokens)
         size = len(tokens)
         for n in range(min(self.max_n, size), 0, -1):
-            ends = self.index[n - 1].get(tuple(tokens[size - n :]))
-            if not ends:
-                continue
             # The suffix itself is an occurrence too, but nothing follows it yet: ends ascend and
             # are distinct, so it is the last one, if any (no scan of every occurrence).
             if self.use_oldest:
-                end = ends[0] if ends[0] < size else -1
-            else:
-                end = ends[-1] if ends[-1] < size else (ends[-2] if len(ends) > 1 else -1)
+                end = self.first[n - 1].get(tuple(tokens[size - n :]), size)
+                if end < size:
+                    return Proposal.chain(tokens[end : end + k])
+                continue
+            ends = self.index[n - 1].get(tuple(tokens[size - n :]))
+            if not ends:
+                continue
+            end = ends[-1] if ends[-1] < size else (ends[-2] if len(ends) > 1 else -1)
             if end >= 0:
                 return Proposal.chain(tokens[end : end + k])
         return Proposal()

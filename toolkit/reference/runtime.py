@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -426,39 +427,58 @@ class ReferenceRuntime:
         ):
             return _plain_greedy(ctx.tokens[-1], max_new_tokens, eos, on_tokens, target, stats)
         # Without a batcher the batch is this one sequence: its draft-length cap is fixed.
-        fixed_cap = self.draft_len_now(mode_cfg) if self.batcher is None else None
+        batched = self.batcher is not None
+        fixed_cap = None if batched else self.draft_len_now(mode_cfg)
+        # A CachedLM runs a chain with no mask (as its forward does when given chain parents), and
+        # an accepted chain prefix is a crop (as its keep does for rows 0..k).
+        cached = isinstance(target, CachedLM)
+        check = accept_every_draft if self.lossy else verify
+        raw = processors is None or not processors.active
+        needs_hidden, needs_aux = speculator.needs_hidden, speculator.needs_aux
+        propose, update = speculator.propose, speculator.update
+        tokens = ctx.tokens
         while len(out) < max_new_tokens:
             remaining = max_new_tokens - len(out)
             budget = remaining - 1
-            now = fixed_cap if self.batcher is None else self.draft_len_now(mode_cfg)
-            for cap in (now, adaptive.draft_len if adaptive else None):
-                if cap is not None:
-                    budget = min(budget, cap)
-            prop = speculator.propose(ctx, budget)
+            now = self.draft_len_now(mode_cfg) if batched else fixed_cap
+            if now is not None and now < budget:
+                budget = now
+            if adaptive is not None and adaptive.draft_len < budget:
+                budget = adaptive.draft_len
+            prop = propose(ctx, budget)
             start = target.length
+            ptoks = prop.tokens
+            chain = cached and prop.is_chain
             fwd = target.forward(
-                [ctx.tokens[-1], *prop.tokens],
-                parents=[-1, *(p + 1 for p in prop.parents)],
-                hidden=speculator.needs_hidden,
-                aux=speculator.needs_aux,
+                [tokens[-1], *ptoks],
+                parents=None if chain else _step_parents(tuple(prop.parents)),
+                hidden=needs_hidden,
+                aux=needs_aux,
             )
-            assert fwd.logits is not None
-            logits = _process(fwd.logits, prop, ctx.tokens, prompt_len, processors, sampling)
-            verdict = self._check_tokens(prop, logits, sampling, ctx.gen)
-            commit = [prop.tokens[i] for i in verdict.path] + [verdict.token]
-            rows = [0, *(i + 1 for i in verdict.path)]
-            if trace is not None:
-                trace.record(commit, logits, fwd.logits, rows, sampling)
-            target.keep(start, rows)
-            ctx.tokens.extend(commit)
-            speculator.update(ctx, prop, fwd, verdict)
-            take = commit[:remaining]
+            logits = fwd.logits
+            assert logits is not None
+            if not raw:
+                logits = _process(logits, prop, tokens, prompt_len, processors, sampling)
+            verdict = check(prop, logits, sampling, ctx.gen)
+            path = verdict.path
+            commit = [ptoks[i] for i in path]
+            commit.append(verdict.token)
+            if trace is not None or not chain:
+                rows = [0, *(i + 1 for i in path)]
+                if trace is not None:
+                    trace.record(commit, logits, fwd.logits, rows, sampling)
+                target.keep(start, rows)
+            else:
+                target.crop(start + len(commit))
+            tokens.extend(commit)
+            update(ctx, prop, fwd, verdict)
+            take = commit[:remaining] if len(commit) > remaining else commit
             if eos is not None and eos in take:
                 take = take[: take.index(eos) + 1]
                 finish = "eos"
             stats.record(prop.per_depth(), len(take))
-            if adaptive is not None and prop.tokens:
-                adaptive.update(len(prop.tokens), len(verdict.path))
+            if adaptive is not None and ptoks:
+                adaptive.update(len(ptoks), len(path))
                 stats.draft_len_histogram[adaptive.draft_len] = (
                     stats.draft_len_histogram.get(adaptive.draft_len, 0) + 1
                 )
@@ -592,6 +612,12 @@ class ReferenceRuntime:
         factory = modes.hooks(cfg.mode, backend="reference").reference_speculator
         speculator: Speculator | None = factory(cfg, self, sampling, draft)
         return PlainSpeculator() if speculator is None else speculator
+
+
+@functools.lru_cache(maxsize=1024)
+def _step_parents(parents: tuple[int, ...]) -> tuple[int, ...]:
+    """A step's parents: the root (the last committed token), then the proposal's nodes under it."""
+    return (-1, *(p + 1 for p in parents))
 
 
 def _plain_greedy(

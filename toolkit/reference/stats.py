@@ -41,7 +41,12 @@ class SpecStats:
         self.draft_tokens += sum(proposed_per_depth)
         self.accepted_tokens += accepted
         _add(self.per_position_proposed, proposed_per_depth)
-        _add(self.per_position_accepted, [1] * accepted)
+        if accepted > 0:
+            acc = self.per_position_accepted
+            if len(acc) < accepted:
+                acc.extend([0] * (accepted - len(acc)))
+            for i in range(accepted):
+                acc[i] += 1
 
     def to_dict(self) -> dict[str, Any]:
         return {
