@@ -36,3 +36,43 @@ def test_preallocated_kv_cache_equals_concatenation(runtime: Any, prompt_ids: li
         assert ours.cache.layers[0].kbuf.shape[-2] >= 31
     finally:
         PreallocLayer.MIN_CAPACITY = before
+
+
+@pytest.mark.parametrize("rows", [[0], [1], [0, 1], [1, 2], [0, 2, 3], [2]])
+def test_keep_any_row_set_equals_concatenation(
+    runtime: Any, prompt_ids: list[list[int]], rows: list[int]
+) -> None:
+    """A tree step's keep moves any ascending row set (from row 0 or not, a prefix or not) the way
+    transformers' DynamicCache gathers it: the next forward sees the same keys and values."""
+    from transformers import DynamicCache
+
+    from toolkit.reference.models import CachedLM
+
+    model = runtime.target.model
+    ours, plain = CachedLM(model), CachedLM(model)
+    plain.cache = DynamicCache(config=model.config)
+    ids = prompt_ids[0][:12]
+    for lm in (ours, plain):
+        lm.forward(ids)
+        lm.forward([5, 6, 7, 8], parents=[-1, 0, 0, 1])
+        lm.keep(len(ids), rows)
+    a, b = ours.forward([9, 10]).logits, plain.forward([9, 10]).logits
+    assert ours.length == plain.length == len(ids) + len(rows) + 2 and torch.equal(a, b)
+
+
+def test_greedy_chain_equals_greedy_next(runtime: Any, prompt_ids: list[list[int]]) -> None:
+    """greedy_chain (each argmax fed on as a tensor) drafts the tokens greedy_next does one by one,
+    and leaves the same cache length."""
+    from toolkit.reference.models import CachedLM
+
+    model = runtime.target.model
+    chain, single = CachedLM(model), CachedLM(model)
+    ids = prompt_ids[1][:10]
+    for lm in (chain, single):
+        lm.forward(ids[:-2])
+    got = chain.greedy_chain(ids[-2:], 4)
+    want, feed = [], ids[-2:]
+    for _ in range(4):
+        feed = [single.greedy_next(feed)]
+        want.append(feed[0])
+    assert got == want and chain.length == single.length == len(ids) + 3

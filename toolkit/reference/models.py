@@ -274,6 +274,11 @@ def _tree(parents: tuple[int, ...]) -> TreeShape:
     return TreeShape(parents)
 
 
+def tree_shape(parents: tuple[int, ...]) -> TreeShape:
+    """The TreeShape of `parents` (built once per shape and shared: never modify it)."""
+    return _tree(parents)
+
+
 class KVStore:
     """The keys and values of a cache's full-attention layers in one buffer [layers, 2, batch,
     heads, capacity, head_dim] that grows geometrically: a step writes each layer's new entries
@@ -549,18 +554,29 @@ class CachedLM:
         aux: bool = False,
     ) -> Forward:
         """Run `ids` after the cached context and append their KV to the cache."""
-        q = len(ids)
-        past = self.length
-        input_ids = ids_tensor(ids if isinstance(ids, list) else list(ids))
+        shape = _tree(tuple(parents)) if parents is not None and not is_chain(parents) else None
+        return self.run(ids if isinstance(ids, list) else list(ids), shape, logits_from, hidden, aux)
+
+    def run(
+        self,
+        ids: list[int],
+        shape: TreeShape | None,
+        logits_from: int = 0,
+        hidden: bool = False,
+        aux: bool = False,
+    ) -> Forward:
+        """forward() for a caller already in inference mode (the generation loop), with the tree
+        shape of the step resolved (None: a chain, plain causal attention)."""
         mask = positions = None
-        if parents is not None and not is_chain(parents):
-            shape = _tree(tuple(parents))
+        if shape is not None:
+            past = self.length
             mask = shape.masks.mask(past)
             positions = shape.positions(past)
-        self._captured.clear()
-        self._recording = aux
+        if aux:
+            self._captured.clear()
+            self._recording = True
         out = self.decoder(
-            input_ids=input_ids,
+            input_ids=ids_tensor(ids),
             attention_mask=mask,
             position_ids=positions,
             past_key_values=self.cache,
@@ -568,9 +584,11 @@ class CachedLM:
         )
         h = out.last_hidden_state.select(0, 0)
         logits = None
-        if logits_from < q:
-            logits = self.lm_head(h[logits_from:] if logits_from else h)
-        self._recording = False
-        captured = torch.cat(self._captured, dim=-1).select(0, 0) if aux and self._hooks else None
-        self._captured.clear()
+        if logits_from < len(ids):
+            logits = self.lm_head(h.narrow(0, logits_from, len(ids) - logits_from) if logits_from else h)
+        captured = None
+        if aux:
+            self._recording = False
+            captured = torch.cat(self._captured, dim=-1).select(0, 0) if self._hooks else None
+            self._captured.clear()
         return Forward(logits=logits, hidden=h if hidden else None, aux=captured)

@@ -22,7 +22,16 @@ from toolkit.recipe import Speculative
 from toolkit.reference.core import Context, Proposal, Speculator, Verdict, verify
 from toolkit.reference.eagle3 import Eagle3Head, load_eagle3_head
 from toolkit.reference.medusa import MedusaHeads, load_medusa_heads
-from toolkit.reference.models import CachedLM, Forward, inflate_mlp, load_causal_lm, step_bytes
+from toolkit.reference.models import (
+    CachedLM,
+    Forward,
+    TreeShape,
+    inflate_mlp,
+    is_chain,
+    load_causal_lm,
+    step_bytes,
+    tree_shape,
+)
 from toolkit.reference.processors import Processors, Trace, tree_prefixes
 from toolkit.reference.sampling import SamplingParams, generator
 from toolkit.reference.stats import SpecStats
@@ -433,6 +442,7 @@ class ReferenceRuntime:
         # an accepted chain prefix is a crop (as its keep does for rows 0..k).
         cached = isinstance(target, CachedLM)
         check = accept_every_draft if self.lossy else verify
+        greedy_chains = sampling.greedy and not self.lossy
         raw = processors is None or not processors.active
         needs_hidden, needs_aux = speculator.needs_hidden, speculator.needs_aux
         propose, update = speculator.propose, speculator.update
@@ -449,20 +459,40 @@ class ReferenceRuntime:
             start = target.length
             ptoks = prop.tokens
             chain = cached and prop.is_chain
-            fwd = target.forward(
-                [tokens[-1], *ptoks],
-                parents=None if chain else _step_parents(tuple(prop.parents)),
-                hidden=needs_hidden,
-                aux=needs_aux,
-            )
+            if cached:
+                fwd = target.run(
+                    [tokens[-1], *ptoks],
+                    None if chain else _step_tree(tuple(prop.parents)),
+                    0,
+                    needs_hidden,
+                    needs_aux,
+                )
+            else:
+                fwd = target.forward(
+                    [tokens[-1], *ptoks],
+                    parents=_step_parents(tuple(prop.parents)),
+                    hidden=needs_hidden,
+                    aux=needs_aux,
+                )
             logits = fwd.logits
             assert logits is not None
             if not raw:
                 logits = _process(logits, prop, tokens, prompt_len, processors, sampling)
-            verdict = check(prop, logits, sampling, ctx.gen)
+            if chain and greedy_chains and prop.num_draft == len(ptoks):
+                # core.verify's greedy chain, inline: the longest prefix equal to the argmaxes.
+                preds = logits.argmax(-1).tolist()
+                k = 0
+                n = len(ptoks)
+                while k < n and ptoks[k] == preds[k]:
+                    k += 1
+                verdict = Verdict(list(range(k)), preds[k], preds)
+                commit = ptoks[:k]
+                commit.append(preds[k])
+            else:
+                verdict = check(prop, logits, sampling, ctx.gen)
+                commit = [ptoks[i] for i in verdict.path]
+                commit.append(verdict.token)
             path = verdict.path
-            commit = [ptoks[i] for i in path]
-            commit.append(verdict.token)
             if trace is not None or not chain:
                 rows = [0, *(i + 1 for i in path)]
                 if trace is not None:
@@ -612,6 +642,13 @@ class ReferenceRuntime:
         factory = modes.hooks(cfg.mode, backend="reference").reference_speculator
         speculator: Speculator | None = factory(cfg, self, sampling, draft)
         return PlainSpeculator() if speculator is None else speculator
+
+
+@functools.lru_cache(maxsize=1024)
+def _step_tree(parents: tuple[int, ...]) -> TreeShape | None:
+    """The TreeShape of a step whose proposal has these parents (None: the step is a chain)."""
+    step = _step_parents(parents)
+    return None if is_chain(step) else tree_shape(step)
 
 
 @functools.lru_cache(maxsize=1024)
