@@ -20,6 +20,8 @@ from collections import OrderedDict
 from toolkit.reference.core import Context, Proposal, Verdict
 from toolkit.reference.models import Forward
 
+_NONE: OrderedDict[tuple[int, ...], None] = OrderedDict()  # no continuations (never written)
+
 
 class LookaheadSpeculator:
     needs_hidden = False
@@ -31,7 +33,7 @@ class LookaheadSpeculator:
         self.g = verification_set
         self.levels: list[list[int]] = []
         self.pool: dict[int, OrderedDict[tuple[int, ...], None]] = {}
-        self._rel: dict[int, list[int]] = {}
+        self._rel: dict[tuple[int, int], tuple[int, ...]] = {}
 
     def _remember(self, gram: tuple[int, ...]) -> None:
         """Add an n-gram; each key keeps its G most recent continuations (LRU)."""
@@ -60,8 +62,8 @@ class LookaheadSpeculator:
         tokens: list[int] = []
         parents: list[int] = []
         node: dict[tuple[int, int], int] = {}
-        conts = self.pool.get(ctx.tokens[-1], OrderedDict())
-        if budget > 0:
+        conts = self.pool.get(ctx.tokens[-1], _NONE)
+        if budget > 0 and conts:
             for cont in reversed(list(conts)):  # newest first
                 parent = -1
                 for tok in cont[:budget]:
@@ -72,22 +74,22 @@ class LookaheadSpeculator:
                         parents.append(parent)
                     parent = node[key]
         num_draft = len(tokens)
-        # The window's parents, relative to its first node, depend only on its number of levels.
-        rel = self._window_parents(len(self.levels))
-        parents.extend([-1 if r < 0 else num_draft + r for r in rel])
+        # The window's parents depend only on its number of levels and where it starts.
+        parents.extend(self._window_parents(len(self.levels), num_draft))
         for row in self.levels:
             tokens.extend(row)
         return Proposal(tokens=tokens, parents=parents, num_draft=num_draft)
 
-    def _window_parents(self, levels: int) -> list[int]:
-        """Parent of each window node, as an index from the window's first node (-1: the root):
-        (0, i) follows (0, i-1), and (l, i) sits under (l-1, i)."""
-        rel = self._rel.get(levels)
-        if rel is None:
+    def _window_parents(self, levels: int, first: int) -> tuple[int, ...]:
+        """Parent of each window node when the window starts at node `first` (-1: the root):
+        (0, i) follows (0, i-1), and (l, i) sits under (l-1, i). Cached per (levels, first)."""
+        key = (levels, first)
+        parents = self._rel.get(key)
+        if parents is None:
             w = self.w
             rel = [i - 1 if level == 0 else (level - 1) * w + i for level in range(levels) for i in range(w)]
-            self._rel[levels] = rel
-        return rel
+            parents = self._rel[key] = tuple(-1 if r < 0 else first + r for r in rel)
+        return parents
 
     def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
         if not self.levels:
@@ -102,6 +104,7 @@ class LookaheadSpeculator:
         if len(self.levels) < self.n - 1:
             self.levels.append(out)
             return
-        for i in range(self.w):
-            self._remember(tuple(row[i] for row in self.levels) + (out[i],))
+        # Column i of the window plus its output: zip yields exactly those tuples.
+        for gram in zip(*self.levels, out, strict=True):
+            self._remember(gram)
         self.levels = [*self.levels[1:], out]

@@ -123,7 +123,7 @@ class MedusaSpeculator:
         self.head_logits = None
         if fwd is not None:
             assert fwd.hidden is not None
-            self.head_logits = self.heads.logits(fwd.hidden[-1], len(self.top))
+            self.head_logits = self.heads.logits(fwd.hidden.select(0, -1), len(self.top))
 
     def propose(self, ctx: Context, budget: int) -> Proposal:
         if self.head_logits is None or budget <= 0:
@@ -143,4 +143,4 @@ class MedusaSpeculator:
     def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
         assert fwd.hidden is not None
         row = verdict.path[-1] + 1 if verdict.path else 0
-        self.head_logits = self.heads.logits(fwd.hidden[row], len(self.top))
+        self.head_logits = self.heads.logits(fwd.hidden.select(0, row), len(self.top))

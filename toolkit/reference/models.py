@@ -13,7 +13,6 @@ import array
 import functools
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -148,13 +147,35 @@ def step_bytes(model: PreTrainedModel) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters() if tied or p is not embed)
 
 
-@dataclass
 class Forward:
-    """Outputs of one cached forward, one row per input token."""
+    """Outputs of one cached forward, one row per input token: `logits` [q, vocab] (rows from
+    `logits_from` on), `hidden` [q, hidden] (the final-norm output, i.e. lm_head's input) and
+    `aux` [q, k*hidden] (outputs of the captured layers, in layer order). A sequence's own
+    forward may give its logits as `logits1` [1, q, vocab] (batch row 0 of them: the output
+    head's own output shape); `logits` is then that row, a view made on first read (a greedy
+    chain reads `logits1` alone)."""
 
-    logits: torch.Tensor | None  # [q, vocab]; rows from `logits_from` on
-    hidden: torch.Tensor | None  # [q, hidden]: the final-norm output, i.e. lm_head's input
-    aux: torch.Tensor | None  # [q, k*hidden]: outputs of the captured layers, in layer order
+    __slots__ = ("_logits", "logits1", "hidden", "aux")
+
+    def __init__(
+        self,
+        logits: torch.Tensor | None = None,
+        hidden: torch.Tensor | None = None,
+        aux: torch.Tensor | None = None,
+        *,
+        logits1: torch.Tensor | None = None,
+    ):
+        self._logits = logits
+        self.logits1 = logits1
+        self.hidden = hidden
+        self.aux = aux
+
+    @property
+    def logits(self) -> torch.Tensor | None:
+        logits = self._logits
+        if logits is None and self.logits1 is not None:
+            logits = self._logits = self.logits1.select(0, 0)
+        return logits
 
 
 def tree_mask(parents: Sequence[int]) -> tuple[torch.Tensor, list[int]]:
@@ -582,13 +603,16 @@ class CachedLM:
             past_key_values=self.cache,
             use_cache=True,
         )
-        h = out.last_hidden_state.select(0, 0)
-        logits = None
+        last = out.last_hidden_state
+        logits1 = None
         if logits_from < len(ids):
-            logits = self.lm_head(h.narrow(0, logits_from, len(ids) - logits_from) if logits_from else h)
+            # The output head on [1, q', H]: the same rows as on [q', H] (it flattens them).
+            logits1 = self.lm_head(
+                last.narrow(1, logits_from, len(ids) - logits_from) if logits_from else last
+            )
         captured = None
         if aux:
             self._recording = False
             captured = torch.cat(self._captured, dim=-1).select(0, 0) if self._hooks else None
             self._captured.clear()
-        return Forward(logits=logits, hidden=h if hidden else None, aux=captured)
+        return Forward(hidden=last.select(0, 0) if hidden else None, aux=captured, logits1=logits1)

@@ -29,10 +29,10 @@ class NGramSpeculator:
     def _extend_index(self, tokens: list[int]) -> None:
         max_n = self.max_n
         if self.use_oldest:
-            first = self.first
+            put = [d.setdefault for d in self.first]
             for end in range(self.indexed + 1, len(tokens) + 1):
-                for n in range(1, min(max_n, end) + 1):
-                    first[n - 1].setdefault(tuple(tokens[end - n : end]), end)
+                for n in range(1, (end if end < max_n else max_n) + 1):
+                    put[n - 1](tuple(tokens[end - n : end]), end)
         else:
             for end in range(self.indexed + 1, len(tokens) + 1):
                 for n in range(1, min(max_n, end) + 1):

@@ -442,8 +442,9 @@ class ReferenceRuntime:
         # an accepted chain prefix is a crop (as its keep does for rows 0..k).
         cached = isinstance(target, CachedLM)
         check = accept_every_draft if self.lossy else verify
-        greedy_chains = sampling.greedy and not self.lossy
         raw = processors is None or not processors.active
+        # Greedy chains are verified inline (core.verify's rule) when nothing else reads the logits.
+        greedy_chains = sampling.greedy and not self.lossy and raw and trace is None
         needs_hidden, needs_aux = speculator.needs_hidden, speculator.needs_aux
         propose, update = speculator.propose, speculator.update
         tokens = ctx.tokens
@@ -474,13 +475,10 @@ class ReferenceRuntime:
                     hidden=needs_hidden,
                     aux=needs_aux,
                 )
-            logits = fwd.logits
-            assert logits is not None
-            if not raw:
-                logits = _process(logits, prop, tokens, prompt_len, processors, sampling)
-            if chain and greedy_chains and prop.num_draft == len(ptoks):
-                # core.verify's greedy chain, inline: the longest prefix equal to the argmaxes.
-                preds = logits.argmax(-1).tolist()
+            if chain and greedy_chains and prop.num_draft == len(ptoks) and fwd.logits1 is not None:
+                # core.verify's greedy chain, inline: the longest prefix equal to the argmaxes
+                # (read off the output head's own [1, q, vocab]: no row view to make).
+                preds = fwd.logits1.argmax(-1).tolist()[0]
                 k = 0
                 n = len(ptoks)
                 while k < n and ptoks[k] == preds[k]:
@@ -488,7 +486,12 @@ class ReferenceRuntime:
                 verdict = Verdict(list(range(k)), preds[k], preds)
                 commit = ptoks[:k]
                 commit.append(preds[k])
+                logits = None
             else:
+                logits = fwd.logits
+                assert logits is not None
+                if not raw:
+                    logits = _process(logits, prop, tokens, prompt_len, processors, sampling)
                 verdict = check(prop, logits, sampling, ctx.gen)
                 commit = [ptoks[i] for i in verdict.path]
                 commit.append(verdict.token)
@@ -496,6 +499,7 @@ class ReferenceRuntime:
             if trace is not None or not chain:
                 rows = [0, *(i + 1 for i in path)]
                 if trace is not None:
+                    assert logits is not None  # greedy chains are verified inline only without a trace
                     trace.record(commit, logits, fwd.logits, rows, sampling)
                 target.keep(start, rows)
             else:
