@@ -117,6 +117,32 @@ class Speculator(Protocol):
         """After the step; `ctx.tokens` already ends with the committed tokens."""
 
 
+def verify_greedy(prop: Proposal, preds: list[int]) -> Verdict:
+    """Greedy verification given the argmax of every row (`preds`, row 0 the root's): the longest
+    path whose every node is its parent's argmax, then the argmax after it. verify's rule for
+    greedy sampling, for a caller that has taken the argmaxes itself."""
+    if prop.num_draft == len(prop.tokens) and prop.is_chain:
+        k = 0
+        tokens = prop.tokens
+        n = prop.num_draft
+        while k < n and tokens[k] == preds[k]:
+            k += 1
+        return Verdict(list(range(k)), preds[k], preds)
+    kids = _children(tuple(prop.parents[: prop.num_draft]))
+    tokens = prop.tokens
+    node = -1
+    path: list[int] = []
+    while True:
+        y = preds[node + 1]
+        for c in kids.get(node, ()):
+            if tokens[c] == y:
+                break
+        else:
+            return Verdict(path, y, preds)
+        path.append(c)
+        node = c
+
+
 def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.Generator | None) -> Verdict:
     """Longest accepted path; `logits` row 0 is the root, row i+1 is node i."""
     if prop.q is not None and not sp.greedy:

@@ -19,7 +19,7 @@ from toolkit import modes
 from toolkit.errors import CompatError, GenerationError, ModelError
 from toolkit.modes import DRAFT_TARGET, EAGLE, EAGLE3, MEDUSA
 from toolkit.recipe import Speculative
-from toolkit.reference.core import Context, Proposal, Speculator, Verdict, verify
+from toolkit.reference.core import Context, Proposal, Speculator, Verdict, verify, verify_greedy
 from toolkit.reference.eagle3 import Eagle3Head, load_eagle3_head
 from toolkit.reference.medusa import MedusaHeads, load_medusa_heads
 from toolkit.reference.models import (
@@ -443,8 +443,8 @@ class ReferenceRuntime:
         cached = isinstance(target, CachedLM)
         check = accept_every_draft if self.lossy else verify
         raw = processors is None or not processors.active
-        # Greedy chains are verified inline (core.verify's rule) when nothing else reads the logits.
-        greedy_chains = sampling.greedy and not self.lossy and raw and trace is None
+        # Greedy steps are verified here (core.verify's rule) when nothing else reads the logits.
+        greedy_raw = sampling.greedy and not self.lossy and raw and trace is None
         needs_hidden, needs_aux = speculator.needs_hidden, speculator.needs_aux
         propose, update = speculator.propose, speculator.update
         tokens = ctx.tokens
@@ -475,17 +475,21 @@ class ReferenceRuntime:
                     hidden=needs_hidden,
                     aux=needs_aux,
                 )
-            if chain and greedy_chains and prop.num_draft == len(ptoks) and fwd.logits1 is not None:
-                # core.verify's greedy chain, inline: the longest prefix equal to the argmaxes
-                # (read off the output head's own [1, q, vocab]: no row view to make).
+            if greedy_raw and fwd.logits1 is not None:
+                # core.verify's greedy rule on the argmaxes of the output head's own
+                # [1, q, vocab] (no row view to make).
                 preds = fwd.logits1.argmax(-1).tolist()[0]
-                k = 0
-                n = len(ptoks)
-                while k < n and ptoks[k] == preds[k]:
-                    k += 1
-                verdict = Verdict(list(range(k)), preds[k], preds)
-                commit = ptoks[:k]
-                commit.append(preds[k])
+                if chain and prop.num_draft == len(ptoks):
+                    k = 0
+                    n = len(ptoks)
+                    while k < n and ptoks[k] == preds[k]:
+                        k += 1
+                    verdict = Verdict(list(range(k)), preds[k], preds)
+                    commit = ptoks[:k]
+                else:
+                    verdict = verify_greedy(prop, preds)
+                    commit = [ptoks[i] for i in verdict.path]
+                commit.append(verdict.token)
                 logits = None
             else:
                 logits = fwd.logits
@@ -510,7 +514,10 @@ class ReferenceRuntime:
             if eos is not None and eos in take:
                 take = take[: take.index(eos) + 1]
                 finish = "eos"
-            stats.record(prop.per_depth(), len(take))
+            if chain and prop.num_draft == len(ptoks):
+                stats.record_chain(len(ptoks), len(take))
+            else:
+                stats.record(prop.per_depth(), len(take))
             if adaptive is not None and ptoks:
                 adaptive.update(len(ptoks), len(path))
                 stats.draft_len_histogram[adaptive.draft_len] = (

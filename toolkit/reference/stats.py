@@ -48,6 +48,19 @@ class SpecStats:
             for i in range(accepted):
                 acc[i] += 1
 
+    def record_chain(self, proposed: int, committed: int) -> None:
+        """record([1] * proposed, committed): a step that proposed a chain of `proposed` tokens."""
+        accepted = committed - 1
+        self.steps += 1
+        self.tokens += committed
+        self.draft_tokens += proposed
+        self.accepted_tokens += accepted
+        for counts, n in ((self.per_position_proposed, proposed), (self.per_position_accepted, accepted)):
+            if len(counts) < n:
+                counts.extend([0] * (n - len(counts)))
+            for i in range(n):
+                counts[i] += 1
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "steps": self.steps,
