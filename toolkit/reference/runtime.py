@@ -20,6 +20,7 @@ from toolkit.errors import CompatError, GenerationError, ModelError
 from toolkit.modes import DRAFT_TARGET, EAGLE, EAGLE3, MEDUSA
 from toolkit.recipe import Speculative
 from toolkit.reference.core import Context, Proposal, Speculator, Verdict, verify, verify_greedy
+from toolkit.reference.core import verify as greedy_rule  # verify's rule, whatever `verify` is set to
 from toolkit.reference.eagle3 import Eagle3Head, load_eagle3_head
 from toolkit.reference.medusa import MedusaHeads, load_medusa_heads
 from toolkit.reference.models import (
@@ -433,6 +434,8 @@ class ReferenceRuntime:
             and trace is None
             and isinstance(target, CachedLM)
             and self.draft_len_now(mode_cfg) is None
+            and not self.lossy
+            and verify is greedy_rule
         ):
             return _plain_greedy(ctx.tokens[-1], max_new_tokens, eos, on_tokens, target, stats)
         # Without a batcher the batch is this one sequence: its draft-length cap is fixed.
@@ -441,10 +444,10 @@ class ReferenceRuntime:
         # A CachedLM runs a chain with no mask (as its forward does when given chain parents), and
         # an accepted chain prefix is a crop (as its keep does for rows 0..k).
         cached = isinstance(target, CachedLM)
-        check = accept_every_draft if self.lossy else verify
+        check = accept_every_draft if self.lossy else verify  # `verify`: this module's, a test seam
         raw = processors is None or not processors.active
         # Greedy steps are verified here (core.verify's rule) when nothing else reads the logits.
-        greedy_raw = sampling.greedy and not self.lossy and raw and trace is None
+        greedy_raw = sampling.greedy and check is greedy_rule and raw and trace is None
         needs_hidden, needs_aux = speculator.needs_hidden, speculator.needs_aux
         propose, update = speculator.propose, speculator.update
         tokens = ctx.tokens
