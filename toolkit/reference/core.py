@@ -19,7 +19,7 @@ from toolkit.reference.models import CachedLM, Forward
 from toolkit.reference.sampling import SamplingParams, draw, probs, uniform
 
 
-@dataclass
+@dataclass(slots=True)
 class Proposal:
     """Draft tokens as a tree under the root. Nodes [0, num_draft) are candidates; any
     nodes after them ride along in the same forward without being verified (lookahead's
@@ -86,7 +86,7 @@ def _children(parents: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
     return {p: tuple(c) for p, c in kids.items()}
 
 
-@dataclass
+@dataclass(slots=True)
 class Verdict:
     path: list[int]  # accepted candidate nodes, root to leaf
     token: int  # the target's own token after the path

@@ -22,6 +22,7 @@ class DraftTargetSpeculator:
     def __init__(self, draft: CachedLM, max_draft_len: int):
         self.draft = draft
         self.max_draft_len = max_draft_len
+        self._greedy_chain = getattr(draft, "greedy_chain", None)
 
     def prefill(self, ctx: Context, fwd: Forward | None) -> None:
         self.draft.reset()
@@ -39,7 +40,7 @@ class DraftTargetSpeculator:
         qs: list[torch.Tensor] = []
         sp = ctx.sampling
         # A CachedLM drafts greedily in one call (a batched draft has no greedy_chain).
-        greedy_chain = getattr(self.draft, "greedy_chain", None) if sp.greedy else None
+        greedy_chain = self._greedy_chain if sp.greedy else None
         if greedy_chain is not None:
             return Proposal.chain(greedy_chain(feed, k))
         for _ in range(k):

@@ -51,14 +51,18 @@ class NGramSpeculator:
             return Proposal()
         self._extend_index(tokens)
         size = len(tokens)
-        for n in range(min(self.max_n, size), 0, -1):
-            # The suffix itself is an occurrence too, but nothing follows it yet: ends ascend and
-            # are distinct, so it is the last one, if any (no scan of every occurrence).
-            if self.use_oldest:
-                end = self.first[n - 1].get(tuple(tokens[size - n :]), size)
+        if self.use_oldest:
+            # The suffix itself is an occurrence too, but nothing follows it yet: with no earlier
+            # occurrence its first end is the context's end.
+            first = self.first
+            for n in range(min(self.max_n, size), 0, -1):
+                end = first[n - 1].get(tuple(tokens[size - n :]), size)
                 if end < size:
                     return Proposal.chain(tokens[end : end + k])
-                continue
+            return Proposal()
+        for n in range(min(self.max_n, size), 0, -1):
+            # Ends ascend and are distinct, so the suffix is the last one, if any (no scan of
+            # every occurrence).
             ends = self.index[n - 1].get(tuple(tokens[size - n :]))
             if not ends:
                 continue
