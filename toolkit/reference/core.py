@@ -15,7 +15,7 @@ from typing import Protocol
 
 import torch
 
-from toolkit.reference.models import CachedLM, Forward
+from toolkit.reference.models import CachedLM, Forward, argmax_list
 from toolkit.reference.sampling import SamplingParams, draw, probs, uniform
 
 
@@ -149,7 +149,7 @@ def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.
         return speculative_sampling(prop.tokens, prop.q, logits, sp, gen)
     if sp.greedy and prop.num_draft == len(prop.tokens) and prop.is_chain:
         # A greedy chain (or no proposal): the longest prefix equal to the target's argmaxes.
-        preds = logits.argmax(-1).tolist()
+        preds = argmax_list(logits)
         k = 0
         while k < prop.num_draft and prop.tokens[k] == preds[k]:
             k += 1
@@ -159,7 +159,7 @@ def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.
     pick: Callable[[int], int]
     argmax: list[int] | None = None
     if sp.greedy:
-        argmax = logits.argmax(-1).tolist()
+        argmax = argmax_list(logits)
         pick = argmax.__getitem__
     else:
         # Sample-and-match: each emitted token is a fresh draw from the target given its exact

@@ -27,6 +27,7 @@ from toolkit.reference.models import (
     CachedLM,
     Forward,
     TreeShape,
+    argmax_list,
     inflate_mlp,
     is_chain,
     load_causal_lm,
@@ -481,7 +482,7 @@ class ReferenceRuntime:
             if greedy_raw and fwd.logits1 is not None:
                 # core.verify's greedy rule on the argmaxes of the output head's own
                 # [1, q, vocab] (no row view to make).
-                preds = fwd.logits1.argmax(-1).tolist()[0]
+                preds = argmax_list(fwd.logits1)[0]
                 if chain and prop.num_draft == len(ptoks):
                     k = 0
                     n = len(ptoks)
