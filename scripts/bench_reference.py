@@ -29,7 +29,7 @@ import transformers
 from _bench import cpu_model  # scripts/_bench.py
 from transformers import AutoModelForCausalLM
 
-from toolkit.recipe import DraftTarget, Eagle3, Lookahead, Medusa, NGram, NoSpeculation
+from toolkit.recipe import DraftTarget, Eagle3, Lookahead, Medusa, NGram, NoSpeculation, load_recipe
 from toolkit.reference import ReferenceRuntime
 from toolkit.reference.models import CachedLM, inflate_mlp
 from toolkit.reference.prompts import PROMPTS
@@ -40,6 +40,11 @@ START, END = "<!-- bench_reference:start -->", "<!-- bench_reference:end -->"
 # --inflate N (the memory-bound twin) writes its own section.
 TWIN_START, TWIN_END = "<!-- bench_reference_membound:start -->", "<!-- bench_reference_membound:end -->"
 GAMMA = 4  # draft length for draft-target, n-gram and both HF baselines alike
+# The shipped recipes' own settings (issue 27's goals name them), loaded from recipes/.
+SHIPPED = {"draft_target": "tiny-draft-target", "ngram": "tiny-ngram"}
+# Goals per ratio (issue 27): reference draft-target ÷ HF assisted ≥ 1.5, shipped n-gram ÷ HF
+# prompt lookup ≥ 1.3; the other n-gram lines keep the earlier 1.2.
+GOALS = {"assisted": 1.5, "shipped ngram": 1.3}
 
 
 def timed_round_robin(contenders: dict[str, Callable[[], int]], runs: int) -> dict[str, tuple[float, int]]:
@@ -81,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="the memory-bound twin: pad the target's MLP N times, in the reference runtime and in HF alike",
     )
+    ap.add_argument("--prompts", type=int, default=None, help="the first N code prompts only (default: all)")
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave docs alone")
     args = ap.parse_args(argv)
@@ -96,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if rt.twin_label:
         print(f"[bench_reference] {rt.twin_label}", file=sys.stderr)
     hf_draft = AutoModelForCausalLM.from_pretrained(m / "draft", dtype=torch.float32).eval()
-    prompts = [rt.tokenizer(p)["input_ids"] for p in PROMPTS]
+    prompts = [rt.tokenizer(p)["input_ids"] for p in PROMPTS[: args.prompts]]
     # Every contender generates exactly n tokens: EOS is ignored on both sides.
     gen_cfg = copy.deepcopy(hf.generation_config)
     gen_cfg.eos_token_id = None
@@ -136,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         "eagle3 (chain 3)": Eagle3(mode="eagle3", max_draft_len=3),
         "eagle3 (tree, 25 nodes)": Eagle3(mode="eagle3", max_draft_len=5, eagle_choices=EAGLE_MC_SIM_7B_63),
     }
+    for mode, name in SHIPPED.items():
+        spec = load_recipe(REPO / "recipes" / f"{name}.yaml").speculative
+        specs[f"{mode} (shipped {name}.yaml, γ = {spec.max_draft_len})"] = spec
     stats: dict[str, tuple[float, float]] = {}
 
     def ours(name: str, spec: Any) -> Callable[[], int]:
@@ -173,9 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((label, results[label], "–", "–"))
     ctx = prompts[0] + [0] * 64
     c = forward_ms(rt.draft, ctx) / forward_ms(CachedLM(rt.target.model), ctx)
+    shipped = {mode: next(k for k in specs if k.startswith(f"{mode} (shipped")) for mode in SHIPPED}
     ratios = {
         "reference draft_target ÷ HF assisted generation": results["draft_target"] / results[assisted_label],
+        f"reference {shipped['draft_target']} ÷ HF assisted generation": results[shipped["draft_target"]]
+        / results[assisted_label],
         "reference ngram ÷ HF prompt lookup": results["ngram"] / results[lookup_label],
+        f"reference {shipped['ngram']} ÷ HF prompt lookup": results[shipped["ngram"]] / results[lookup_label],
     }
     # Same 4-token budget as HF prompt lookup, a better candidate: the fair comparison.
     ratios["reference ngram (newest match) ÷ HF prompt lookup, same budget"] = (
@@ -232,6 +245,7 @@ def _section(
         "",
         "```",
         f"python scripts/bench_reference.py --models {_shown(args.models)} --runs {args.runs} --new-tokens {n}"
+        + (f" --prompts {args.prompts}" if args.prompts else "")
         + (f" --threads {args.threads}" if args.threads else "")
         + (f" --inflate {args.inflate}" if args.inflate > 1 else ""),
         "```",
@@ -247,10 +261,21 @@ def _section(
         lines.append(f"| {label} | {tps:.1f} | {tps / base:.2f}× | {alpha} | {tau} |")
     lines += ["", f"Draft/target cost ratio c (one cached single-token forward each): **{c:.2f}**.", ""]
     for label, value in ratios.items():
-        verdict = "meets" if value >= 1.2 else "misses"
-        lines.append(f"- {label}: **{value:.2f}×** ({verdict} the 1.2× goal)")
+        goal = _goal(label)
+        verdict = "meets" if value >= goal else "misses"
+        lines.append(f"- {label}: **{value:.2f}×** ({verdict} the {goal}× goal)")
     lines += ["", TWIN_END if twin else END]
     return "\n".join(lines)
+
+
+def _goal(label: str) -> float:
+    """The issue's goal for a ratio line: 1.5 against HF assisted generation, 1.3 for the shipped
+    n-gram recipe against HF prompt lookup, 1.2 (the earlier goal) for the other n-gram lines."""
+    if "assisted" in label:
+        return GOALS["assisted"]
+    if "ngram (shipped" in label:
+        return GOALS["shipped ngram"]
+    return 1.2
 
 
 def _write(path: Path, section: str, twin: bool = False) -> None:
