@@ -9,7 +9,6 @@ root-to-leaf path; the target's pick after that path is the step's own token.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -122,6 +121,7 @@ def verify_greedy(prop: Proposal, preds: list[int]) -> Verdict:
     path whose every node is its parent's argmax, then the argmax after it. verify's rule for
     greedy sampling, for a caller that has taken the argmaxes itself."""
     if prop.num_draft == len(prop.tokens) and prop.is_chain:
+        # A greedy chain (or no proposal): the longest prefix equal to the target's argmaxes.
         k = 0
         tokens = prop.tokens
         n = prop.num_draft
@@ -147,35 +147,23 @@ def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.
     """Longest accepted path; `logits` row 0 is the root, row i+1 is node i."""
     if prop.q is not None and not sp.greedy:
         return speculative_sampling(prop.tokens, prop.q, logits, sp, gen)
-    if sp.greedy and prop.num_draft == len(prop.tokens) and prop.is_chain:
-        # A greedy chain (or no proposal): the longest prefix equal to the target's argmaxes.
-        preds = argmax_list(logits)
-        k = 0
-        while k < prop.num_draft and prop.tokens[k] == preds[k]:
-            k += 1
-        return Verdict(list(range(k)), preds[k], preds)
+    if sp.greedy:
+        return verify_greedy(prop, argmax_list(logits))
+    # Sample-and-match: each emitted token is a fresh draw from the target given its exact
+    # prefix, so the output is distributed as the target's (lossless for any proposal).
+    assert gen is not None
     kids = _children(tuple(prop.parents[: prop.num_draft]))
     tokens = prop.tokens
-    pick: Callable[[int], int]
-    argmax: list[int] | None = None
-    if sp.greedy:
-        argmax = argmax_list(logits)
-        pick = argmax.__getitem__
-    else:
-        # Sample-and-match: each emitted token is a fresh draw from the target given its exact
-        # prefix, so the output is distributed as the target's (lossless for any proposal).
-        assert gen is not None
-        pick = lambda row: draw(probs(logits[row], sp), gen)  # noqa: E731
     node = -1
     path: list[int] = []
     while True:
-        y = pick(node + 1)
+        y = draw(probs(logits[node + 1], sp), gen)
         # Tokens are distinct among siblings in every tree we build; the first match wins if not.
         for c in kids.get(node, ()):
             if tokens[c] == y:
                 break
         else:
-            return Verdict(path, y, argmax)
+            return Verdict(path, y, None)
         path.append(c)
         node = c
 
