@@ -70,12 +70,15 @@ def test_interrupt_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert sorted(p.name for p in (tmp_path / "a").glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-6"]
 
     m = _model()
+    # The handler in place before the run, restored after it (the default one; SIG_IGN when the
+    # suite runs as a background job, whose shell ignores SIGINT).
+    before = signal.getsignal(signal.SIGINT)
     first = _run(m, _step_fn(interrupt_at=3), cfg, tmp_path / "b")
     # the step that was running when Ctrl-C came finishes; the loop then checkpoints and stops
     assert (first.steps, first.stopped) == (3, "interrupted")
     ckpt = latest_checkpoint(tmp_path / "b")
     assert ckpt is not None and ckpt.name == "checkpoint-3" and first.checkpoint == str(ckpt)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before
     # the trainable tensors only, never the frozen module's; and the Trainer's optimizer/RNG state
     assert sorted(load_trainable(ckpt)) == ["0.bias", "0.weight", "2.bias", "2.weight"]
     assert {TRAINABLE_FILE, STATE_FILE, "optimizer.pt", "scheduler.pt", "trainer_state.json"} <= {
