@@ -181,7 +181,7 @@ class Forward:
 def tree_mask(parents: Sequence[int]) -> tuple[torch.Tensor, list[int]]:
     """Ancestor-or-self matrix [q, q] and the depth of each node (roots at depth 0). The matrix
     is built once per tree shape and shared: read it, never write into it."""
-    shape = _tree(tuple(parents))
+    shape = tree_shape(tuple(parents))
     return shape.anc, list(shape.depth)
 
 
@@ -306,14 +306,10 @@ def rows_tensor(rows: tuple[int, ...]) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=512)
-def _tree(parents: tuple[int, ...]) -> TreeShape:
-    """The TreeShape of `parents`, cached: a mode verifies the same few shapes step after step."""
-    return TreeShape(parents)
-
-
 def tree_shape(parents: tuple[int, ...]) -> TreeShape:
-    """The TreeShape of `parents` (built once per shape and shared: never modify it)."""
-    return _tree(parents)
+    """The TreeShape of `parents`, cached: a mode verifies the same few shapes step after step
+    (built once per shape and shared: never modify it)."""
+    return TreeShape(parents)
 
 
 class KVStore:
@@ -558,22 +554,23 @@ class CachedLM:
         """Run `ids` after the cached context (their KV appended) and return the argmax of the last
         one's logits: forward(ids, logits_from=len(ids) - 1).logits[-1].argmax(), without the
         Forward and the reshapes (the output head runs on that row alone, as there)."""
-        out = self.decoder(input_ids=ids_tensor(ids), past_key_values=self.cache, use_cache=True)
-        last = out.last_hidden_state
-        return argmax_int(self.lm_head(last if len(ids) == 1 else last.narrow(1, -1, 1)))
+        return self._next(ids)
 
     @inference
     def greedy_chain(self, ids: list[int], k: int) -> list[int]:
         """`k` greedy tokens after the cached context and `ids`: greedy_next k times in one call."""
-        decoder, lm_head, cache = self.decoder, self.lm_head, self.cache
-        last = decoder(input_ids=ids_tensor(ids), past_key_values=cache, use_cache=True).last_hidden_state
-        out = [argmax_int(lm_head(last if len(ids) == 1 else last.narrow(1, -1, 1)))]
+        nxt = self._next
+        out = [nxt(ids)]
         for _ in range(k - 1):
-            last = decoder(
-                input_ids=ids_tensor(out[-1:]), past_key_values=cache, use_cache=True
-            ).last_hidden_state
-            out.append(argmax_int(lm_head(last)))
+            out.append(nxt(out[-1:]))
         return out
+
+    def _next(self, ids: list[int]) -> int:
+        """greedy_next for a caller already in inference mode."""
+        last = self.decoder(
+            input_ids=ids_tensor(ids), past_key_values=self.cache, use_cache=True
+        ).last_hidden_state
+        return argmax_int(self.lm_head(last if len(ids) == 1 else last.narrow(1, -1, 1)))
 
     @inference
     def forward(
@@ -586,7 +583,7 @@ class CachedLM:
         aux: bool = False,
     ) -> Forward:
         """Run `ids` after the cached context and append their KV to the cache."""
-        shape = _tree(tuple(parents)) if parents is not None and not is_chain(parents) else None
+        shape = tree_shape(tuple(parents)) if parents is not None and not is_chain(parents) else None
         return self.run(ids if isinstance(ids, list) else list(ids), shape, logits_from, hidden, aux)
 
     def run(

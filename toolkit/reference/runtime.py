@@ -182,9 +182,13 @@ class ReferenceRuntime:
         """What the target computes in: float32, bfloat16 or float16."""
         return str(self.target.embed.weight.dtype).removeprefix("torch.")
 
+    def _checker(self) -> Callable[[Proposal, torch.Tensor, SamplingParams, Any], Verdict]:
+        """core.verify (this module's name for it: a test seam), or the test-only lossy verifier
+        when LOSSY_ENV was set at load."""
+        return accept_every_draft if self.lossy else verify
+
     def _check_tokens(self, prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: Any) -> Verdict:
-        """core.verify, or the test-only lossy verifier when LOSSY_ENV was set at load."""
-        return (accept_every_draft if self.lossy else verify)(prop, logits, sp, gen)
+        return self._checker()(prop, logits, sp, gen)
 
     def enable_batching(self, max_batch_size: int, capacity: int, reuse_slots: int | None = None) -> None:
         """Serve concurrent calls (from threads) with in-flight batching: each call joins the
@@ -435,8 +439,7 @@ class ReferenceRuntime:
             and trace is None
             and isinstance(target, CachedLM)
             and self.draft_len_now(mode_cfg) is None
-            and not self.lossy
-            and verify is greedy_rule
+            and self._checker() is greedy_rule
         ):
             return _plain_greedy(ctx.tokens[-1], max_new_tokens, eos, on_tokens, target, stats)
         # Without a batcher the batch is this one sequence: its draft-length cap is fixed.
@@ -445,7 +448,7 @@ class ReferenceRuntime:
         # A CachedLM runs a chain with no mask (as its forward does when given chain parents), and
         # an accepted chain prefix is a crop (as its keep does for rows 0..k).
         cached = isinstance(target, CachedLM)
-        check = accept_every_draft if self.lossy else verify  # `verify`: this module's, a test seam
+        check = self._checker()
         raw = processors is None or not processors.active
         # Greedy steps are verified here (core.verify's rule) when nothing else reads the logits.
         greedy_raw = sampling.greedy and check is greedy_rule and raw and trace is None
@@ -482,17 +485,9 @@ class ReferenceRuntime:
             if greedy_raw and fwd.logits1 is not None:
                 # core.verify's greedy rule on the argmaxes of the output head's own
                 # [1, q, vocab] (no row view to make).
-                preds = argmax_list(fwd.logits1)[0]
-                if chain and prop.num_draft == len(ptoks):
-                    k = 0
-                    n = len(ptoks)
-                    while k < n and ptoks[k] == preds[k]:
-                        k += 1
-                    verdict = Verdict(list(range(k)), preds[k], preds)
-                    commit = ptoks[:k]
-                else:
-                    verdict = verify_greedy(prop, preds)
-                    commit = [ptoks[i] for i in verdict.path]
+                verdict = verify_greedy(prop, argmax_list(fwd.logits1)[0])
+                # A chain's accepted path is its first nodes: a slice, no gather.
+                commit = ptoks[: len(verdict.path)] if chain else [ptoks[i] for i in verdict.path]
                 commit.append(verdict.token)
                 logits = None
             else:
