@@ -9,6 +9,7 @@ root-to-leaf path; the target's pick after that path is the step's own token.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -128,19 +129,7 @@ def verify_greedy(prop: Proposal, preds: list[int]) -> Verdict:
         while k < n and tokens[k] == preds[k]:
             k += 1
         return Verdict(list(range(k)), preds[k], preds)
-    kids = _children(tuple(prop.parents[: prop.num_draft]))
-    tokens = prop.tokens
-    node = -1
-    path: list[int] = []
-    while True:
-        y = preds[node + 1]
-        for c in kids.get(node, ()):
-            if tokens[c] == y:
-                break
-        else:
-            return Verdict(path, y, preds)
-        path.append(c)
-        node = c
+    return _walk(prop, preds.__getitem__, preds)
 
 
 def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.Generator | None) -> Verdict:
@@ -152,18 +141,24 @@ def verify(prop: Proposal, logits: torch.Tensor, sp: SamplingParams, gen: torch.
     # Sample-and-match: each emitted token is a fresh draw from the target given its exact
     # prefix, so the output is distributed as the target's (lossless for any proposal).
     assert gen is not None
+    return _walk(prop, lambda row: draw(probs(logits[row], sp), gen), None)
+
+
+def _walk(prop: Proposal, pick: Callable[[int], int], argmax: list[int] | None) -> Verdict:
+    """Down the tree from the root: `pick(row)` is the target's token after that row (row 0 the
+    root, row i+1 node i); follow the child holding it while there is one."""
     kids = _children(tuple(prop.parents[: prop.num_draft]))
     tokens = prop.tokens
     node = -1
     path: list[int] = []
     while True:
-        y = draw(probs(logits[node + 1], sp), gen)
+        y = pick(node + 1)
         # Tokens are distinct among siblings in every tree we build; the first match wins if not.
         for c in kids.get(node, ()):
             if tokens[c] == y:
                 break
         else:
-            return Verdict(path, y, None)
+            return Verdict(path, y, argmax)
         path.append(c)
         node = c
 
