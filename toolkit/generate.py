@@ -42,14 +42,20 @@ _RUNTIMES: dict[tuple, Any] = {}
 THREADS_ENV = "SDTK_REFERENCE_THREADS"
 
 
-def set_torch_threads() -> None:
-    """Batch-1 forwards of small models run fastest on one thread (15x under load on 2 cores);
-    SDTK_REFERENCE_THREADS overrides it for bigger models."""
+def reference_threads() -> int:
+    """The torch threads a reference model instance runs on: one (batch-1 forwards of small
+    models run fastest on one thread, 15x under load on 2 cores), or SDTK_REFERENCE_THREADS
+    for bigger models."""
     import os
 
+    return max(1, int(os.environ.get(THREADS_ENV, "1") or 1))
+
+
+def set_torch_threads() -> None:
+    """Run this process's torch on reference_threads()."""
     import torch
 
-    torch.set_num_threads(max(1, int(os.environ.get(THREADS_ENV, "1") or 1)))
+    torch.set_num_threads(reference_threads())
 
 
 def reference_dtype(recipe: Recipe) -> str:

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from toolkit.bench.decide.compare import count_steps_from_chunks as _count_steps_from_chunks
 from toolkit.bench.measure.metrics import RequestRecord, acceptance_length
-from toolkit.bench.targets import _chain_draft_len, _steps_from_chunks
+from toolkit.bench.measure.records import count_steps_from_chunks as _count_steps_from_chunks
+from toolkit.bench.targets import _chain_draft_len, steps_from_chunks
 from toolkit.recipe import load_recipe
 
 
 def test_ngram_reference_counts_steps_from_chunks():
     rec = load_recipe("tiny-ngram")
-    assert _steps_from_chunks(rec) and _chain_draft_len(rec) is None
-    assert _steps_from_chunks(load_recipe("tiny-ngram-llmapi"))  # the reference runtime behind it too
+    assert steps_from_chunks(rec) and _chain_draft_len(rec) is None
+    assert steps_from_chunks(load_recipe("tiny-ngram-llmapi"))  # the reference runtime behind it too
     gpu = load_recipe("llama-3.1-8b-ngram")  # TensorRT-LLM: chunks need not be steps; drafts / γ
-    assert not _steps_from_chunks(gpu) and _chain_draft_len(gpu) == gpu.speculative.max_draft_len
+    assert not steps_from_chunks(gpu) and _chain_draft_len(gpu) == gpu.speculative.max_draft_len
     dt = load_recipe("tiny-draft-target")
-    assert not _steps_from_chunks(dt) and _chain_draft_len(dt) == dt.speculative.max_draft_len
+    assert not steps_from_chunks(dt) and _chain_draft_len(dt) == dt.speculative.max_draft_len
 
 
 def test_steps_from_chunks_give_tau():

@@ -21,6 +21,7 @@ from toolkit.bench.decide.predict import (
     run_lengths,
     simulate_tau,
 )
+from toolkit.bench.measure.workloads import load_workload
 from toolkit.bench.report import render
 from toolkit.errors import UsageError
 
@@ -162,6 +163,63 @@ def test_probe_with_gpu_adds_sizing_and_roofline(random_models):
     assert all(a.source.startswith("assumed α=") for a in p.assumed)
 
 
+def test_probe_runs_each_prompt_to_its_own_max_tokens(random_models, tmp_path, monkeypatch):
+    """probe_tokens=None (what `tune` asks for): the probe generates exactly the requests a
+    served run of the workload sends, the same prompts in the same order, each to its own
+    max_tokens, so plan's τ is measured on the text the served A/B measures. And it times
+    them on the threads a reference deployment's model instance runs on (SDTK_REFERENCE_THREADS)."""
+    monkeypatch.setenv("SDTK_REFERENCE_THREADS", "2")
+    r = _recipe(
+        random_models, "ng", "models: {target: ./target}\nspeculative: {mode: ngram, max_draft_len: 2}\n"
+    )
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text(
+        '{"prompt": "def add(a, b): return a + b", "max_tokens": 5}\n'
+        '{"prompt": "for i in range(10): print(i)", "max_tokens": 11}\n'
+    )
+    p = plan(
+        r,
+        prompts_file=jsonl,
+        probe_prompts=2,
+        probe_tokens=None,
+        gamma_max=2,
+        concurrency=(1,),
+        progress=False,
+    )
+    wl = load_workload(prompts_file=jsonl)
+    want = [q.max_tokens for q in wl.sample(2, 0)]
+    for cfg in p.probe.configs:
+        assert [sum(t) for t in cfg.step_tokens] == want
+    assert p.probe.new_tokens == 11 and p.probe.prompts == 2
+    assert p.probe.threads == 2
+
+
+def test_batched_points_time_the_served_batched_forward(monkeypatch):
+    """plan's batch dimension is timed on the forward the reference deployment's batcher runs
+    (batching.batched_forward over KV slots), not on a stand-in: each timed call carries `b`
+    rows of `w` tokens after the context, and returns what a served forward returns."""
+    from toolkit.bench.measure import inprocess
+    from toolkit.reference import ReferenceRuntime, batching
+
+    rt = ReferenceRuntime.load(Path("models/tiny/target"))
+    seen: list[tuple[int, ...]] = []
+    real = batching.batched_forward
+
+    def spy(pool, steps):
+        seen.append(tuple(len(s.ids) for s in steps))
+        outs = real(pool, steps)
+        assert all(o.logits is not None for o in outs)
+        return outs
+
+    monkeypatch.setattr(batching, "batched_forward", spy)
+    ctx = rt.tokenizer("def add(a, b):\n    return a + b")["input_ids"]
+    pts = inprocess.time_batched_forwards(rt.target, ctx, [1, 3], batches=(1, 2), repeats=1)
+    assert seen[:2] == [(len(ctx),), (len(ctx),)]  # each row's slot prefilled once
+    assert sorted(set(seen[2:])) == [(1,), (1, 1), (3,), (3, 3)] and len(seen) == 2 + 2 * 4
+    assert sorted(pts) == [1, 3] and [b for b, _ in pts[3]] == [1, 2]
+    assert all(t > 0 for w in pts for _, t in pts[w])
+
+
 def test_probe_ngram_and_lookahead(random_models):
     r = _recipe(
         random_models, "ng", "models: {target: ./target}\nspeculative: {mode: ngram, max_draft_len: 2}\n"
@@ -262,9 +320,32 @@ def test_batch_scale_from_batched_forward_times():
     }
     assert t.batch_scale(5, 1) == 1.0
     assert t.batch_scale(5, 8) == pytest.approx((2.0 / 1.0) / (6.0 / 1.5))
-    assert t.batch_scale(4, 8) == t.batch_scale(5, 8)  # the nearest measured width
+    # Width 4, between the measured 1 and 5: linear in the width, 3/4 of the way.
+    assert t.batch_scale(4, 8) == pytest.approx(2.0 / ((0.25 * 2.0 + 0.75 * 6.0) / (0.25 + 0.75 * 1.5)))
+    # Rows whose width varies (n-gram proposes 0 or 4 tokens, half the time each): two rows are
+    # padded to the wider, so they cost t(2, 5) unless both are plain (1/4), against a row alone
+    # at its mean cost.
+    dist = [0.5, 0.0, 0.0, 0.0, 0.5]
+    many, one = 0.25 * 1.1 + 0.75 * 2.0, 0.5 * 1.0 + 0.5 * 1.5
+    assert t.batch_scale(5, 2, dist) == pytest.approx(1.1 / (many / one))
+    assert t.batch_scale(5, 2, [0, 0, 0, 0, 1.0]) == pytest.approx(t.batch_scale(5, 2))  # every row full
     t.max_batch = 4
     assert t.batch_scale(5, 16) == t.batch_scale(5, 4) == pytest.approx((1.2 / 1.0) / (3.0 / 1.5))
+
+
+def test_verify_widths_from_the_probe_at_the_longest_draft():
+    """A chain probe at γ = 3 over 10 steps proposed ≥1 token in 6, ≥2 in 3, 3 in 1: at γ = 3
+    a step verifies 1, 2, 3 or 4 tokens with probabilities .4 .3 .2 .1; at γ = 2 the proposals
+    of 3 are cut to 2."""
+    from toolkit.bench.decide import costmodel as cm
+    from toolkit.bench.decide.predict import ProbeConfig, verify_widths
+
+    cfg = ProbeConfig(
+        "γ=3", {"max_draft_len": 3}, cm.chain_shape(3), 10, 20, 10, 5, [6, 3, 1], [4, 1, 0], 1e-3
+    )
+    assert verify_widths(cfg, 3) == pytest.approx([0.4, 0.3, 0.2, 0.1])
+    assert verify_widths(cfg, 2) == pytest.approx([0.4, 0.3, 0.3])
+    assert verify_widths(cfg, 5) == pytest.approx([0.4, 0.3, 0.2, 0.1, 0.0, 0.0])
 
 
 def test_recommended_overlay_is_a_valid_recipe_change():
@@ -340,9 +421,13 @@ def test_served_predictions_amortise_a_per_step_serving_cost():
     # Served TPOT 4.37 ms at c=1 (docs/benchmarks.md, tiny-baseline): o = 4.37 − 1.58 ms.
     base = BenchResult("x", {"name": "code"}, {})
     base.levels.append(LevelResult(1, None, [record(i, gaps=[4.37e-3] * 9) for i in range(3)], 1.0))
-    o = serving_overhead(base, result)
+    o = serving_overhead([base], result)
     assert o == pytest.approx(4.37e-3 - 1.58e-3, rel=1e-6)
-    assert serving_overhead(BenchResult("x", {"name": "code"}, {}), result) is None  # no c=1 level
+    assert serving_overhead([BenchResult("x", {"name": "code"}, {})], result) is None  # no c=1 level
+    # Several baseline runs (tune's, before and after its configurations): their mean TPOT.
+    later = BenchResult("x", {"name": "code"}, {})
+    later.levels.append(LevelResult(1, None, [record(i, gaps=[4.57e-3] * 9) for i in range(3)], 1.0))
+    assert serving_overhead([base, later], result) == pytest.approx(4.47e-3 - 1.58e-3, rel=1e-6)
     add_serving_overhead(result, rec, o, "served baseline")
     served = {p.draft_len: p.speedup[1] for p in result.predictions}
     assert served[4] == pytest.approx(tau4 * 4.37 / (2.46 + 4.37 - 1.58))

@@ -13,6 +13,7 @@ import tomllib
 
 from toolkit.bench.decide import compare as compare_mod
 from toolkit.bench.measure.loadgen import BenchResult, LevelResult
+from toolkit.bench.measure.records import count_steps_from_chunks
 from toolkit.bench.options import RunOptions, bars_enabled
 from toolkit.bench.orchestrate import compare as compare_run
 from toolkit.bench.orchestrate import side as side_mod
@@ -114,7 +115,7 @@ def test_steps_from_chunks_counts_each_nonempty_chunk():
     run.levels = synthetic_run(100.0, levels=(1,), n=2).levels
     r = run.levels[0].records[0]
     r.draft_tokens, r.streamed, r.chunk_tokens = 6, True, [2, 0, 3, 1]
-    compare_mod.count_steps_from_chunks(run)
+    count_steps_from_chunks(run)
     assert r.steps == 3 and r.steps_source == "streamed chunks (one per step)"
     assert run.levels[0].records[1].steps is None  # no draft counts: nothing to count
 

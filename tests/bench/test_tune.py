@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 
 import pytest
 import yaml
@@ -112,14 +113,17 @@ def test_tune_redeploy_schedule_and_overlay(fake_measure, tmp_path):
         report_dir=tmp_path,
         progress=False,
     )
-    assert deployed[0] == ["speculative={mode: none}", "models.draft="]
+    baseline = ["speculative={mode: none}", "models.draft="]
+    # The baseline before the configurations and again after them (drift cancels between the two).
+    assert deployed[0] == deployed[5] == baseline
     assert deployed[1:5] == [[f"speculative.max_draft_len={g}"] for g in (1, 2, 3, 4)]
+    assert [c["baselines"] for c in t.configs] == [[0, 1]] * 4 and len(t.baselines) == 2
     # Then the tuned schedule itself, deployed as a valid recipe and checked at every level.
-    assert deployed[5] == [
+    assert deployed[6] == [
         "speculative.max_draft_len=3",
         "speculative.draft_len_schedule={1: 3, 2: 2, 4: 1, 16: 0}",
     ]
-    assert load_recipe("tiny-draft-target", deployed[5]).speculative.draft_len_schedule == SCHEDULE
+    assert load_recipe("tiny-draft-target", deployed[6]).speculative.draft_len_schedule == SCHEDULE
     assert sorted(t.schedule_check) == list(LEVELS) and t.schedule_holds
     for c, v in t.schedule_check.items():
         assert v["best_fixed"] == max(t.cell(g, c).speedup.point for g in (1, 2, 3, 4))
@@ -161,8 +165,60 @@ def test_tune_per_request_uses_num_draft_tokens(fake_measure, tmp_path):
         progress=False,
     )
     assert t.method == "per-request"
-    assert [(lbl, n) for lbl, n, _ in fake_measure] == [("γ=0 (baseline)", 0), ("γ=1", 1), ("γ=2", 2)]
+    assert [(lbl, n) for lbl, n, _ in fake_measure] == [
+        ("γ=0 (baseline)", 0),
+        ("γ=1", 1),
+        ("γ=2", 2),
+        ("γ=0 (baseline)", 0),
+    ]
     assert not wd.exists()
+
+
+def test_tune_brackets_every_configuration_with_baseline_runs(monkeypatch, tmp_path):
+    """The machine slows down steadily during the sweep (every run 10% slower than the one
+    before). The baseline runs before the first configuration, after every fourth and after the
+    last; each configuration is set against the two baseline runs around it, request by request
+    (the mean of that request's rate in both), so its speedup is off by the drift within its
+    bracket only, not by everything since the sweep began."""
+    order: list[str] = []
+
+    def load_at(url, model, wl, opts, load, *, label, **kw):
+        slow = 1 + 0.1 * len(order)  # this run's place in time
+        order.append(label)
+        g = 0 if label == "baseline" else int(label.split("=")[1])
+        res = BenchResult(endpoint="fake", workload={"name": "code", "prompts": 36}, settings={})
+        gap = slow / (100.0 * speedup_model(g, 1))
+        res.levels.append(LevelResult(1, None, [record(i, ttft=gap, gaps=[gap] * 11) for i in range(8)], 1.0))
+        return res
+
+    monkeypatch.setattr(side_mod, "load_at", load_at)
+    t = tune(
+        "tiny-ngram",
+        method="redeploy",
+        draft_lens=[1, 2, 3, 4, 5, 6],
+        concurrency=(1,),
+        deploy_fn=fake_deploy([]),
+        predict=False,
+        check=False,
+        report_dir=tmp_path,
+        progress=False,
+    )
+    assert order == ["baseline", "γ=1", "γ=2", "γ=3", "γ=4", "baseline", "γ=5", "γ=6", "baseline"]
+    assert [c["baselines"] for c in t.configs] == [[0, 1]] * 4 + [[1, 2]] * 2
+    assert len(t.baselines) == 3
+
+    def slow(label: str, k: int = 0) -> float:
+        return 1 + 0.1 * [i for i, x in enumerate(order) if x == label][k]
+
+    for g in range(1, 7):
+        b = t.configs[g - 1]["baselines"]
+        # Rates are 1/gap: the baseline's rate is the mean of its two runs' rates.
+        base_rate = (1 / slow("baseline", b[0]) + 1 / slow("baseline", b[1])) / 2
+        expect = speedup_model(g, 1) / slow(f"γ={g}") / base_rate
+        assert t.cell(g, 1).speedup.point == pytest.approx(expect, rel=1e-6)
+    # Against the first baseline run alone, γ=6 (run 7, 70% slower) would read 1.7× too low.
+    assert t.cell(6, 1).speedup.point / speedup_model(6, 1) > 0.95
+    assert json.loads((tmp_path / "tune.json").read_text())["configs"][5]["baselines"] == [1, 2]
 
 
 def test_tune_bad_inputs(tmp_path):
@@ -212,7 +268,7 @@ def test_tune_gives_plan_the_deployments_serving_cost(fake_measure, tmp_path, mo
         report_dir=tmp_path,
         progress=False,
     )
-    assert t.baseline is not None
+    assert len(t.baselines) == 2  # before and after the two configurations, alike here
     tpot = t.baseline.level(1).summary()["tpot_s"]["p50"]
     assert len(calls) == 1 and calls[0][0] is pr and calls[0][1] == pytest.approx(tpot - 0.004)
     assert t.settings["serving_overhead_ms"] == pytest.approx((tpot - 0.004) * 1e3, abs=1e-3)

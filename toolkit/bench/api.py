@@ -152,7 +152,7 @@ def plan(
     overrides: Sequence[str] = (),
     probe: bool | None = None,
     probe_prompts: int = 24,
-    probe_tokens: int = 64,
+    probe_tokens: int | None = 64,
     gamma_max: int = 8,
     concurrency: Sequence[int] = plan_mod.DEFAULT_CONCURRENCY,
     assumed_alphas: Sequence[float] = plan_mod.ASSUMED_ALPHAS,
@@ -168,8 +168,10 @@ def plan(
 
     From `opts` (or the RunOptions fields given as keyword arguments) the probe takes the
     workload, seed, temperature (default greedy) and progress (its step messages).
-    `threads`: torch intra-op threads during the probe (restored afterwards); None keeps the
-    current setting. Tiny models run best, and time most steadily on a busy machine, with 1.
+    `probe_tokens`: new tokens per probe prompt; None: each prompt's own max_tokens.
+    `threads`: torch intra-op threads during the probe (restored afterwards); None: those a
+    reference deployment's model instance runs on (toolkit.generate.reference_threads: 1 unless
+    SDTK_REFERENCE_THREADS says otherwise), so that the probe times steps as they are served.
     `serving_overhead`: seconds each served step costs beyond its forwards (what `tune` reports
     as serving_overhead_ms): the measured predictions become served ones.
     """

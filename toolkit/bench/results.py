@@ -146,7 +146,9 @@ class TuneResult:
     draft_lens: list[int]
     configs: list[dict[str, Any]] = field(default_factory=list)  # label, draft_len, overrides
     cells: list[Cell] = field(default_factory=list)
-    baseline: BenchResult | None = None
+    # The baseline, measured before the first configuration, after the last and between every
+    # few (in run order); each configuration's `baselines` names the two that bracket it.
+    baselines: list[BenchResult] = field(default_factory=list)
     runs: dict[str, BenchResult] = field(default_factory=dict)
     predicted: dict[int, dict[int, float]] = field(default_factory=dict)  # draft_len → concurrency → S
     prediction_error: float | None = None  # median |predicted − measured|
@@ -170,6 +172,17 @@ class TuneResult:
         return next(
             (c for c in self.cells if c.draft_len == draft_len and c.concurrency == concurrency), None
         )
+
+    @property
+    def baseline(self) -> BenchResult | None:
+        """The first baseline run (None before it)."""
+        return self.baselines[0] if self.baselines else None
+
+    def baselines_of(self, config: dict[str, Any]) -> list[BenchResult]:
+        """The baseline runs a configuration is compared with: those bracketing it in run
+        order (fewer when the sweep stopped early), else all."""
+        picked = [self.baselines[k] for k in config.get("baselines", ()) if k < len(self.baselines)]
+        return picked or list(self.baselines)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -198,5 +211,5 @@ class TuneResult:
             "partial": self.partial,
             "error": self.error,
             "runs": {k: v.to_dict() for k, v in self.runs.items()},
-            "baseline_run": self.baseline.to_dict() if self.baseline else None,
+            "baseline_runs": [b.to_dict() for b in self.baselines],
         }

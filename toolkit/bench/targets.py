@@ -116,7 +116,7 @@ def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: 
             workdir=p,
             draft_len=_chain_draft_len(rec),
             tokenizer=recipe_tokenizer(rec),
-            steps_from_chunks=_steps_from_chunks(rec),
+            steps_from_chunks=steps_from_chunks(rec),
             twin=recipe_label(rec) if rec is not None else None,
             recipe=rec,
         )
@@ -139,7 +139,7 @@ def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: 
         model=model,
         draft_len=_chain_draft_len(rec),
         tokenizer=recipe_tokenizer(rec),
-        steps_from_chunks=_steps_from_chunks(rec),
+        steps_from_chunks=steps_from_chunks(rec),
         twin=recipe_label(rec),
         recipe=rec,
     )
@@ -158,13 +158,13 @@ def _chain_draft_len(recipe: Recipe | None) -> int | None:
     if recipe is None:
         return None
     spec: Any = recipe.speculative  # any mode's: max_draft_len is read for a chain only
-    if is_chain(spec) and not _steps_from_chunks(recipe):
+    if is_chain(spec) and not steps_from_chunks(recipe):
         # A proposer without a model proposes up to γ per step: drafts / γ is a lower bound on the steps.
         return int(spec.max_draft_len)
     return None
 
 
-def _steps_from_chunks(recipe: Recipe | None) -> bool:
+def steps_from_chunks(recipe: Recipe | None) -> bool:
     """n-gram proposes up to γ tokens per step, often fewer; on the reference backend the
     ensemble streams one chunk per target step, so the chunks count the steps exactly."""
     return recipe is not None and recipe.backend == "reference" and varies_per_step(recipe.speculative.mode)

@@ -15,52 +15,57 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from toolkit.bench.measure.metrics import RequestRecord, ratio_of_means_ci, request_metrics
-from toolkit.bench.measure.records import BenchResult
+from toolkit.bench.measure.metrics import RequestRecord, ratio_of_means_ci, request_metrics, summarize
+from toolkit.bench.measure.records import BenchResult, LevelResult
 from toolkit.bench.results import ABResult, LevelComparison
 
 
-def count_steps_from_chunks(result: BenchResult | None) -> None:
-    """Steps counted from the stream (one chunk per target step) for the speculative requests
-    whose step count the server does not report (see targets.Side.steps_from_chunks)."""
-    for level in getattr(result, "levels", []):
-        for rec in level.records:
-            if rec.ok and rec.steps is None and rec.draft_tokens is not None and rec.streamed:
-                rec.steps = sum(1 for k in rec.chunk_tokens if k > 0)
-                rec.steps_source = "streamed chunks (one per step)"
-
-
 def _metric_pairs(
-    base: list[RequestRecord], spec: list[RequestRecord], attr: str
+    base: Sequence[list[RequestRecord]], spec: list[RequestRecord], attr: str
 ) -> tuple[list[float], list[float], bool]:
-    """Values of one per-request metric on both sides, paired by request index when possible."""
-    bm = {r.index: getattr(request_metrics(r), attr) for r in base if r.ok}
+    """Values of one per-request metric on both sides, paired by request index when possible.
+
+    `base`: the baseline's records from one run or several (each request's value is then its
+    mean over the runs that measured it, so drift between runs cancels out of the ratio)."""
+    runs = [{r.index: getattr(request_metrics(r), attr) for r in recs if r.ok} for recs in base]
+    bm: dict[int, float] = {}
+    for i in {i for run in runs for i in run}:
+        vals = [run[i] for run in runs if run.get(i) is not None]
+        if vals:
+            bm[i] = sum(vals) / len(vals)
     sm = {r.index: getattr(request_metrics(r), attr) for r in spec if r.ok}
-    common = sorted(i for i in bm.keys() & sm.keys() if bm[i] is not None and sm[i] is not None)
+    common = sorted(i for i in bm.keys() & sm.keys() if sm[i] is not None)
     if len(common) >= 2:
         return [bm[i] for i in common], [sm[i] for i in common], True
-    return [v for v in bm.values() if v is not None], [v for v in sm.values() if v is not None], False
+    return list(bm.values()), [v for v in sm.values() if v is not None], False
 
 
 def compare_levels(
-    baseline: BenchResult,
+    baseline: BenchResult | Sequence[BenchResult],
     speculative: BenchResult,
     *,
     resamples: int = 2000,
     seed: int = 0,
     confidence: float = 0.95,
 ) -> list[LevelComparison]:
+    """Level by level, `speculative` against `baseline`: one run, or several of the same
+    deployment (e.g. `tune`'s before and after a stretch of configurations), each request's
+    baseline value then being its mean over them."""
+    bases = [baseline] if isinstance(baseline, BenchResult) else list(baseline)
     out = []
-    for blv in baseline.levels:
+    for blv in bases[0].levels if bases else []:
         conc = blv.concurrency
         slv = speculative.level(conc) if conc is not None else None
         if conc is None or slv is None:
             continue
-        b_tok, s_tok, paired = _metric_pairs(blv.records, slv.records, "user_tok_s")
-        b_tpot, s_tpot, p2 = _metric_pairs(blv.records, slv.records, "tpot")
-        b_ttft, s_ttft, p3 = _metric_pairs(blv.records, slv.records, "ttft")
+        blvs = [lv for lv in (b.level(conc) for b in bases) if lv is not None]
+        brecs = [lv.records for lv in blvs]
+        b_tok, s_tok, paired = _metric_pairs(brecs, slv.records, "user_tok_s")
+        b_tpot, s_tpot, p2 = _metric_pairs(brecs, slv.records, "tpot")
+        b_ttft, s_ttft, p3 = _metric_pairs(brecs, slv.records, "ttft")
         kw: dict[str, Any] = dict(resamples=resamples, seed=seed, confidence=confidence)
-        bs, ss = blv.summary(), slv.summary()
+        bs = blvs[0].summary() if len(blvs) == 1 else _pooled_summary(blvs)
+        ss = slv.summary()
         thr = (ss["output_tok_s"] / bs["output_tok_s"]) if bs["output_tok_s"] and ss["output_tok_s"] else None
         out.append(
             LevelComparison(
@@ -76,6 +81,12 @@ def compare_levels(
             )
         )
     return out
+
+
+def _pooled_summary(levels: Sequence[LevelResult]) -> dict[str, Any]:
+    """One summary over several runs of a level: their records together, over their summed
+    durations (throughput = all tokens ÷ all the time spent)."""
+    return summarize([r for lv in levels for r in lv.records], duration=sum(lv.duration for lv in levels))
 
 
 def verdict(levels: Sequence[LevelComparison]) -> tuple[str, int | None, str | None, int | None]:

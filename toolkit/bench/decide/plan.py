@@ -44,10 +44,12 @@ DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 ASSUMED_ALPHAS = (0.6, 0.7, 0.8, 0.9)
 
 
-def check_plan(gamma_max: int, probe_prompts: int, probe_tokens: int) -> None:
+def check_plan(gamma_max: int, probe_prompts: int, probe_tokens: int | None) -> None:
+    """`probe_tokens` None: each prompt's own max_tokens (a workload's prompts are validated
+    when it is loaded)."""
     if gamma_max < 1:
         raise UsageError(f"gamma_max must be ≥ 1, got {gamma_max}")
-    if probe_prompts < 1 or probe_tokens < 2:
+    if probe_prompts < 1 or (probe_tokens is not None and probe_tokens < 2):
         raise UsageError("the probe needs at least 1 prompt and 2 new tokens per prompt")
 
 

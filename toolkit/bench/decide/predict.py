@@ -45,21 +45,44 @@ class StepTiming:
     serving_overhead: float = 0.0
     serving_source: str | None = None  # how serving_overhead was measured
 
-    def batch_scale(self, width: int, batch: int) -> float:
+    def batch_scale(self, width: int, batch: int, widths: Sequence[float] | None = None) -> float:
         """How much longer a step verifying `width` tokens per row takes at `batch` rows than at
         one, relative to a plain step's growth: the factor a speedup at concurrency 1 is
-        multiplied by at that concurrency (1.0 when unmeasured)."""
+        multiplied by at that concurrency (1.0 when unmeasured).
+
+        `widths`: P(a row verifies k + 1 tokens), k = 0, 1, ..., for a proposer that proposes
+        fewer than its draft length now and then (n-gram): a batch is padded to its widest row,
+        so `batch` rows cost the expected cost at the widest of `batch` draws, against the
+        expected cost of one row alone. None: every row verifies `width`."""
         if not self.batch_points or batch <= 1:
             return 1.0
         b = min(batch, self.max_batch) if self.max_batch else batch
+        plain = self.batch_cost(1, b) / self.batch_cost(1, 1)
+        if widths is None:
+            return plain / (self.batch_cost(width, b) / self.batch_cost(width, 1))
+        one = sum(p * self.batch_cost(k + 1, 1) for k, p in enumerate(widths))
+        many, below = 0.0, 0.0
+        for k, p in enumerate(widths):  # P(widest of b rows = k + 1) = F(k)^b − F(k − 1)^b
+            cdf = below + p
+            many += (cdf**b - below**b) * self.batch_cost(k + 1, b)
+            below = cdf
+        return plain / (many / one) if one > 0 and many > 0 else 1.0
 
-        def growth(w: int) -> float:
-            widths = sorted(self.batch_points)
-            near = min(widths, key=lambda x: (abs(x - w), x))
-            pts = isotonic(self.batch_points[near])
-            return interpolate(pts, b) / interpolate(pts, 1)
+    def batch_cost(self, width: float, batch: int) -> float:
+        """Seconds of a batched forward over `batch` rows of `width` tokens, from the measured
+        points: monotone in the batch size, linear between the measured widths around `width`
+        (the nearest one beyond their ends)."""
+        measured = sorted(self.batch_points)
 
-        return growth(1) / growth(width)
+        def at(w: int) -> float:
+            return interpolate(isotonic(self.batch_points[w]), batch)
+
+        lo = max((w for w in measured if w <= width), default=measured[0])
+        hi = min((w for w in measured if w >= width), default=measured[-1])
+        if lo == hi:
+            return at(lo)
+        f = (width - lo) / (hi - lo)
+        return at(lo) * (1 - f) + at(hi) * f
 
     def delta(self, n: int) -> float:
         """Extra seconds to verify n tokens instead of 1 (from the monotone fit of the points)."""
@@ -126,7 +149,7 @@ class ProbeConfig:
 @dataclass
 class Probe:
     prompts: int
-    new_tokens: int
+    new_tokens: int  # per prompt (the most, when each prompt ran its own max_tokens)
     temperature: float
     workload: dict[str, Any]
     timing: StepTiming
@@ -313,6 +336,18 @@ def run_lengths(step_tokens: Sequence[int], gamma_max: int, p_tail: float) -> li
     return out
 
 
+def verify_widths(cfg: ProbeConfig, gamma: int) -> list[float] | None:
+    """P(a step verifies k + 1 tokens), k = 0..γ, from a chain probe at a draft length ≥ γ: a
+    step that proposed L tokens there proposes min(L, γ) at γ (n-gram's proposal is a prefix of
+    its longer one; a draft model's or head's always γ). None without steps."""
+    if not cfg.steps:
+        return None
+    at_least = [cfg.steps] + [min(cfg.steps, n) for n in cfg.per_position_proposed[:gamma]]
+    at_least += [0] * (gamma + 1 - len(at_least))  # positions never proposed
+    at_least.append(0)
+    return [(at_least[k] - at_least[k + 1]) / cfg.steps for k in range(gamma + 1)]
+
+
 def simulate_tau(runs: Sequence[Sequence[float]], gamma: int) -> float:
     """Tokens per step at draft length γ, replaying the run lengths: each step from root p
     commits min(R_p, γ) + 1 tokens (fractional R: the expectation of the rounding)."""
@@ -402,7 +437,7 @@ def predict_measured(
                     draft_len=g,
                     expected_tokens=e,
                     expected_tokens_iid=e_iid,
-                    speedup={b: s * t.batch_scale(g + 1, b) for b in concurrency},
+                    speedup={b: s * t.batch_scale(g + 1, b, verify_widths(primary, g)) for b in concurrency},
                     speedup_iid=lev,
                     source=f"τ replayed from the {primary.label} probe; step time interpolated from probes at "
                     + ", ".join(f"γ={x}" for x, _ in sorted(step_pts))

@@ -133,29 +133,48 @@ def schedule_overrides(sched: dict[int, int]) -> list[str]:
     return [f"speculative.max_draft_len={sched[1]}", f"speculative.draft_len_schedule={flow}"]
 
 
-def serving_overhead(baseline: BenchResult | None, plan_result: PlanResult | None) -> float | None:
-    """What a served step costs beyond the forwards, once per deployment: the baseline's median
-    TPOT at concurrency 1 minus the probe's in-process plain step (None when either is missing,
-    e.g. a deployment that does not stream, or when the difference is not positive)."""
+def serving_overhead(baselines: Sequence[BenchResult], plan_result: PlanResult | None) -> float | None:
+    """What a served step costs beyond its forwards, once per deployment: the baseline's median
+    TPOT at concurrency 1 (the mean over its runs) minus the probe's in-process plain step (None
+    when either is missing, e.g. a deployment that does not stream, or when the difference is
+    not positive)."""
     probe = getattr(plan_result, "probe", None)
-    level = baseline.level(1) if baseline is not None else None
-    if probe is None or level is None:
+    tpots = []
+    for b in baselines:
+        level = b.level(1)
+        tpot = level.summary()["tpot_s"]["p50"] if level is not None else None
+        if tpot is not None:
+            tpots.append(float(tpot))
+    if probe is None or not tpots:
         return None
-    tpot = level.summary()["tpot_s"]["p50"]
-    if tpot is None:
-        return None
-    o = float(tpot) - probe.timing.t_base
+    o = statistics.fmean(tpots) - probe.timing.t_base
     return o if o > 0 else None
+
+
+BASELINE_EVERY = 4  # configurations measured between two runs of the baseline
+
+
+def bracket(index: int, every: int = BASELINE_EVERY) -> list[int]:
+    """The baseline runs around configuration `index` (0-based, in run order), when the baseline
+    runs before configuration 0, every, 2·every, ... and once more after the last: drift of the
+    machine during the sweep then moves a configuration and its baseline alike."""
+    k = index // every
+    return [k, k + 1]
+
+
+def baseline_due(index: int, every: int = BASELINE_EVERY) -> bool:
+    """Whether the baseline runs before configuration `index` (and it runs again after the last)."""
+    return index % every == 0
 
 
 def finish(result: TuneResult, resamples: int, seed: int, plan_result: PlanResult | None) -> None:
     """Fill `result` from its runs: cells, predictions set against them, schedule, best, overlay."""
-    base = result.baseline
-    if base is not None:
+    if result.baselines:
         for cfg in result.configs:
             run = result.runs.get(cfg["label"])
             if run is None:
                 continue
+            base = result.baselines_of(cfg)
             for lc in compare_levels(base, run, resamples=resamples, seed=seed):
                 acc = lc.speculative["acceptance"]
                 result.cells.append(
@@ -224,10 +243,11 @@ def _point(cell: Cell) -> float:
 
 def check_schedule(result: TuneResult, run: BenchResult, resamples: int, seed: int) -> None:
     """Compare the deployment running the tuned schedule with the best fixed draft length
-    measured at each concurrency (same baseline, same requests)."""
-    assert result.baseline is not None
+    measured at each concurrency (the same requests; against the last baseline run, the one
+    nearest in time)."""
+    assert result.baselines
     result.schedule_run = run
-    for lc in compare_levels(result.baseline, run, resamples=resamples, seed=seed):
+    for lc in compare_levels(result.baselines[-1], run, resamples=resamples, seed=seed):
         cells = [c for c in result.cells if c.concurrency == lc.concurrency and c.speedup.point is not None]
         if not cells or lc.speedup.point is None:
             continue

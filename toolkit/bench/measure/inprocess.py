@@ -11,7 +11,7 @@ import statistics
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from toolkit.errors import UsageError
 from toolkit.modes import MODE_SOURCES, info
@@ -147,26 +147,32 @@ def time_batched_forwards(
     lm: Any, context: list[int], widths: Sequence[int], batches: Sequence[int] = BATCH_SIZES, repeats: int = 7
 ) -> dict[int, list[tuple[int, float]]]:
     """Seconds of one batched target forward over `width` new tokens per row after `context`,
-    for each batch size: the in-flight batched step's cost (HF model, a batch of equal rows;
-    the runtime pads rows of different lengths to the longest, which this does not model)."""
+    for each batch size: the forward a reference deployment's in-flight batcher runs for a
+    batch of equal rows (toolkit.reference.batching.batched_forward over a SlotPool: the same
+    padding, masks, KV slots and per-row output head), so that what a served step costs as its
+    batch grows is measured on the code that serves it. Sizes are interleaved within each
+    repeat; each point is the median of its fastest half."""
     import torch
 
-    model = lm.model
+    from toolkit.reference.batching import SlotLM, SlotPool, Step, batched_forward
+
+    rows = max(batches)
+    pool = SlotPool(lm, rows, len(context) + max(widths) + 1)
+    views = [SlotLM(cast(Any, None), pool, s) for s in range(rows)]  # no batcher: called directly
     times: dict[tuple[int, int], list[float]] = {(w, b): [] for w in widths for b in batches}
-    caches = {}
+    tok = context[-1]
     with torch.inference_mode():
-        for b in batches:
-            out = model(torch.tensor([context] * b, dtype=torch.long), use_cache=True)
-            caches[b] = out.past_key_values
-        tok = context[-1]
+        for v in views:  # each row's slot holds the context (one prefill per row, as served)
+            batched_forward(pool, [Step(v, list(context), None, len(context) - 1, False, False)])
         for r in range(repeats + 1):
             for b in batches:
                 for w in widths:
-                    ids = torch.full((b, w), tok, dtype=torch.long)
+                    steps = [Step(views[s], [tok] * w, None, 0, False, False) for s in range(b)]
                     t = time.perf_counter()
-                    model(ids, past_key_values=caches[b], use_cache=True)
+                    batched_forward(pool, steps)
                     dt = time.perf_counter() - t
-                    caches[b].crop(len(context))
+                    for v in views[:b]:
+                        v.crop(len(context))
                     if r:  # the first round warms the allocator for every shape
                         times[(w, b)].append(dt)
     return {w: [(b, _robust(times[(w, b)])) for b in batches] for w in widths}

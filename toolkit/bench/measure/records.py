@@ -79,3 +79,13 @@ class BenchResult:
             "report_dir": str(self.report_dir) if self.report_dir else None,
             "levels": [lv.to_dict(records) for lv in self.levels],
         }
+
+
+def count_steps_from_chunks(result: BenchResult | None) -> None:
+    """Steps counted from the stream (one chunk per target step) for the speculative requests
+    whose step count the server does not report (see targets.Side.steps_from_chunks)."""
+    for level in getattr(result, "levels", []):
+        for rec in level.records:
+            if rec.ok and rec.steps is None and rec.draft_tokens is not None and rec.streamed:
+                rec.steps = sum(1 for k in rec.chunk_tokens if k > 0)
+                rec.steps_source = "streamed chunks (one per step)"

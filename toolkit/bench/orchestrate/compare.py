@@ -48,10 +48,7 @@ def run_compare(
     try:
         for side in sides:
             current = side
-            run = measure_side(side, wl, opts, Load(concurrency=levels), deploy_fn=deploy_fn)
-            if side.steps_from_chunks:
-                compare_mod.count_steps_from_chunks(run)
-            runs[side.label] = run
+            runs[side.label] = measure_side(side, wl, opts, Load(concurrency=levels), deploy_fn=deploy_fn)
     except BenchAborted as e:
         runs[current.label] = e.partial
         compare_mod.finish(ab, runs, resamples, opts.seed, confidence)

@@ -17,6 +17,7 @@ from toolkit.bench.measure.inprocess import probe_possible, torch_threads
 from toolkit.bench.measure.workloads import Workload
 from toolkit.bench.orchestrate.probe import run_probe
 from toolkit.errors import UsageError
+from toolkit.generate import reference_threads
 from toolkit.membound import recipe_label
 from toolkit.progress import Step
 
@@ -33,7 +34,7 @@ def run_plan(
     gpu: str | None = None,
     probe: bool | None = None,
     probe_prompts: int = 24,
-    probe_tokens: int = 64,
+    probe_tokens: int | None = 64,
     gamma_max: int = 8,
     concurrency: Sequence[int] = plan_mod.DEFAULT_CONCURRENCY,
     temperature: float = 0.0,
@@ -67,6 +68,9 @@ def run_plan(
     result.notes.extend(wl.warnings)
 
     if do_probe:
+        # As the deployment's model instance runs (one thread unless SDTK_REFERENCE_THREADS):
+        # how a step's cost grows with its tokens and rows depends on the thread count.
+        threads = threads if threads is not None else reference_threads()
         with torch_threads(threads):
             measured = run_probe(
                 rec,

@@ -89,12 +89,14 @@ def run_probe(
     *,
     runtime: Any,
     probe_prompts: int,
-    probe_tokens: int,
+    probe_tokens: int | None,
     gamma_max: int,
     temperature: float,
     seed: int,
     progress: Step,
 ) -> Probe:
+    """`probe_tokens`: new tokens per prompt; None: each prompt's own max_tokens, as the served
+    requests of the same workload ask (`sdtk tune` probes the very requests it serves)."""
     from toolkit.reference.sampling import SamplingParams
 
     t_start = time.perf_counter()
@@ -102,11 +104,14 @@ def run_probe(
     mode = spec.mode
     progress(f"loading {rec.display_name} into the reference runtime")
     rt = runtime if runtime is not None else load_runtime(rec)
-    budget = rt.max_context - probe_tokens - 1
-    prompts = []
+    prompts, lengths = [], []
     for p in wl.sample(probe_prompts, seed):
+        n = probe_tokens or max(2, p.max_tokens)
+        budget = rt.max_context - n - 1
         ids = encode(rt, p.text)
         prompts.append(ids[-budget:] if len(ids) > budget else ids)
+        lengths.append(n)
+    tokens_label = f"{lengths[0]}" if len(set(lengths)) == 1 else f"{min(lengths)}-{max(lengths)}"
     sampling = SamplingParams(temperature=temperature, seed=seed if temperature > 0 else None)
 
     # Warm-up: first calls pay for allocation and lazy initialisation.
@@ -121,20 +126,20 @@ def run_probe(
     steps: list[list[float]] = [[] for _ in cands]
     step_tokens: list[list[list[int]]] = [[] for _ in cands]
     progress(
-        f"baseline and {len(cands)} speculative configuration(s): {len(prompts)} prompts × {probe_tokens} tokens",
+        f"baseline and {len(cands)} speculative configuration(s): {len(prompts)} prompts × {tokens_label} tokens",
     )
     # Interleaved per prompt, so that every configuration sees the same machine conditions.
-    for ids in prompts:
-        res, durs, _ = generate_timed(rt, ids, probe_tokens, sampling, speculative=False)
+    for ids, n in zip(prompts, lengths, strict=True):
+        res, durs, _ = generate_timed(rt, ids, n, sampling, speculative=False)
         outputs.append(res.token_ids)
         base_steps += durs
         for k, cs in enumerate(cfg_specs):
-            res, durs, counts = generate_timed(rt, ids, probe_tokens, sampling, spec=cs)
+            res, durs, counts = generate_timed(rt, ids, n, sampling, spec=cs)
             _add_stats(totals[k], res.stats)
             steps[k] += durs
             step_tokens[k].append(counts)
     widths = sorted({1, *(min(config_draft_len(mode, st, spec), 32) + 1 for _, st in cands)})
-    timing = _time_costs(rt, prompts[0] + outputs[0][: probe_tokens // 2], base_steps, widths, progress)
+    timing = _time_costs(rt, prompts[0] + outputs[0][: lengths[0] // 2], base_steps, widths, progress)
     timing.max_batch = getattr(getattr(rec, "build", None), "max_batch_size", None)
     configs = []
     for (label, settings), st, durs, stoks in zip(cands, totals, steps, step_tokens, strict=True):
@@ -155,7 +160,7 @@ def run_probe(
         )
     probe = Probe(
         prompts=len(prompts),
-        new_tokens=probe_tokens,
+        new_tokens=max(lengths),
         temperature=temperature,
         workload=wl.to_dict(),
         timing=timing,

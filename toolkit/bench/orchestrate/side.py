@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from toolkit.bench.measure.loadgen import BenchResult, Sampling, TritonEndpoint, run_with
+from toolkit.bench.measure.records import count_steps_from_chunks
 from toolkit.bench.measure.workloads import Workload
 from toolkit.bench.options import RunOptions
 from toolkit.bench.targets import DeployFn, Side, side_address
@@ -63,6 +64,8 @@ def measure_side(
             tokenizer=opts.tokenizer or side.tokenizer,
         )
         result.twin = side.twin
+        if side.steps_from_chunks:
+            count_steps_from_chunks(result)
         return result
 
 

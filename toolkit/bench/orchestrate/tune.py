@@ -13,8 +13,9 @@ Two ways to change the draft length:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from toolkit.bench.decide import tune as tune_mod
 from toolkit.bench.decide.plan import add_serving_overhead
@@ -28,7 +29,7 @@ from toolkit.bench.options import RunOptions
 from toolkit.bench.orchestrate.plan import run_plan
 from toolkit.bench.orchestrate.side import Load, live_side, measure_side
 from toolkit.bench.results import TuneResult
-from toolkit.bench.targets import DeployFn, Side
+from toolkit.bench.targets import DeployFn, Side, steps_from_chunks
 from toolkit.modes import CHAIN_MODES
 
 if TYPE_CHECKING:
@@ -59,11 +60,22 @@ class Sweep:
         self.deploy_fn = deploy_fn
         self.model = model
         self.recipe_path = Path(recipe_path)
+        # n-gram on the reference backend proposes fewer than γ now and then: its steps are
+        # counted from the stream, not estimated as drafts ÷ γ (targets.Side.steps_from_chunks).
+        self.steps_from_chunks = steps_from_chunks(rec)
 
     def config(self, overrides: list[str]) -> Side:
         """The recipe with `overrides`, a side to deploy (the redeploy method)."""
         path = self.recipe_path
-        return Side("target", str(path), "recipe", recipe_path=path, model=self.model, overrides=overrides)
+        return Side(
+            "target",
+            str(path),
+            "recipe",
+            recipe_path=path,
+            model=self.model,
+            overrides=overrides,
+            steps_from_chunks=self.steps_from_chunks,
+        )
 
     def measure(
         self,
@@ -120,16 +132,20 @@ def run_tune(
         ) from None
     if plan_result is None and predict and result.mode in CHAIN_MODES and probe_possible(rec)[0]:
         gmax = max(c["draft_len"] for c in result.configs)
+        # The probe runs the very requests the sweep serves: the same prompts in the same order
+        # (Workload.sample with the run's seed), each to its own max_tokens.
         plan_result = run_plan(
             rec,
             wl,
             gamma_max=gmax,
             concurrency=result.concurrency,
             seed=opts.seed,
+            probe_prompts=opts.requests,
+            probe_tokens=None,
             progress=opts.steps("plan"),
         )
     if plan_result is not None and rec.backend == "reference":
-        overhead = tune_mod.serving_overhead(result.baseline, plan_result)
+        overhead = tune_mod.serving_overhead(result.baselines, plan_result)
         if overhead is not None:
             result.settings["serving_overhead_ms"] = round(overhead * 1e3, 3)
             add_serving_overhead(
@@ -143,24 +159,40 @@ def run_tune(
 
 def _per_request(sweep: Sweep, side: Side) -> None:
     """One deployment; each configuration's requests send its draft length (the BLS)."""
-    result = sweep.result
     with live_side(side, protocol=sweep.opts.protocol, deploy_fn=sweep.deploy_fn) as live:
-        result.baseline = sweep.measure(live, label="γ=0 (baseline)", num_draft_tokens=0, bls=True)
-        for cfg in result.configs:
-            result.runs[cfg["label"]] = sweep.measure(
-                live, label=cfg["label"], num_draft_tokens=cfg["draft_len"], bls=True
-            )
+        _sweep(
+            sweep,
+            lambda: sweep.measure(live, label="γ=0 (baseline)", num_draft_tokens=0, bls=True),
+            lambda cfg: sweep.measure(live, label=cfg["label"], num_draft_tokens=cfg["draft_len"], bls=True),
+        )
 
 
 def _redeploy(sweep: Sweep, rec: Recipe) -> None:
     """One deployment per configuration, and the baseline as the recipe with speculation off."""
-    result = sweep.result
-    chain = tune_mod.chain_sweep(result.configs)
-    result.baseline = sweep.measure(sweep.config(tune_mod.baseline_overrides(rec)), label="baseline")
-    for cfg in result.configs:
-        result.runs[cfg["label"]] = sweep.measure(
+    chain = tune_mod.chain_sweep(sweep.result.configs)
+    base = sweep.config(tune_mod.baseline_overrides(rec))
+    _sweep(
+        sweep,
+        lambda: sweep.measure(base, label="baseline"),
+        lambda cfg: sweep.measure(
             sweep.config(cfg["overrides"]), label=cfg["label"], draft_len=cfg["draft_len"] if chain else None
-        )
+        ),
+    )
+
+
+def _sweep(
+    sweep: Sweep, baseline: Callable[[], BenchResult], configuration: Callable[[dict[str, Any]], BenchResult]
+) -> None:
+    """Every configuration in order, with the baseline before the first, after the last and
+    between every few (tune_mod.baseline_due), each configuration labelled with the two runs
+    that bracket it."""
+    result = sweep.result
+    for i, cfg in enumerate(result.configs):
+        if tune_mod.baseline_due(i):
+            result.baselines.append(baseline())
+        cfg["baselines"] = tune_mod.bracket(i)
+        result.runs[cfg["label"]] = configuration(cfg)
+    result.baselines.append(baseline())
 
 
 def _check_schedule(sweep: Sweep, resamples: int, seed: int) -> None:
