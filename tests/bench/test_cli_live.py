@@ -142,7 +142,9 @@ def test_tune_without_recipe(workdir, cwd):
     )  # fmt: skip
     assert r["method"] == "per-request" and r["settings"]["recipe"] == "tiny-draft-target"
     assert set(r["schedule"]) == {"1"} and Path(r["overlay_path"]).is_file()
-    assert r["baseline_run"]["token_counts_exact"] and r["runs"]["γ=2"]["token_counts_exact"]
+    # The baseline before and after the one configuration, each run with exact token counts.
+    assert len(r["baseline_runs"]) == 2 and r["configs"][0]["baselines"] == [0, 1]
+    assert all(b["token_counts_exact"] for b in r["baseline_runs"]) and r["runs"]["γ=2"]["token_counts_exact"]
     assert Path(r["report_dir"]).parent == wd / "tiny-draft-target" / "reports"
     assert list(cwd.iterdir()) == []
 
