@@ -501,10 +501,8 @@ class CachedLM:
         self._first = first if isinstance(first, PreallocLayer) else None
         self._keep_plan: tuple[list[KVStore], list[DynamicLayer]] | None = None
         # When every layer is preallocated, a crop or a reset only sets their lengths.
-        layers = list(cache.layers)
-        self._prealloc: list[PreallocLayer] = (
-            layers if layers and all(isinstance(layer, PreallocLayer) for layer in layers) else []
-        )
+        prealloc = [layer for layer in cache.layers if isinstance(layer, PreallocLayer)]
+        self._prealloc = prealloc if prealloc and len(prealloc) == len(cache.layers) else []
 
     def _plan(self) -> tuple[list[KVStore], list[DynamicLayer]]:
         """The KVStores of this cache (each once) and its other layers, found once per cache after
