@@ -500,6 +500,9 @@ class CachedLM:
         first = cache.layers[0] if cache.layers else None
         self._first = first if isinstance(first, PreallocLayer) else None
         self._keep_plan: tuple[list[KVStore], list[DynamicLayer]] | None = None
+        # When every layer is preallocated, a crop or a reset only sets their lengths.
+        prealloc = [layer for layer in cache.layers if isinstance(layer, PreallocLayer)]
+        self._prealloc = prealloc if prealloc and len(prealloc) == len(cache.layers) else []
 
     def _plan(self) -> tuple[list[KVStore], list[DynamicLayer]]:
         """The KVStores of this cache (each once) and its other layers, found once per cache after
@@ -519,13 +522,26 @@ class CachedLM:
         return plan
 
     def reset(self) -> None:
-        self.cache = preallocated_cache(self.config)
+        """Empty the cache: a preallocated one in place (its buffers kept for the next sequence,
+        which writes from entry 0), any other by a new cache."""
+        if self._prealloc:
+            self._set_length(0)
+        else:
+            self.cache = preallocated_cache(self.config)
 
     def crop(self, length: int) -> None:
         if length <= 0:
             self.reset()  # DynamicCache.crop(0) is a no-op: non-positive lengths count from the end
         elif length < self.length:
-            self.cache.crop(length)
+            if self._prealloc:
+                self._set_length(length)
+            else:
+                self.cache.crop(length)
+
+    def _set_length(self, length: int) -> None:
+        """PreallocLayer.crop on every layer of an all-preallocated cache (`length` ≤ theirs)."""
+        for layer in self._prealloc:
+            layer.length = length
 
     @inference
     def keep(self, start: int, rows: Sequence[int]) -> None:

@@ -20,28 +20,25 @@ class NGramSpeculator:
         self.max_draft_len = max_draft_len
         self.max_n = max_matching_ngram_size
         self.use_oldest = use_oldest
-        # index[n-1][ngram] = ends (exclusive) of its occurrences, ascending; with use_oldest only
-        # the first one matters: first[n-1][ngram] = the end of its first occurrence.
-        self.index: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(self.max_n)]
-        self.first: list[dict[tuple[int, ...], int]] = [{} for _ in range(self.max_n)]
-        self.indexed = 0
+        # ends[ngram] = the end (exclusive) of its first occurrence (use_oldest) or of its latest
+        # one, among the occurrences ending before the context's last token; n-grams of every
+        # length share the dict (tuples of different lengths never collide). The suffix itself
+        # is not indexed until the context grows past it: a lookup finds earlier occurrences only.
+        self.ends: dict[tuple[int, ...], int] = {}
+        self.indexed = 0  # the ends indexed so far are 1..indexed
 
-    def _extend_index(self, tokens: list[int]) -> None:
+    def _extend_index(self, tokens: list[int], upto: int) -> None:
+        """Index the n-grams ending at indexed+1 .. upto."""
         max_n = self.max_n
-        if self.use_oldest:
-            put = [d.setdefault for d in self.first]
-            for end in range(self.indexed + 1, len(tokens) + 1):
-                for n in range(1, (end if end < max_n else max_n) + 1):
-                    put[n - 1](tuple(tokens[end - n : end]), end)
-        else:
-            for end in range(self.indexed + 1, len(tokens) + 1):
-                for n in range(1, min(max_n, end) + 1):
-                    self.index[n - 1].setdefault(tuple(tokens[end - n : end]), []).append(end)
-        self.indexed = len(tokens)
+        ends = self.ends
+        put = ends.setdefault if self.use_oldest else ends.__setitem__
+        for end in range(self.indexed + 1, upto + 1):
+            for n in range(1, (end if end < max_n else max_n) + 1):
+                put(tuple(tokens[end - n : end]), end)
+        self.indexed = upto
 
     def prefill(self, ctx: Context, fwd: Forward | None) -> None:
-        self.index = [{} for _ in range(self.max_n)]
-        self.first = [{} for _ in range(self.max_n)]
+        self.ends = {}
         self.indexed = 0
 
     def propose(self, ctx: Context, budget: int) -> Proposal:
@@ -49,25 +46,12 @@ class NGramSpeculator:
         tokens = ctx.tokens
         if k <= 0:
             return Proposal()
-        self._extend_index(tokens)
         size = len(tokens)
-        if self.use_oldest:
-            # The suffix itself is an occurrence too, but nothing follows it yet: with no earlier
-            # occurrence its first end is the context's end.
-            first = self.first
-            for n in range(min(self.max_n, size), 0, -1):
-                end = first[n - 1].get(tuple(tokens[size - n :]), size)
-                if end < size:
-                    return Proposal.chain(tokens[end : end + k])
-            return Proposal()
+        self._extend_index(tokens, size - 1)
+        get = self.ends.get
         for n in range(min(self.max_n, size), 0, -1):
-            # Ends ascend and are distinct, so the suffix is the last one, if any (no scan of
-            # every occurrence).
-            ends = self.index[n - 1].get(tuple(tokens[size - n :]))
-            if not ends:
-                continue
-            end = ends[-1] if ends[-1] < size else (ends[-2] if len(ends) > 1 else -1)
-            if end >= 0:
+            end = get(tuple(tokens[size - n :]))
+            if end is not None:
                 return Proposal.chain(tokens[end : end + k])
         return Proposal()
 
