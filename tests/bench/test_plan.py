@@ -333,6 +333,30 @@ def test_batch_scale_from_batched_forward_times():
     assert t.batch_scale(5, 16) == t.batch_scale(5, 4) == pytest.approx((1.2 / 1.0) / (3.0 / 1.5))
 
 
+def test_speedup_at_a_concurrency_grows_each_step_and_adds_that_levels_serving_cost():
+    """At b rows the plain step is t_base × its growth, the speculative step t_step × its own,
+    and the serving cost measured at b (each row gets its own response every step, so tune
+    measures it per level) is added once per step to both; a level without a measurement takes
+    the deployment's single figure. Draft-target's BLS loop: its plain fill steps grow like
+    plain steps."""
+    from toolkit.bench.decide import costmodel as cm
+
+    t = StepTiming(t_base=2.0, forward_points=[(1, 2.0)])
+    t.batch_points = {1: [(1, 1.0), (4, 1.5)], 5: [(1, 1.2), (4, 2.4)]}
+    t.serving_overhead, t.serving_by_concurrency = 0.5, {4: 1.5}
+    assert t.growths(5, 4) == pytest.approx((1.5, 2.0))
+    assert t.speedup_at(3.0, 2.6, 5, 4) == pytest.approx(3.0 * (2.0 * 1.5 + 1.5) / (2.6 * 2.0 + 1.5))
+    assert t.speedup_at(3.0, 2.6, 5, 1) == pytest.approx(3.0 * (2.0 + 0.5) / (2.6 + 0.5))
+    assert t.speedup_at(3.0, 2.6, 5, 2) == pytest.approx(
+        3.0 * (2.0 * t.growths(5, 2)[0] + 0.5) / (2.6 * t.growths(5, 2)[1] + 0.5)
+    )
+    bls = t.speedup_at(3.0, 2.6, 5, 4, bls_gamma=4)
+    assert bls == pytest.approx(cm.bls_loop_speedup(3.0, 4, 2.0 * 1.5, 2.6 * 2.0, 1.5))
+    # Without a serving cost and with every row full, the in-process rule: S(1) × growth ratio.
+    t.serving_overhead, t.serving_by_concurrency = 0.0, {}
+    assert t.speedup_at(3.0, 2.6, 5, 4) == pytest.approx(3.0 * 2.0 / 2.6 * t.batch_scale(5, 4))
+
+
 def test_verify_widths_from_the_probe_at_the_longest_draft():
     """A chain probe at γ = 3 over 10 steps proposed ≥1 token in 6, ≥2 in 3, 3 in 1: at γ = 3
     a step verifies 1, 2, 3 or 4 tokens with probabilities .4 .3 .2 .1; at γ = 2 the proposals

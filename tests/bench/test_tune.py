@@ -254,7 +254,9 @@ def test_tune_gives_plan_the_deployments_serving_cost(fake_measure, tmp_path, mo
     from toolkit.bench.decide.predict import StepTiming
 
     calls = []
-    monkeypatch.setattr(tune_run, "add_serving_overhead", lambda pr, rec, o, src: calls.append((pr, o, src)))
+    monkeypatch.setattr(
+        tune_run, "add_serving_overhead", lambda pr, rec, o, src, **kw: calls.append((pr, o, src, kw))
+    )
     pr = PlanResult("tiny-ngram", "ngram", "reference", "measured", list(LEVELS))
     pr.probe = SimpleNamespace(timing=StepTiming(t_base=0.004, forward_points=[(1, 0.004)]))
     pr.predictions = [Prediction("γ=2", {"max_draft_len": 2}, 2, 1.0, None, {c: 1.0 for c in LEVELS})]
@@ -272,4 +274,10 @@ def test_tune_gives_plan_the_deployments_serving_cost(fake_measure, tmp_path, mo
     tpot = t.baseline.level(1).summary()["tpot_s"]["p50"]
     assert len(calls) == 1 and calls[0][0] is pr and calls[0][1] == pytest.approx(tpot - 0.004)
     assert t.settings["serving_overhead_ms"] == pytest.approx((tpot - 0.004) * 1e3, abs=1e-3)
+    # At every level the baseline ran: its TPOT there − the plain step at that batch (no batched
+    # timings here, so the plain step does not grow).
+    by_level = calls[0][3]["by_concurrency"]
+    assert sorted(by_level) == list(LEVELS)
+    for c in LEVELS:
+        assert by_level[c] == pytest.approx(t.baseline.level(c).summary()["tpot_s"]["p50"] - 0.004)
     assert "plan predicted the served speedup: + " in render(t)

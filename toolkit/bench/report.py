@@ -562,9 +562,13 @@ def render_tune(t: TuneResult) -> str:
     if t.prediction_error is not None:
         out.append(f"plan vs measured: median |predicted − measured| = {t.prediction_error:.3f}")
         if t.settings.get("serving_overhead_ms"):
+            levels = t.settings.get("serving_overhead_ms_by_concurrency") or {
+                1: t.settings["serving_overhead_ms"]
+            }
+            per = ", ".join(f"{o:.2f} ms at c={c}" for c, o in sorted(levels.items()))
             out.append(
-                f"  plan predicted the served speedup: + {t.settings['serving_overhead_ms']:.2f} ms per step "
-                "(the baseline's TPOT at c=1 − the in-process plain step), amortised over τ tokens"
+                f"  plan predicted the served speedup: + {per} per step (the baseline's TPOT − the "
+                "in-process plain step at that batch), amortised over τ tokens"
             )
     if t.overlay_path:
         out.append(f"recipe overlay: {t.overlay_path}")

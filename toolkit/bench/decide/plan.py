@@ -110,15 +110,24 @@ def predict_from_probe(
         )
 
 
-def add_serving_overhead(result: PlanResult, rec: Recipe, overhead: float, source: str) -> None:
+def add_serving_overhead(
+    result: PlanResult,
+    rec: Recipe,
+    overhead: float,
+    source: str,
+    by_concurrency: dict[int, float] | None = None,
+) -> None:
     """Re-predict the measured basis for a served deployment whose every step costs `overhead`
     seconds beyond its forwards (costmodel.served_speedup), measured once per deployment, e.g.
-    by `tune` from its baseline run (served TPOT at concurrency 1 − the probe's plain step).
+    by `tune` from its baseline run (served TPOT at concurrency 1 − the probe's plain step);
+    `by_concurrency`: the same measured at other concurrency levels (tune: the baseline's TPOT
+    there − the probe's plain step grown to that batch), used at those levels.
     Nothing changes without a probe or with overhead ≤ 0."""
     if result.probe is None or not result.predictions or overhead <= 0:
         return
     t = result.probe.timing
     t.serving_overhead, t.serving_source = overhead, source
+    t.serving_by_concurrency = {c: o for c, o in (by_concurrency or {}).items() if o >= 0}
     alpha = result.probe.alpha_logits if result.probe.temperature > 0 else result.probe.alpha_greedy
     old_basis = result.basis
     result.predictions = predict_measured(
@@ -130,7 +139,10 @@ def add_serving_overhead(result: PlanResult, rec: Recipe, overhead: float, sourc
         alpha=alpha.point if alpha else None,
         bls_loop=bls_loop(rec, result.backend),
     )
-    result.basis = f"{old_basis}, served: + {overhead * 1e3:.2f} ms per step ({source})"
+    more = ", ".join(f"{o * 1e3:.2f} at c={c}" for c, o in sorted(t.serving_by_concurrency.items()) if c != 1)
+    result.basis = (
+        f"{old_basis}, served: + {overhead * 1e3:.2f} ms per step{f' ({more})' if more else ''} ({source})"
+    )
     if result.recommendation is not None and result.recommendation.basis == old_basis:
         result.recommendation = recommend(result.predictions, result.mode, result.concurrency, result.basis)
 

@@ -44,29 +44,63 @@ class StepTiming:
     # measured once per deployment (plan.add_serving_overhead); 0: in-process predictions.
     serving_overhead: float = 0.0
     serving_source: str | None = None  # how serving_overhead was measured
+    # The same per concurrency level where it was measured there (every row of a batch gets its
+    # own response each step, so it grows with the batch); other levels take serving_overhead.
+    serving_by_concurrency: dict[int, float] = field(default_factory=dict)
 
-    def batch_scale(self, width: int, batch: int, widths: Sequence[float] | None = None) -> float:
-        """How much longer a step verifying `width` tokens per row takes at `batch` rows than at
-        one, relative to a plain step's growth: the factor a speedup at concurrency 1 is
-        multiplied by at that concurrency (1.0 when unmeasured).
+    def overhead_at(self, concurrency: int) -> float:
+        """Seconds a served step costs beyond its forwards at this concurrency."""
+        return self.serving_by_concurrency.get(concurrency, self.serving_overhead)
+
+    def growths(self, width: int, batch: int, widths: Sequence[float] | None = None) -> tuple[float, float]:
+        """How much longer a plain step and a step verifying `width` tokens per row take at
+        `batch` rows than at one, (plain, speculative); (1.0, 1.0) when unmeasured.
 
         `widths`: P(a row verifies k + 1 tokens), k = 0, 1, ..., for a proposer that proposes
         fewer than its draft length now and then (n-gram): a batch is padded to its widest row,
         so `batch` rows cost the expected cost at the widest of `batch` draws, against the
         expected cost of one row alone. None: every row verifies `width`."""
         if not self.batch_points or batch <= 1:
-            return 1.0
+            return 1.0, 1.0
         b = min(batch, self.max_batch) if self.max_batch else batch
         plain = self.batch_cost(1, b) / self.batch_cost(1, 1)
         if widths is None:
-            return plain / (self.batch_cost(width, b) / self.batch_cost(width, 1))
+            return plain, self.batch_cost(width, b) / self.batch_cost(width, 1)
         one = sum(p * self.batch_cost(k + 1, 1) for k, p in enumerate(widths))
         many, below = 0.0, 0.0
         for k, p in enumerate(widths):  # P(widest of b rows = k + 1) = F(k)^b − F(k − 1)^b
             cdf = below + p
             many += (cdf**b - below**b) * self.batch_cost(k + 1, b)
             below = cdf
-        return plain / (many / one) if one > 0 and many > 0 else 1.0
+        return (plain, many / one) if one > 0 and many > 0 else (1.0, 1.0)
+
+    def batch_scale(self, width: int, batch: int, widths: Sequence[float] | None = None) -> float:
+        """The factor an in-process speedup at concurrency 1 is multiplied by at `batch` rows:
+        the plain step's growth over the speculative step's (`growths`)."""
+        plain, spec = self.growths(width, batch, widths)
+        return plain / spec
+
+    def speedup_at(
+        self,
+        expected: float,
+        t_step: float,
+        width: int,
+        batch: int,
+        *,
+        widths: Sequence[float] | None = None,
+        bls_gamma: int | None = None,
+    ) -> float:
+        """The predicted speedup at concurrency `batch` of a configuration committing `expected`
+        tokens per step of `t_step` seconds (in process, one row): the plain and the speculative
+        step grow with the batch as `growths` says, and the serving cost at that concurrency
+        (`overhead_at`) is added once per step to both (costmodel.served_speedup). `bls_gamma`:
+        draft-target through the BLS loop at that draft length (costmodel.bls_loop_speedup,
+        whose plain fill steps grow like plain steps)."""
+        plain, spec = self.growths(width, batch, widths)
+        t_plain, t_spec, o = self.t_base * plain, t_step * spec, self.overhead_at(batch)
+        if bls_gamma is not None:
+            return cm.bls_loop_speedup(expected, bls_gamma, t_plain, t_spec, o)
+        return cm.served_speedup(expected, t_plain, t_spec, o)
 
     def batch_cost(self, width: float, batch: int) -> float:
         """Seconds of a batched forward over `batch` rows of `width` tokens, from the measured
@@ -394,14 +428,16 @@ def predict_measured(
     stretches in few steps); the step time is interpolated between the probes' measured step
     times (each includes the proposer, the verify forward over γ+1 tokens and the bookkeeping).
     Speedup = τ(γ) · (t_base + o) / (t_step(γ) + o), o the serving cost per step when one was
-    measured for the deployment (`StepTiming.serving_overhead`, else 0: the in-process
+    measured for the deployment (`StepTiming.overhead_at`, else 0: the in-process
     speedup). Other shapes were each probed directly. Leviathan's
     closed form E/(γc + 1 + κγ) with the bare-forward c and κ is kept as a cross-check
     (`speedup_iid` when α is known). The batch dimension: the reference runtime batches in
-    flight, so at concurrency b a step runs b rows; the speedup at 1 is scaled by how much a
-    plain step grows from 1 to b rows against how much a step verifying γ+1 tokens per row
-    grows (`StepTiming.batch_scale`, from timed batched forwards; b capped at max_batch_size).
-    The draft's and proposers' own costs are taken to scale like the plain step.
+    flight, so at concurrency b a step runs b rows: t_base grows as a plain batched step from 1
+    to b rows and t_step as a step verifying γ+1 tokens per row (or the widest of b rows whose
+    widths vary, `verify_widths`), from timed batched forwards, b capped at max_batch_size
+    (`StepTiming.growths`); o is the serving cost measured at b when it was
+    (`StepTiming.speedup_at`). The draft's and proposers' own costs are taken to scale like the
+    verify step.
     `bls_loop`: draft-target served through the `tensorrt_llm_bls` loop (engine and reference
     repositories), where each iteration's target request also decodes plainly up to γ+1 tokens
     (`costmodel.bls_loop_speedup`).
@@ -420,10 +456,8 @@ def predict_measured(
         for g in range(1, min(gamma_max, gmax) + 1):
             e = simulate_tau(runs, g) if runs else cm.expected_tokens_from_marginals(primary.marginals, g)
             step = interpolate(step_pts, g) if step_pts else t.t_base
-            if bls_loop:
-                s = cm.bls_loop_speedup(e, g, t.t_base, step, t.serving_overhead)
-            else:
-                s = cm.served_speedup(e, t.t_base, step, t.serving_overhead)
+            widths = verify_widths(primary, g)
+            bls_gamma = g if bls_loop else None
             e_iid = cm.expected_tokens(alpha, g) if alpha is not None else None
             lev = (
                 {b: cm.leviathan_speedup_with_verify(e_iid, g, c_lev, t.kappa, g + 1) for b in concurrency}
@@ -437,7 +471,10 @@ def predict_measured(
                     draft_len=g,
                     expected_tokens=e,
                     expected_tokens_iid=e_iid,
-                    speedup={b: s * t.batch_scale(g + 1, b, verify_widths(primary, g)) for b in concurrency},
+                    speedup={
+                        b: t.speedup_at(e, step, g + 1, b, widths=widths, bls_gamma=bls_gamma)
+                        for b in concurrency
+                    },
                     speedup_iid=lev,
                     source=f"τ replayed from the {primary.label} probe; step time interpolated from probes at "
                     + ", ".join(f"γ={x}" for x, _ in sorted(step_pts))
@@ -448,7 +485,7 @@ def predict_measured(
         if cfg in chain_cfgs:
             continue
         e = cfg.acceptance_length
-        s = cm.served_speedup(e, t.t_base, cfg.t_step, t.serving_overhead) if cfg.t_step > 0 else 0.0
+        width = config_draft_len(mode, cfg.settings, spec) + 1
         out.append(
             Prediction(
                 label=cfg.label,
@@ -457,8 +494,7 @@ def predict_measured(
                 expected_tokens=e,
                 expected_tokens_iid=None,
                 speedup={
-                    b: s * t.batch_scale(config_draft_len(mode, cfg.settings, spec) + 1, b)
-                    for b in concurrency
+                    b: t.speedup_at(e, cfg.t_step, width, b) if cfg.t_step > 0 else 0.0 for b in concurrency
                 },
                 source="measured τ and step time",
             )

@@ -138,17 +138,32 @@ def serving_overhead(baselines: Sequence[BenchResult], plan_result: PlanResult |
     TPOT at concurrency 1 (the mean over its runs) minus the probe's in-process plain step (None
     when either is missing, e.g. a deployment that does not stream, or when the difference is
     not positive)."""
+    return serving_overheads(baselines, plan_result).get(1)
+
+
+def serving_overheads(baselines: Sequence[BenchResult], plan_result: PlanResult | None) -> dict[int, float]:
+    """What a served step costs beyond its forwards at each concurrency level the baseline ran:
+    its median TPOT there (the mean over its runs) minus the probe's plain step grown to that
+    batch (StepTiming.growths; every row of a batch gets a response each step, so this grows
+    with the batch). Levels without a TPOT, or where the difference is not positive, are left
+    out; nothing without a probe."""
     probe = getattr(plan_result, "probe", None)
-    tpots = []
-    for b in baselines:
-        level = b.level(1)
-        tpot = level.summary()["tpot_s"]["p50"] if level is not None else None
-        if tpot is not None:
-            tpots.append(float(tpot))
-    if probe is None or not tpots:
-        return None
-    o = statistics.fmean(tpots) - probe.timing.t_base
-    return o if o > 0 else None
+    if probe is None:
+        return {}
+    out: dict[int, float] = {}
+    levels = sorted({lv.concurrency for b in baselines for lv in b.levels if lv.concurrency is not None})
+    for c in levels:
+        tpots = []
+        for b in baselines:
+            level = b.level(c)
+            tpot = level.summary()["tpot_s"]["p50"] if level is not None else None
+            if tpot is not None:
+                tpots.append(float(tpot))
+        if tpots:
+            o = statistics.fmean(tpots) - probe.timing.t_base * probe.timing.growths(1, c)[0]
+            if o > 0:
+                out[c] = o
+    return out
 
 
 BASELINE_EVERY = 4  # configurations measured between two runs of the baseline

@@ -145,11 +145,19 @@ def run_tune(
             progress=opts.steps("plan"),
         )
     if plan_result is not None and rec.backend == "reference":
-        overhead = tune_mod.serving_overhead(result.baselines, plan_result)
+        by_level = tune_mod.serving_overheads(result.baselines, plan_result)
+        overhead = by_level.get(1)
         if overhead is not None:
             result.settings["serving_overhead_ms"] = round(overhead * 1e3, 3)
+            result.settings["serving_overhead_ms_by_concurrency"] = {
+                c: round(o * 1e3, 3) for c, o in by_level.items()
+            }
             add_serving_overhead(
-                plan_result, rec, overhead, "served baseline TPOT at c=1 − in-process plain step"
+                plan_result,
+                rec,
+                overhead,
+                "served baseline TPOT − in-process plain step, per concurrency",
+                by_concurrency=by_level,
             )
     tune_mod.finish(result, resamples, opts.seed, plan_result)
     if check and result.method == "redeploy" and rec.backend == "reference" and len(result.concurrency) > 1:
