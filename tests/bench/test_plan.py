@@ -295,6 +295,11 @@ def test_helpers():
     assert simulate_tau([run_lengths([3, 1, 2], 2, 0.0)], 2) == pytest.approx(6 / 3)  # replays γ_max itself
     assert interpolate([(1, 10.0), (8, 17.0)], 4) == pytest.approx(13.0)
     assert interpolate([(4, 12.0), (8, 16.0)], 2) == pytest.approx(10.0)
+    # Step times measured at γ = 1, 2, 3 where γ = 2 is dearer (a slow 3-token kernel): the
+    # monotone fit pools 2 and 3; the points as measured keep each its own.
+    steps = [(1, 89.0), (2, 126.0), (3, 86.0)]
+    assert interpolate(steps, 3) == pytest.approx(106.0)
+    assert interpolate(steps, 3, monotone=False) == 86.0 and interpolate(steps, 2, monotone=False) == 126.0
 
     from toolkit.recipe import load_recipe
 

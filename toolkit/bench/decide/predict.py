@@ -399,9 +399,10 @@ def simulate_tau(runs: Sequence[Sequence[float]], gamma: int) -> float:
     return tokens / steps if steps else 1.0
 
 
-def interpolate(points: Sequence[tuple[int, float]], x: int) -> float:
-    """Piecewise-linear through measured (γ, seconds) points, monotone, linear beyond the ends."""
-    pts = isotonic(points)
+def interpolate(points: Sequence[tuple[int, float]], x: int, *, monotone: bool = True) -> float:
+    """Piecewise-linear through measured (γ, seconds) points, linear beyond the ends; `monotone`:
+    through their non-decreasing fit (`isotonic`) instead of the points themselves."""
+    pts = isotonic(points) if monotone else sorted(points)
     if len(pts) == 1:
         return pts[0][1]
     f = cm.MeasuredStepCost(tuple(pts))
@@ -455,7 +456,11 @@ def predict_measured(
         c_lev = t.c_forward if (t.c_forward is not None and has_draft_model(mode)) else 0.0
         for g in range(1, min(gamma_max, gmax) + 1):
             e = simulate_tau(runs, g) if runs else cm.expected_tokens_from_marginals(primary.marginals, g)
-            step = interpolate(step_pts, g) if step_pts else t.t_base
+            # Through the probed step times as measured: a probed γ keeps its own time. A step is
+            # not always dearer for a longer draft (on the memory-bound twin a 3-token verify
+            # forward took 124 ms where 2 and 5 tokens took 87), and a monotone fit would spread
+            # such a point onto its neighbours.
+            step = interpolate(step_pts, g, monotone=False) if step_pts else t.t_base
             widths = verify_widths(primary, g)
             bls_gamma = g if bls_loop else None
             e_iid = cm.expected_tokens(alpha, g) if alpha is not None else None
