@@ -342,8 +342,8 @@ def test_speedup_at_a_concurrency_grows_each_step_and_adds_that_levels_serving_c
     """At b rows the plain step is t_base × its growth, the speculative step t_step × its own,
     and the serving cost measured at b (each row gets its own response every step, so tune
     measures it per level) is added once per step to both; a level without a measurement takes
-    the deployment's single figure. Draft-target's BLS loop: its plain fill steps grow like
-    plain steps."""
+    the deployment's single figure. Draft-target's BLS loop: its plain fill steps grow like the
+    speculative step (the loops drift apart, so fill rows share forwards padded to verify rows)."""
     from toolkit.bench.decide import costmodel as cm
 
     t = StepTiming(t_base=2.0, forward_points=[(1, 2.0)])
@@ -356,7 +356,12 @@ def test_speedup_at_a_concurrency_grows_each_step_and_adds_that_levels_serving_c
         3.0 * (2.0 * t.growths(5, 2)[0] + 0.5) / (2.6 * t.growths(5, 2)[1] + 0.5)
     )
     bls = t.speedup_at(3.0, 2.6, 5, 4, bls_gamma=4)
-    assert bls == pytest.approx(cm.bls_loop_speedup(3.0, 4, 2.0 * 1.5, 2.6 * 2.0, 1.5))
+    # The BLS's plain fill steps (5 − 3 = 2 an iteration) ride in forwards padded to the rows
+    # that verify: they grow like the speculative step.
+    assert bls == pytest.approx(5 * (2.0 * 1.5 + 1.5) / (2.6 * 2.0 + 2 * 2.0 * 2.0 + 1.5))
+    assert t.speedup_at(3.0, 2.6, 5, 1, bls_gamma=4) == pytest.approx(
+        cm.bls_loop_speedup(3.0, 4, 2.0, 2.6, 0.5)
+    )
     # Without a serving cost and with every row full, the in-process rule: S(1) × growth ratio.
     t.serving_overhead, t.serving_by_concurrency = 0.0, {}
     assert t.speedup_at(3.0, 2.6, 5, 4) == pytest.approx(3.0 * 2.0 / 2.6 * t.batch_scale(5, 4))

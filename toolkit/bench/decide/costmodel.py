@@ -205,16 +205,24 @@ def served_speedup(expected: float, t_plain: float, t_spec: float, overhead: flo
 
 
 def bls_loop_speedup(
-    expected: float, gamma: int, t_plain: float, t_step: float, overhead: float = 0.0
+    expected: float,
+    gamma: int,
+    t_plain: float,
+    t_step: float,
+    overhead: float = 0.0,
+    t_fill: float | None = None,
 ) -> float:
     """Draft-target served through the `tensorrt_llm_bls` loop: each iteration asks the target
     for `request_output_len` = γ+1 tokens with the γ draft tokens (upstream's decode.py), so the
     target verifies the draft (τ tokens, the step of `t_step`) and then decodes plainly until it
     has γ+1: E[γ+1−τ] plain steps more, after which the next iteration drafts again. Per
-    iteration γ+1 tokens for t_step + (γ+1−τ)·t_plain (+ the serving cost o once):
-    (γ+1)(t_plain + o) / (t_step + (γ+1−τ)·t_plain + o)."""
+    iteration γ+1 tokens for t_step + (γ+1−τ)·t_fill (+ the serving cost o once):
+    (γ+1)(t_plain + o) / (t_step + (γ+1−τ)·t_fill + o). `t_fill`: what one of those plain steps
+    costs, t_plain unless said otherwise (in a batch the loops drift apart, and a fill row
+    rides in forwards padded to the rows that verify)."""
     fill = max(0.0, gamma + 1 - expected)
-    return served_speedup(gamma + 1.0, t_plain, t_step + fill * t_plain, overhead)
+    fill_step = t_plain if t_fill is None else t_fill
+    return served_speedup(gamma + 1.0, t_plain, t_step + fill * fill_step, overhead)
 
 
 def leviathan_speedup_with_verify(

@@ -94,12 +94,13 @@ class StepTiming:
         tokens per step of `t_step` seconds (in process, one row): the plain and the speculative
         step grow with the batch as `growths` says, and the serving cost at that concurrency
         (`overhead_at`) is added once per step to both (costmodel.served_speedup). `bls_gamma`:
-        draft-target through the BLS loop at that draft length (costmodel.bls_loop_speedup,
-        whose plain fill steps grow like plain steps)."""
+        draft-target through the BLS loop at that draft length (costmodel.bls_loop_speedup): the
+        loops of a batch do not stay in step, so its plain fill steps share forwards with other
+        loops' verify steps, padded to their width: they grow like the speculative step."""
         plain, spec = self.growths(width, batch, widths)
         t_plain, t_spec, o = self.t_base * plain, t_step * spec, self.overhead_at(batch)
         if bls_gamma is not None:
-            return cm.bls_loop_speedup(expected, bls_gamma, t_plain, t_spec, o)
+            return cm.bls_loop_speedup(expected, bls_gamma, t_plain, t_spec, o, t_fill=self.t_base * spec)
         return cm.served_speedup(expected, t_plain, t_spec, o)
 
     def batch_cost(self, width: float, batch: int) -> float:
