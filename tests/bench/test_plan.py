@@ -427,7 +427,7 @@ def test_served_predictions_amortise_a_per_step_serving_cost():
     from toolkit.bench.decide import costmodel as cm
     from toolkit.bench.decide.plan import add_serving_overhead
     from toolkit.bench.decide.predict import PlanResult, Probe, ProbeConfig, predict_measured
-    from toolkit.bench.decide.tune import serving_overhead
+    from toolkit.bench.decide.tune import serving_overheads
     from toolkit.bench.measure.loadgen import BenchResult, LevelResult
     from toolkit.recipe import load_recipe
 
@@ -455,13 +455,13 @@ def test_served_predictions_amortise_a_per_step_serving_cost():
     # Served TPOT 4.37 ms at c=1 (docs/benchmarks.md, tiny-baseline): o = 4.37 − 1.58 ms.
     base = BenchResult("x", {"name": "code"}, {})
     base.levels.append(LevelResult(1, None, [record(i, gaps=[4.37e-3] * 9) for i in range(3)], 1.0))
-    o = serving_overhead([base], result)
+    o = serving_overheads([base], result).get(1)
     assert o == pytest.approx(4.37e-3 - 1.58e-3, rel=1e-6)
-    assert serving_overhead([BenchResult("x", {"name": "code"}, {})], result) is None  # no c=1 level
+    assert serving_overheads([BenchResult("x", {"name": "code"}, {})], result).get(1) is None  # no c=1 level
     # Several baseline runs (tune's, before and after its configurations): their mean TPOT.
     later = BenchResult("x", {"name": "code"}, {})
     later.levels.append(LevelResult(1, None, [record(i, gaps=[4.57e-3] * 9) for i in range(3)], 1.0))
-    assert serving_overhead([base, later], result) == pytest.approx(4.47e-3 - 1.58e-3, rel=1e-6)
+    assert serving_overheads([base, later], result).get(1) == pytest.approx(4.47e-3 - 1.58e-3, rel=1e-6)
     add_serving_overhead(result, rec, o, "served baseline")
     served = {p.draft_len: p.speedup[1] for p in result.predictions}
     assert served[4] == pytest.approx(tau4 * 4.37 / (2.46 + 4.37 - 1.58))

@@ -562,9 +562,7 @@ def render_tune(t: TuneResult) -> str:
     if t.prediction_error is not None:
         out.append(f"plan vs measured: median |predicted − measured| = {t.prediction_error:.3f}")
         if t.settings.get("serving_overhead_ms"):
-            levels = t.settings.get("serving_overhead_ms_by_concurrency") or {
-                1: t.settings["serving_overhead_ms"]
-            }
+            levels = t.settings["serving_overhead_ms_by_concurrency"]
             per = ", ".join(f"{o:.2f} ms at c={c}" for c, o in sorted(levels.items()))
             out.append(
                 f"  plan predicted the served speedup: + {per} per step (the baseline's TPOT − the "

@@ -29,7 +29,7 @@ def _metric_pairs(
     mean over the runs that measured it, so drift between runs cancels out of the ratio)."""
     runs = [{r.index: getattr(request_metrics(r), attr) for r in recs if r.ok} for recs in base]
     bm: dict[int, float] = {}
-    for i in {i for run in runs for i in run}:
+    for i in sorted({i for run in runs for i in run}):
         vals = [run[i] for run in runs if run.get(i) is not None]
         if vals:
             bm[i] = sum(vals) / len(vals)

@@ -133,20 +133,13 @@ def schedule_overrides(sched: dict[int, int]) -> list[str]:
     return [f"speculative.max_draft_len={sched[1]}", f"speculative.draft_len_schedule={flow}"]
 
 
-def serving_overhead(baselines: Sequence[BenchResult], plan_result: PlanResult | None) -> float | None:
-    """What a served step costs beyond its forwards, once per deployment: the baseline's median
-    TPOT at concurrency 1 (the mean over its runs) minus the probe's in-process plain step (None
-    when either is missing, e.g. a deployment that does not stream, or when the difference is
-    not positive)."""
-    return serving_overheads(baselines, plan_result).get(1)
-
-
 def serving_overheads(baselines: Sequence[BenchResult], plan_result: PlanResult | None) -> dict[int, float]:
-    """What a served step costs beyond its forwards at each concurrency level the baseline ran:
-    its median TPOT there (the mean over its runs) minus the probe's plain step grown to that
-    batch (StepTiming.growths; every row of a batch gets a response each step, so this grows
-    with the batch). Levels without a TPOT, or where the difference is not positive, are left
-    out; nothing without a probe."""
+    """What a served step costs beyond its forwards at each concurrency level the baseline ran,
+    measured once per deployment: its median TPOT there (the mean over its runs) minus the
+    probe's plain step grown to that batch (StepTiming.growths; every row of a batch gets a
+    response each step, so this grows with the batch). Levels without a TPOT (a deployment
+    that does not stream), or where the difference is not positive, are left out; nothing
+    without a probe."""
     probe = getattr(plan_result, "probe", None)
     if probe is None:
         return {}
