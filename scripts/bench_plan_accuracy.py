@@ -54,7 +54,7 @@ def measure(rt, recipe, prompts, gammas, new_tokens, rounds):
             order = configs[(i + r) % len(configs) :] + configs[: (i + r) % len(configs)]
             rate = {}
             for g in order:
-                _, durs, counts = generate_timed(
+                _, durs, counts, _ = generate_timed(
                     rt,
                     ids,
                     new_tokens,
@@ -109,12 +109,13 @@ def run_recipe(name, args):
         progress=not args.quiet,
     )
     t_plan = time.perf_counter() - t0
-    pred = {p.draft_len: p.speedup[1] for p in pr.predictions}
+    # In process, tokens over decode time pooled over prompts: plan's decode throughput ratio.
+    pred = {p.draft_len: p.throughput[1] for p in pr.predictions}
     t_base = pr.probe.timing.t_base
     pred_detail = {
         p.draft_len: {
             "tokens_per_step": p.expected_tokens,
-            "step_ms": 1e3 * p.expected_tokens * t_base / p.speedup[1],
+            "step_ms": 1e3 * p.expected_tokens * t_base / p.throughput[1],
         }
         for p in pr.predictions
     }

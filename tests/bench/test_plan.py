@@ -128,7 +128,11 @@ def test_probe_draft_target_identical_draft(random_models, tmp_path):
         for pts in t.batch_points.values()
     )
     for pr in p.predictions:  # in-flight batching: the batch term from the timed batched forwards
-        assert pr.speedup[2] == pytest.approx(pr.speedup[1] * t.batch_scale(pr.draft_len + 1, 2))
+        assert pr.throughput[2] == pytest.approx(pr.throughput[1] * t.batch_scale(pr.draft_len + 1, 2))
+        # The reported speedup is per request, each request's time holding the prefills (its
+        # own and, at 2 rows, the other's): diluted towards 1 from the per-step rule, as served.
+        for b in (1, 2):
+            assert min(1.0, pr.throughput[b]) <= pr.speedup[b] <= max(1.0, pr.throughput[b])
     assert p.recommendation is not None and p.recommendation.schedule is not None
     d = p.to_dict()
     json.dumps(d)
@@ -192,6 +196,9 @@ def test_probe_runs_each_prompt_to_its_own_max_tokens(random_models, tmp_path, m
         assert [sum(t) for t in cfg.step_tokens] == want
     assert p.probe.new_tokens == 11 and p.probe.prompts == 2
     assert p.probe.threads == 2
+    # Each prompt's prefill, timed from its plain generation, and kept in the JSON.
+    assert len(p.probe.prefill) == 2 and all(x > 0 for x in p.probe.prefill)
+    assert p.to_dict()["probe"]["prefill"] == p.probe.prefill
 
 
 def test_batched_points_time_the_served_batched_forward(monkeypatch):
@@ -365,6 +372,48 @@ def test_speedup_at_a_concurrency_grows_each_step_and_adds_that_levels_serving_c
     # Without a serving cost and with every row full, the in-process rule: S(1) × growth ratio.
     t.serving_overhead, t.serving_by_concurrency = 0.0, {}
     assert t.speedup_at(3.0, 2.6, 5, 4) == pytest.approx(3.0 * 2.0 / 2.6 * t.batch_scale(5, 4))
+
+
+def test_plan_predicts_the_mean_of_per_request_rates_that_bench_compare_reports():
+    """`bench --compare`'s speedup is the mean per-request output tok/s ÷ the baseline's, a
+    request's rate being its tokens over its end-to-end time. Requests differ in τ, and a mean
+    of rates is above the pooled ratio (Σ tokens ÷ Σ time): two requests of 20 tokens at τ 1.25
+    and 4 pool to τ 1.905 (40 tokens in 16 + 5 steps) but average 2.625×.
+    Prefill dilutes: a request's time also holds its prefill, its first response's serving cost
+    and, at b rows, the b − 1 prefills that start beside it."""
+    from toolkit.bench.decide import costmodel as cm
+    from toolkit.bench.decide.costmodel import request_mean_speedup
+    from toolkit.bench.decide.predict import Probe, ProbeConfig, predict_measured
+    from toolkit.recipe import load_recipe
+
+    same = request_mean_speedup([(20, 2.0), (20, 2.0)], lambda tau: tau, 1.0)
+    assert same == pytest.approx(2.0)
+    assert request_mean_speedup([(20, 1.25), (20, 4.0)], lambda tau: tau, 1.0) == pytest.approx(2.625)
+    # With prefill (seconds) and a serving cost o = 0.5 at c=2: plain 1.5 s a token; request i
+    # waits its own prefill + o + the other row's mean prefill, then n − 1 decode steps.
+    first = [2.0 + 0.5 + 3.0, 4.0 + 0.5 + 3.0]
+    base = 20 / (first[0] + 19 * 1.5) + 20 / (first[1] + 19 * 1.5)
+    spec = 20 / (first[0] + 19 * 1.5 / 1.25) + 20 / (first[1] + 19 * 1.5 / 4.0)
+    got = request_mean_speedup([(20, 1.25), (20, 4.0)], lambda tau: tau, 1.5, 0.5, 2, prefill=[2.0, 4.0])
+    assert got == pytest.approx(spec / base)
+    assert 1.0 < got < 2.625
+
+    # Through predict_measured: a chain probe whose two prompts accept very differently. The
+    # throughput is the pooled per-step rule; the speedup the mean of the two requests' own.
+    steps = [[1] * 16, [4] * 5]  # 16 tokens in 16 steps; 20 in 5
+    cfg = ProbeConfig(
+        "γ=3", {"max_draft_len": 3}, cm.chain_shape(3, draft_forwards=0), 21, 36, 63, 15,
+        [21, 21, 21], [5, 5, 5], 1.0, steps,
+    )  # fmt: skip
+    probe = Probe(2, 20, 0.0, {"name": "code"}, StepTiming(t_base=1.0, forward_points=[(1, 1.0)]), [cfg])
+    rec = load_recipe("tiny-ngram")
+    p3 = next(
+        p
+        for p in predict_measured(probe, "ngram", rec.speculative, gamma_max=3, concurrency=[1], alpha=None)
+        if p.draft_len == 3
+    )
+    assert p3.throughput[1] == pytest.approx(p3.expected_tokens) == pytest.approx(36 / 21)
+    assert p3.speedup[1] == pytest.approx((1.0 + 4.0) / 2)
 
 
 def test_verify_widths_from_the_probe_at_the_longest_draft():

@@ -249,16 +249,14 @@ def test_valid_schedule_follows_trtllm_rules():
 def test_tune_gives_plan_the_deployments_serving_cost(fake_measure, tmp_path, monkeypatch):
     """On the reference backend, tune measures the per-step serving cost once (its baseline's
     TPOT at c=1 − the probe's plain step) and plan re-predicts the served speedup with it."""
-    from types import SimpleNamespace
-
-    from toolkit.bench.decide.predict import StepTiming
+    from toolkit.bench.decide.predict import Probe, StepTiming
 
     calls = []
     monkeypatch.setattr(
         tune_run, "add_serving_overhead", lambda pr, rec, o, src, **kw: calls.append((pr, o, src, kw))
     )
     pr = PlanResult("tiny-ngram", "ngram", "reference", "measured", list(LEVELS))
-    pr.probe = SimpleNamespace(timing=StepTiming(t_base=0.004, forward_points=[(1, 0.004)]))
+    pr.probe = Probe(2, 8, 0.0, {"name": "code"}, StepTiming(t_base=0.004, forward_points=[(1, 0.004)]), [])
     pr.predictions = [Prediction("γ=2", {"max_draft_len": 2}, 2, 1.0, None, {c: 1.0 for c in LEVELS})]
     t = tune(
         "tiny-ngram",
@@ -281,3 +279,6 @@ def test_tune_gives_plan_the_deployments_serving_cost(fake_measure, tmp_path, mo
     for c in LEVELS:
         assert by_level[c] == pytest.approx(t.baseline.level(c).summary()["tpot_s"]["p50"] - 0.004)
     assert "plan predicted the served speedup: + " in render(t)
+    # tune.json keeps the plan behind its predictions, probe included, to re-check offline.
+    assert t.to_dict()["plan"]["probe"]["timing"]["t_base"] == 0.004
+    assert t.to_dict()["plan"]["predictions"][0]["speedup"] == {c: 1.0 for c in LEVELS}

@@ -228,3 +228,36 @@ def test_supervised_deploy_restarts_on_failure(tmp_path):
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
     assert not procs.group_members(new["pgid"])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_bench_stopped_by_a_signal_stops_the_server_it_deployed(tmp_path, sig):
+    """`kill` (or a CI timeout, a closed terminal) while `sdtk bench RECIPE` measures: the
+    server it deployed is stopped as on Ctrl-C, its record removed, and sdtk exits 128 + the
+    signal's number within seconds. Before, SIGTERM ended the process at once and left
+    tritonserver and its stubs running."""
+    work = tmp_path / "work"
+    dep = work / "tiny-eagle3"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolkit.cli", "bench", RECIPE, "--workdir", str(work), "--requests", "500",
+         "--concurrency", "1", "--max-tokens", "32"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        st = wait_for(lambda: ready_state(dep), 120, "READY")
+        time.sleep(3)  # validation done, the benchmark's requests under way
+        assert proc.poll() is None
+        proc.send_signal(sig)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + int(sig), err
+    assert f"sdtk: stopped by {signal.Signals(sig).name}" in err
+    assert took < 30, took
+    assert not procs.alive(st["pid"]) and not procs.group_members(st["pgid"])
+    assert not (dep / "state.json").exists()
+    assert not list(Path("/dev/shm").glob(st["shm_prefix"] + "*"))

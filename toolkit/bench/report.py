@@ -442,7 +442,7 @@ def render_plan(p: PlanResult) -> str:
                 f"step {c.t_step * 1e3:.2f} ms; per position [{pos}]"
             )
     if p.predictions:
-        out.append(f"predicted speedup, {p.basis}:")
+        out.append(f"predicted speedup (mean per-request output tok/s, as bench --compare), {p.basis}:")
         out.append(_pred_table(p.predictions, p.concurrency, iid=True))
     if p.roofline_predictions:
         out.append(

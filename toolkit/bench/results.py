@@ -152,6 +152,7 @@ class TuneResult:
     runs: dict[str, BenchResult] = field(default_factory=dict)
     predicted: dict[int, dict[int, float]] = field(default_factory=dict)  # draft_len → concurrency → S
     prediction_error: float | None = None  # median |predicted − measured|
+    plan: dict[str, Any] | None = None  # the plan behind `predicted` (its probe included), as JSON
     best: dict[str, Any] | None = None  # the configuration to use at the lowest concurrency
     schedule: dict[int, int] = field(default_factory=dict)
     max_concurrency: int | None = None
@@ -198,6 +199,7 @@ class TuneResult:
             "cells": [c.to_dict() for c in self.cells],
             "predicted": {str(g): {str(c): s for c, s in v.items()} for g, v in self.predicted.items()},
             "prediction_error": self.prediction_error,
+            "plan": self.plan,
             "best": self.best,
             "schedule": {str(k): v for k, v in self.schedule.items()},
             "max_concurrency": self.max_concurrency,

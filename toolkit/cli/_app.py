@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ import click
 from toolkit import __version__, checks
 from toolkit.errors import SdtkError
 from toolkit.log import install_handler
+from toolkit.server.foreground import signals_interrupt
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 set_option = click.option(
@@ -91,6 +93,21 @@ class _Reported(click.ClickException):
 
 class SdtkGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
+        """Run the command with SIGTERM and SIGHUP taken as Ctrl-C: a `kill`, a CI timeout or a
+        closed terminal unwinds the command as an interrupt does, so every `finally` runs (the
+        server a bench or tune deployed is stopped, outputs stay atomic) instead of the process
+        vanishing and leaving them behind. Exit status 128 + the signal's number."""
+        with signals_interrupt() as received:
+            try:
+                return self._invoke(ctx)
+            except KeyboardInterrupt:
+                stop = [s for s in received if s != signal.SIGINT]
+                if not stop:
+                    raise
+                click.echo(f"sdtk: stopped by {signal.Signals(stop[0]).name}", err=True)
+                ctx.exit(128 + stop[0])
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except SdtkError as e:

@@ -19,7 +19,7 @@ formulas (tests pin them to the paper's Table 1) and extend them with
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -223,6 +223,45 @@ def bls_loop_speedup(
     fill = max(0.0, gamma + 1 - expected)
     fill_step = t_plain if t_fill is None else t_fill
     return served_speedup(gamma + 1.0, t_plain, t_step + fill * fill_step, overhead)
+
+
+def request_mean_speedup(
+    requests: Sequence[tuple[int, float]],
+    speedup: Callable[[float], float],
+    plain: float,
+    overhead: float = 0.0,
+    batch: int = 1,
+    prefill: Sequence[float] = (),
+) -> float:
+    """`sdtk bench --compare`'s speedup predicted over a probe's requests: the mean per-request
+    output tok/s with speculation ÷ the same without, a request's rate being its tokens ÷ its
+    end-to-end time (measure.metrics' user_tok_s, compared by decide.compare).
+    `requests`: (tokens n_i, tokens per step τ_i) per request; `speedup(τ)`: the per-step
+    speedup of a request committing τ tokens a step at this concurrency, so that its seconds
+    per token are `plain` (a plain step's, serving cost included) ÷ speedup(τ).
+
+    Requests differ in τ, and a mean of rates weighs the fast ones as much as the slow: it lies
+    above the pooled ratio (Σ tokens over Σ time). With `prefill` (seconds to the first token,
+    per request) a request's time also holds its own prefill, the serving cost `overhead` of
+    its first response and, at `batch` rows, the prefills of the batch − 1 requests that start
+    beside it during its life (prompt steps run apart from decode steps and hold every row),
+    the same on both sides: they dilute the speedup. Without, decode time only."""
+    if not requests:
+        return 0.0
+    others = (batch - 1) * sum(prefill) / len(prefill) if prefill else 0.0
+    base = spec = 0.0
+    for i, (n, tau) in enumerate(requests):
+        x = speedup(tau)
+        spec_s = plain / x if x > 0 else math.inf
+        if prefill:
+            first = prefill[i % len(prefill)] + overhead + others
+            decode = max(0, n - 1)
+            base += n / (first + decode * plain)
+            spec += n / (first + decode * spec_s)
+        else:
+            base += 1 / plain
+            spec += 1 / spec_s
+    return spec / base if base > 0 else 0.0
 
 
 def leviathan_speedup_with_verify(

@@ -7,8 +7,9 @@ recommendation. The cost model itself is decide.costmodel.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from toolkit.bench.decide import costmodel as cm
@@ -194,11 +195,15 @@ class Probe:
     alpha_greedy: Interval | None = None  # P(draft argmax == target argmax)
     seconds: float = 0.0
     threads: int | None = None  # torch threads during the probe (None: the process default)
+    # Per prompt, in order: seconds to the first token of its plain generation (the prefill);
+    # empty when not measured (then predictions count decode time only).
+    prefill: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "prompts": self.prompts,
             "new_tokens": self.new_tokens,
+            "prefill": list(self.prefill),
             "temperature": self.temperature,
             "workload": self.workload,
             "timing": self.timing.to_dict(),
@@ -220,9 +225,14 @@ class Prediction:
     draft_len: int  # TRT-LLM max_draft_len of this configuration
     expected_tokens: float  # E (= τ) per step
     expected_tokens_iid: float | None  # from α, i.i.d.
-    speedup: dict[int, float]  # concurrency → predicted speedup
+    # concurrency → predicted speedup: measured basis, what `sdtk bench --compare` reports (the
+    # ratio of mean per-request output tok/s, costmodel.request_mean_speedup); roofline, per step.
+    speedup: dict[int, float]
     speedup_iid: dict[int, float] | None = None  # Leviathan's closed form from α, c, κ (a cross-check)
     source: str = ""  # how E and the step time were obtained, or "assumed α=0.8"
+    # concurrency → tokens per decode second with speculation ÷ without, every request's tokens
+    # and steps pooled (τ = Σ tokens ÷ Σ steps): the decode throughput ratio (measured basis).
+    throughput: dict[int, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -400,6 +410,19 @@ def simulate_tau(runs: Sequence[Sequence[float]], gamma: int) -> float:
     return tokens / steps if steps else 1.0
 
 
+def _request_mean(
+    timing: StepTiming,
+    requests: Sequence[tuple[int, float]],
+    batch: int,
+    speedup: Callable[[float], float],
+    prefill: Sequence[float],
+) -> float:
+    """costmodel.request_mean_speedup at concurrency `batch`, with this machine's plain step
+    (grown to the batch) and the serving cost measured there."""
+    plain = timing.t_base * timing.growths(1, batch)[0] + timing.overhead_at(batch)
+    return cm.request_mean_speedup(requests, speedup, plain, timing.overhead_at(batch), batch, prefill)
+
+
 def interpolate(points: Sequence[tuple[int, float]], x: int, *, monotone: bool = True) -> float:
     """Piecewise-linear through measured (γ, seconds) points, linear beyond the ends; `monotone`:
     through their non-decreasing fit (`isotonic`) instead of the points themselves."""
@@ -443,6 +466,9 @@ def predict_measured(
     `bls_loop`: draft-target served through the `tensorrt_llm_bls` loop (engine and reference
     repositories), where each iteration's target request also decodes plainly up to γ+1 tokens
     (`costmodel.bls_loop_speedup`).
+    That per-step speedup with the pooled τ is `Prediction.throughput`; `Prediction.speedup` is
+    the statistic `bench --compare` measures, the mean over the probed requests of each one's
+    rate (`costmodel.request_mean_speedup`: each request's own τ, and its prefill when the probe timed it).
     """
     t = probe.timing
     out: list[Prediction] = []
@@ -470,6 +496,10 @@ def predict_measured(
                 if e_iid is not None
                 else None
             )
+
+            at = partial(t.speedup_at, t_step=step, width=g + 1, widths=widths, bls_gamma=bls_gamma)
+            pooled = {b: at(e, batch=b) for b in concurrency}
+            reqs = [(sum(st), simulate_tau([r], g)) for st, r in zip(primary.step_tokens, runs, strict=True)]
             out.append(
                 Prediction(
                     label=f"γ={g}",
@@ -478,9 +508,12 @@ def predict_measured(
                     expected_tokens=e,
                     expected_tokens_iid=e_iid,
                     speedup={
-                        b: t.speedup_at(e, step, g + 1, b, widths=widths, bls_gamma=bls_gamma)
+                        b: _request_mean(t, reqs, b, partial(at, batch=b), probe.prefill)
+                        if reqs
+                        else pooled[b]
                         for b in concurrency
                     },
+                    throughput=pooled,
                     speedup_iid=lev,
                     source=f"τ replayed from the {primary.label} probe; step time interpolated from probes at "
                     + ", ".join(f"γ={x}" for x, _ in sorted(step_pts))
@@ -492,6 +525,20 @@ def predict_measured(
             continue
         e = cfg.acceptance_length
         width = config_draft_len(mode, cfg.settings, spec) + 1
+        if cfg.t_step <= 0:
+            pooled = {b: 0.0 for b in concurrency}
+            speedup = dict(pooled)
+        else:
+            pooled = {b: t.speedup_at(e, cfg.t_step, width, b) for b in concurrency}
+            reqs = [(sum(st), sum(st) / len(st)) for st in cfg.step_tokens if st]
+            speedup = {
+                b: _request_mean(
+                    t, reqs, b, partial(t.speedup_at, t_step=cfg.t_step, width=width, batch=b), probe.prefill
+                )
+                if reqs
+                else pooled[b]
+                for b in concurrency
+            }
         out.append(
             Prediction(
                 label=cfg.label,
@@ -499,9 +546,8 @@ def predict_measured(
                 draft_len=config_draft_len(mode, cfg.settings, spec),
                 expected_tokens=e,
                 expected_tokens_iid=None,
-                speedup={
-                    b: t.speedup_at(e, cfg.t_step, width, b) if cfg.t_step > 0 else 0.0 for b in concurrency
-                },
+                speedup=speedup,
+                throughput=pooled,
                 source="measured τ and step time",
             )
         )

@@ -198,6 +198,7 @@ def finish(result: TuneResult, resamples: int, seed: int, plan_result: PlanResul
                     )
                 )
     if plan_result is not None:
+        result.plan = plan_result.to_dict()
         for p in plan_result.predictions:
             g = p.draft_len
             if g in result.draft_lens:

@@ -180,11 +180,12 @@ def time_batched_forwards(
 
 def generate_timed(
     rt: Any, ids: list[int], new_tokens: int, sampling: Any, *, spec: Any = None, speculative: bool = True
-) -> tuple[Any, list[float], list[int]]:
-    """One generation, the wall time of each decode step and the tokens each step committed.
+) -> tuple[Any, list[float], list[int], float]:
+    """One generation: its result, the wall time of each decode step, the tokens each step
+    committed, and the seconds to the first token (the prefill).
 
     Times come from on_tokens callbacks; the first callback also covers the prefill, so it only
-    starts the clock: durations[i] belongs to step i+1, whose tokens are counts[i+1].
+    starts the decode clock: durations[i] belongs to step i+1, whose tokens are counts[i+1].
     """
     marks: list[float] = []
     counts: list[int] = []
@@ -193,10 +194,12 @@ def generate_timed(
         marks.append(time.perf_counter())
         counts.append(len(tokens))
 
+    start = time.perf_counter()
     res = rt.generate(
         ids, new_tokens, sampling=sampling, speculative=speculative, spec=spec, end_id=-1, on_tokens=on_tokens
     )
-    return res, [b - a for a, b in zip(marks, marks[1:], strict=False)], counts
+    first = marks[0] - start if marks else 0.0
+    return res, [b - a for a, b in zip(marks, marks[1:], strict=False)], counts, first
 
 
 @contextlib.contextmanager

@@ -121,6 +121,7 @@ def run_probe(
     cands = probe_candidates(rec, gamma_max)
     cfg_specs = [spec.model_copy(update=settings) for _, settings in cands]
     base_steps: list[float] = []
+    prefill: list[float] = []  # per prompt, from its plain generation
     outputs: list[list[int]] = []
     totals = [SpecStats() for _ in cands]
     steps: list[list[float]] = [[] for _ in cands]
@@ -130,11 +131,12 @@ def run_probe(
     )
     # Interleaved per prompt, so that every configuration sees the same machine conditions.
     for ids, n in zip(prompts, lengths, strict=True):
-        res, durs, _ = generate_timed(rt, ids, n, sampling, speculative=False)
+        res, durs, _, first = generate_timed(rt, ids, n, sampling, speculative=False)
         outputs.append(res.token_ids)
         base_steps += durs
+        prefill.append(first)
         for k, cs in enumerate(cfg_specs):
-            res, durs, counts = generate_timed(rt, ids, n, sampling, spec=cs)
+            res, durs, counts, _ = generate_timed(rt, ids, n, sampling, spec=cs)
             _add_stats(totals[k], res.stats)
             steps[k] += durs
             step_tokens[k].append(counts)
@@ -165,6 +167,7 @@ def run_probe(
         workload=wl.to_dict(),
         timing=timing,
         configs=configs,
+        prefill=prefill,
     )
     if has_draft_model(mode) and rt.draft is not None:
         progress("α from draft/target logits")
