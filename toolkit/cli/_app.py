@@ -16,7 +16,7 @@ import click
 from toolkit import __version__, checks
 from toolkit.errors import SdtkError
 from toolkit.log import install_handler
-from toolkit.server.foreground import signals_interrupt
+from toolkit.server.foreground import last_stop_signal, signals_interrupt
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 set_option = click.option(
@@ -96,16 +96,17 @@ class SdtkGroup(click.Group):
         """Run the command with SIGTERM and SIGHUP taken as Ctrl-C: a `kill`, a CI timeout or a
         closed terminal unwinds the command as an interrupt does, so every `finally` runs (the
         server a bench or tune deployed is stopped, outputs stay atomic) instead of the process
-        vanishing and leaving them behind. Exit status 128 + the signal's number."""
-        with signals_interrupt() as received:
+        vanishing and leaving them behind. Exit status 128 + the signal's number, whether this
+        handler or an inner one (a server's start) took the signal."""
+        with signals_interrupt():
             try:
                 return self._invoke(ctx)
             except KeyboardInterrupt:
-                stop = [s for s in received if s != signal.SIGINT]
-                if not stop:
+                sig = last_stop_signal()
+                if sig is None or sig == signal.SIGINT:
                     raise
-                click.echo(f"sdtk: stopped by {signal.Signals(stop[0]).name}", err=True)
-                ctx.exit(128 + stop[0])
+                click.echo(f"sdtk: stopped by {signal.Signals(sig).name}", err=True)
+                ctx.exit(128 + sig)
 
     def _invoke(self, ctx: click.Context) -> Any:
         try:

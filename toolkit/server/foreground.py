@@ -11,6 +11,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_last: list[int] = []  # the last stop signal any signals_interrupt() took, in this process
+
+
+def last_stop_signal() -> int | None:
+    """The last signal a `signals_interrupt` block turned into KeyboardInterrupt (None: none),
+    whichever block was innermost when it came."""
+    return _last[-1] if _last else None
 
 
 @contextlib.contextmanager
@@ -24,6 +31,7 @@ def signals_interrupt() -> Iterator[list[int]]:
 
     def on_signal(signum: int, frame: Any) -> None:
         received.append(signum)
+        _last[:] = [signum]
         raise KeyboardInterrupt
 
     previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}

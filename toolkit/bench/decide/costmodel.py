@@ -248,13 +248,15 @@ def request_mean_speedup(
     the same on both sides: they dilute the speedup. Without, decode time only."""
     if not requests:
         return 0.0
+    if prefill and len(prefill) != len(requests):
+        raise ValueError(f"{len(prefill)} prefill times for {len(requests)} requests")
     others = (batch - 1) * sum(prefill) / len(prefill) if prefill else 0.0
     base = spec = 0.0
     for i, (n, tau) in enumerate(requests):
         x = speedup(tau)
         spec_s = plain / x if x > 0 else math.inf
         if prefill:
-            first = prefill[i % len(prefill)] + overhead + others
+            first = prefill[i] + overhead + others
             decode = max(0, n - 1)
             base += n / (first + decode * plain)
             spec += n / (first + decode * spec_s)

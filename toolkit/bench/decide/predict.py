@@ -530,7 +530,7 @@ def predict_measured(
             speedup = dict(pooled)
         else:
             pooled = {b: t.speedup_at(e, cfg.t_step, width, b) for b in concurrency}
-            reqs = [(sum(st), sum(st) / len(st)) for st in cfg.step_tokens if st]
+            reqs = [(sum(st), sum(st) / max(1, len(st))) for st in cfg.step_tokens]  # one per prompt
             speedup = {
                 b: _request_mean(
                     t, reqs, b, partial(t.speedup_at, t_step=cfg.t_step, width=width, batch=b), probe.prefill
