@@ -124,3 +124,29 @@ def test_bench_overhead_splits_cpu_time_into_forwards_and_the_rest(tmp_path):
     text = mod._section(args, trees, {trees[0]: [one], trees[1]: [other]}, 0.5, 0.6)
     rows = [line for line in text.splitlines() if line.startswith("| eagle3_tree |")]
     assert len(rows) == 1 and rows[0].endswith(" 2.00 |") and "--tree old --tree . " in text
+
+
+def test_bench_bls_replay_runs_the_served_loop_losslessly_and_writes_its_section(tmp_path, capsys):
+    """The BLS loop the script times makes the served models' verify_draft calls: its tokens equal
+    the plain loop's (the script stops otherwise), every iteration commits 1..γ+1 tokens at its
+    verify step, and the section lands between its markers (tiny budget, unpadded target: this
+    checks what the script writes, not the speed)."""
+    import re
+
+    mod = _script("bench_bls_replay")
+    out = tmp_path / "benchmarks.md"
+    marks = "<!-- bench_bls_replay:start -->\nold\n<!-- bench_bls_replay:end -->"
+    out.write_text(f"# Benchmarks\n\nbefore\n\n{marks}\n\nafter\n")
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "tiny-draft-target.yaml"
+    argv = ["--recipe", str(recipe), "--prompts", "2", "--max-tokens", "12", "--runs", "1", "--out", str(out)]
+    assert mod.main(argv) == 0
+    text = out.read_text()
+    title = "## The served draft-target BLS loop"
+    assert "old" not in text and text.index("before") < text.index(title) < text.index("after")
+    assert "--prompts 2 --max-tokens 12 --runs 1 --threads 1" in text
+    gamma = 2  # recipes/tiny-draft-target.yaml's max_draft_len
+    taus = [float(x) for x in re.findall(r"\| τ per [^|]+\| (\d+\.\d+) \|", text)]
+    assert len(taus) == 2 and all(1.0 <= t <= gamma + 1 for t in taus)
+    speedups = re.findall(r"\| BLS loop ÷ plain loop, [^|]+\| \**(\d+\.\d+)×", text)
+    assert len(speedups) == 2 and all(float(s) > 0 for s in speedups)
+    capsys.readouterr()

@@ -1,0 +1,184 @@
+#!/usr/bin/env python
+"""The served draft-target BLS loop, run in process: a yardstick for `sdtk plan`'s BLS model.
+
+The served draft-target path is upstream's `tensorrt_llm_bls` loop (decode.py): per iteration the
+draft model is asked for γ tokens, then the target for γ+1 tokens with them as
+`draft_input_ids`; the target verifies the draft and decodes plainly until it has γ+1 tokens. The
+served plain target decodes by the same `verify_draft` steps without a draft. This script makes
+exactly those `ReferenceRuntime.verify_draft` calls (the target with the recipe's
+`reference.inflate`, the draft as its own plain runtime, as the served draft model is), with no
+Triton, and reports:
+
+- the A/B of that loop against the plain loop, as `sdtk bench --compare` reports it (the mean
+  over requests of per-request tok/s, each request's time from its first call to its last token)
+  and pooled (Σ time ÷ Σ time);
+- τ, the tokens a verify step commits, twice: over the loop's iterations, and over the steps of
+  the in-process speculative loop (`generate`, what plan's probe measures and prices the BLS
+  loop with).
+
+The BLS loop's tokens must equal the plain loop's (greedy speculation is lossless), or the
+script stops. The timed A/B is repeated --runs times (each request plain then BLS, the requests in turn); the
+table shows the median of the runs. Writes its section of docs/benchmarks.md between the
+bench_bls_replay markers.
+
+    python scripts/bench_bls_replay.py [--recipe recipes/tiny-draft-target-membound.yaml]
+        [--prompts 16] [--max-tokens 64] [--runs 3] [--threads 1] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+from _bench import cpu_model  # noqa: E402
+
+START, END = "<!-- bench_bls_replay:start -->", "<!-- bench_bls_replay:end -->"
+
+
+def plain_loop(rt: Any, ids: list[int], n: int) -> tuple[float, list[int]]:
+    """Seconds for `n` tokens by verify_draft steps without a draft (the served plain target),
+    and the tokens."""
+    toks, got = list(ids), 0
+    t = time.perf_counter()
+    while got < n:
+        new = rt.verify_draft(toks, [], end_id=-1).new_tokens[: n - got]
+        toks += new
+        got += len(new)
+    return time.perf_counter() - t, toks[len(ids) :]
+
+
+def bls_loop(rt: Any, drt: Any, ids: list[int], n: int, gamma: int) -> tuple[float, list[int], list[int]]:
+    """Seconds for `n` tokens by the BLS loop, the tokens each iteration's verify step committed
+    (accepted + 1), and the tokens."""
+    toks, got, taus = list(ids), 0, []
+    t = time.perf_counter()
+    while got < n:
+        k = min(gamma, n - got - 1)
+        draft: list[int] = []
+        for _ in range(max(k, 0)):  # the draft model asked for k tokens: k plain steps
+            draft += drt.verify_draft(toks + draft, [], end_id=-1).new_tokens
+        r = rt.verify_draft(toks, draft, end_id=-1)
+        taus.append(len(r.new_tokens))
+        new = list(r.new_tokens)
+        while len(new) < len(draft) + 1:  # the target decodes plainly up to request_output_len
+            new += rt.verify_draft(toks + new, [], end_id=-1).new_tokens
+        new = new[: n - got]
+        toks += new
+        got += len(new)
+    return time.perf_counter() - t, taus, toks[len(ids) :]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recipe", type=Path, default=REPO / "recipes" / "tiny-draft-target-membound.yaml")
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0, help="the workload sample's seed (plan's default)")
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from toolkit.bench.measure.inprocess import encode, load_runtime
+    from toolkit.bench.measure.workloads import load_workload
+    from toolkit.recipe.loader import load_recipe
+    from toolkit.reference import ReferenceRuntime
+
+    torch.set_num_threads(args.threads)
+    rec = load_recipe(args.recipe)
+    if rec.speculative.mode != "draft_target" or rec.models.draft is None:
+        sys.exit(f"{args.recipe} is not a draft-target recipe")
+    gamma = rec.speculative.max_draft_len
+    rt = load_runtime(rec)
+    draft_path = rec.local_path(rec.models.draft)
+    assert draft_path is not None
+    drt = ReferenceRuntime.load(draft_path, dtype=rec.dtype)
+    n = args.max_tokens
+    prompts = [
+        encode(rt, p.text) for p in load_workload("code", max_tokens=n).sample(args.prompts, args.seed)
+    ]
+    load_before = os.getloadavg()[0]
+
+    # τ of the in-process speculative loop (plan's probe): tokens ÷ steps over all prompts.
+    steps = tokens = 0
+    for ids in prompts:
+        g = rt.generate(ids, n, spec=rec.speculative, end_id=-1)
+        steps += g.stats.steps
+        tokens += len(g.token_ids)
+    tau_generate = tokens / steps
+
+    plain_loop(rt, prompts[0], 4)  # warm-up
+    bls_loop(rt, drt, prompts[0], 4, gamma)
+    means, pooled, taus = [], [], []
+    for r in range(args.runs):
+        tp, tb = [], []
+        for ids in prompts:
+            t, plain = plain_loop(rt, ids, n)
+            tp.append(t)
+            t, tau, spec = bls_loop(rt, drt, ids, n, gamma)
+            tb.append(t)
+            if spec != plain:  # greedy speculation is lossless: a timing of a wrong loop means nothing
+                sys.exit(f"the BLS loop's tokens differ from the plain loop's for prompt {len(tb) - 1}")
+            if r == 0:
+                taus += tau
+        means.append(statistics.mean(n / t for t in tb) / statistics.mean(n / t for t in tp))
+        pooled.append(sum(tp) / sum(tb))
+        print(
+            f"[bls_replay] run {r + 1}/{args.runs}: {means[-1]:.3f} (pooled {pooled[-1]:.3f})",
+            file=sys.stderr,
+        )
+    tau_bls = statistics.mean(taus)
+
+    inflate = rec.reference.inflate
+    lines = [
+        START,
+        "## The served draft-target BLS loop, run in process (a yardstick for plan's BLS model)",
+        "",
+        f"- machine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__} "
+        f"({args.threads} thread(s)), Python {platform.python_version()}; load average "
+        f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- command: `python scripts/bench_bls_replay.py --recipe {os.path.relpath(args.recipe, REPO)} "
+        f"--prompts {args.prompts} --max-tokens {n} --runs {args.runs} --threads {args.threads}`",
+        f"- method: {args.prompts} prompts of the `code` workload (seed {args.seed}, as `sdtk plan` "
+        f"samples them), {n} new tokens each, greedy; the target padded ×{inflate}"
+        + (" (memory-bound twin)" if inflate > 1 else "")
+        + f", γ = {gamma}. The BLS loop and the plain loop make the `verify_draft` calls the served "
+        "models make (no Triton); speedup = the mean of per-request tok/s (bench --compare's "
+        "statistic) and pooled (Σ plain time ÷ Σ BLS time), median of the runs",
+        "",
+        "| measure | value |",
+        "|---|---:|",
+        f"| BLS loop ÷ plain loop, mean of per-request rates | **{statistics.median(means):.2f}×** "
+        f"(runs: {', '.join(f'{m:.2f}' for m in means)}) |",
+        f"| BLS loop ÷ plain loop, pooled | {statistics.median(pooled):.2f}× |",
+        f"| τ per BLS iteration (its verify step's tokens) | {tau_bls:.2f} |",
+        f"| τ per step of the in-process speculative loop (plan's probe) | {tau_generate:.2f} |",
+        "",
+        END,
+    ]
+    section = "\n".join(lines)
+    print(section)
+    if not args.no_write:
+        from toolkit._fs import replace_section
+
+        replace_section(args.out, START, END, section)
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
