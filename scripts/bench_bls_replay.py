@@ -45,16 +45,20 @@ from _bench import cpu_model  # noqa: E402
 START, END = "<!-- bench_bls_replay:start -->", "<!-- bench_bls_replay:end -->"
 
 
+def plain_steps(rt: Any, toks: list[int], k: int) -> list[int]:
+    """`k` tokens after `toks` by verify_draft steps without a draft: how a served model decodes
+    plainly (the plain target, the draft model asked for k tokens, the target's fill steps)."""
+    new: list[int] = []
+    while len(new) < k:
+        new += rt.verify_draft(toks + new, [], end_id=-1).new_tokens
+    return new[:k]
+
+
 def plain_loop(rt: Any, ids: list[int], n: int) -> tuple[float, list[int]]:
-    """Seconds for `n` tokens by verify_draft steps without a draft (the served plain target),
-    and the tokens."""
-    toks, got = list(ids), 0
+    """Seconds for `n` tokens by the served plain target, and the tokens."""
     t = time.perf_counter()
-    while got < n:
-        new = rt.verify_draft(toks, [], end_id=-1).new_tokens[: n - got]
-        toks += new
-        got += len(new)
-    return time.perf_counter() - t, toks[len(ids) :]
+    out = plain_steps(rt, ids, n)
+    return time.perf_counter() - t, out
 
 
 def bls_loop(rt: Any, drt: Any, ids: list[int], n: int, gamma: int) -> tuple[float, list[int], list[int]]:
@@ -63,16 +67,11 @@ def bls_loop(rt: Any, drt: Any, ids: list[int], n: int, gamma: int) -> tuple[flo
     toks, got, taus = list(ids), 0, []
     t = time.perf_counter()
     while got < n:
-        k = min(gamma, n - got - 1)
-        draft: list[int] = []
-        for _ in range(max(k, 0)):  # the draft model asked for k tokens: k plain steps
-            draft += drt.verify_draft(toks + draft, [], end_id=-1).new_tokens
-        r = rt.verify_draft(toks, draft, end_id=-1)
-        taus.append(len(r.new_tokens))
-        new = list(r.new_tokens)
-        while len(new) < len(draft) + 1:  # the target decodes plainly up to request_output_len
-            new += rt.verify_draft(toks + new, [], end_id=-1).new_tokens
-        new = new[: n - got]
+        draft = plain_steps(drt, toks, min(gamma, n - got - 1))  # the draft model asked for k tokens
+        new = rt.verify_draft(toks, draft, end_id=-1).new_tokens
+        taus.append(len(new))
+        # The target decodes plainly up to request_output_len = len(draft) + 1.
+        new = (new + plain_steps(rt, toks + new, len(draft) + 1 - len(new)))[: n - got]
         toks += new
         got += len(new)
     return time.perf_counter() - t, taus, toks[len(ids) :]
