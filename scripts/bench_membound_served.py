@@ -11,7 +11,7 @@ probe) predicts the speedup at the recipe's own draft length, and the section sh
 docs/benchmarks.md (or --section NAME's) is replaced.
 
     python scripts/bench_membound_served.py [RECIPE ...] [--concurrency 1] [--requests 16]
-        [--max-tokens 64] [--plan] [--no-write]
+        [--max-tokens 64] [--plan] [--keep DIR] [--no-write]
 """
 
 from __future__ import annotations
@@ -48,11 +48,20 @@ def _json(proc: Any, what: str) -> dict[str, Any]:
     return json.loads(proc.stdout)
 
 
+def _keep(args: argparse.Namespace, name: str, proc: Any) -> None:
+    """With --keep DIR: the command's JSON as DIR/NAME, for a later look at the same run."""
+    if args.keep is not None and proc.returncode == 0:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        (args.keep / name).write_text(proc.stdout)
+
+
 def _compare(recipe: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     argv = ["bench", "--compare", BASELINE, recipe, "--workdir", str(work / recipe)]
     argv += ["--concurrency", args.concurrency, "--requests", str(args.requests)]
     argv += ["--max-tokens", str(args.max_tokens), "--workload", args.workload, "--json"]
-    return _json(sdtk(*argv), f"sdtk {' '.join(argv)}")
+    proc = sdtk(*argv)
+    _keep(args, f"{recipe}.compare.json", proc)
+    return _json(proc, f"sdtk {' '.join(argv)}")
 
 
 def _plan(recipe: str, args: argparse.Namespace) -> dict[int, float] | None:
@@ -63,7 +72,9 @@ def _plan(recipe: str, args: argparse.Namespace) -> dict[int, float] | None:
     # on the padded target a probe up to γ = 8 over 24 prompts takes most of an hour.
     argv = ["plan", recipe, "--concurrency", args.concurrency, "--workload", args.workload, "--json"]
     argv += ["--gamma-max", str(max(1, own)), "--probe-prompts", str(args.probe_prompts)]
-    data = _json(sdtk(*argv), f"sdtk {' '.join(argv)}")
+    proc = sdtk(*argv)
+    _keep(args, f"{recipe}.plan.json", proc)
+    data = _json(proc, f"sdtk {' '.join(argv)}")
     for p in data["predictions"]:
         if p["draft_len"] == own:
             return {int(c): float(s) for c, s in p["speedup"].items()}
@@ -82,6 +93,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--section", default=SECTION, help="marker name of the section to replace")
+    ap.add_argument(
+        "--keep", type=Path, help="keep each command's JSON here (RECIPE.compare.json, RECIPE.plan.json)"
+    )
     args = ap.parse_args()
     start, end = f"<!-- {args.section}:start -->", f"<!-- {args.section}:end -->"
     load0 = os.getloadavg()[0]

@@ -300,6 +300,12 @@ def test_helpers():
     assert r[8:] == [0]
     assert simulate_tau([[2, 1, 0, 0]], 1) == pytest.approx(4 / 3)  # steps commit 2, 2... capped at the end
     assert simulate_tau([run_lengths([3, 1, 2], 2, 0.0)], 2) == pytest.approx(6 / 3)  # replays γ_max itself
+    # The BLS loop verifies from every (γ+1)-th root, whatever was rejected: from 0 (2 tokens)
+    # and 4 (all 3 drafts + 1), stepping over the hard roots 2 and 3 the speculative loop stops at.
+    hard = [1, 0, 0, 0, 3, 2, 1, 0]
+    assert simulate_tau([hard], 3) == pytest.approx(8 / 4)
+    assert simulate_tau([hard], 3, bls=True) == pytest.approx(6 / 2)
+    assert simulate_tau([[3, 2, 1, 0, 3, 2]], 3, bls=True) == pytest.approx(6 / 2)  # the last one capped
     assert interpolate([(1, 10.0), (8, 17.0)], 4) == pytest.approx(13.0)
     assert interpolate([(4, 12.0), (8, 16.0)], 2) == pytest.approx(10.0)
     # Step times measured at γ = 1, 2, 3 where γ = 2 is dearer (a slow 3-token kernel): the
@@ -363,9 +369,20 @@ def test_speedup_at_a_concurrency_grows_each_step_and_adds_that_levels_serving_c
         3.0 * (2.0 * t.growths(5, 2)[0] + 0.5) / (2.6 * t.growths(5, 2)[1] + 0.5)
     )
     bls = t.speedup_at(3.0, 2.6, 5, 4, bls_gamma=4)
-    # The BLS's plain fill steps (5 − 3 = 2 an iteration) ride in forwards padded to the rows
-    # that verify: they grow like the speculative step.
-    assert bls == pytest.approx(5 * (2.0 * 1.5 + 1.5) / (2.6 * 2.0 + 2 * 2.0 * 2.0 + 1.5))
+    # The BLS's plain fill steps (5 − 3 = 2 an iteration) ride in the same forwards as the other
+    # 3 loops' steps, padded to the widest row: each other loop verifies in 1 of its 1 + 2
+    # forwards, so a fill forward is 5 tokens wide with w = 1 − (2/3)³ (batch_cost(5, 4) = 2.4
+    # against one row of one token, 1.0) and one token wide otherwise (batch_cost(1, 4) = 1.5).
+    w = 1 - (2 / 3) ** 3
+    fill = 2.0 * (w * 2.4 + (1 - w) * 1.5) / 1.0
+    assert t.bls_fill(4, 4, 3.0) == pytest.approx(fill)
+    assert bls == pytest.approx(5 * (2.0 * 1.5 + 1.5) / (2.6 * 2.0 + 2 * fill + 1.5))
+    # The other loops' τ sets w: with theirs at 5 (no fill) each of their forwards verifies.
+    assert t.bls_fill(4, 4, 5.0) == pytest.approx(2.0 * 2.4)
+    assert t.bls_fill(4, 1, 3.0) == 2.0  # one row: a plain step
+    assert t.speedup_at(3.0, 2.6, 5, 4, bls_gamma=4, bls_peers=5.0) == pytest.approx(
+        5 * (2.0 * 1.5 + 1.5) / (2.6 * 2.0 + 2 * 2.0 * 2.4 + 1.5)
+    )
     assert t.speedup_at(3.0, 2.6, 5, 1, bls_gamma=4) == pytest.approx(
         cm.bls_loop_speedup(3.0, 4, 2.0, 2.6, 0.5)
     )

@@ -90,19 +90,43 @@ class StepTiming:
         *,
         widths: Sequence[float] | None = None,
         bls_gamma: int | None = None,
+        bls_peers: float | None = None,
     ) -> float:
         """The predicted speedup at concurrency `batch` of a configuration committing `expected`
         tokens per step of `t_step` seconds (in process, one row): the plain and the speculative
         step grow with the batch as `growths` says, and the serving cost at that concurrency
-        (`overhead_at`) is added once per step to both (costmodel.served_speedup). `bls_gamma`:
-        draft-target through the BLS loop at that draft length (costmodel.bls_loop_speedup): the
-        loops of a batch do not stay in step, so its plain fill steps share forwards with other
-        loops' verify steps, padded to their width: they grow like the speculative step."""
+        (`overhead_at`) is added once per step to both (costmodel.served_speedup).
+
+        `bls_gamma`: draft-target through the BLS loop at that draft length
+        (costmodel.bls_loop_speedup), `expected` its τ per verify step. The loops of a batch do
+        not stay in step: a plain fill step rides in the same forward as the other rows' steps,
+        and the batcher pads a forward to its widest row (batching.batched_forward). A fill
+        forward is as wide as a verify forward (γ + 1 tokens per row) when any of the other
+        batch − 1 loops verifies in it, else one token wide (`bls_fill`). `bls_peers`: the τ per
+        verify step of those other loops (default `expected`)."""
         plain, spec = self.growths(width, batch, widths)
         t_plain, t_spec, o = self.t_base * plain, t_step * spec, self.overhead_at(batch)
         if bls_gamma is not None:
-            return cm.bls_loop_speedup(expected, bls_gamma, t_plain, t_spec, o, t_fill=self.t_base * spec)
+            fill = self.bls_fill(bls_gamma, batch, expected if bls_peers is None else bls_peers)
+            return cm.bls_loop_speedup(expected, bls_gamma, t_plain, t_spec, o, t_fill=fill)
         return cm.served_speedup(expected, t_plain, t_spec, o)
+
+    def bls_fill(self, gamma: int, batch: int, peers: float) -> float:
+        """Seconds of one plain fill step of a BLS loop at `batch` rows (in-process units: the
+        plain step t_base grown by the measured batched forwards). Each other loop spends
+        1 + F of its target forwards per iteration, F = γ + 1 − τ fills and one verify, so it
+        verifies in a given forward with p = 1 ÷ (1 + F); the forward is γ + 1 tokens wide with
+        w = 1 − (1 − p)^(batch − 1), and one token wide otherwise. t_base at one row."""
+        if not self.batch_points or batch <= 1:
+            return self.t_base
+        b = min(batch, self.max_batch) if self.max_batch else batch
+        p = 1.0 / (1.0 + max(0.0, gamma + 1 - peers))
+        w = 1.0 - (1.0 - p) ** (b - 1)
+        one = self.batch_cost(1, 1)
+        if one <= 0:
+            return self.t_base
+        wide, narrow = self.batch_cost(gamma + 1, b), self.batch_cost(1, b)
+        return self.t_base * (w * wide + (1.0 - w) * narrow) / one
 
     def batch_cost(self, width: float, batch: int) -> float:
         """Seconds of a batched forward over `batch` rows of `width` tokens, from the measured
@@ -393,9 +417,15 @@ def verify_widths(cfg: ProbeConfig, gamma: int) -> list[float] | None:
     return [(at_least[k] - at_least[k + 1]) / cfg.steps for k in range(gamma + 1)]
 
 
-def simulate_tau(runs: Sequence[Sequence[float]], gamma: int) -> float:
+def simulate_tau(runs: Sequence[Sequence[float]], gamma: int, *, bls: bool = False) -> float:
     """Tokens per step at draft length γ, replaying the run lengths: each step from root p
-    commits min(R_p, γ) + 1 tokens (fractional R: the expectation of the rounding)."""
+    commits min(R_p, γ) + 1 tokens (fractional R: the expectation of the rounding).
+
+    `bls`: the draft-target BLS loop's verify steps instead (upstream's decode.py): an iteration
+    from root p verifies the draft there (the same min(R_p, γ) + 1 tokens), then the target
+    decodes plainly up to γ + 1 tokens, so the next iteration drafts from p + γ + 1, not from
+    where the rejection fell. It steps over the position after a rejection, where the drafts of
+    a hard stretch cluster, and so commits more per verify step than the speculative loop."""
     steps = tokens = 0.0
     for r in runs:
         p, n = 0, len(r)
@@ -406,7 +436,7 @@ def simulate_tau(runs: Sequence[Sequence[float]], gamma: int) -> float:
             c = min(c, n - p)
             steps += 1
             tokens += c
-            p += c
+            p += min(gamma + 1, n - p) if bls else c
     return tokens / steps if steps else 1.0
 
 
@@ -482,7 +512,12 @@ def predict_measured(
         step_pts = [(c.settings["max_draft_len"], c.t_step) for c in chain_cfgs if c.t_step > 0]
         c_lev = t.c_forward if (t.c_forward is not None and has_draft_model(mode)) else 0.0
         for g in range(1, min(gamma_max, gmax) + 1):
-            e = simulate_tau(runs, g) if runs else cm.expected_tokens_from_marginals(primary.marginals, g)
+            # Through the BLS loop, τ is what a verify step commits there (simulate_tau's `bls`).
+            e = (
+                simulate_tau(runs, g, bls=bls_loop)
+                if runs
+                else cm.expected_tokens_from_marginals(primary.marginals, g)
+            )
             # Through the probed step times as measured: a probed γ keeps its own time. A step is
             # not always dearer for a longer draft (on the memory-bound twin a 3-token verify
             # forward took 124 ms where 2 and 5 tokens took 87), and a monotone fit would spread
@@ -497,9 +532,19 @@ def predict_measured(
                 else None
             )
 
-            at = partial(t.speedup_at, t_step=step, width=g + 1, widths=widths, bls_gamma=bls_gamma)
+            at = partial(
+                t.speedup_at,
+                t_step=step,
+                width=g + 1,
+                widths=widths,
+                bls_gamma=bls_gamma,
+                bls_peers=e if bls_loop else None,
+            )
             pooled = {b: at(e, batch=b) for b in concurrency}
-            reqs = [(sum(st), simulate_tau([r], g)) for st, r in zip(primary.step_tokens, runs, strict=True)]
+            reqs = [
+                (sum(st), simulate_tau([r], g, bls=bls_loop))
+                for st, r in zip(primary.step_tokens, runs, strict=True)
+            ]
             out.append(
                 Prediction(
                     label=f"γ={g}",
