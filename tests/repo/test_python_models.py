@@ -990,3 +990,20 @@ def test_reference_draft_target_loader_pads_the_target(ref_module, tmp_path):
     assert built["mode"] == "draft_target" and runtime.inflate == 2 and runtime.draft is None
     width = runtime.target.model.model.layers[0].mlp.gate_proj.out_features
     assert width == 2 * json.loads((tiny / "target" / "config.json").read_text())["intermediate_size"]
+
+
+@pytest.mark.parametrize("name", ["tiny-lookahead-bf16", "tiny-lookahead"])
+def test_plan_probes_in_the_dtype_the_served_model_computes_in(ref_module, tmp_path, name):
+    """`sdtk plan`'s in-process runtime (bench.measure.inprocess.load_runtime) computes in what the
+    served tensorrt_llm model loads from the built engine directory: bfloat16 for a recipe that
+    asks for it (it was float32 whatever the recipe said), float32 for `auto`."""
+    from standins import quiet
+
+    from toolkit.bench.measure.inprocess import load_runtime
+    from toolkit.build import build
+    from toolkit.recipe import load_recipe
+
+    rec = load_recipe(name)
+    r = build(rec, backend="reference", workdir=tmp_path / "wd", progress=quiet)
+    served, _ = ref_module.load_runtime(Path(r.outputs["target"]))
+    assert load_runtime(rec).dtype == served.dtype == ("bfloat16" if name.endswith("bf16") else "float32")

@@ -80,6 +80,9 @@ def load_runtime(recipe: Recipe) -> Any:
         medusa=p(m.medusa_heads),
         eagle3=p(m.eagle_head),
         spec=recipe.speculative,
+        # What the served model computes in: the build writes the recipe's dtype into the engine
+        # config (`auto`: the reference backend's float32) and the served runtime loads that.
+        dtype=recipe.dtype,
         tokenizer=p(m.tokenizer),
         inflate=recipe.reference.inflate,
     )
