@@ -997,13 +997,11 @@ def test_plan_probes_in_the_dtype_the_served_model_computes_in(ref_module, tmp_p
     """`sdtk plan`'s in-process runtime (bench.measure.inprocess.load_runtime) computes in what the
     served tensorrt_llm model loads from the built engine directory: bfloat16 for a recipe that
     asks for it (it was float32 whatever the recipe said), float32 for `auto`."""
-    from standins import quiet
-
     from toolkit.bench.measure.inprocess import load_runtime
     from toolkit.build import build
     from toolkit.recipe import load_recipe
 
     rec = load_recipe(name)
-    r = build(rec, backend="reference", workdir=tmp_path / "wd", progress=quiet)
+    r = build(rec, backend="reference", workdir=tmp_path / "wd", progress=lambda _msg: None)
     served, _ = ref_module.load_runtime(Path(r.outputs["target"]))
     assert load_runtime(rec).dtype == served.dtype == ("bfloat16" if name.endswith("bf16") else "float32")
