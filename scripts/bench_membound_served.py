@@ -11,7 +11,7 @@ probe) predicts the speedup at the recipe's own draft length, and the section sh
 docs/benchmarks.md (or --section NAME's) is replaced.
 
     python scripts/bench_membound_served.py [RECIPE ...] [--concurrency 1] [--requests 16]
-        [--max-tokens 64] [--plan] [--keep DIR] [--no-write]
+        [--max-tokens 64] [--plan] [--interleave] [--keep DIR] [--no-write]
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ def _compare(recipe: str, args: argparse.Namespace, work: Path) -> dict[str, Any
     argv = ["bench", "--compare", BASELINE, recipe, "--workdir", str(work / recipe)]
     argv += ["--concurrency", args.concurrency, "--requests", str(args.requests)]
     argv += ["--max-tokens", str(args.max_tokens), "--workload", args.workload, "--json"]
+    argv += ["--interleave"] if args.interleave else []
     proc = sdtk(*argv)
     _keep(args, f"{recipe}.compare.json", proc)
     return _json(proc, f"sdtk {' '.join(argv)}")
@@ -89,6 +90,11 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--workload", default="code")
     ap.add_argument("--plan", action="store_true", help="also run sdtk plan and show its error")
+    ap.add_argument(
+        "--interleave",
+        action="store_true",
+        help="sdtk bench --compare --interleave: both sides level by level",
+    )
     ap.add_argument("--probe-prompts", type=int, default=8, help="sdtk plan --probe-prompts (with --plan)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     ap.add_argument("--no-write", action="store_true")
@@ -135,7 +141,9 @@ def main() -> int:
             f"- command: `{command}`",
             f"- method: `sdtk bench --compare {BASELINE} RECIPE` on the embedded Triton (reference "
             f"backend), workload `{args.workload}`, {args.requests} requests per level, "
-            f"{args.max_tokens} new tokens each; speedup = the CLI's mean per-request output tok/s "
+            f"{args.max_tokens} new tokens each"
+            + (", both sides level by level (`--interleave`)" if args.interleave else "")
+            + "; speedup = the CLI's mean per-request output tok/s "
             "ratio, 95% CI by paired bootstrap over requests. Both sides run the target padded ×32 "
             "(memory-bound twin: 0.46 GB per step)."
             + (

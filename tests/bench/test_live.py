@@ -102,6 +102,47 @@ def test_compare_live_reports(server, tmp_path):
     } <= names
 
 
+@pytest.mark.parametrize("interleave", [False, True])
+def test_compare_order_side_by_side_or_interleaved_by_level(server, tmp_path, interleave):
+    """The order the two sides run in, by the server's own clock (each request's arrival and
+    last token, server_timestamps): by default the baseline runs all its levels before the
+    speculative side starts; `interleave` runs both sides at a level before either starts the
+    next. Either way the result holds every level of both sides, paired."""
+    ab = compare(
+        server.grpc_url,
+        server.grpc_url,
+        baseline_model="base",
+        speculative_model="spec",
+        workload="code",
+        max_tokens=12,
+        concurrency=[1, 2],
+        requests=4,
+        warmup=0,
+        report_dir=tmp_path,
+        progress=False,
+        resamples=200,
+        plots=False,
+        interleave=interleave,
+    )
+    assert not ab.partial and [lv.concurrency for lv in ab.levels] == [1, 2]
+    assert all(lv.paired and lv.pairs == 4 for lv in ab.levels)
+    assert ab.settings["order"] == ("interleaved by level" if interleave else "side by side")
+
+    def span(side, c):
+        lv = side.level(c)
+        assert lv is not None and all(r.server_arrival_ns and r.server_last_token_ns for r in lv.records)
+        return min(r.server_arrival_ns for r in lv.records), max(r.server_last_token_ns for r in lv.records)
+
+    base, spec = ab.baseline, ab.speculative
+    assert base is not None and spec is not None
+    assert base.settings["concurrency"] == spec.settings["concurrency"] == [1, 2]
+    if interleave:
+        assert span(base, 1)[1] < span(spec, 1)[0] and span(spec, 1)[1] < span(base, 2)[0]
+        assert span(base, 2)[1] < span(spec, 2)[0]
+    else:
+        assert span(base, 2)[1] < span(spec, 1)[0]
+
+
 def test_tune_per_request_live(server, tmp_path):
     t = tune(
         server.grpc_url,

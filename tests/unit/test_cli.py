@@ -129,6 +129,28 @@ def test_plan_passes_the_serving_overhead(monkeypatch):
     assert invoke("plan", "tiny-ngram", "--serving-overhead-ms", "-1").exit_code == 2
 
 
+def test_bench_interleave_reaches_compare_and_needs_it(monkeypatch):
+    """`sdtk bench --compare A B --interleave` asks bench.api.compare for the interleaved order
+    (without the flag, the default order); --interleave without --compare is a usage error that
+    deploys nothing."""
+    import toolkit.bench.api as api
+    from toolkit.bench.results import ABResult
+
+    seen = []
+
+    def fake_compare(a, b, opts, **kw):
+        seen.append(kw["interleave"])
+        return ABResult(str(a), str(b), {}, {})
+
+    monkeypatch.setattr(api, "compare", fake_compare)
+    assert invoke("bench", "--compare", "tiny-baseline", "tiny-ngram", "--interleave", "--json").exit_code == 0
+    assert invoke("bench", "--compare", "tiny-baseline", "tiny-ngram", "--json").exit_code == 0
+    assert seen == [True, False]
+    r = invoke("bench", "tiny-ngram", "--interleave")
+    assert r.exit_code == 2 and r.stderr.startswith("error: ") and "--compare" in r.stderr
+    assert seen == [True, False]
+
+
 # Every command, from whichever module of toolkit/cli/ registers it.
 COMMANDS = {
     "bench", "build", "compat", "deploy", "doctor", "generate", "infer", "logs", "monitor", "plan",

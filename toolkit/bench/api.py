@@ -107,10 +107,12 @@ def compare(
     deploy_fn: DeployFn | None = None,
     plots: bool = True,
     replay: bool = True,
+    interleave: bool = False,
     **changes: Any,
 ) -> ABResult:
     """Benchmark both sides on one workload and compare them. Recipe sides are deployed under
-    `opts.workdir` (through `deploy_fn(recipe, workdir=...)`). Reports go to `opts.report_dir`
+    `opts.workdir` (through `deploy_fn(recipe, workdir=...)`). `interleave`: both sides level by
+    level instead of one side's levels after the other's (orchestrate.compare). Reports go to `opts.report_dir`
     (default <workdir>/reports/compare-<time>). A dead server raises BenchAborted whose
     `.partial` is the ABResult so far (its reports already written). Keyword arguments named
     after RunOptions fields change `opts`.
@@ -138,6 +140,7 @@ def compare(
             confidence=confidence,
             deploy_fn=deploy_fn,
             replay=replay,
+            interleave=interleave,
         ),
         opts.out_dir("compare"),
         plots=plots,

@@ -80,6 +80,13 @@ def _with(options):
     help="Run without exact token counts (no server count, no tokenizer): one token per chunk, "
     "and every report says INEXACT.",
 )
+@click.option(
+    "--interleave",
+    is_flag=True,
+    help="With --compare: measure both sides level by level (the baseline, then the speculative side, "
+    "at each concurrency) instead of one side's levels after the other's, so that a machine whose "
+    "speed drifts moves both sides of a level alike. Recipe sides are deployed once per level.",
+)
 @json_option
 def bench(
     target: str | None,
@@ -100,6 +107,7 @@ def bench(
     report_dir: Path | None,
     tokenizer: str | None,
     allow_inexact: bool,
+    interleave: bool,
     as_json: bool,
 ) -> None:
     """Benchmark a deployment (TARGET: recipe, workdir or URL), or A/B two with --compare.
@@ -130,8 +138,12 @@ def bench(
     if compare:
         from toolkit.bench.api import compare as run_compare
 
-        result: Any = run_compare(compare[0], compare[1], opts, concurrency=levels, deploy_fn=deployed)
+        result: Any = run_compare(
+            compare[0], compare[1], opts, concurrency=levels, deploy_fn=deployed, interleave=interleave
+        )
     else:
+        if interleave:
+            raise UsageError("--interleave orders the two sides of --compare A B; give --compare")
         ref = target or url or (str(workdir) if workdir else None)
         if ref is None:
             raise UsageError("give a TARGET (recipe, workdir or URL), --url, --workdir, or --compare A B")
