@@ -73,21 +73,23 @@ def test_bench_streams_multi_token_chunks(server, protocol, tmp_path):
     assert "sdtk bench:" in render(r)
 
 
-def test_compare_live_reports(server, tmp_path):
-    ab = compare(
+def compare_base_spec(server, tmp_path, **kw):
+    """`compare` of the fake server's base model against its spec model, levels 1 and 2."""
+    return compare(
         server.grpc_url,
         server.grpc_url,
         baseline_model="base",
         speculative_model="spec",
         workload="code",
-        max_tokens=24,
         concurrency=[1, 2],
-        requests=8,
-        warmup=1,
         report_dir=tmp_path,
         progress=False,
-        resamples=500,
+        **kw,
     )
+
+
+def test_compare_live_reports(server, tmp_path):
+    ab = compare_base_spec(server, tmp_path, max_tokens=24, requests=8, warmup=1, resamples=500)
     assert len(ab.levels) == 2 and not ab.partial
     lc = ab.levels[0]
     assert lc.paired and lc.pairs == 8
@@ -108,18 +110,12 @@ def test_compare_order_side_by_side_or_interleaved_by_level(server, tmp_path, in
     last token, server_timestamps): by default the baseline runs all its levels before the
     speculative side starts; `interleave` runs both sides at a level before either starts the
     next. Either way the result holds every level of both sides, paired."""
-    ab = compare(
-        server.grpc_url,
-        server.grpc_url,
-        baseline_model="base",
-        speculative_model="spec",
-        workload="code",
+    ab = compare_base_spec(
+        server,
+        tmp_path,
         max_tokens=12,
-        concurrency=[1, 2],
         requests=4,
         warmup=0,
-        report_dir=tmp_path,
-        progress=False,
         resamples=200,
         plots=False,
         interleave=interleave,
