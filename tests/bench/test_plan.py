@@ -18,9 +18,8 @@ from toolkit.bench.decide.predict import (
     interpolate,
     isotonic,
     recommend,
-    run_lengths,
-    simulate_tau,
 )
+from toolkit.bench.decide.runs import run_lengths, simulate_tau
 from toolkit.bench.measure.workloads import load_workload
 from toolkit.bench.report import render
 from toolkit.errors import UsageError

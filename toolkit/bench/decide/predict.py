@@ -14,6 +14,7 @@ from typing import Any
 
 from toolkit.bench.decide import costmodel as cm
 from toolkit.bench.decide import sizing as sz
+from toolkit.bench.decide.runs import run_lengths, simulate_tau
 from toolkit.bench.measure.metrics import Interval
 from toolkit.bench.proposers import (
     ONE_PASS_SOURCE,
@@ -382,29 +383,6 @@ def config_draft_len(mode: str, settings: dict[str, Any], spec: Any) -> int:
 # --------------------------------------------------------------------------- prediction
 
 
-def run_lengths(step_tokens: Sequence[int], gamma_max: int, p_tail: float) -> list[float]:
-    """How many drafts the proposer would get right from every root position of one generation.
-
-    A step run at γ_max that accepted a < γ_max drafts from root p tells R_p = a exactly, and
-    also R_{p+k} = a − k inside the run: the proposer is a function of the context, and its
-    proposal from p+1 is the rest of its proposal from p (exact for greedy draft-target,
-    close for n-gram and EAGLE). A fully accepted step only bounds R from below; beyond the
-    bound the proposer continues with probability `p_tail` per token.
-    """
-    out: list[float] = []
-    r_next = 0.0
-    for c in reversed(step_tokens):
-        a = c - 1
-        if a < gamma_max:
-            run = [float(a - k) for k in range(a + 1)]
-        else:
-            tail = p_tail * (1 + r_next)
-            run = [gamma_max - k + tail for k in range(a + 1)]
-        out[:0] = run
-        r_next = run[0]
-    return out
-
-
 def verify_widths(cfg: ProbeConfig, gamma: int) -> list[float] | None:
     """P(a step verifies k + 1 tokens), k = 0..γ, from a chain probe at a draft length ≥ γ: a
     step that proposed L tokens there proposes min(L, γ) at γ (n-gram's proposal is a prefix of
@@ -415,29 +393,6 @@ def verify_widths(cfg: ProbeConfig, gamma: int) -> list[float] | None:
     at_least += [0] * (gamma + 1 - len(at_least))  # positions never proposed
     at_least.append(0)
     return [(at_least[k] - at_least[k + 1]) / cfg.steps for k in range(gamma + 1)]
-
-
-def simulate_tau(runs: Sequence[Sequence[float]], gamma: int, *, bls: bool = False) -> float:
-    """Tokens per step at draft length γ, replaying the run lengths: each step from root p
-    commits min(R_p, γ) + 1 tokens (fractional R: the expectation of the rounding).
-
-    `bls`: the draft-target BLS loop's verify steps instead (upstream's decode.py): an iteration
-    from root p verifies the draft there (the same min(R_p, γ) + 1 tokens), then the target
-    decodes plainly up to γ + 1 tokens, so the next iteration drafts from p + γ + 1, not from
-    where the rejection fell. It steps over the position after a rejection, where the drafts of
-    a hard stretch cluster, and so commits more per verify step than the speculative loop."""
-    steps = tokens = 0.0
-    for r in runs:
-        p, n = 0, len(r)
-        while p < n:
-            a = min(r[p], gamma)
-            lo = int(a)
-            c = lo + 1 + (1 if (a - lo) >= 0.5 else 0)
-            c = min(c, n - p)
-            steps += 1
-            tokens += c
-            p += min(gamma + 1, n - p) if bls else c
-    return tokens / steps if steps else 1.0
 
 
 def _request_mean(
@@ -513,18 +468,14 @@ def predict_measured(
         c_lev = t.c_forward if (t.c_forward is not None and has_draft_model(mode)) else 0.0
         for g in range(1, min(gamma_max, gmax) + 1):
             # Through the BLS loop, τ is what a verify step commits there (simulate_tau's `bls`).
-            e = (
-                simulate_tau(runs, g, bls=bls_loop)
-                if runs
-                else cm.expected_tokens_from_marginals(primary.marginals, g)
-            )
+            tau = partial(simulate_tau, gamma=g, bls=bls_loop)
+            e = tau(runs) if runs else cm.expected_tokens_from_marginals(primary.marginals, g)
             # Through the probed step times as measured: a probed γ keeps its own time. A step is
             # not always dearer for a longer draft (on the memory-bound twin a 3-token verify
             # forward took 124 ms where 2 and 5 tokens took 87), and a monotone fit would spread
             # such a point onto its neighbours.
             step = interpolate(step_pts, g, monotone=False) if step_pts else t.t_base
             widths = verify_widths(primary, g)
-            bls_gamma = g if bls_loop else None
             e_iid = cm.expected_tokens(alpha, g) if alpha is not None else None
             lev = (
                 {b: cm.leviathan_speedup_with_verify(e_iid, g, c_lev, t.kappa, g + 1) for b in concurrency}
@@ -532,19 +483,11 @@ def predict_measured(
                 else None
             )
 
-            at = partial(
-                t.speedup_at,
-                t_step=step,
-                width=g + 1,
-                widths=widths,
-                bls_gamma=bls_gamma,
-                bls_peers=e if bls_loop else None,
-            )
+            bls_gamma, bls_peers = (g, e) if bls_loop else (None, None)
+            at = partial(t.speedup_at, t_step=step, width=g + 1, widths=widths, bls_gamma=bls_gamma)
+            at = partial(at, bls_peers=bls_peers)
             pooled = {b: at(e, batch=b) for b in concurrency}
-            reqs = [
-                (sum(st), simulate_tau([r], g, bls=bls_loop))
-                for st, r in zip(primary.step_tokens, runs, strict=True)
-            ]
+            reqs = [(sum(st), tau([r])) for st, r in zip(primary.step_tokens, runs, strict=True)]
             out.append(
                 Prediction(
                     label=f"γ={g}",

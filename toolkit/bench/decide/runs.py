@@ -1,0 +1,53 @@
+"""Accepted runs replayed: how many drafts a chain proposer gets right from every position of a
+probed generation, and the tokens per step that gives at another draft length, or through the
+draft-target BLS loop. Pure functions, no I/O (decide.predict uses them)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def run_lengths(step_tokens: Sequence[int], gamma_max: int, p_tail: float) -> list[float]:
+    """How many drafts the proposer would get right from every root position of one generation.
+
+    A step run at γ_max that accepted a < γ_max drafts from root p tells R_p = a exactly, and
+    also R_{p+k} = a − k inside the run: the proposer is a function of the context, and its
+    proposal from p+1 is the rest of its proposal from p (exact for greedy draft-target,
+    close for n-gram and EAGLE). A fully accepted step only bounds R from below; beyond the
+    bound the proposer continues with probability `p_tail` per token.
+    """
+    out: list[float] = []
+    r_next = 0.0
+    for c in reversed(step_tokens):
+        a = c - 1
+        if a < gamma_max:
+            run = [float(a - k) for k in range(a + 1)]
+        else:
+            tail = p_tail * (1 + r_next)
+            run = [gamma_max - k + tail for k in range(a + 1)]
+        out[:0] = run
+        r_next = run[0]
+    return out
+
+
+def simulate_tau(runs: Sequence[Sequence[float]], gamma: int, *, bls: bool = False) -> float:
+    """Tokens per step at draft length γ, replaying the run lengths: each step from root p
+    commits min(R_p, γ) + 1 tokens (fractional R: the expectation of the rounding).
+
+    `bls`: the draft-target BLS loop's verify steps instead (upstream's decode.py): an iteration
+    from root p verifies the draft there (the same min(R_p, γ) + 1 tokens), then the target
+    decodes plainly up to γ + 1 tokens, so the next iteration drafts from p + γ + 1, not from
+    where the rejection fell. It steps over the position after a rejection, where the drafts of
+    a hard stretch cluster, and so commits more per verify step than the speculative loop."""
+    steps = tokens = 0.0
+    for r in runs:
+        p, n = 0, len(r)
+        while p < n:
+            a = min(r[p], gamma)
+            lo = int(a)
+            c = lo + 1 + (1 if (a - lo) >= 0.5 else 0)
+            c = min(c, n - p)
+            steps += 1
+            tokens += c
+            p += min(gamma + 1, n - p) if bls else c
+    return tokens / steps if steps else 1.0
