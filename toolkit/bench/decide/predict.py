@@ -64,7 +64,7 @@ class StepTiming:
         expected cost of one row alone. None: every row verifies `width`."""
         if not self.batch_points or batch <= 1:
             return 1.0, 1.0
-        b = min(batch, self.max_batch) if self.max_batch else batch
+        b = self.rows(batch)
         plain = self.batch_cost(1, b) / self.batch_cost(1, 1)
         if widths is None:
             return plain, self.batch_cost(width, b) / self.batch_cost(width, 1)
@@ -120,14 +120,15 @@ class StepTiming:
         w = 1 − (1 − p)^(batch − 1), and one token wide otherwise. t_base at one row."""
         if not self.batch_points or batch <= 1:
             return self.t_base
-        b = min(batch, self.max_batch) if self.max_batch else batch
+        b = self.rows(batch)
         p = 1.0 / (1.0 + max(0.0, gamma + 1 - peers))
         w = 1.0 - (1.0 - p) ** (b - 1)
-        one = self.batch_cost(1, 1)
-        if one <= 0:
-            return self.t_base
         wide, narrow = self.batch_cost(gamma + 1, b), self.batch_cost(1, b)
-        return self.t_base * (w * wide + (1.0 - w) * narrow) / one
+        return self.t_base * (w * wide + (1.0 - w) * narrow) / self.batch_cost(1, 1)
+
+    def rows(self, batch: int) -> int:
+        """The rows a forward runs at concurrency `batch`: beyond max_batch_size requests queue."""
+        return min(batch, self.max_batch) if self.max_batch else batch
 
     def batch_cost(self, width: float, batch: int) -> float:
         """Seconds of a batched forward over `batch` rows of `width` tokens, from the measured
@@ -483,9 +484,10 @@ def predict_measured(
                 else None
             )
 
-            bls_gamma, bls_peers = (g, e) if bls_loop else (None, None)
-            at = partial(t.speedup_at, t_step=step, width=g + 1, widths=widths, bls_gamma=bls_gamma)
-            at = partial(at, bls_peers=bls_peers)
+            bls = (g, e) if bls_loop else (None, None)  # the BLS loop's γ and its loops' τ
+            at = partial(
+                t.speedup_at, t_step=step, width=g + 1, widths=widths, bls_gamma=bls[0], bls_peers=bls[1]
+            )
             pooled = {b: at(e, batch=b) for b in concurrency}
             reqs = [(sum(st), tau([r])) for st, r in zip(primary.step_tokens, runs, strict=True)]
             out.append(
