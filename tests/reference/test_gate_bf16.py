@@ -1,13 +1,17 @@
 """The gate on real bf16 numerics: the tiny target run in bfloat16 (CPU kernels), where a
 verification forward over several tokens and a one-token decode step take different GEMM shapes.
-Lookahead decoding then parts from plain decoding at the target's near-ties (found on the 24 code
-prompts: 4 of 24 diverge in bf16, none in float32), and the gate accepts those as ties; a lossy
-verifier that takes every draft without checking it is rejected."""
+Lookahead decoding then parts from plain decoding at the target's near-ties, and the gate accepts
+those as ties; a lossy verifier that takes every draft without checking it is rejected.
+
+Which prompts part depends on the CPU's bf16 GEMM kernels, so the test finds them on the host it
+runs on (all 24 code prompts, none diverge in float32): on an AVX-512 host prompts 1 and 12 (of 4),
+on an AVX2 host (AMD EPYC Zen 1, torch 2.13 CPU) prompts 4 (token 24) and 23 (token 0)."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +24,6 @@ from toolkit.validate import ValidationReport, _correctness, _GateSetup
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 32
-# Prompts where bf16 lookahead diverges from bf16 plain decoding (1: token 9, 12: token 19), and
-# one where it does not.
-CHOSEN = (PROMPTS[1], PROMPTS[12], PROMPTS[0])
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +46,10 @@ def gate() -> Any:
     return dataclasses.replace(setup, dtype="bfloat16")
 
 
-def texts(rt: Any, spec: Any) -> list[tuple[str, str, str]]:
+def texts(rt: Any, spec: Any, prompts: Sequence[str]) -> list[tuple[str, str, str]]:
     """(prompt, served = speculative, baseline = plain), both in the runtime's dtype."""
     out = []
-    for prompt in CHOSEN:
+    for prompt in prompts:
         ids = rt.tokenizer(prompt)["input_ids"]
         plain = rt.generate(ids, N, speculative=False, end_id=-1).token_ids
         served = rt.generate(ids, N, spec=spec, end_id=-1).token_ids
@@ -56,23 +57,41 @@ def texts(rt: Any, spec: Any) -> list[tuple[str, str, str]]:
     return out
 
 
-def test_bf16_tie_divergences_pass_the_gate(bf16: Any, gate: Any, specs: dict[str, Any]) -> None:
+# Prompts seen to part in bf16 on the hosts above, tried first; the other prompts only if none does.
+SEEN = (1, 12, 4, 23)
+
+
+@pytest.fixture(scope="module")
+def bf16_texts(bf16: Any, specs: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """This host's bf16 lookahead divergences from bf16 plain decoding, plus one prompt that does
+    not diverge."""
+    first = texts(bf16, specs["lookahead"], [PROMPTS[i] for i in (*SEEN, 0)])
+    parted = [t for t in first if t[1] != t[2]]
+    if not parted:
+        rest = [p for i, p in enumerate(PROMPTS) if i not in (*SEEN, 0)]
+        parted = [t for t in texts(bf16, specs["lookahead"], rest) if t[1] != t[2]]
+    assert parted, "no bf16 divergence on any of the 24 prompts: the test would prove nothing"
+    return [*parted, *[t for t in first if t[1] == t[2]][:1]]
+
+
+def test_bf16_tie_divergences_pass_the_gate(bf16_texts: list[tuple[str, str, str]], gate: Any) -> None:
     report = ValidationReport("m", "u", None, "b")
-    status, detail = _correctness(report, texts(bf16, specs["lookahead"]), gate, "bf16 plain decoding")
+    status, detail = _correctness(report, bf16_texts, gate, "bf16 plain decoding")
     assert status == "passed", detail
     ties = [d for d in report.divergences if d["tie"]]
     assert len(ties) >= 1, "no bf16 divergence: the test would prove nothing"
     assert all(abs(d["margin"]) <= 0.25 for d in ties)
     assert f"{len(ties)} diverged at a tie (|margin| ≤ 0.25, bfloat16" in detail
     strict = dataclasses.replace(gate, strict=True)
-    assert (
-        _correctness(ValidationReport("m", "u", None, "b"), texts(bf16, specs["lookahead"]), strict, "")[0]
-        == "failed"
-    )
+    assert _correctness(ValidationReport("m", "u", None, "b"), bf16_texts, strict, "")[0] == "failed"
 
 
 def test_a_lossy_deployment_fails_the_gate(
-    bf16: Any, gate: Any, specs: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    bf16: Any,
+    bf16_texts: list[tuple[str, str, str]],
+    gate: Any,
+    specs: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The test-only lossy verifier: every first-child draft is taken without comparing it to the
     target's choice; the gate must fail, naming a divergence that is no tie."""
@@ -80,7 +99,8 @@ def test_a_lossy_deployment_fails_the_gate(
 
     monkeypatch.setattr(runtime_module, "verify", runtime_module.accept_every_draft)
     report = ValidationReport("m", "u", None, "b")
-    status, detail = _correctness(report, texts(bf16, specs["lookahead"]), gate, "bf16 plain decoding")
+    lossy = texts(bf16, specs["lookahead"], [t[0] for t in bf16_texts])
+    status, detail = _correctness(report, lossy, gate, "bf16 plain decoding")
     assert status == "failed", detail
     wrong = [d for d in report.divergences if not d["tie"]]
     assert wrong and all(d["margin"] > 0.25 for d in wrong)
