@@ -16,13 +16,21 @@ Triton, and reports:
   the in-process speculative loop (`generate`, what plan's probe measures and prices the BLS
   loop with).
 
+With `--concurrency 1,2,4,8` it also runs the loops as the served models do under load: both
+runtimes with the served model's in-flight batcher (`enable_batching`, max_batch_size 16), one
+thread per concurrent request, each model request held in the batch for its whole length
+(`hold`); per level the same A/B (mean of per-request rates), and how many of the target's
+batched forwards ran a single row while several loops were in flight: a loop that leaves the
+batch to draft finds, when it comes back, the others' next step already running.
+
 The BLS loop's tokens must equal the plain loop's (greedy speculation is lossless), or the
 script stops. The timed A/B is repeated --runs times (each request plain then BLS, the requests in turn); the
 table shows the median of the runs. Writes its section of docs/benchmarks.md between the
 bench_bls_replay markers.
 
     python scripts/bench_bls_replay.py [--recipe recipes/tiny-draft-target-membound.yaml]
-        [--prompts 16] [--max-tokens 64] [--runs 3] [--threads 1] [--no-write]
+        [--prompts 16] [--max-tokens 64] [--runs 3] [--threads 1] [--concurrency 1,2,4,8]
+        [--no-write]
 """
 
 from __future__ import annotations
@@ -77,6 +85,65 @@ def bls_loop(rt: Any, drt: Any, ids: list[int], n: int, gamma: int) -> tuple[flo
     return time.perf_counter() - t, taus, toks[len(ids) :]
 
 
+def held_plain(rt: Any, ids: list[int], n: int) -> tuple[float, list[int]]:
+    """plain_loop as one served request: the sequence stays in the batch for all its steps."""
+    t = time.perf_counter()
+    with rt.hold(ids):
+        out = plain_steps(rt, ids, n)
+    return time.perf_counter() - t, out
+
+
+def held_bls(rt: Any, drt: Any, ids: list[int], n: int, gamma: int) -> tuple[float, list[int]]:
+    """bls_loop with each model request held in its batch: the draft's γ steps, then the target's
+    verify step and fill steps (one request of γ+1 tokens); between them the loop leaves both."""
+    toks, got = list(ids), 0
+    t = time.perf_counter()
+    while got < n:
+        with drt.hold(toks):
+            draft = plain_steps(drt, toks, min(gamma, n - got - 1))
+        with rt.hold(toks):
+            new = rt.verify_draft(toks, draft, end_id=-1).new_tokens
+            new = (new + plain_steps(rt, toks + new, len(draft) + 1 - len(new)))[: n - got]
+        toks += new
+        got += len(new)
+    return time.perf_counter() - t, toks[len(ids) :]
+
+
+def concurrent(
+    rt: Any, drt: Any, prompts: list[list[int]], n: int, gamma: int, levels: list[int], runs: int
+) -> dict[int, dict[str, Any]]:
+    """Per level: the BLS ÷ plain mean of per-request rates (median of `runs`), the target's
+    batched forwards in a BLS run and the share of them that ran one row (first run)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rt.enable_batching(16, 1096)  # the served model's batcher: max_batch_size, max_seq_len + 72
+    drt.enable_batching(16, 1096)
+    held_plain(rt, prompts[0], 4)  # warm-up
+    held_bls(rt, drt, prompts[0], 4, gamma)
+    out: dict[int, dict[str, Any]] = {}
+    for c in levels:
+        ratios, forwards, single = [], 0, 0
+        for r in range(runs):
+            with ThreadPoolExecutor(c) as pool:
+                plain = list(pool.map(lambda ids: held_plain(rt, ids, n), prompts))
+                before = dict(rt.batcher.batch_sizes)
+                spec = list(pool.map(lambda ids: held_bls(rt, drt, ids, n, gamma), prompts))
+            if any(s[1] != p[1] for s, p in zip(spec, plain, strict=True)):
+                sys.exit(f"at concurrency {c} the BLS loop's tokens differ from the plain loop's")
+            ratios.append(statistics.mean(n / s[0] for s in spec) / statistics.mean(n / p[0] for p in plain))
+            if r == 0:
+                grew = {k: v - before.get(k, 0) for k, v in rt.batcher.batch_sizes.items()}
+                forwards, single = sum(grew.values()), grew.get(1, 0)
+            print(f"[bls_replay] concurrency {c}, run {r + 1}/{runs}: {ratios[-1]:.3f}", file=sys.stderr)
+        out[c] = {
+            "speedup": statistics.median(ratios),
+            "forwards": forwards,
+            "single": single,
+            "runs": ratios,
+        }
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recipe", type=Path, default=REPO / "recipes" / "tiny-draft-target-membound.yaml")
@@ -84,6 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--concurrency",
+        default="",
+        help="also run the loops batched at these concurrency levels, e.g. 1,2,4,8 (default: none)",
+    )
     ap.add_argument("--seed", type=int, default=0, help="the workload sample's seed (plan's default)")
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
     ap.add_argument("--no-write", action="store_true")
@@ -140,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     tau_bls = statistics.mean(taus)
+    levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    batched = concurrent(rt, drt, prompts, n, gamma, levels, args.runs) if levels else {}
 
     inflate = rec.reference.inflate
     lines = [
@@ -151,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after",
         f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- command: `python scripts/bench_bls_replay.py --recipe {os.path.relpath(args.recipe, REPO)} "
-        f"--prompts {args.prompts} --max-tokens {n} --runs {args.runs} --threads {args.threads}`",
+        f"--prompts {args.prompts} --max-tokens {n} --runs {args.runs} --threads {args.threads}"
+        + (f" --concurrency {args.concurrency}`" if levels else "`"),
         f"- method: {args.prompts} prompts of the `code` workload (seed {args.seed}, as `sdtk plan` "
         f"samples them), {n} new tokens each, greedy; the target padded ×{inflate}"
         + (" (memory-bound twin)" if inflate > 1 else "")
@@ -167,8 +242,25 @@ def main(argv: list[str] | None = None) -> int:
         f"| τ per BLS iteration (its verify step's tokens) | {tau_bls:.2f} |",
         f"| τ per step of the in-process speculative loop (plan's probe) | {tau_generate:.2f} |",
         "",
-        END,
     ]
+    if batched:
+        lines += [
+            "Batched, as the served models run under load (one thread per concurrent request, the "
+            "served batcher, each model request held in its batch):",
+            "",
+            "| concurrency | BLS loop ÷ plain loop, mean of per-request rates | target forwards (BLS) "
+            "| of them one row |",
+            "|---:|---:|---:|---:|",
+        ]
+        for c, m in batched.items():
+            runs_text = ", ".join(f"{x:.2f}" for x in m["runs"])
+            share = m["single"] / m["forwards"] if m["forwards"] else 0.0
+            lines.append(
+                f"| {c} | **{m['speedup']:.2f}×** (runs: {runs_text}) | {m['forwards']:.0f} "
+                f"| {m['single']:.0f} ({share:.0%}) |"
+            )
+        lines.append("")
+    lines.append(END)
     section = "\n".join(lines)
     print(section)
     if not args.no_write:

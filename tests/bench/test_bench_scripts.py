@@ -130,7 +130,9 @@ def test_bench_bls_replay_runs_the_served_loop_losslessly_and_writes_its_section
     """The BLS loop the script times makes the served models' verify_draft calls: its tokens equal
     the plain loop's (the script stops otherwise), every iteration commits 1..γ+1 tokens at its
     verify step, and the section lands between its markers (tiny budget, unpadded target: this
-    checks what the script writes, not the speed)."""
+    checks what the script writes, not the speed). With --concurrency the loops also run batched
+    from threads, still lossless (the script stops otherwise), one table row per level, and the
+    target's one-row forwards are a part of all its forwards."""
     import re
 
     mod = _script("bench_bls_replay")
@@ -139,14 +141,21 @@ def test_bench_bls_replay_runs_the_served_loop_losslessly_and_writes_its_section
     out.write_text(f"# Benchmarks\n\nbefore\n\n{marks}\n\nafter\n")
     recipe = Path(__file__).resolve().parents[2] / "recipes" / "tiny-draft-target.yaml"
     argv = ["--recipe", str(recipe), "--prompts", "2", "--max-tokens", "12", "--runs", "1", "--out", str(out)]
-    assert mod.main(argv) == 0
+    assert mod.main([*argv, "--concurrency", "1,2"]) == 0
     text = out.read_text()
     title = "## The served draft-target BLS loop"
     assert "old" not in text and text.index("before") < text.index(title) < text.index("after")
-    assert "--prompts 2 --max-tokens 12 --runs 1 --threads 1" in text
+    assert "--prompts 2 --max-tokens 12 --runs 1 --threads 1 --concurrency 1,2`" in text
     gamma = 2  # recipes/tiny-draft-target.yaml's max_draft_len
     taus = [float(x) for x in re.findall(r"\| τ per [^|]+\| (\d+\.\d+) \|", text)]
     assert len(taus) == 2 and all(1.0 <= t <= gamma + 1 for t in taus)
     speedups = re.findall(r"\| BLS loop ÷ plain loop, [^|]+\| \**(\d+\.\d+)×", text)
     assert len(speedups) == 2 and all(float(s) > 0 for s in speedups)
+    rows = re.findall(
+        r"^\| (\d) \| \*\*(\d+\.\d+)×\*\* \(runs: [^)]+\) \| (\d+) \| (\d+) \((\d+)%\) \|$", text, re.M
+    )
+    assert [r[0] for r in rows] == ["1", "2"]
+    for _, speedup, forwards, single, _ in rows:
+        assert float(speedup) > 0 and 0 <= int(single) <= int(forwards) and int(forwards) > 0
+    assert int(rows[0][3]) == int(rows[0][2])  # at concurrency 1 every forward is one row
     capsys.readouterr()
