@@ -17,7 +17,7 @@ Triton, and reports:
   loop with).
 
 With `--concurrency 1,2,4,8` it also runs the loops as the served models do under load: both
-runtimes with the served model's in-flight batcher (`enable_batching`, max_batch_size 16), one
+runtimes with the served model's in-flight batcher (`enable_batching`, the recipe's build limits), one
 thread per concurrent request, each model request held in the batch for its whole length
 (`hold`); per level the same A/B (mean of per-request rates), and how many of the target's
 batched forwards ran a single row while several loops were in flight: a loop that leaves the
@@ -63,72 +63,54 @@ def plain_steps(rt: Any, toks: list[int], k: int) -> list[int]:
 
 
 def plain_loop(rt: Any, ids: list[int], n: int) -> tuple[float, list[int]]:
-    """Seconds for `n` tokens by the served plain target, and the tokens."""
-    t = time.perf_counter()
-    out = plain_steps(rt, ids, n)
-    return time.perf_counter() - t, out
-
-
-def bls_loop(rt: Any, drt: Any, ids: list[int], n: int, gamma: int) -> tuple[float, list[int], list[int]]:
-    """Seconds for `n` tokens by the BLS loop, the tokens each iteration's verify step committed
-    (accepted + 1), and the tokens."""
-    toks, got, taus = list(ids), 0, []
-    t = time.perf_counter()
-    while got < n:
-        draft = plain_steps(drt, toks, min(gamma, n - got - 1))  # the draft model asked for k tokens
-        new = rt.verify_draft(toks, draft, end_id=-1).new_tokens
-        taus.append(len(new))
-        # The target decodes plainly up to request_output_len = len(draft) + 1.
-        new = (new + plain_steps(rt, toks + new, len(draft) + 1 - len(new)))[: n - got]
-        toks += new
-        got += len(new)
-    return time.perf_counter() - t, taus, toks[len(ids) :]
-
-
-def held_plain(rt: Any, ids: list[int], n: int) -> tuple[float, list[int]]:
-    """plain_loop as one served request: the sequence stays in the batch for all its steps."""
+    """Seconds for `n` tokens by the served plain target, and the tokens. One served request:
+    with a batcher the sequence stays in the batch for all its steps (`hold`, a no-op without)."""
     t = time.perf_counter()
     with rt.hold(ids):
         out = plain_steps(rt, ids, n)
     return time.perf_counter() - t, out
 
 
-def held_bls(rt: Any, drt: Any, ids: list[int], n: int, gamma: int) -> tuple[float, list[int]]:
-    """bls_loop with each model request held in its batch: the draft's γ steps, then the target's
-    verify step and fill steps (one request of γ+1 tokens); between them the loop leaves both."""
-    toks, got = list(ids), 0
+def bls_loop(rt: Any, drt: Any, ids: list[int], n: int, gamma: int) -> tuple[float, list[int], list[int]]:
+    """Seconds for `n` tokens by the BLS loop, the tokens each iteration's verify step committed
+    (accepted + 1), and the tokens. With batchers each model request is held in its batch: the
+    draft's γ steps, then the target's verify and fill steps (one request of γ+1 tokens); between
+    them the loop leaves both (`hold` is a no-op without a batcher)."""
+    toks, got, taus = list(ids), 0, []
     t = time.perf_counter()
     while got < n:
         with drt.hold(toks):
-            draft = plain_steps(drt, toks, min(gamma, n - got - 1))
+            draft = plain_steps(drt, toks, min(gamma, n - got - 1))  # the draft model asked for k tokens
         with rt.hold(toks):
             new = rt.verify_draft(toks, draft, end_id=-1).new_tokens
+            taus.append(len(new))
+            # The target decodes plainly up to request_output_len = len(draft) + 1.
             new = (new + plain_steps(rt, toks + new, len(draft) + 1 - len(new)))[: n - got]
         toks += new
         got += len(new)
-    return time.perf_counter() - t, toks[len(ids) :]
+    return time.perf_counter() - t, taus, toks[len(ids) :]
 
 
 def concurrent(
-    rt: Any, drt: Any, prompts: list[list[int]], n: int, gamma: int, levels: list[int], runs: int
+    rt: Any, drt: Any, build: Any, prompts: list[list[int]], n: int, gamma: int, levels: list[int], runs: int
 ) -> dict[int, dict[str, Any]]:
     """Per level: the BLS ÷ plain mean of per-request rates (median of `runs`), the target's
     batched forwards in a BLS run and the share of them that ran one row (first run)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    rt.enable_batching(16, 1096)  # the served model's batcher: max_batch_size, max_seq_len + 72
-    drt.enable_batching(16, 1096)
-    held_plain(rt, prompts[0], 4)  # warm-up
-    held_bls(rt, drt, prompts[0], 4, gamma)
+    for runtime in (rt, drt):  # the served model's batcher (model.py: max_seq_len + 72 slots)
+        runtime.enable_batching(build.max_batch_size, build.max_seq_len + 72)
+    plain_loop(rt, prompts[0], 4)  # warm-up
+    bls_loop(rt, drt, prompts[0], 4, gamma)
     out: dict[int, dict[str, Any]] = {}
     for c in levels:
         ratios, forwards, single = [], 0, 0
         for r in range(runs):
             with ThreadPoolExecutor(c) as pool:
-                plain = list(pool.map(lambda ids: held_plain(rt, ids, n), prompts))
+                plain = list(pool.map(lambda ids: plain_loop(rt, ids, n), prompts))
                 before = dict(rt.batcher.batch_sizes)
-                spec = list(pool.map(lambda ids: held_bls(rt, drt, ids, n, gamma), prompts))
-            if any(s[1] != p[1] for s, p in zip(spec, plain, strict=True)):
+                spec = list(pool.map(lambda ids: bls_loop(rt, drt, ids, n, gamma), prompts))
+            if any(s[2] != p[1] for s, p in zip(spec, plain, strict=True)):
                 sys.exit(f"at concurrency {c} the BLS loop's tokens differ from the plain loop's")
             ratios.append(statistics.mean(n / s[0] for s in spec) / statistics.mean(n / p[0] for p in plain))
             if r == 0:
@@ -213,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     tau_bls = statistics.mean(taus)
     levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
-    batched = concurrent(rt, drt, prompts, n, gamma, levels, args.runs) if levels else {}
+    batched = concurrent(rt, drt, rec.build, prompts, n, gamma, levels, args.runs) if levels else {}
 
     inflate = rec.reference.inflate
     lines = [
