@@ -11,6 +11,7 @@ import pytest
 
 from toolkit.bench.api import plan
 from toolkit.bench.decide.candidates import probe_candidates
+from toolkit.bench.decide.inflight import simulate_bls
 from toolkit.bench.decide.predict import (
     PlanResult,
     StepTiming,
@@ -19,7 +20,7 @@ from toolkit.bench.decide.predict import (
     isotonic,
     recommend,
 )
-from toolkit.bench.decide.runs import run_lengths, simulate_tau
+from toolkit.bench.decide.runs import bls_fills, run_lengths, simulate_tau
 from toolkit.bench.measure.workloads import load_workload
 from toolkit.bench.report import render
 from toolkit.errors import UsageError
@@ -126,8 +127,19 @@ def test_probe_draft_target_identical_draft(random_models, tmp_path):
         [b for b, _ in pts] == [1, 2, 4, 8, 16] and all(x > 0 for _, x in pts)
         for pts in t.batch_points.values()
     )
-    for pr in p.predictions:  # in-flight batching: the batch term from the timed batched forwards
-        assert pr.throughput[2] == pytest.approx(pr.throughput[1] * t.batch_scale(pr.draft_len + 1, 2))
+    # Draft-target is served through the BLS loop (reference repository): at 2 loops its costs
+    # come from replaying the loops in the batcher over the probe's requests. Every draft is
+    # accepted, so no iteration has a fill step, and the loops, away for the same draft, share
+    # every forward of their first requests; then the third request (as long) runs alone.
+    runs = [run_lengths(st, 3, 1.0) for st in cfg.step_tokens]
+    for pr in p.predictions:
+        g = pr.draft_len
+        fills = [bls_fills(r, g) for r in runs]
+        assert not any(any(f) for f in fills)
+        step = next(c.t_step for c in p.probe.configs if c.settings["max_draft_len"] == g)
+        costs = t.bls_costs(g, 2, step, fills)
+        assert costs.loops is not None and (costs.loops.rows, costs.loops.one_row) == (1.5, 0.5)
+        assert pr.throughput[2] == pytest.approx(t.bls_speedup_at(pr.expected_tokens, g, 2, costs))
         # The reported speedup is per request, each request's time holding the prefills (its
         # own and, at 2 rows, the other's): diluted towards 1 from the per-step rule, as served.
         for b in (1, 2):
@@ -305,6 +317,42 @@ def test_helpers():
     assert simulate_tau([hard], 3) == pytest.approx(8 / 4)
     assert simulate_tau([hard], 3, bls=True) == pytest.approx(6 / 2)
     assert simulate_tau([[3, 2, 1, 0, 3, 2]], 3, bls=True) == pytest.approx(6 / 2)  # the last one capped
+    # The BLS iterations' plain fill steps: γ + 1 tokens an iteration, the first τ verified.
+    assert bls_fills(hard, 3) == [2, 0]  # 2 verified + 2 plain, then all 4 verified
+    assert bls_fills([3, 2, 1, 0, 3, 2], 3) == [0, 0]  # 4 verified, then the last 2 (capped)
+    assert bls_fills([0, 0, 0, 0, 0], 3) == [3, 0]  # 1 verified + 3 plain, then 1 token left
+
+
+def test_bls_loops_fall_out_of_step_in_the_batcher():
+    """inflight.simulate_bls replays the reference batcher's rules (batching.Batcher, as
+    TensorRT-LLM's in-flight scheduler): a forward runs every request in the batch, one that joins
+    during a forward waits for it, a BLS loop leaves after its fills to draft. Traced by hand:
+    γ = 1, a verify forward (2 tokens) costs 2 s and a plain one 1 s at any rows, 0.5 s away.
+
+    t=0.5  both back; verify A+B (2 rows) → 2.5: B has no fill, leaves (back at 3.0); A has 1
+    t=2.5  A's fill alone → 3.5: A leaves (back at 4.0)
+    t=3.5  B (back since 3.0, waited 0.5) verifies alone → 5.5: B's request is done
+    t=5.5  A (back since 4.0, waited 1.5) verifies alone → 7.5, then its fill → 8.5: done."""
+    costs = simulate_bls(
+        [[1, 1], [0, 0]], loops=2, gamma=1, away=0.5, forward=lambda w, r: 2.0 if w > 1 else 1.0
+    )
+    assert costs.verify == pytest.approx((2.0 + 2.0 + 2.5 + 3.5) / 4)  # waits included
+    assert costs.fill == pytest.approx(1.0)
+    assert costs.forwards == 5 and costs.one_row == pytest.approx(4 / 5) and costs.rows == pytest.approx(6 / 5)
+    # Loops that never leave out of step (no fills, the same away) share every forward, and a
+    # fill rides in a forward padded to a verify row beside it.
+    same = simulate_bls([[0, 0]] * 4, loops=2, gamma=3, away=0.1, forward=lambda w, r: w * (1 + r / 10))
+    assert same.one_row == 0.0 and same.verify == pytest.approx(4 * 1.2)
+    mixed = simulate_bls([[1], [0, 0]], loops=2, gamma=3, away=0.0, forward=lambda w, r: w * (1 + r / 10))
+    assert mixed.fill == pytest.approx(4 * 1.2)  # A's fill beside B's second verify
+    # One loop: each iteration its verify forward alone, each fill a plain forward alone.
+    alone = simulate_bls([[2, 1, 0]], loops=1, gamma=2, away=9.0, forward=lambda w, r: float(w))
+    assert (alone.verify, alone.fill, alone.one_row, alone.forwards) == (3.0, 1.0, 1.0, 6)
+    # Beyond max_batch a returning loop queues for a place (first come, first served).
+    capped = simulate_bls([[0]] * 3, loops=3, gamma=1, away=0.0, forward=lambda w, r: 1.0, max_batch=2)
+    assert capped.forwards == 2 and capped.verify == pytest.approx((1 + 1 + 2) / 3)
+    with pytest.raises(ValueError, match="loops"):
+        simulate_bls([[0]], loops=0, gamma=1, away=0.0, forward=lambda w, r: 1.0)
     assert interpolate([(1, 10.0), (8, 17.0)], 4) == pytest.approx(13.0)
     assert interpolate([(4, 12.0), (8, 16.0)], 2) == pytest.approx(10.0)
     # Step times measured at γ = 1, 2, 3 where γ = 2 is dearer (a slow 3-token kernel): the
@@ -354,8 +402,8 @@ def test_speedup_at_a_concurrency_grows_each_step_and_adds_that_levels_serving_c
     """At b rows the plain step is t_base × its growth, the speculative step t_step × its own,
     and the serving cost measured at b (each row gets its own response every step, so tune
     measures it per level) is added once per step to both; a level without a measurement takes
-    the deployment's single figure. Draft-target's BLS loop: its plain fill steps grow like the
-    speculative step (the loops drift apart, so fill rows share forwards padded to verify rows)."""
+    the deployment's single figure. Draft-target's BLS loop: its iteration's costs at b loops
+    come from replaying the loops in the target's batcher (`bls_costs`), the closed form at one."""
     from toolkit.bench.decide import costmodel as cm
 
     t = StepTiming(t_base=2.0, forward_points=[(1, 2.0)])
@@ -367,23 +415,21 @@ def test_speedup_at_a_concurrency_grows_each_step_and_adds_that_levels_serving_c
     assert t.speedup_at(3.0, 2.6, 5, 2) == pytest.approx(
         3.0 * (2.0 * t.growths(5, 2)[0] + 0.5) / (2.6 * t.growths(5, 2)[1] + 0.5)
     )
-    bls = t.speedup_at(3.0, 2.6, 5, 4, bls_gamma=4)
-    # The BLS's plain fill steps (5 − 3 = 2 an iteration) ride in the same forwards as the other
-    # 3 loops' steps, padded to the widest row: each other loop verifies in 1 of its 1 + 2
-    # forwards, so a fill forward is 5 tokens wide with w = 1 − (2/3)³ (batch_cost(5, 4) = 2.4
-    # against one row of one token, 1.0) and one token wide otherwise (batch_cost(1, 4) = 1.5).
-    w = 1 - (2 / 3) ** 3
-    fill = 2.0 * (w * 2.4 + (1 - w) * 1.5) / 1.0
-    assert t.bls_fill(4, 4, 3.0) == pytest.approx(fill)
-    assert bls == pytest.approx(5 * (2.0 * 1.5 + 1.5) / (2.6 * 2.0 + 2 * fill + 1.5))
-    # The other loops' τ sets w: with theirs at 5 (no fill) each of their forwards verifies.
-    assert t.bls_fill(4, 4, 5.0) == pytest.approx(2.0 * 2.4)
-    assert t.bls_fill(4, 1, 3.0) == 2.0  # one row: a plain step
-    assert t.speedup_at(3.0, 2.6, 5, 4, bls_gamma=4, bls_peers=5.0) == pytest.approx(
-        5 * (2.0 * 1.5 + 1.5) / (2.6 * 2.0 + 2 * 2.0 * 2.4 + 1.5)
+    # Draft-target through the BLS loop: one loop is the closed form (t_step, t_base per fill).
+    one = t.bls_costs(4, 1, 2.6, [[2, 2]])
+    assert (one.step, one.fill, one.loops) == (2.6, 2.0, None)
+    assert t.bls_speedup_at(3.0, 4, 1, one) == pytest.approx(cm.bls_loop_speedup(3.0, 4, 2.0, 2.6, 0.5))
+    # Four loops: replayed in the batcher (inflight.simulate_bls) with the measured forwards
+    # scaled to a step (t_base ÷ batch_cost(1, 1) = 2), away for the draft (t_step less its
+    # verify forward, 2.6 − 2 × 1.2) and the serving cost at 4 (1.5).
+    four = t.bls_costs(4, 4, 2.6, [[2, 2]] * 8)
+    replay = simulate_bls(
+        [[2, 2]] * 8, loops=4, gamma=4, away=0.2 + 1.5, forward=lambda w, r: 2.0 * t.batch_cost(w, r)
     )
-    assert t.speedup_at(3.0, 2.6, 5, 1, bls_gamma=4) == pytest.approx(
-        cm.bls_loop_speedup(3.0, 4, 2.0, 2.6, 0.5)
+    assert four.loops == replay
+    assert four.step == pytest.approx(0.2 + replay.verify) and four.fill == pytest.approx(replay.fill)
+    assert t.bls_speedup_at(3.0, 4, 4, four) == pytest.approx(
+        5 * (2.0 * 1.5 + 1.5) / (four.step + 2 * four.fill + 1.5)
     )
     # Without a serving cost and with every row full, the in-process rule: S(1) × growth ratio.
     t.serving_overhead, t.serving_by_concurrency = 0.0, {}

@@ -14,7 +14,8 @@ from typing import Any
 
 from toolkit.bench.decide import costmodel as cm
 from toolkit.bench.decide import sizing as sz
-from toolkit.bench.decide.runs import run_lengths, simulate_tau
+from toolkit.bench.decide.inflight import IterationCosts, iteration_costs
+from toolkit.bench.decide.runs import bls_fills, run_lengths, simulate_tau
 from toolkit.bench.measure.metrics import Interval
 from toolkit.bench.proposers import (
     ONE_PASS_SOURCE,
@@ -90,41 +91,39 @@ class StepTiming:
         batch: int,
         *,
         widths: Sequence[float] | None = None,
-        bls_gamma: int | None = None,
-        bls_peers: float | None = None,
     ) -> float:
         """The predicted speedup at concurrency `batch` of a configuration committing `expected`
         tokens per step of `t_step` seconds (in process, one row): the plain and the speculative
         step grow with the batch as `growths` says, and the serving cost at that concurrency
-        (`overhead_at`) is added once per step to both (costmodel.served_speedup).
-
-        `bls_gamma`: draft-target through the BLS loop at that draft length
-        (costmodel.bls_loop_speedup), `expected` its τ per verify step. The loops of a batch do
-        not stay in step: a plain fill step rides in the same forward as the other rows' steps,
-        and the batcher pads a forward to its widest row (batching.batched_forward). A fill
-        forward is as wide as a verify forward (γ + 1 tokens per row) when any of the other
-        batch − 1 loops verifies in it, else one token wide (`bls_fill`). `bls_peers`: the τ per
-        verify step of those other loops (default `expected`)."""
+        (`overhead_at`) is added once per step to both (costmodel.served_speedup)."""
         plain, spec = self.growths(width, batch, widths)
-        t_plain, t_spec, o = self.t_base * plain, t_step * spec, self.overhead_at(batch)
-        if bls_gamma is not None:
-            fill = self.bls_fill(bls_gamma, batch, expected if bls_peers is None else bls_peers)
-            return cm.bls_loop_speedup(expected, bls_gamma, t_plain, t_spec, o, t_fill=fill)
-        return cm.served_speedup(expected, t_plain, t_spec, o)
+        return cm.served_speedup(expected, self.t_base * plain, t_step * spec, self.overhead_at(batch))
 
-    def bls_fill(self, gamma: int, batch: int, peers: float) -> float:
-        """Seconds of one plain fill step of a BLS loop at `batch` rows (in-process units: the
-        plain step t_base grown by the measured batched forwards). Each other loop spends
-        1 + F of its target forwards per iteration, F = γ + 1 − τ fills and one verify, so it
-        verifies in a given forward with p = 1 ÷ (1 + F); the forward is γ + 1 tokens wide with
-        w = 1 − (1 − p)^(batch − 1), and one token wide otherwise. t_base at one row."""
-        if not self.batch_points or batch <= 1:
-            return self.t_base
-        b = self.rows(batch)
-        p = 1.0 / (1.0 + max(0.0, gamma + 1 - peers))
-        w = 1.0 - (1.0 - p) ** (b - 1)
-        wide, narrow = self.batch_cost(gamma + 1, b), self.batch_cost(1, b)
-        return self.t_base * (w * wide + (1.0 - w) * narrow) / self.batch_cost(1, 1)
+    def bls_speedup_at(self, expected: float, gamma: int, batch: int, costs: IterationCosts) -> float:
+        """`speedup_at` through draft-target's BLS loop at draft length γ (costmodel.bls_loop_speedup),
+        `expected` its τ per verify step, `costs` its iteration's at this concurrency (`bls_costs`)."""
+        t_plain, o = self.t_base * self.growths(1, batch)[0], self.overhead_at(batch)
+        return cm.bls_loop_speedup(expected, gamma, t_plain, costs.step, o, t_fill=costs.fill)
+
+    def bls_costs(
+        self, gamma: int, batch: int, t_step: float, requests: Sequence[Sequence[int]]
+    ) -> IterationCosts:
+        """A BLS iteration's costs at `batch` loops replayed over `requests` (the fill steps of
+        each one's iterations, runs.bls_fills) with the batched forwards scaled to a step (t_base
+        ÷ one row of one token) and the serving cost there (inflight.iteration_costs); without
+        batched forwards, one loop's closed form (t_step, and t_base per fill)."""
+        if not self.batch_points or batch <= 1 or not any(requests):
+            return IterationCosts(t_step, self.t_base, None)
+        scale = self.t_base / self.batch_cost(1, 1)
+        return iteration_costs(
+            requests,
+            loops=batch,
+            gamma=gamma,
+            t_step=t_step,
+            serving=self.overhead_at(batch),
+            forward=lambda width, rows: self.batch_cost(width, rows) * scale,
+            max_batch=self.max_batch,
+        )
 
     def rows(self, batch: int) -> int:
         """The rows a forward runs at concurrency `batch`: beyond max_batch_size requests queue."""
@@ -422,6 +421,26 @@ def interpolate(points: Sequence[tuple[int, float]], x: int, *, monotone: bool =
     return f.time(1, x)
 
 
+_BLS_SOURCE = "; BLS loop: plain steps up to γ+1 per iteration, the loops replayed in the batcher"
+
+
+def _per_step(
+    t: StepTiming,
+    g: int,
+    step: float,
+    widths: list[float] | None,
+    fills: list[list[int]] | None,
+    bs: Sequence[int],
+) -> dict[int, Callable[[float], float]]:
+    """Per concurrency in `bs`, the per-step speedup at draft length g of a request committing τ per
+    step: through the BLS loop when `fills` (its iterations' fill steps, per request), its costs
+    replayed in the batcher (`StepTiming.bls_costs`); else `StepTiming.speedup_at`."""
+    if fills is not None:
+        costs = {b: t.bls_costs(g, b, step, fills) for b in bs}
+        return {b: partial(t.bls_speedup_at, gamma=g, batch=b, costs=costs[b]) for b in bs}
+    return {b: partial(t.speedup_at, t_step=step, width=g + 1, batch=b, widths=widths) for b in bs}
+
+
 def predict_measured(
     probe: Probe,
     mode: str,
@@ -451,7 +470,8 @@ def predict_measured(
     verify step.
     `bls_loop`: draft-target served through the `tensorrt_llm_bls` loop (engine and reference
     repositories), where each iteration's target request also decodes plainly up to γ+1 tokens
-    (`costmodel.bls_loop_speedup`).
+    (`costmodel.bls_loop_speedup`); at b loops, which leave the target's batch to draft and so fall
+    out of step, an iteration's costs come from replaying them in the batcher (`bls_costs`).
     That per-step speedup with the pooled τ is `Prediction.throughput`; `Prediction.speedup` is
     the statistic `bench --compare` measures, the mean over the probed requests of each one's
     rate (`costmodel.request_mean_speedup`: each request's own τ, and its prefill when the probe timed it).
@@ -484,11 +504,9 @@ def predict_measured(
                 else None
             )
 
-            bls = (g, e) if bls_loop else (None, None)  # the BLS loop's γ and its loops' τ
-            at = partial(
-                t.speedup_at, t_step=step, width=g + 1, widths=widths, bls_gamma=bls[0], bls_peers=bls[1]
-            )
-            pooled = {b: at(e, batch=b) for b in concurrency}
+            fills = [bls_fills(r, g) for r in runs] if bls_loop else None
+            at = _per_step(t, g, step, widths, fills, concurrency)
+            pooled = {b: at[b](e) for b in concurrency}
             reqs = [(sum(st), tau([r])) for st, r in zip(primary.step_tokens, runs, strict=True)]
             out.append(
                 Prediction(
@@ -498,16 +516,14 @@ def predict_measured(
                     expected_tokens=e,
                     expected_tokens_iid=e_iid,
                     speedup={
-                        b: _request_mean(t, reqs, b, partial(at, batch=b), probe.prefill)
-                        if reqs
-                        else pooled[b]
+                        b: _request_mean(t, reqs, b, at[b], probe.prefill) if reqs else pooled[b]
                         for b in concurrency
                     },
                     throughput=pooled,
                     speedup_iid=lev,
                     source=f"τ replayed from the {primary.label} probe; step time interpolated from probes at "
                     + ", ".join(f"γ={x}" for x, _ in sorted(step_pts))
-                    + ("; BLS loop: plain steps up to γ+1 tokens per iteration" if bls_loop else ""),
+                    + (_BLS_SOURCE if bls_loop else ""),
                 )
             )
     for cfg in probe.configs:

@@ -4,7 +4,7 @@ draft-target BLS loop. Pure functions, no I/O (decide.predict uses them)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 
 def run_lengths(step_tokens: Sequence[int], gamma_max: int, p_tail: float) -> list[float]:
@@ -30,6 +30,19 @@ def run_lengths(step_tokens: Sequence[int], gamma_max: int, p_tail: float) -> li
     return out
 
 
+def _steps(run: Sequence[float], gamma: int, bls: bool) -> Iterator[tuple[int, int]]:
+    """(tokens a step from root p commits, tokens the loop advances) for each step of one
+    generation replayed at draft length γ (see simulate_tau)."""
+    p, n = 0, len(run)
+    while p < n:
+        a = min(run[p], gamma)
+        lo = int(a)
+        c = min(lo + 1 + (1 if (a - lo) >= 0.5 else 0), n - p)
+        advance = min(gamma + 1, n - p) if bls else c
+        yield c, advance
+        p += advance
+
+
 def simulate_tau(runs: Sequence[Sequence[float]], gamma: int, *, bls: bool = False) -> float:
     """Tokens per step at draft length γ, replaying the run lengths: each step from root p
     commits min(R_p, γ) + 1 tokens (fractional R: the expectation of the rounding).
@@ -39,15 +52,16 @@ def simulate_tau(runs: Sequence[Sequence[float]], gamma: int, *, bls: bool = Fal
     decodes plainly up to γ + 1 tokens, so the next iteration drafts from p + γ + 1, not from
     where the rejection fell. It steps over the position after a rejection, where the drafts of
     a hard stretch cluster, and so commits more per verify step than the speculative loop."""
-    steps = tokens = 0.0
+    steps = tokens = 0
     for r in runs:
-        p, n = 0, len(r)
-        while p < n:
-            a = min(r[p], gamma)
-            lo = int(a)
-            c = lo + 1 + (1 if (a - lo) >= 0.5 else 0)
-            c = min(c, n - p)
+        for c, _ in _steps(r, gamma, bls):
             steps += 1
             tokens += c
-            p += min(gamma + 1, n - p) if bls else c
     return tokens / steps if steps else 1.0
+
+
+def bls_fills(run: Sequence[float], gamma: int) -> list[int]:
+    """The plain fill steps of each BLS iteration of one generation replayed at draft length γ:
+    the target decodes up to γ + 1 tokens per iteration (fewer at the end), the first τ of them
+    from the verify step (simulate_tau's `bls`)."""
+    return [advance - c for c, advance in _steps(run, gamma, True)]

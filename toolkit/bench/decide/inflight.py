@@ -1,0 +1,155 @@
+"""Draft-target BLS loops in the target's in-flight batcher, replayed as discrete events.
+
+The reference batcher (toolkit.reference.batching), like TensorRT-LLM's iteration-level
+scheduler, runs one forward over every sequence in the batch, and a sequence that is not in the
+batch is not waited for: one that arrives during a forward joins the next. A BLS loop leaves the
+target's batch every iteration (its target request ends after γ + 1 tokens) to draft, and comes
+back with a new request. While it is away the other loops' next forward starts without it; when
+it comes back it waits for that forward to end. So at concurrency b the loops fall out of step:
+forwards run fewer rows than b, and each iteration pays a wait the closed form of one loop
+(costmodel.bls_loop_speedup) does not see.
+
+`simulate_bls` replays those rules for b loops serving a queue of requests, each request a
+sequence of BLS iterations (its fill steps per iteration, runs.bls_fills), and returns what an
+iteration's target request costs per loop on average. Pure and deterministic: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LoopCosts:
+    """What the target's batcher costs a BLS loop, averaged over every loop's iterations."""
+
+    verify: float  # seconds from a loop's return to the batch to its verify step's end (waits included)
+    fill: float  # seconds of one plain fill step (the forward it rides in, as wide as its widest row)
+    rows: float  # mean rows per target forward
+    one_row: float  # share of the target's forwards that ran one row
+    forwards: int  # target forwards replayed
+
+
+@dataclass(frozen=True)
+class IterationCosts:
+    """Seconds of a BLS iteration's parts for one loop at one concurrency (iteration_costs)."""
+
+    step: float  # its draft and its verify step, the wait for the batch included
+    fill: float  # one plain fill step
+    loops: LoopCosts | None  # the replay behind them (None: one loop's closed form)
+
+
+@dataclass
+class _Loop:
+    queue: deque[int]  # fill steps of the iterations left in its request
+    fills: int = 0  # fill steps left in the current target request
+    back: float = 0.0  # when it came back from drafting
+
+
+def simulate_bls(
+    requests: Sequence[Sequence[int]],
+    *,
+    loops: int,
+    gamma: int,
+    away: float,
+    forward: Callable[[int, int], float],
+    max_batch: int | None = None,
+) -> LoopCosts:
+    """Replay `loops` concurrent BLS loops over `requests` (each the fill steps of its
+    iterations, in order; the loops take requests first come, first served, as `bench`'s
+    concurrent clients do).
+
+    Each iteration: the loop is away `away` seconds (its draft request and the serving cost of the
+    two requests), then its target request joins the batch (FIFO, at most `max_batch` requests at
+    once) and hands in a verify step of γ + 1 tokens, then one plain step per fill; after the last
+    it leaves. The batcher runs a forward as soon as it is idle and has steps: every request in
+    the batch hands its next step in when its forward ends, so a forward holds every active
+    request, and a request that joins during a forward waits for it. `forward(width, rows)`:
+    seconds of one forward of `rows` rows padded to `width` tokens."""
+    if loops < 1:
+        raise ValueError(f"loops must be ≥ 1, got {loops}")
+    if away < 0:
+        raise ValueError(f"away must be ≥ 0 seconds, got {away}")
+    pending = deque(deque(r) for r in requests if r)
+    cap = max_batch or loops
+    now = 0.0
+    returns: list[tuple[float, int, _Loop]] = []  # (time back, tie-break, loop): a min-heap
+    admit: deque[_Loop] = deque()  # came back, waiting for a place in a full batch
+    active: list[_Loop] = []
+    order = 0
+
+    def start(loop: _Loop, at: float) -> None:  # draft the next iteration, or take a request
+        nonlocal order
+        if not loop.queue:
+            if not pending:
+                return
+            loop.queue = pending.popleft()
+        loop.fills = -1  # -1: the verify step is next
+        loop.back = at + away
+        order += 1
+        heapq.heappush(returns, (loop.back, order, loop))
+
+    for _ in range(loops):
+        start(_Loop(deque()), 0.0)
+    verify_s = fill_s = 0.0
+    iterations = fills = forwards = one_row = rows_total = 0
+    while returns or active or admit:
+        while returns and returns[0][0] <= now:
+            admit.append(heapq.heappop(returns)[2])
+        while admit and len(active) < cap:
+            active.append(admit.popleft())
+        if not active:
+            now = returns[0][0]
+            continue
+        # One forward over every active request's step: a verify step (γ + 1 tokens) or a fill.
+        width = gamma + 1 if any(lp.fills < 0 for lp in active) else 1
+        rows = len(active)
+        seconds = forward(width, rows)
+        now += seconds
+        forwards += 1
+        rows_total += rows
+        one_row += rows == 1
+        for lp in list(active):
+            if lp.fills < 0:
+                verify_s += now - lp.back
+                iterations += 1
+                lp.fills = lp.queue.popleft()
+            else:
+                fill_s += seconds
+                fills += 1
+                lp.fills -= 1
+            if lp.fills == 0:
+                active.remove(lp)
+                start(lp, now)
+    return LoopCosts(
+        verify=verify_s / iterations if iterations else 0.0,
+        fill=fill_s / fills if fills else forward(1, 1),
+        rows=rows_total / forwards if forwards else 0.0,
+        one_row=one_row / forwards if forwards else 0.0,
+        forwards=forwards,
+    )
+
+
+def iteration_costs(
+    requests: Sequence[Sequence[int]],
+    *,
+    loops: int,
+    gamma: int,
+    t_step: float,
+    serving: float,
+    forward: Callable[[int, int], float],
+    max_batch: int | None = None,
+) -> IterationCosts:
+    """An iteration's costs at `loops` concurrent BLS loops, from the speculative step of one
+    loop alone (`t_step`: its draft, then its verify forward, `forward(γ + 1, 1)`) and the
+    serving cost per iteration: each loop is away for the draft and the serving cost, and
+    `simulate_bls` replays the rest. The step is the draft plus the wait for and the run of its
+    verify forward; a fill costs the forward it rides in. At one loop: t_step, forward(1, 1)."""
+    draft = max(0.0, t_step - forward(gamma + 1, 1))
+    replay = simulate_bls(
+        requests, loops=loops, gamma=gamma, away=draft + serving, forward=forward, max_batch=max_batch
+    )
+    return IterationCosts(draft + replay.verify, replay.fill, replay)
