@@ -338,7 +338,9 @@ def test_bls_loops_fall_out_of_step_in_the_batcher():
     )
     assert costs.verify == pytest.approx((2.0 + 2.0 + 2.5 + 3.5) / 4)  # waits included
     assert costs.fill == pytest.approx(1.0)
-    assert costs.forwards == 5 and costs.one_row == pytest.approx(4 / 5) and costs.rows == pytest.approx(6 / 5)
+    assert (
+        costs.forwards == 5 and costs.one_row == pytest.approx(4 / 5) and costs.rows == pytest.approx(6 / 5)
+    )
     # Loops that never leave out of step (no fills, the same away) share every forward, and a
     # fill rides in a forward padded to a verify row beside it.
     same = simulate_bls([[0, 0]] * 4, loops=2, gamma=3, away=0.1, forward=lambda w, r: w * (1 + r / 10))
@@ -348,11 +350,15 @@ def test_bls_loops_fall_out_of_step_in_the_batcher():
     # One loop: each iteration its verify forward alone, each fill a plain forward alone.
     alone = simulate_bls([[2, 1, 0]], loops=1, gamma=2, away=9.0, forward=lambda w, r: float(w))
     assert (alone.verify, alone.fill, alone.one_row, alone.forwards) == (3.0, 1.0, 1.0, 6)
-    # Beyond max_batch a returning loop queues for a place (first come, first served).
-    capped = simulate_bls([[0]] * 3, loops=3, gamma=1, away=0.0, forward=lambda w, r: 1.0, max_batch=2)
-    assert capped.forwards == 2 and capped.verify == pytest.approx((1 + 1 + 2) / 3)
-    with pytest.raises(ValueError, match="loops"):
-        simulate_bls([[0]], loops=0, gamma=1, away=0.0, forward=lambda w, r: 1.0)
+    # Fewer requests than loops: repeated, each copy one iteration further on, so every loop has
+    # one (plan prices the plain side at that many rows).
+    busy = simulate_bls([[0]], loops=4, gamma=1, away=0.0, forward=lambda w, r: 1.0)
+    assert (busy.rows, busy.forwards) == (4.0, 1)
+    for bad in ({"loops": 0, "away": 0.0}, {"loops": 1, "away": float("nan")}):
+        with pytest.raises(ValueError):
+            simulate_bls([[0]], gamma=1, forward=lambda w, r: 1.0, **bad)
+    with pytest.raises(ValueError, match="no BLS iterations"):
+        simulate_bls([[]], loops=1, gamma=1, away=0.0, forward=lambda w, r: 1.0)
     assert interpolate([(1, 10.0), (8, 17.0)], 4) == pytest.approx(13.0)
     assert interpolate([(4, 12.0), (8, 16.0)], 2) == pytest.approx(10.0)
     # Step times measured at γ = 1, 2, 3 where γ = 2 is dearer (a slow 3-token kernel): the
@@ -421,13 +427,16 @@ def test_speedup_at_a_concurrency_grows_each_step_and_adds_that_levels_serving_c
     assert t.bls_speedup_at(3.0, 4, 1, one) == pytest.approx(cm.bls_loop_speedup(3.0, 4, 2.0, 2.6, 0.5))
     # Four loops: replayed in the batcher (inflight.simulate_bls) with the measured forwards
     # scaled to a step (t_base ÷ batch_cost(1, 1) = 2), away for the draft (t_step less its
-    # verify forward, 2.6 − 2 × 1.2) and the serving cost at 4 (1.5).
-    four = t.bls_costs(4, 4, 2.6, [[2, 2]] * 8)
+    # verify forward, 2.6 − 2 × 1.2) and the serving cost at 4 (1.5). Their fills differ, so
+    # they fall out of step: forwards run fewer than 4 rows, and a returning loop waits.
+    fills = [[2, 0, 4], [1, 3], [0, 0, 2, 1], [3], [1, 1, 1]]
+    four = t.bls_costs(4, 4, 2.6, fills)
     replay = simulate_bls(
-        [[2, 2]] * 8, loops=4, gamma=4, away=0.2 + 1.5, forward=lambda w, r: 2.0 * t.batch_cost(w, r)
+        fills, loops=4, gamma=4, away=0.2 + 1.5, forward=lambda w, r: 2.0 * t.batch_cost(w, r)
     )
     assert four.loops == replay
     assert four.step == pytest.approx(0.2 + replay.verify) and four.fill == pytest.approx(replay.fill)
+    assert replay.one_row > 0 and replay.rows < 4 and replay.verify > 2.0 * t.batch_cost(5, 1)
     assert t.bls_speedup_at(3.0, 4, 4, four) == pytest.approx(
         5 * (2.0 * 1.5 + 1.5) / (four.step + 2 * four.fill + 1.5)
     )

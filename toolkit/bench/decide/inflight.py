@@ -11,7 +11,7 @@ forwards run fewer rows than b, and each iteration pays a wait the closed form o
 
 `simulate_bls` replays those rules for b loops serving a queue of requests, each request a
 sequence of BLS iterations (its fill steps per iteration, runs.bls_fills), and returns what an
-iteration's target request costs per loop on average. Pure and deterministic: no I/O, no clock.
+iteration's target request costs a loop on average. Pure and deterministic: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class IterationCosts:
 @dataclass
 class _Loop:
     queue: deque[int]  # fill steps of the iterations left in its request
-    fills: int = 0  # fill steps left in the current target request
+    fills: int = 0  # fill steps left in the current target request (-1: the verify step is next)
     back: float = 0.0  # when it came back from drafting
 
 
@@ -56,28 +56,30 @@ def simulate_bls(
     gamma: int,
     away: float,
     forward: Callable[[int, int], float],
-    max_batch: int | None = None,
 ) -> LoopCosts:
     """Replay `loops` concurrent BLS loops over `requests` (each the fill steps of its
-    iterations, in order; the loops take requests first come, first served, as `bench`'s
-    concurrent clients do).
+    iterations, in order), which the loops take first come, first served, as `bench`'s concurrent
+    clients do; fewer requests than loops are repeated, each copy starting one iteration further
+    on, so that every loop has one (the plain side is priced at that many rows).
 
-    Each iteration: the loop is away `away` seconds (its draft request and the serving cost of the
-    two requests), then its target request joins the batch (FIFO, at most `max_batch` requests at
-    once) and hands in a verify step of γ + 1 tokens, then one plain step per fill; after the last
-    it leaves. The batcher runs a forward as soon as it is idle and has steps: every request in
-    the batch hands its next step in when its forward ends, so a forward holds every active
-    request, and a request that joins during a forward waits for it. `forward(width, rows)`:
-    seconds of one forward of `rows` rows padded to `width` tokens."""
+    Each iteration: the loop is away `away` seconds (its draft and the serving cost of an
+    iteration), then its target request joins the batch and hands in a verify step of γ + 1
+    tokens, then one plain step per fill; after the last it leaves. The batcher runs a forward as
+    soon as it is idle and has steps: every request in the batch hands its next step in when its
+    forward ends, so a forward holds every request in the batch, and one that joins during a
+    forward waits for it. `forward(width, rows)`: seconds of one forward of `rows` rows padded to
+    `width` tokens. As in a bench run, the last requests finish with the batch draining."""
     if loops < 1:
         raise ValueError(f"loops must be ≥ 1, got {loops}")
-    if away < 0:
+    if not away >= 0:  # NaN too
         raise ValueError(f"away must be ≥ 0 seconds, got {away}")
-    pending = deque(deque(r) for r in requests if r)
-    cap = max_batch or loops
+    given = [list(r) for r in requests if r]
+    if not given:
+        raise ValueError("no BLS iterations to replay")
+    copies = [r[j % len(r) :] + r[: j % len(r)] for j in range(-(-loops // len(given))) for r in given]
+    pending = deque(deque(r) for r in (given if len(given) >= loops else copies))
     now = 0.0
     returns: list[tuple[float, int, _Loop]] = []  # (time back, tie-break, loop): a min-heap
-    admit: deque[_Loop] = deque()  # came back, waiting for a place in a full batch
     active: list[_Loop] = []
     order = 0
 
@@ -87,7 +89,7 @@ def simulate_bls(
             if not pending:
                 return
             loop.queue = pending.popleft()
-        loop.fills = -1  # -1: the verify step is next
+        loop.fills = -1
         loop.back = at + away
         order += 1
         heapq.heappush(returns, (loop.back, order, loop))
@@ -96,11 +98,9 @@ def simulate_bls(
         start(_Loop(deque()), 0.0)
     verify_s = fill_s = 0.0
     iterations = fills = forwards = one_row = rows_total = 0
-    while returns or active or admit:
+    while returns or active:
         while returns and returns[0][0] <= now:
-            admit.append(heapq.heappop(returns)[2])
-        while admit and len(active) < cap:
-            active.append(admit.popleft())
+            active.append(heapq.heappop(returns)[2])
         if not active:
             now = returns[0][0]
             continue
@@ -125,10 +125,10 @@ def simulate_bls(
                 active.remove(lp)
                 start(lp, now)
     return LoopCosts(
-        verify=verify_s / iterations if iterations else 0.0,
+        verify=verify_s / iterations,
         fill=fill_s / fills if fills else forward(1, 1),
-        rows=rows_total / forwards if forwards else 0.0,
-        one_row=one_row / forwards if forwards else 0.0,
+        rows=rows_total / forwards,
+        one_row=one_row / forwards,
         forwards=forwards,
     )
 
@@ -141,15 +141,14 @@ def iteration_costs(
     t_step: float,
     serving: float,
     forward: Callable[[int, int], float],
-    max_batch: int | None = None,
 ) -> IterationCosts:
     """An iteration's costs at `loops` concurrent BLS loops, from the speculative step of one
     loop alone (`t_step`: its draft, then its verify forward, `forward(γ + 1, 1)`) and the
     serving cost per iteration: each loop is away for the draft and the serving cost, and
-    `simulate_bls` replays the rest. The step is the draft plus the wait for and the run of its
-    verify forward; a fill costs the forward it rides in. At one loop: t_step, forward(1, 1)."""
+    `simulate_bls` replays the rest. The draft is its own model's and does not grow with the
+    target's batch. The step is the draft plus the wait for and the run of its verify forward; a
+    fill costs the forward it rides in. At one loop: max(t_step, forward(γ + 1, 1)) and
+    forward(1, 1)."""
     draft = max(0.0, t_step - forward(gamma + 1, 1))
-    replay = simulate_bls(
-        requests, loops=loops, gamma=gamma, away=draft + serving, forward=forward, max_batch=max_batch
-    )
+    replay = simulate_bls(requests, loops=loops, gamma=gamma, away=draft + serving, forward=forward)
     return IterationCosts(draft + replay.verify, replay.fill, replay)

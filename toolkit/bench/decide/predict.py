@@ -108,21 +108,20 @@ class StepTiming:
     def bls_costs(
         self, gamma: int, batch: int, t_step: float, requests: Sequence[Sequence[int]]
     ) -> IterationCosts:
-        """A BLS iteration's costs at `batch` loops replayed over `requests` (the fill steps of
-        each one's iterations, runs.bls_fills) with the batched forwards scaled to a step (t_base
-        ÷ one row of one token) and the serving cost there (inflight.iteration_costs); without
-        batched forwards, one loop's closed form (t_step, and t_base per fill)."""
+        """A BLS iteration's costs at `batch` loops (at most max_batch_size, as `rows`) replayed
+        over `requests` (the fill steps of each one's iterations, runs.bls_fills) with the batched
+        forwards scaled to a step (t_base ÷ one row of one token) and the serving cost there
+        (inflight.iteration_costs); one loop or no batched forwards: the closed form."""
         if not self.batch_points or batch <= 1 or not any(requests):
             return IterationCosts(t_step, self.t_base, None)
         scale = self.t_base / self.batch_cost(1, 1)
         return iteration_costs(
             requests,
-            loops=batch,
+            loops=self.rows(batch),
             gamma=gamma,
             t_step=t_step,
             serving=self.overhead_at(batch),
             forward=lambda width, rows: self.batch_cost(width, rows) * scale,
-            max_batch=self.max_batch,
         )
 
     def rows(self, batch: int) -> int:
@@ -467,7 +466,7 @@ def predict_measured(
     widths vary, `verify_widths`), from timed batched forwards, b capped at max_batch_size
     (`StepTiming.growths`); o is the serving cost measured at b when it was
     (`StepTiming.speedup_at`). The draft's and proposers' own costs are taken to scale like the
-    verify step.
+    verify step (not the BLS loop's draft, its own model's).
     `bls_loop`: draft-target served through the `tensorrt_llm_bls` loop (engine and reference
     repositories), where each iteration's target request also decodes plainly up to γ+1 tokens
     (`costmodel.bls_loop_speedup`); at b loops, which leave the target's batch to draft and so fall
