@@ -17,6 +17,7 @@ iteration's target request costs a loop on average. Pure and deterministic: no I
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -76,23 +77,22 @@ def simulate_bls(
     given = [list(r) for r in requests if r]
     if not given:
         raise ValueError("no BLS iterations to replay")
-    copies = [r[j % len(r) :] + r[: j % len(r)] for j in range(-(-loops // len(given))) for r in given]
-    pending = deque(deque(r) for r in (given if len(given) >= loops else copies))
+    if len(given) < loops:  # copy j starts j iterations further on
+        given = [r[j % len(r) :] + r[: j % len(r)] for j in range(-(-loops // len(given))) for r in given]
+    pending = deque(deque(r) for r in given)
     now = 0.0
     returns: list[tuple[float, int, _Loop]] = []  # (time back, tie-break, loop): a min-heap
     active: list[_Loop] = []
-    order = 0
+    order = itertools.count()
 
     def start(loop: _Loop, at: float) -> None:  # draft the next iteration, or take a request
-        nonlocal order
         if not loop.queue:
             if not pending:
                 return
             loop.queue = pending.popleft()
         loop.fills = -1
         loop.back = at + away
-        order += 1
-        heapq.heappush(returns, (loop.back, order, loop))
+        heapq.heappush(returns, (loop.back, next(order), loop))
 
     for _ in range(loops):
         start(_Loop(deque()), 0.0)
