@@ -31,12 +31,13 @@ def speedup_model(g: int, c: int) -> float:
 SCHEDULE = {1: 3, 2: 2, 4: 1, 16: 0}  # the per-level winners of speedup_model over γ = 1..4
 
 
-def run_at(g: int | dict[int, int]) -> BenchResult:
-    """Synthetic run at draft length g, or at g[c] per level (a draft_len_schedule)."""
+def run_at(g: int | dict[int, int], luck: dict[int, float] | None = None, levels=LEVELS) -> BenchResult:
+    """Synthetic run at draft length g, or at g[c] per level (a draft_len_schedule); `luck`:
+    concurrency -> how much faster than its model this run happened to be there."""
     res = BenchResult(endpoint="fake", workload={"name": "code", "prompts": 36}, settings={})
-    for c in LEVELS:
+    for c in levels:
         gl = g[c] if isinstance(g, dict) else g
-        gap = 1 / (100.0 * speedup_model(gl, c))
+        gap = 1 / (100.0 * speedup_model(gl, c) * (luck or {}).get(c, 1.0))
         recs = [
             record(
                 i,
@@ -62,7 +63,7 @@ def fake_measure(monkeypatch):
         if label == "draft_len_schedule":
             return run_at(SCHEDULE)
         g = 0 if "baseline" in label else int(label.split("=")[1].split()[0]) if label.startswith("γ=") else 0
-        return run_at(g)
+        return run_at(g, levels=load.concurrency or LEVELS)
 
     monkeypatch.setattr(side_mod, "load_at", load_at)
     return calls
@@ -124,14 +125,26 @@ def test_tune_redeploy_schedule_and_overlay(fake_measure, tmp_path):
         "speculative.draft_len_schedule={1: 3, 2: 2, 4: 1, 16: 0}",
     ]
     assert load_recipe("tiny-draft-target", deployed[6]).speculative.draft_len_schedule == SCHEDULE
+    # And each level's best fixed γ deployed again (the winners at c = 1, 2, 4; γ=1 also at 16).
+    assert deployed[7:] == [[f"speculative.max_draft_len={g}"] for g in (3, 2, 1)]
     assert sorted(t.schedule_check) == list(LEVELS) and t.schedule_holds
     for c, v in t.schedule_check.items():
         assert v["best_fixed"] == max(t.cell(g, c).speedup.point for g in (1, 2, 3, 4))
+        ci = v["ratio_ci"]
+        assert (
+            v["ratio_source"] == "paired"
+            and ci["lo"] <= v["ratio"] * (1 + 1e-9)
+            and ci["hi"] >= v["ratio"] * (1 - 1e-9)
+        )
+        assert v["best_fixed_again"] == pytest.approx(v["best_fixed"], rel=0.01)
         if SCHEDULE[c]:  # the schedule runs the best fixed γ there
             assert v["ratio"] == pytest.approx(1.0, abs=0.05)
         else:  # speculation off where every γ loses: the schedule beats them all
             assert v["ratio"] > 1.05 and v["best_fixed"] < 1
-    assert "schedule check" in render(t) and "holds" in render(t)
+    # Each winner measured again only at the levels it won (γ=1 at 4 and 16), and kept in tune.json.
+    assert [lv.concurrency for lv in t.runs["γ=1 (again)"].levels] == [4, 16]
+    assert "γ=3 (again)" in json.loads((tmp_path / "tune.json").read_text())["runs"]
+    assert "schedule check" in render(t) and "holds" in render(t) and "measured again" in render(t)
     assert t.method == "redeploy" and len(t.cells) == 4 * len(LEVELS)
     c = t.cell(3, 1)
     assert c.speedup.point == pytest.approx(speedup_model(3, 1), rel=0.03)
@@ -151,6 +164,81 @@ def test_tune_redeploy_schedule_and_overlay(fake_measure, tmp_path):
     assert {p.name for p in t.report_files} >= {"tune.json", "tune.csv", "recipe-overlay.yaml", "tune.txt"}
     load_recipe("tiny-draft-target", t.best["overrides"])  # the overlay is a valid recipe change
     assert "best per concurrency" in render(t)
+
+
+def test_schedule_check_measures_the_lucky_winner_again(fake_measure, monkeypatch, tmp_path):
+    """The sweep's γ=3 run is 20% lucky at c=1 (noise): it wins there by more than it should.
+    The schedule runs γ=3 at c=1 and measures what γ=3 really gives, so set against the sweep's
+    cell it looks 0.83 as good and the check would fail; against γ=3 measured again (paired, on
+    the same requests) it is 1.0, and the check holds."""
+
+    def load_at(url, model, wl, opts, load, *, label, **kw):
+        fake_measure.append((label, load.num_draft_tokens, url))
+        if label == "draft_len_schedule":
+            return run_at(SCHEDULE)
+        g = 0 if "baseline" in label else int(label.split("=")[1].split()[0])
+        return run_at(g, {1: 1.2} if label == "γ=3" else None, levels=load.concurrency)
+
+    monkeypatch.setattr(side_mod, "load_at", load_at)
+    t = tune(
+        "tiny-draft-target",
+        method="redeploy",
+        draft_lens=[1, 2, 3, 4],
+        concurrency=LEVELS,
+        deploy_fn=fake_deploy([]),
+        predict=False,
+        report_dir=tmp_path,
+        progress=False,
+    )
+    assert [lbl for lbl, _, _ in fake_measure][-3:] == ["γ=3 (again)", "γ=2 (again)", "γ=1 (again)"]
+    v = t.schedule_check[1]
+    assert v["best_fixed_label"] == "γ=3" and v["best_fixed"] == pytest.approx(
+        1.2 * speedup_model(3, 1), rel=0.03
+    )
+    assert v["scheduled"] / v["best_fixed"] == pytest.approx(1 / 1.2, rel=0.03)  # the sweep cell's verdict
+    assert v["best_fixed_again"] == pytest.approx(speedup_model(3, 1), rel=0.03)
+    assert v["ratio"] == pytest.approx(1.0, abs=0.01) and v["ratio_source"] == "paired"
+    assert t.schedule_holds
+
+
+def test_schedule_check_keeps_the_sweep_cell_where_measuring_again_failed(
+    fake_measure, monkeypatch, tmp_path
+):
+    """A server that dies while γ=2 (the winner at c=2) is measured again: the check still
+    reports, on the sweep's cell at c=2 only; the other winners are measured again (each is a
+    deployment of its own) and paired; the tune is partial and says why."""
+    from toolkit.bench.errors import BenchAborted
+
+    def load_at(url, model, wl, opts, load, *, label, **kw):
+        if label == "γ=2 (again)":
+            raise BenchAborted("server died", cause="the server exited (code -9)")
+        if label == "draft_len_schedule":
+            return run_at(SCHEDULE)
+        return run_at(
+            0 if "baseline" in label else int(label.split("=")[1].split()[0]), levels=load.concurrency
+        )
+
+    monkeypatch.setattr(side_mod, "load_at", load_at)
+    t = tune(
+        "tiny-draft-target",
+        method="redeploy",
+        draft_lens=[1, 2, 3, 4],
+        concurrency=LEVELS,
+        deploy_fn=fake_deploy([]),
+        predict=False,
+        report_dir=tmp_path,
+        progress=False,
+    )
+    assert t.partial and "γ=2 again" in t.error and "exited" in t.error
+    assert {c: v["ratio_source"] for c, v in t.schedule_check.items()} == {
+        1: "paired",
+        2: "sweep",
+        4: "paired",
+        16: "paired",
+    }
+    assert t.schedule_check[2]["ratio_ci"] is None and t.schedule_check[2]["best_fixed_again"] is None
+    assert t.schedule_check[2]["ratio"] == pytest.approx(1.0, abs=0.01) and t.schedule_holds
+    assert "γ=2 (again)" not in t.runs and "γ=1 (again)" in t.runs
 
 
 def test_tune_per_request_uses_num_draft_tokens(fake_measure, tmp_path):

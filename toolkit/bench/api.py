@@ -234,7 +234,8 @@ def tune(
     after RunOptions fields change them.
     method: per-request (draft_target via the BLS), redeploy (needs deploy_fn), or auto.
     `check`: with redeploy on the reference backend, also deploy the tuned draft_len_schedule
-    and measure it against the best fixed draft length at every concurrency (`schedule_check`).
+    and measure it against the best fixed draft length at every concurrency, that setting
+    deployed and measured again beside it (`schedule_check`).
     """
     opts = RunOptions.of(opts or RunOptions(requests=TUNE_REQUESTS), **changes)
     levels = check_levels(concurrency, None)

@@ -554,10 +554,17 @@ def render_tune(t: TuneResult) -> str:
             f"setting at every level): {'holds' if t.schedule_holds else 'DOES NOT hold'}"
         )
         for c, v in sorted(t.schedule_check.items()):
-            ratio = v["ratio"]
+            ratio, ci, again = v["ratio"], v.get("ratio_ci"), v.get("best_fixed_again")
             out.append(
                 f"  c={c}: schedule {v['scheduled']:.2f}× vs best fixed {v['best_fixed_label']} "
-                f"{v['best_fixed']:.2f}×" + (f" → {ratio:.2f}" if ratio is not None else "")
+                f"{v['best_fixed']:.2f}× in the sweep"
+                + (f", {again:.2f}× measured again" if again is not None else "")
+                + (f" → {ratio:.2f}" if ratio is not None else "")
+                + (
+                    f" [{ci['lo']:.2f}, {ci['hi']:.2f}], paired"
+                    if ci and None not in (ci.get("lo"), ci.get("hi"))
+                    else ""
+                )
             )
     if t.prediction_error is not None:
         out.append(f"plan vs measured: median |predicted − measured| = {t.prediction_error:.3f}")

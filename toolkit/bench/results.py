@@ -160,7 +160,9 @@ class TuneResult:
     llmapi_fragment: dict[str, Any] = field(default_factory=dict)
     overlay_path: Path | None = None
     # The tuned draft_len_schedule deployed and measured: concurrency -> {scheduled, best_fixed,
-    # best_fixed_label, ratio}; `schedule_holds`: ratio >= SCHEDULE_GOAL at every level.
+    # best_fixed_label, ratio, ratio_source, and with the best fixed setting measured again:
+    # best_fixed_again, ratio_ci} (decide.tune.check_schedule); `schedule_holds`: ratio >=
+    # SCHEDULE_GOAL at every level.
     schedule_check: dict[int, dict[str, Any]] = field(default_factory=dict)
     schedule_holds: bool | None = None
     schedule_run: BenchResult | None = None

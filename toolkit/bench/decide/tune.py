@@ -26,7 +26,7 @@ from toolkit.bench.decide.predict import PlanResult, config_draft_len, valid_sch
 from toolkit.bench.measure.records import BenchResult
 from toolkit.bench.options import RunOptions
 from toolkit.bench.proposers import DRAFT_MODEL_MODES, has_draft_model, is_chain
-from toolkit.bench.results import Cell, TuneResult
+from toolkit.bench.results import Cell, LevelComparison, TuneResult
 from toolkit.errors import UsageError
 from toolkit.modes import CHAIN_MODES, MODE_SOURCES
 
@@ -250,24 +250,68 @@ def _point(cell: Cell) -> float:
     return cell.speedup.point
 
 
-def check_schedule(result: TuneResult, run: BenchResult, resamples: int, seed: int) -> None:
-    """Compare the deployment running the tuned schedule with the best fixed draft length
-    measured at each concurrency (the same requests; against the last baseline run, the one
-    nearest in time)."""
+def _best_cell(result: TuneResult, concurrency: int) -> Cell | None:
+    """The configuration with the highest measured speedup at this concurrency (None: none)."""
+    cells = [c for c in result.cells if c.concurrency == concurrency and c.speedup.point is not None]
+    return max(cells, key=_point) if cells else None
+
+
+def best_fixed_levels(result: TuneResult) -> dict[str, list[int]]:
+    """label → the levels where that configuration won the sweep: what the schedule check
+    measures again (each label once, in level order)."""
+    out: dict[str, list[int]] = {}
+    for c in result.concurrency:
+        if (best := _best_cell(result, c)) is not None:
+            out.setdefault(best.label, []).append(c)
+    return out
+
+
+def check_schedule(
+    result: TuneResult,
+    run: BenchResult,
+    resamples: int,
+    seed: int,
+    again: dict[str, BenchResult] | None = None,
+) -> None:
+    """Compare the deployment running the tuned schedule with the best fixed draft length at
+    each concurrency. `again`: the best fixed configurations measured afresh after the schedule
+    (label → run at the levels it won, `best_fixed_levels`); the ratio is then the schedule's
+    mean per-request rate over that run's on the same requests (paired bootstrap), with its CI
+    (`ratio_source` "paired"). The sweep's own cell is the highest of several noisy ones (the
+    winner's curse: its point is biased upward), so a level without a fresh run falls back on
+    it (`ratio_source` "sweep": the schedule's speedup ÷ the cell's, each against its baseline
+    runs), which leans against the schedule."""
     assert result.baselines
     result.schedule_run = run
-    for lc in compare_levels(result.baselines[-1], run, resamples=resamples, seed=seed):
-        cells = [c for c in result.cells if c.concurrency == lc.concurrency and c.speedup.point is not None]
-        if not cells or lc.speedup.point is None:
+    base = result.baselines[-1]  # the baseline run nearest in time
+
+    def by_level(b: BenchResult, s: BenchResult) -> dict[int, LevelComparison]:
+        return {lc.concurrency: lc for lc in compare_levels(b, s, resamples=resamples, seed=seed)}
+
+    fresh = {label: (by_level(r, run), by_level(base, r)) for label, r in (again or {}).items()}
+    for c, lc in by_level(base, run).items():
+        best = _best_cell(result, c)
+        if best is None or lc.speedup.point is None:
             continue
-        best = max(cells, key=_point)
-        result.schedule_check[lc.concurrency] = {
+        pair, again_vs_base = fresh.get(best.label, ({}, {}))
+        head = pair.get(c)
+        entry: dict[str, Any] = {
             "scheduled": lc.speedup.point,
             "scheduled_ci": lc.speedup.to_dict(),
             "best_fixed": best.speedup.point,
             "best_fixed_label": best.label,
-            "ratio": lc.speedup.point / best.speedup.point if best.speedup.point else None,
         }
+        if head is not None and head.paired and head.speedup.point is not None:
+            entry.update(
+                best_fixed_again=again_vs_base[c].speedup.point,
+                ratio=head.speedup.point,
+                ratio_ci=head.speedup.to_dict(),
+                ratio_source="paired",
+            )
+        else:
+            ratio = lc.speedup.point / best.speedup.point if best.speedup.point else None
+            entry.update(best_fixed_again=None, ratio=ratio, ratio_ci=None, ratio_source="sweep")
+        result.schedule_check[c] = entry
     ratios = [v["ratio"] for v in result.schedule_check.values() if v["ratio"] is not None]
     result.schedule_holds = bool(ratios) and min(ratios) >= SCHEDULE_GOAL
 

@@ -85,11 +85,13 @@ class Sweep:
         num_draft_tokens: int | None = None,
         bls: bool = False,
         draft_len: int | None = None,
+        levels: list[int] | None = None,
     ) -> BenchResult:
-        """One measurement of `side` at every level (deployed for it when it is a recipe)."""
+        """One measurement of `side` at every level, or at `levels` (deployed for it when it is
+        a recipe)."""
         side = dataclasses.replace(side, draft_len=draft_len, tokenizer=self.tokenizer, twin=None)
         load = Load(
-            self.result.concurrency,
+            levels or self.result.concurrency,
             num_draft_tokens=num_draft_tokens,
             bls=bls,
             count_tokens=self.count_tokens,
@@ -205,7 +207,9 @@ def _sweep(
 
 def _check_schedule(sweep: Sweep, resamples: int, seed: int) -> None:
     """Redeploy with the tuned schedule (the reference runtime follows it per batch size, as
-    TensorRT-LLM's drafter does) and measure it against every fixed draft length."""
+    TensorRT-LLM's drafter does) and measure it against the best fixed draft length at every
+    level, that configuration deployed and measured again after it: the sweep chose it as the
+    highest of noisy cells, so its sweep figure is not a fair yardstick (decide.tune.check_schedule)."""
     result = sweep.result
     sched = valid_schedule(result.schedule)
     if not sched or not tune_mod.chain_sweep(result.configs):
@@ -215,5 +219,20 @@ def _check_schedule(sweep: Sweep, resamples: int, seed: int) -> None:
         run = sweep.measure(side, label="draft_len_schedule", draft_len=sched[1])
     except BenchAborted as e:
         result.partial, result.error = True, f"schedule check: {e.cause or e.message}"
-    else:
-        tune_mod.check_schedule(result, run, resamples, seed)
+        return
+    # Each level's winner again, at the levels it won, right after the schedule (a paired ratio
+    # over the same requests; the two runs one deployment apart in time).
+    again: dict[str, BenchResult] = {}
+    for label, levels in tune_mod.best_fixed_levels(result).items():
+        cfg = next(c for c in result.configs if c["label"] == label)
+        try:
+            again[label] = result.runs[f"{label} (again)"] = sweep.measure(
+                sweep.config(cfg["overrides"]),
+                label=f"{label} (again)",
+                draft_len=cfg["draft_len"],
+                levels=levels,
+            )
+        except BenchAborted as e:  # its levels keep the sweep's cell; the others are measured still
+            result.partial = True
+            result.error = result.error or f"schedule check, {label} again: {e.cause or e.message}"
+    tune_mod.check_schedule(result, run, resamples, seed, again)
