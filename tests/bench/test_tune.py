@@ -166,6 +166,21 @@ def test_tune_redeploy_schedule_and_overlay(fake_measure, tmp_path):
     assert "best per concurrency" in render(t)
 
 
+def _tune_redeploy(monkeypatch, load_at, tmp_path):
+    """tune by redeploying tiny-draft-target at γ = 1..4, its runs made by `load_at`."""
+    monkeypatch.setattr(side_mod, "load_at", load_at)
+    return tune(
+        "tiny-draft-target",
+        method="redeploy",
+        draft_lens=[1, 2, 3, 4],
+        concurrency=LEVELS,
+        deploy_fn=fake_deploy([]),
+        predict=False,
+        report_dir=tmp_path,
+        progress=False,
+    )
+
+
 def test_schedule_check_measures_the_lucky_winner_again(fake_measure, monkeypatch, tmp_path):
     """The sweep's γ=3 run is 20% lucky at c=1 (noise): it wins there by more than it should.
     The schedule runs γ=3 at c=1 and measures what γ=3 really gives, so set against the sweep's
@@ -179,17 +194,7 @@ def test_schedule_check_measures_the_lucky_winner_again(fake_measure, monkeypatc
         g = 0 if "baseline" in label else int(label.split("=")[1].split()[0])
         return run_at(g, {1: 1.2} if label == "γ=3" else None, levels=load.concurrency)
 
-    monkeypatch.setattr(side_mod, "load_at", load_at)
-    t = tune(
-        "tiny-draft-target",
-        method="redeploy",
-        draft_lens=[1, 2, 3, 4],
-        concurrency=LEVELS,
-        deploy_fn=fake_deploy([]),
-        predict=False,
-        report_dir=tmp_path,
-        progress=False,
-    )
+    t = _tune_redeploy(monkeypatch, load_at, tmp_path)
     assert [lbl for lbl, _, _ in fake_measure][-3:] == ["γ=3 (again)", "γ=2 (again)", "γ=1 (again)"]
     v = t.schedule_check[1]
     assert v["best_fixed_label"] == "γ=3" and v["best_fixed"] == pytest.approx(
@@ -218,17 +223,7 @@ def test_schedule_check_keeps_the_sweep_cell_where_measuring_again_failed(
             0 if "baseline" in label else int(label.split("=")[1].split()[0]), levels=load.concurrency
         )
 
-    monkeypatch.setattr(side_mod, "load_at", load_at)
-    t = tune(
-        "tiny-draft-target",
-        method="redeploy",
-        draft_lens=[1, 2, 3, 4],
-        concurrency=LEVELS,
-        deploy_fn=fake_deploy([]),
-        predict=False,
-        report_dir=tmp_path,
-        progress=False,
-    )
+    t = _tune_redeploy(monkeypatch, load_at, tmp_path)
     assert t.partial and "γ=2 again" in t.error and "exited" in t.error
     assert {c: v["ratio_source"] for c, v in t.schedule_check.items()} == {
         1: "paired",
