@@ -179,6 +179,23 @@ def test_summarize_aggregates():
     assert s["server_check"]["n"] == 0
 
 
+def test_summarize_pools_tau_over_estimated_steps_as_over_server_steps():
+    """The run's τ is Σ committed ÷ Σ steps whether the steps are the server's or drafts ÷ γ
+    (EAGLE-3 served through the ensemble): not the mean of per-request τ, which lies above it
+    when requests differ (the gap between served τ 2.34 and plan's probe 2.10, 2026-12-05)."""
+    # A: 3 steps, all 6 drafts accepted (τ 3); B: 9 steps, none of 18 accepted (τ 1).
+    a = record(0, start=0.0, ttft=0.1, gaps=[0.05] * 3, tokens=[1, 3, 3, 2], accepted=6, drafted=6)
+    b = record(1, start=0.0, ttft=0.1, gaps=[0.05] * 8, tokens=[1] * 9, accepted=0, drafted=18)
+    for r in (a, b):
+        r.draft_len = 2
+    s = summarize([a, b], duration=2.0)["acceptance"]
+    assert s["length_source"] == "draft tokens / draft_len"
+    assert s["length_per_request"]["mean"] == pytest.approx(2.0)
+    assert s["length"] == pytest.approx((6 + 12) / 12)  # 18 tokens over 12 steps
+    a.steps, b.steps = 3, 9  # the same counts from the server: the same pooled τ
+    assert summarize([a, b], duration=2.0)["acceptance"]["length"] == pytest.approx(1.5)
+
+
 def test_summarize_duration_from_records_and_server_cross_check():
     recs = [record(i, start=float(i), ttft=0.1, gaps=[0.1] * 3) for i in range(3)]
     for r in recs:

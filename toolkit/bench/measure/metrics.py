@@ -127,6 +127,16 @@ def tpot(e2e: float, ttft_s: float | None, output_tokens: int) -> float | None:
     return (e2e - ttft_s) / (output_tokens - 1)
 
 
+def counted_steps(rec: RequestRecord) -> float | None:
+    """A request's target steps as its τ counts them: the server's, else drafts ÷ γ (only with
+    an accepted count to go with them); None when neither is known."""
+    if rec.steps:
+        return float(rec.steps)
+    if rec.accepted_draft_tokens is None:
+        return None
+    return spec_metrics.estimated_steps(rec.draft_tokens, rec.draft_len)
+
+
 def acceptance_length(rec: RequestRecord) -> tuple[float | None, str | None]:
     """τ for one request and where it came from.
 
@@ -135,14 +145,10 @@ def acceptance_length(rec: RequestRecord) -> tuple[float | None, str | None]:
     chunk after the first (valid when the server streams once per step, as the reference
     backend and TRT-LLM do, and some chunk carries several tokens).
     """
-    if rec.steps:
-        return (
-            spec_metrics.acceptance_length(rec.accepted_draft_tokens or 0, rec.steps),
-            rec.steps_source or "server steps",
-        )
-    steps = spec_metrics.estimated_steps(rec.draft_tokens, rec.draft_len)
-    if steps and rec.accepted_draft_tokens is not None:
-        return spec_metrics.acceptance_length(rec.accepted_draft_tokens, steps), "draft tokens / draft_len"
+    steps = counted_steps(rec)
+    if steps:
+        source = (rec.steps_source or "server steps") if rec.steps else "draft tokens / draft_len"
+        return spec_metrics.acceptance_length(rec.accepted_draft_tokens or 0, steps), source
     if rec.draft_tokens:
         # Draft statistics without γ: chunks need not be steps (a BLS loop streams whole
         # iterations), so they cannot stand in; τ is unknown.
@@ -267,7 +273,10 @@ def summarize(records: Sequence[RequestRecord], *, duration: float | None = None
     drafts = sum(r.draft_tokens or 0 for r in ok if r.draft_tokens)
     taus = [m.acceptance_length for m in mets if m.acceptance_length is not None]
     tau_src = Counter(m.acceptance_length_source for m in mets if m.acceptance_length_source)
-    steps = sum(r.steps or 0 for r in ok)
+    # τ pooled over the run (Σ committed ÷ Σ steps), what plan's probe and trtllm-bench report,
+    # from the same step counts as each request's own τ (the server's, or drafts ÷ γ).
+    counted = [(r.accepted_draft_tokens or 0, s) for r in ok if (s := counted_steps(r))]
+    steps = sum(s for _, s in counted)
     pos_p: list[int] = []
     pos_a: list[int] = []
     for r in ok:
@@ -304,8 +313,9 @@ def summarize(records: Sequence[RequestRecord], *, duration: float | None = None
             "accepted_draft_tokens": acc,
             "draft_tokens": drafts,
             "length": (
-                spec_metrics.acceptance_length(acc, steps)
+                spec_metrics.acceptance_length(sum(a for a, _ in counted), steps)
                 if steps
+                # only τ from streamed chunks (no step or draft counts): their mean
                 else (sum(taus) / len(taus) if taus else None)
             ),
             "length_per_request": describe(taus),
