@@ -10,8 +10,12 @@ probe) predicts the speedup at the recipe's own draft length, and the section sh
 |plan − measured| ÷ measured per level. The section between the bench_membound_served markers in
 docs/benchmarks.md (or --section NAME's) is replaced.
 
+With --repeat N the A/B (and plan) run N times per recipe, alternating, and each cell shows the
+median of the runs and every run's figure: on a host whose speed drifts by 10-40% within an hour
+(docs/benchmarks.md, the Zen 1 host class) one run's point estimate is not a yardstick to 10%.
+
     python scripts/bench_membound_served.py [RECIPE ...] [--concurrency 1] [--requests 16]
-        [--max-tokens 64] [--plan] [--interleave] [--keep DIR] [--no-write]
+        [--max-tokens 64] [--plan] [--interleave] [--repeat N] [--keep DIR] [--no-write]
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -55,17 +60,17 @@ def _keep(args: argparse.Namespace, name: str, proc: Any) -> None:
         (args.keep / name).write_text(proc.stdout)
 
 
-def _compare(recipe: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def _compare(recipe: str, args: argparse.Namespace, work: Path, tag: str = "") -> dict[str, Any]:
     argv = ["bench", "--compare", BASELINE, recipe, "--workdir", str(work / recipe)]
     argv += ["--concurrency", args.concurrency, "--requests", str(args.requests)]
     argv += ["--max-tokens", str(args.max_tokens), "--workload", args.workload, "--json"]
     argv += ["--interleave"] if args.interleave else []
     proc = sdtk(*argv)
-    _keep(args, f"{recipe}.compare.json", proc)
+    _keep(args, f"{recipe}{tag}.compare.json", proc)
     return _json(proc, f"sdtk {' '.join(argv)}")
 
 
-def _plan(recipe: str, args: argparse.Namespace) -> dict[int, float] | None:
+def _plan(recipe: str, args: argparse.Namespace, tag: str = "") -> dict[int, float] | None:
     from toolkit.recipe import load_recipe
 
     own = load_recipe(recipe).speculative.draft_len
@@ -74,12 +79,39 @@ def _plan(recipe: str, args: argparse.Namespace) -> dict[int, float] | None:
     argv = ["plan", recipe, "--concurrency", args.concurrency, "--workload", args.workload, "--json"]
     argv += ["--gamma-max", str(max(1, own)), "--probe-prompts", str(args.probe_prompts)]
     proc = sdtk(*argv)
-    _keep(args, f"{recipe}.plan.json", proc)
+    _keep(args, f"{recipe}{tag}.plan.json", proc)
     data = _json(proc, f"sdtk {' '.join(argv)}")
     for p in data["predictions"]:
         if p["draft_len"] == own:
             return {int(c): float(s) for c, s in p["speedup"].items()}
     return None
+
+
+def _rows(recipe: str, runs: list[tuple[dict[str, Any], dict[int, float] | None]], plan: bool) -> list[str]:
+    """One table row per level: one run's figures with its CI, or, over several runs, the medians
+    with each run's figure in run order (served; plan)."""
+    rows = []
+    for k, lv in enumerate(runs[0][0]["levels"]):
+        c = int(lv["concurrency"])
+        levels = [ab["levels"][k] for ab, _ in runs]
+        served = [x["speedup"]["point"] for x in levels]
+        point = statistics.median(served)
+        if len(runs) == 1:
+            s = lv["speedup"]
+            cell = f"**{s['point']:.2f}×** [{s['lo']:.2f}, {s['hi']:.2f}]"
+        else:
+            cell = f"**{point:.2f}×** (" + ", ".join(f"{x:.2f}" for x in served) + ")"
+        row = f"| {recipe} | {c} | {cell} | {sum(x['pairs'] for x in levels)} |"
+        if plan:
+            preds = [p[c] for _, p in runs if p is not None and c in p]
+            if preds:
+                pm = statistics.median(preds)
+                each = "" if len(runs) == 1 else " (" + ", ".join(f"{x:.2f}" for x in preds) + ")"
+                row += f" {pm:.2f}×{each} | {abs(pm - point) / point:.2f} |"
+            else:
+                row += " n/a | n/a |"
+        rows.append(row + f" {runs[-1][0]['verdict']} |")
+    return rows
 
 
 def main() -> int:
@@ -95,6 +127,9 @@ def main() -> int:
         action="store_true",
         help="sdtk bench --compare --interleave: both sides level by level",
     )
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="run the A/B (and plan) this many times; cells show medians"
+    )
     ap.add_argument("--probe-prompts", type=int, default=8, help="sdtk plan --probe-prompts (with --plan)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     ap.add_argument("--no-write", action="store_true")
@@ -103,25 +138,23 @@ def main() -> int:
         "--keep", type=Path, help="keep each command's JSON here (RECIPE.compare.json, RECIPE.plan.json)"
     )
     args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
     start, end = f"<!-- {args.section}:start -->", f"<!-- {args.section}:end -->"
     load0 = os.getloadavg()[0]
     started = datetime.now(timezone.utc)
     rows: list[str] = []
     with tempfile.TemporaryDirectory(prefix="sdtk-membound-") as tmp:
         for recipe in args.recipes:
-            t0 = time.monotonic()
-            ab = _compare(recipe, args, Path(tmp))
-            predicted = _plan(recipe, args) if args.plan else None
-            print(f"[membound] {recipe}: {time.monotonic() - t0:.0f} s", file=sys.stderr)
-            for lv in ab["levels"]:
-                s = lv["speedup"]
-                c = int(lv["concurrency"])
-                row = f"| {recipe} | {c} | **{s['point']:.2f}×** [{s['lo']:.2f}, {s['hi']:.2f}] | {lv['pairs']} |"
-                if args.plan:
-                    p = (predicted or {}).get(c)
-                    err = f"{abs(p - s['point']) / s['point']:.2f}" if p is not None else "n/a"
-                    row += f" {p:.2f}× | {err} |" if p is not None else " n/a | n/a |"
-                rows.append(row + f" {ab['verdict']} |")
+            runs: list[tuple[dict[str, Any], dict[int, float] | None]] = []
+            for i in range(args.repeat):
+                tag = f".{i + 1}" if args.repeat > 1 else ""
+                t0 = time.monotonic()
+                ab = _compare(recipe, args, Path(tmp), tag)
+                predicted = _plan(recipe, args, tag) if args.plan else None
+                print(f"[membound] {recipe}{tag}: {time.monotonic() - t0:.0f} s", file=sys.stderr)
+                runs.append((ab, predicted))
+            rows += _rows(recipe, runs, args.plan)
     load1 = os.getloadavg()[0]
     command = "python scripts/bench_membound_served.py " + " ".join(sys.argv[1:])
     head = "| recipe | concurrency | served speedup [95% CI] | pairs |"
@@ -143,6 +176,13 @@ def main() -> int:
             f"backend), workload `{args.workload}`, {args.requests} requests per level, "
             f"{args.max_tokens} new tokens each"
             + (", both sides level by level (`--interleave`)" if args.interleave else "")
+            + (
+                f"; {args.repeat} runs per recipe (A/B then plan, in turn): each cell is the median "
+                "of the runs, each run's figure in parentheses in run order, pairs summed, the verdict "
+                "the last run's"
+                if args.repeat > 1
+                else ""
+            )
             + "; speedup = the CLI's mean per-request output tok/s "
             "ratio, 95% CI by paired bootstrap over requests. Both sides run the target padded ×32 "
             "(memory-bound twin: 0.46 GB per step)."
