@@ -169,17 +169,21 @@ def write_section(
         "| concurrency | schedule | best fixed, in the sweep | best fixed, again | schedule ÷ best fixed [95% CI] |",
         "|---|---|---|---|---|",
     ]
+    from toolkit.bench.report import schedule_ratio_source
+
     for c, v in sorted(tune.get("schedule_check", {}).items(), key=lambda kv: int(kv[0])):
         ratio, ci, again = v["ratio"], v.get("ratio_ci") or {}, v.get("best_fixed_again")
+        paired = schedule_ratio_source(v) == "paired"
         lines.append(
             f"| {c} | {v['scheduled']:.2f}× | {v['best_fixed_label']} {v['best_fixed']:.2f}× | "
             + (f"{again:.2f}× | " if again is not None else "- | ")
             + (f"{ratio:.2f}" if ratio is not None else "-")
             + (
-                f" [{ci['lo']:.2f}, {ci['hi']:.2f}] |"
-                if None not in (ci.get("lo"), ci.get("hi"))
-                else " (*sweep*) |"
+                f" [{ci['lo']:.2f}, {ci['hi']:.2f}]"
+                if paired and None not in (ci.get("lo"), ci.get("hi"))
+                else ""
             )
+            + (" |" if paired else " (*sweep*) |")
         )
     holds = tune.get("schedule_holds")
     lines += [

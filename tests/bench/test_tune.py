@@ -14,7 +14,7 @@ from toolkit.bench.decide.tune import baseline_overrides, sweep_configs
 from toolkit.bench.measure.loadgen import BenchResult, LevelResult
 from toolkit.bench.orchestrate import side as side_mod
 from toolkit.bench.orchestrate import tune as tune_run
-from toolkit.bench.report import render
+from toolkit.bench.report import render, schedule_ratio_source
 from toolkit.errors import UsageError
 from toolkit.recipe import load_recipe
 
@@ -234,6 +234,11 @@ def test_schedule_check_keeps_the_sweep_cell_where_measuring_again_failed(
     assert t.schedule_check[2]["ratio_ci"] is None and t.schedule_check[2]["best_fixed_again"] is None
     assert t.schedule_check[2]["ratio"] == pytest.approx(1.0, abs=0.01) and t.schedule_holds
     assert "γ=2 (again)" not in t.runs and "γ=1 (again)" in t.runs
+    # The report says which ratio is which, from ratio_source.
+    lines = {ln.split(":")[0].strip(): ln for ln in render(t).splitlines() if ln.strip().startswith("c=")}
+    assert lines["c=2"].endswith("against the sweep's cell") and lines["c=1"].endswith(", paired")
+    assert schedule_ratio_source({"ratio_ci": {"lo": 0.9, "hi": 1.1}}) == "paired"  # files from before
+    assert schedule_ratio_source({"ratio_ci": None}) == "sweep"
 
 
 def test_tune_per_request_uses_num_draft_tokens(fake_measure, tmp_path):

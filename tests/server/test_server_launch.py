@@ -189,3 +189,27 @@ def test_auto_ports_pick_again_after_a_race(make_repo, tmp_path, monkeypatch):
             assert len(picks) == 2 and s.ports.http != taken and s.health().ok
     finally:
         holder.close()
+
+
+def test_python_env_directory_found_if_unambiguous_removed_if_empty(tmp_path, monkeypatch):
+    """The Python backend's /tmp/python_env_* directory (pointed here at tmp_path): a launch
+    records it when exactly one appeared, and a stop removes it only if it is empty."""
+    from toolkit.server import state
+
+    monkeypatch.setattr(state, "PYTHON_ENV_DIR", tmp_path)
+    (tmp_path / "python_env_old").mkdir()
+    before = state.python_env_dirs()
+    assert before == {str(tmp_path / "python_env_old")}
+    assert state.new_python_env(before) == ""  # none yet
+    (tmp_path / "python_env_ours").mkdir()
+    (tmp_path / "unrelated").mkdir()
+    assert state.new_python_env(before) == str(tmp_path / "python_env_ours")
+    (tmp_path / "python_env_another_server").mkdir()
+    assert state.new_python_env(before) == ""  # two servers started: whose is whose is unknown
+    assert state.remove_python_env(str(tmp_path / "python_env_ours"))
+    assert not (tmp_path / "python_env_ours").exists()
+    (tmp_path / "python_env_old" / "extracted").write_text("x")  # an EXECUTION_ENV_PATH model's
+    assert not state.remove_python_env(str(tmp_path / "python_env_old"))
+    assert (tmp_path / "python_env_old" / "extracted").exists()
+    assert not state.remove_python_env(str(tmp_path / "unrelated"))  # not the backend's
+    assert not state.remove_python_env("") and (tmp_path / "unrelated").is_dir()

@@ -78,6 +78,8 @@ def test_detach_status_logs_stop_cycles(make_repo, tmp_path):
         assert data["http_url"].startswith("http://127.0.0.1:") and data["grpc_url"].startswith("127.0.0.1:")
         assert data["metrics_url"].endswith("/metrics") and data["argv"][0].endswith("tritonserver")
         assert data["started_at"] <= time.time() and data["start_ticks"] == procs.stat(pid).start_ticks
+        # The Python backend's /tmp/python_env_* directory, which Triton never removed.
+        assert Path(data["python_env"]).name.startswith("python_env_") and Path(data["python_env"]).is_dir()
 
         st = server_status(wd)
         assert st.state == "running" and st.live and st.ready and st.model_ready, st.message
@@ -104,7 +106,7 @@ def test_detach_status_logs_stop_cycles(make_repo, tmp_path):
 
         res = stop_server(wd)
         assert res.was_running and res.graceful and res.pid == pid, res.message
-        assert not state_path(wd).exists()
+        assert not state_path(wd).exists() and not Path(data["python_env"]).exists()
         assert processes_mentioning(str(tmp_path)) == [], f"cycle {cycle}"
         assert server_status(wd).state == "stopped"
         assert not stop_server(wd).was_running  # idempotent
@@ -114,6 +116,8 @@ def test_dead_server_is_reported_and_cleaned(make_repo, tmp_path):
     repo = make_repo({"ensemble": dict(decoupled=True, max_batch_size=8)})
     wd = tmp_path / "wd"
     pid = run_detached(repo, wd)
+    env_dir = Path(json.loads(state_path(wd).read_text())["python_env"])
+    assert env_dir.is_dir()
     os.kill(pid, signal.SIGKILL)
     assert procs.wait_gone(pid, 10)
     st = server_status(wd)
@@ -124,7 +128,7 @@ def test_dead_server_is_reported_and_cleaned(make_repo, tmp_path):
     res = stop_server(wd)
     assert not res.was_running and "was not running" in res.message
     assert processes_mentioning(str(tmp_path)) == []  # orphaned stubs killed too
-    assert read_state(wd) is None
+    assert read_state(wd) is None and not env_dir.exists()
 
 
 def test_reused_pid_is_never_signalled(tmp_path):

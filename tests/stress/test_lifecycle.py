@@ -69,6 +69,8 @@ def test_killed_stub_makes_status_fail_and_stop_cleans_shm(tmp_path):
     st = state(dep)
     assert set(st["stubs"]) >= {"tensorrt_llm", "preprocessing", "postprocessing"}
     assert list(Path("/dev/shm").glob(st["shm_prefix"] + "*"))
+    # The Python backend's /tmp/python_env_* directory (Triton never removed it: one per deploy).
+    assert Path(st["python_env"]).name.startswith("python_env_") and Path(st["python_env"]).is_dir()
     assert sdtk("status", "--workdir", str(dep)).returncode == 0
     os.kill(st["stubs"]["tensorrt_llm"][0], signal.SIGKILL)
     t0 = time.monotonic()
@@ -83,6 +85,7 @@ def test_killed_stub_makes_status_fail_and_stop_cleans_shm(tmp_path):
     assert sdtk("stop", "--workdir", str(dep)).returncode == 0
     assert not procs.group_members(st["pgid"])
     assert not list(Path("/dev/shm").glob(st["shm_prefix"] + "*"))
+    assert not Path(st["python_env"]).exists()
 
 
 def test_deploy_killed_before_ready_leaves_no_orphan(tmp_path):

@@ -554,17 +554,15 @@ def render_tune(t: TuneResult) -> str:
             f"setting at every level): {'holds' if t.schedule_holds else 'DOES NOT hold'}"
         )
         for c, v in sorted(t.schedule_check.items()):
-            ratio, ci, again = v["ratio"], v.get("ratio_ci"), v.get("best_fixed_again")
+            ratio, ci, again = v["ratio"], v.get("ratio_ci") or {}, v.get("best_fixed_again")
+            bounds = None not in (ci.get("lo"), ci.get("hi"))
             out.append(
                 f"  c={c}: schedule {v['scheduled']:.2f}× vs best fixed {v['best_fixed_label']} "
                 f"{v['best_fixed']:.2f}× in the sweep"
                 + (f", {again:.2f}× measured again" if again is not None else "")
                 + (f" → {ratio:.2f}" if ratio is not None else "")
-                + (
-                    f" [{ci['lo']:.2f}, {ci['hi']:.2f}], paired"
-                    if ci and None not in (ci.get("lo"), ci.get("hi"))
-                    else ""
-                )
+                + (f" [{ci['lo']:.2f}, {ci['hi']:.2f}]" if bounds else "")
+                + (", paired" if schedule_ratio_source(v) == "paired" else ", against the sweep's cell")
             )
     if t.prediction_error is not None:
         out.append(f"plan vs measured: median |predicted − measured| = {t.prediction_error:.3f}")
@@ -650,3 +648,14 @@ def write_tune_reports(result: TuneResult, out_dir: Path) -> list[Path]:
         )
     paths.append(atomic_write(out_dir / "tune.txt", render_tune(result) + "\n"))
     return paths
+
+
+def schedule_ratio_source(check: dict[str, Any]) -> str:
+    """How a tune.json schedule-check level's ratio was measured: `ratio_source` ("paired": the
+    schedule and a fresh run of the best fixed setting over the same requests; "sweep": against
+    the sweep's cell). Files from before it was written: paired exactly when there is a CI."""
+    source = check.get("ratio_source")
+    if source:
+        return str(source)
+    ci = check.get("ratio_ci") or {}
+    return "paired" if None not in (ci.get("lo"), ci.get("hi")) else "sweep"

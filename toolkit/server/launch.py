@@ -50,8 +50,11 @@ from toolkit.server.state import (
     dead_stubs,
     default_log_path,
     http_ok,
+    new_python_env,
+    python_env_dirs,
     python_stubs,
     read_state,
+    remove_python_env,
     remove_shm,
     remove_state,
     stub_message,
@@ -123,6 +126,8 @@ class TritonServer:
         self.echo = echo
         self.ready_timeout = ready_timeout
         self.shm_prefix = f"sdtk{uuid.uuid4().hex[:8]}_"
+        self.python_env = ""  # its Python backend's /tmp directory, found at READY (stop removes it)
+        self._python_envs_before: set[str] = set()
         self.restarts = 0
         self.validation = ""  # recorded in state.json: `sdtk deploy` sets pending / skipped / passed
         # Set (single-process launches): explicit model control, so that `sdtk restart MODEL`
@@ -287,6 +292,8 @@ class TritonServer:
             else "pass --tritonserver with a valid path"
         )
         lock_fds = (self._lock.fd,) if self._lock is not None else ()
+        self._python_envs_before = python_env_dirs()
+        self.python_env = ""
         self._proc = runner.spawn(
             self.argv,
             log_path=self.log_path,
@@ -353,6 +360,8 @@ class TritonServer:
                     self._launch_once()
                     if wait:
                         self.wait_ready(ready_timeout)
+                        # READY: its Python backend has started, and made its directory.
+                        self.python_env = new_python_env(self._python_envs_before)
                     if self._record:
                         write_state(self.workdir, self.state())
                     break
@@ -413,6 +422,7 @@ class TritonServer:
             owner_pid=os.getpid(),
             status=status,
             shm_prefix=self.shm_prefix,
+            python_env=self.python_env,
             stubs=python_stubs(self._proc.pid) if status == "ready" else {},
             restarts=self.restarts,
             validation=self.validation,
@@ -582,6 +592,7 @@ class TritonServer:
         runner.kill_group(proc, grace, leader_only=True)
         procs.kill_group_now(proc.pid)  # Python backend stubs that outlived their server
         remove_shm(self.shm_prefix)
+        remove_python_env(self.python_env)
         if self._follower is not None:
             self._follower.stop()
             self._follower = None

@@ -70,6 +70,7 @@ class ServerState:
     owner_pid: int | None = None
     status: str = "ready"  # starting (spawned, not READY yet) | ready
     shm_prefix: str = ""  # the Python backend's /dev/shm region prefix (removed by stop)
+    python_env: str = ""  # the Python backend's /tmp/python_env_* directory (removed by stop)
     stubs: dict[str, list[int]] = field(default_factory=dict)  # model → stub pids at READY
     restarts: int = 0  # server restarts by a supervising `sdtk deploy` or its watchdog
     # `sdtk deploy`'s validation: pending (to run after READY) | passed | skipped | "" (unknown)
@@ -206,6 +207,43 @@ def remove_shm(prefix: str) -> list[str]:
             path.unlink()
             gone.append(path.name)
     return gone
+
+
+# Triton's Python backend makes a directory when it starts (EnvironmentManager:
+# mkdtemp("/tmp/python_env_XXXXXX"), triton-inference-server/python_backend src/pb_env.cc) and
+# removes it only when the backend is finalized, which a stopped server never reached here: every
+# deploy left one empty directory in /tmp (540 after a day of tests and benchmarks).
+PYTHON_ENV_DIR = Path("/tmp")
+PYTHON_ENV_PREFIX = "python_env_"
+
+
+def python_env_dirs() -> set[str]:
+    """The Python backend's directories in /tmp now (any server's)."""
+    try:
+        names = os.listdir(PYTHON_ENV_DIR)
+    except OSError:
+        return set()
+    return {str(PYTHON_ENV_DIR / n) for n in names if n.startswith(PYTHON_ENV_PREFIX)}
+
+
+def new_python_env(before: set[str]) -> str:
+    """The one directory made since `before` (taken before a launch): that server's. "" when
+    there is none, or several (another server started meanwhile; whose is whose is unknown)."""
+    new = python_env_dirs() - before
+    return next(iter(new)) if len(new) == 1 else ""
+
+
+def remove_python_env(path: str) -> bool:
+    """Remove a stopped server's Python-backend directory if it is empty (nothing is extracted
+    into it unless a model sets EXECUTION_ENV_PATH, which sdtk's repositories do not); a
+    directory holding anything is left alone. True if it was removed."""
+    if not path or not Path(path).name.startswith(PYTHON_ENV_PREFIX):
+        return False
+    try:
+        os.rmdir(path)
+    except OSError:
+        return False
+    return True
 
 
 def http_ok(url: str, timeout: float = 2.0) -> bool:
@@ -504,6 +542,7 @@ def stop_server(workdir: Path | str, grace: float = 15.0) -> StopResult:
         with contextlib.suppress(WorkdirError):
             stack.enter_context(WorkdirLock.acquire(workdir, "sdtk stop", wait_s=STOP_LOCK_WAIT_S))
         remove_shm(st.shm_prefix)
+        remove_python_env(st.python_env)
         with contextlib.suppress(ServerError):
             now = read_state(workdir)
             if now is not None and now.pid == st.pid:  # not a newer deploy's record

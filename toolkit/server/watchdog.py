@@ -45,6 +45,7 @@ from toolkit.server.state import (
     _crash,
     dead_stubs,
     read_state,
+    remove_python_env,
     remove_shm,
     restart_model,
     stop_server,
@@ -112,6 +113,7 @@ def restart_server(workdir: Path, st: ServerState) -> ServerState:
 
     procs.kill_group_now(st.pgid)
     remove_shm(st.shm_prefix)
+    remove_python_env(st.python_env)
     keep_log(st)
     spec = json.loads(spec_path(workdir).read_text())
     server = TritonServer.from_spec(spec)
