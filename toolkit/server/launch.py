@@ -54,8 +54,7 @@ from toolkit.server.state import (
     python_env_dirs,
     python_stubs,
     read_state,
-    remove_python_env,
-    remove_shm,
+    remove_server_files,
     remove_state,
     stub_message,
     update_state,
@@ -591,8 +590,7 @@ class TritonServer:
             update_state(self.workdir, proc.pid, status="stopping")
         runner.kill_group(proc, grace, leader_only=True)
         procs.kill_group_now(proc.pid)  # Python backend stubs that outlived their server
-        remove_shm(self.shm_prefix)
-        remove_python_env(self.python_env)
+        remove_server_files(self.shm_prefix, self.python_env)
         if self._follower is not None:
             self._follower.stop()
             self._follower = None

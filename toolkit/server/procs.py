@@ -33,9 +33,12 @@ def _read_proc(pid: int, name: str) -> bytes:
     for 140 processes), which a benchmark on 2 cores beside a detached deployment would feel."""
     fd = os.open(f"{PROC}/{pid}/{name}", os.O_RDONLY)
     try:
-        chunks = [os.read(fd, 4096)]
-        while len(chunks[-1]) == 4096:  # a long command line
-            chunks.append(os.read(fd, 65536))
+        data = os.read(fd, 4096)
+        if len(data) < 4096:  # all of it (a stat line always is): no second read(2)
+            return data
+        chunks = [data]  # a long command line: read to the end
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
         return b"".join(chunks)
     finally:
         os.close(fd)

@@ -246,6 +246,13 @@ def remove_python_env(path: str) -> bool:
     return True
 
 
+def remove_server_files(shm_prefix: str, python_env: str) -> None:
+    """What a stopped server leaves outside its workdir, removed: its Python backend's /dev/shm
+    regions and /tmp directory (every stop path calls this, after the process group is gone)."""
+    remove_shm(shm_prefix)
+    remove_python_env(python_env)
+
+
 def http_ok(url: str, timeout: float = 2.0) -> bool:
     """True if GET `url` answers 200 within `timeout` seconds (any error counts as no)."""
     try:
@@ -541,8 +548,7 @@ def stop_server(workdir: Path | str, grace: float = 15.0) -> StopResult:
     with contextlib.ExitStack() as stack:
         with contextlib.suppress(WorkdirError):
             stack.enter_context(WorkdirLock.acquire(workdir, "sdtk stop", wait_s=STOP_LOCK_WAIT_S))
-        remove_shm(st.shm_prefix)
-        remove_python_env(st.python_env)
+        remove_server_files(st.shm_prefix, st.python_env)
         with contextlib.suppress(ServerError):
             now = read_state(workdir)
             if now is not None and now.pid == st.pid:  # not a newer deploy's record

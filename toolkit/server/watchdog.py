@@ -45,8 +45,7 @@ from toolkit.server.state import (
     _crash,
     dead_stubs,
     read_state,
-    remove_python_env,
-    remove_shm,
+    remove_server_files,
     restart_model,
     stop_server,
     stub_message,
@@ -112,8 +111,7 @@ def restart_server(workdir: Path, st: ServerState) -> ServerState:
     from toolkit.server.lock import WorkdirLock
 
     procs.kill_group_now(st.pgid)
-    remove_shm(st.shm_prefix)
-    remove_python_env(st.python_env)
+    remove_server_files(st.shm_prefix, st.python_env)
     keep_log(st)
     spec = json.loads(spec_path(workdir).read_text())
     server = TritonServer.from_spec(spec)
