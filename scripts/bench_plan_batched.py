@@ -13,8 +13,11 @@ For each RECIPE (default: tiny-eagle3-membound and tiny-ngram-membound):
    workload prompts (--max-tokens new tokens each, the end id ignored), speculation off and then
    on, level by level, for --rounds rounds. Speedup = mean per-request output tok/s (output
    tokens ÷ end-to-end time) speculative ÷ plain: the CLI's definition.
-3. With --served DIR (what `bench_membound_served.py --keep DIR` kept: RECIPE.compare.json or
-   RECIPE.N.compare.json), the served A/B's per-level median beside them.
+3. Served beside them: with --live, tiny-baseline-membound and RECIPE deployed on the embedded
+   Triton and the same closed loops sent over gRPC (the project's client), each right before its
+   in-process twin at every level and round, so that both see the same machine; or, with
+   --served DIR (what `bench_membound_served.py --keep DIR` kept: RECIPE.compare.json or
+   RECIPE.N.compare.json), earlier `sdtk bench --compare` runs' per-level medians.
 
 The section shows, per level: plan, the batched runtime in process (median over rounds, each
 round's figure), |plan − batched| ÷ batched (the cost model's own error) and, with --served, the
@@ -23,7 +26,7 @@ offered: served, its loop is the BLS's (scripts/bench_bls_replay.py replays that
 the runtime's own.
 
     python scripts/bench_plan_batched.py [RECIPE ...] [--concurrency 1,2,4,8] [--requests 16]
-        [--rounds 2] [--probe-prompts 16] [--served DIR] [--keep DIR] [--no-write]
+        [--rounds 2] [--probe-prompts 16] [--live | --served DIR] [--keep DIR] [--no-write]
 """
 
 from __future__ import annotations
@@ -33,14 +36,16 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from _bench import cpu_model  # scripts/_bench.py
-from bench_membound_served import _plan  # the same plan invocation as the served check
+from _bench import cpu_model, sdtk  # scripts/_bench.py
+from bench_membound_served import BASELINE, _plan  # the same plan invocation as the served check
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -48,14 +53,14 @@ SECTION = "bench_plan_batched"
 DEFAULT = ["tiny-eagle3-membound", "tiny-ngram-membound"]
 
 
-def closed_loop(rt: Any, prompts: list[list[int]], concurrency: int, speculative: bool, new: int) -> dict:
-    """`concurrency` threads take the prompts in turn (a closed loop, as `sdtk bench` keeps that
-    many requests in flight); per request: output tokens ÷ end-to-end seconds."""
-    todo = list(range(len(prompts)))
+def closed_loop(request: Callable[[int], int], count: int, concurrency: int) -> dict:
+    """`concurrency` threads take the prompts 0..count-1 in turn (a closed loop, as `sdtk bench`
+    keeps that many requests in flight); `request(i)` sends prompt i and returns its output
+    tokens. Per request: output tokens ÷ end-to-end seconds."""
+    todo = list(range(count))
     lock = threading.Lock()
     rates: dict[int, float] = {}
     errors: list[BaseException] = []
-    iterations = rt.batcher.iterations
 
     def worker() -> None:
         while True:
@@ -65,8 +70,8 @@ def closed_loop(rt: Any, prompts: list[list[int]], concurrency: int, speculative
                 i = todo.pop(0)
             try:
                 t0 = time.perf_counter()
-                res = rt.generate(prompts[i], new, speculative=speculative, end_id=-1)
-                rates[i] = len(res.token_ids) / (time.perf_counter() - t0)
+                tokens = request(i)
+                rates[i] = tokens / (time.perf_counter() - t0)
             except BaseException as e:  # re-raised below: a failed request fails the run
                 errors.append(e)
 
@@ -78,15 +83,54 @@ def closed_loop(rt: Any, prompts: list[list[int]], concurrency: int, speculative
         t.join()
     if errors:
         raise errors[0]
-    return {
-        "mean_tok_s": statistics.fmean(rates.values()),
-        "wall_s": time.perf_counter() - t0,
-        "iterations": rt.batcher.iterations - iterations,
-    }
+    return {"mean_tok_s": statistics.fmean(rates.values()), "wall_s": time.perf_counter() - t0}
 
 
-def batched(recipe: str, args: argparse.Namespace, levels: list[int]) -> dict[int, list[dict]]:
-    """Per level, one record per round: the plain and speculative closed loops and their ratio."""
+class Live:
+    """--live: the baseline and RECIPE deployed detached on the embedded Triton (sdtk deploy),
+    asked over gRPC streaming with the project's client, the same prompts as in process, the
+    end id ignored; tokens: the server's own count (return_num_output_tokens)."""
+
+    def __init__(self, recipe: str, work: Path):
+        self.sides: dict[str, dict[str, Any]] = {}
+        self.clients: dict[str, Any] = {}
+        try:
+            for side, name in (("plain", BASELINE), ("spec", recipe)):
+                argv = ["deploy", name, "--workdir", str(work), "--detach", "--auto-ports", "--no-validate"]
+                proc = sdtk(*argv, "--on-failure", "none", "--json")
+                if proc.returncode != 0:
+                    raise SystemExit(f"sdtk deploy {name} failed: {proc.stderr.strip()[-2000:]}")
+                self.sides[side] = json.loads(proc.stdout)
+        except BaseException:
+            self.close()
+            raise
+
+    def request(self, side: str, text: str, new: int) -> Callable[[], int]:
+        from toolkit.client import TritonClient
+
+        dep = self.sides[side]
+        if side not in self.clients:  # one per side: the client is thread-safe
+            self.clients[side] = TritonClient(dep["grpc_url"], protocol="grpc", model=dep["model"])
+        client = self.clients[side]
+
+        def send() -> int:
+            extra = {"return_num_output_tokens": True}
+            with client.stream(text, new, end_id=-1, extra_inputs=extra) as st:
+                tokens = st.response.output_tokens
+            if tokens is None:
+                raise SystemExit(f"{dep['recipe']}: the server did not count its output tokens")
+            return tokens
+
+        return send
+
+    def close(self) -> None:
+        for dep in self.sides.values():
+            sdtk("stop", "--workdir", dep["workdir"])
+
+
+def batched(recipe: str, args: argparse.Namespace, levels: list[int], work: Path) -> dict[int, list[dict]]:
+    """Per level, one record per round: the plain and speculative closed loops in process (and,
+    with --live, served, right before them) and their ratios."""
     import torch
 
     from toolkit.bench.measure.inprocess import encode, load_runtime
@@ -99,21 +143,47 @@ def batched(recipe: str, args: argparse.Namespace, levels: list[int]) -> dict[in
     # As the served model does (model_repo_templates/reference/tensorrt_llm/1/model.py initialize).
     rt.enable_batching(rec.build.max_batch_size, capacity=rec.build.max_seq_len + 72)
     budget = rt.max_context - args.max_tokens - 1
-    prompts = [encode(rt, p.text)[-budget:] for p in load_workload(args.workload).sample(args.requests, 0)]
-    rt.generate(prompts[0], 4, speculative=True, end_id=-1)  # warm-up
-    out: dict[int, list[dict]] = {c: [] for c in levels}
-    for r in range(args.rounds):
-        for c in levels:
-            plain = closed_loop(rt, prompts, c, False, args.max_tokens)
-            spec = closed_loop(rt, prompts, c, True, args.max_tokens)
-            out[c].append({"plain": plain, "spec": spec, "speedup": spec["mean_tok_s"] / plain["mean_tok_s"]})
-            print(
-                f"[batched] {recipe} round {r + 1} c={c}: {out[c][-1]['speedup']:.2f}× "
-                f"({plain['wall_s']:.0f} s + {spec['wall_s']:.0f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
-    rt.batcher.close()
+    texts = [p.text for p in load_workload(args.workload).sample(args.requests, 0)]
+    prompts = [encode(rt, t)[-budget:] for t in texts]
+    live = Live(recipe, work / recipe) if args.live else None
+    try:
+        rt.generate(prompts[0], 4, speculative=True, end_id=-1)  # warm-up
+        sends = {}
+        if live is not None:
+            sends = {
+                side: [live.request(side, t, args.max_tokens) for t in texts] for side in ("plain", "spec")
+            }
+            for side in sends:
+                sends[side][0]()  # warm-up
+        out: dict[int, list[dict]] = {c: [] for c in levels}
+        for r in range(args.rounds):
+            for c in levels:
+                rec_ = {}
+                for side in ("plain", "spec"):
+                    if live is not None:
+                        rec_[f"served_{side}"] = closed_loop(lambda i, s=side: sends[s][i](), len(texts), c)
+
+                    def local(i: int, spec: bool = side == "spec") -> int:
+                        res = rt.generate(prompts[i], args.max_tokens, speculative=spec, end_id=-1)
+                        return len(res.token_ids)
+
+                    rec_[side] = closed_loop(local, len(prompts), c)
+                rec_["speedup"] = rec_["spec"]["mean_tok_s"] / rec_["plain"]["mean_tok_s"]
+                if live is not None:
+                    rec_["served_speedup"] = (
+                        rec_["served_spec"]["mean_tok_s"] / rec_["served_plain"]["mean_tok_s"]
+                    )
+                out[c].append(rec_)
+                served = f", served {rec_['served_speedup']:.2f}×" if live is not None else ""
+                print(
+                    f"[batched] {recipe} round {r + 1} c={c}: {rec_['speedup']:.2f}×{served}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        rt.batcher.close()
+        if live is not None:
+            live.close()
     return out
 
 
@@ -129,25 +199,33 @@ def served_medians(directory: Path, recipe: str) -> dict[int, list[float]]:
     return out
 
 
+def _cell(each: list[float]) -> str:
+    return f"{statistics.median(each):.2f}× (" + ", ".join(f"{x:.2f}" for x in each) + ")"
+
+
+def _err(a: float | None, b: float | None) -> str:
+    return f"{abs(a - b) / b:.2f}" if a and b else "n/a"
+
+
 def rows(
     recipe: str, plan: dict[int, float] | None, runs: dict[int, list[dict]], served: dict[int, list[float]]
 ) -> list[str]:
-    """One table row per level: plan, the batched runtime (median, each round), served (median, each run)."""
+    """One table row per level: plan; the batched runtime in process and served (medians, each
+    round or run); plan's error against each; the serving path's share (served vs batched)."""
     lines = []
     for c, recs in runs.items():
         each = [x["speedup"] for x in recs]
         b = statistics.median(each)
         p = (plan or {}).get(c)
-        row = f"| {recipe} | {c} | " + (f"{p:.2f}× | " if p else "n/a | ")
-        row += f"**{b:.2f}×** (" + ", ".join(f"{x:.2f}" for x in each) + ") | "
-        row += f"{abs(p - b) / b:.2f} |" if p else "n/a |"
         s = served.get(c)
-        if s:
-            sm = statistics.median(s)
-            row += f" {sm:.2f}× (" + ", ".join(f"{x:.2f}" for x in s) + f") | {abs(sm - b) / b:.2f} |"
-        else:
-            row += " n/a | n/a |"
-        lines.append(row)
+        sm = statistics.median(s) if s else None
+        lines.append(
+            f"| {recipe} | {c} | "
+            + (f"{p:.2f}×" if p else "n/a")
+            + f" | {_cell(each)} | "
+            + (_cell(s) if s else "n/a")
+            + f" | {_err(p, b)} | {_err(p, sm)} | {_err(sm, b)} |"
+        )
     return lines
 
 
@@ -161,11 +239,19 @@ def main() -> int:
     ap.add_argument("--workload", default="code")
     ap.add_argument("--probe-prompts", type=int, default=16, help="sdtk plan --probe-prompts")
     ap.add_argument("--served", type=Path, help="bench_membound_served.py --keep DIR: the served A/B beside")
+    ap.add_argument(
+        "--live",
+        action="store_true",
+        help="also deploy the baseline and RECIPE and run the same closed loops served, right before the "
+        "in-process ones at every level and round (instead of --served)",
+    )
     ap.add_argument("--keep", type=Path, help="keep RECIPE.plan.json and RECIPE.batched.json here")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]
+    if args.live and args.served:
+        ap.error("--live measures the served side itself: leave out --served")
     from toolkit.recipe import load_recipe
 
     for recipe in args.recipes:
@@ -179,11 +265,16 @@ def main() -> int:
     table: list[str] = []
     for recipe in args.recipes:
         plan = _plan(recipe, args)
-        runs = batched(recipe, args, levels)
+        with tempfile.TemporaryDirectory(prefix="sdtk-plan-batched-") as tmp:
+            runs = batched(recipe, args, levels, Path(tmp))
         if args.keep is not None:
             args.keep.mkdir(parents=True, exist_ok=True)
             (args.keep / f"{recipe}.batched.json").write_text(json.dumps(runs, indent=2))
-        table += rows(recipe, plan, runs, served_medians(args.served, recipe) if args.served else {})
+        if args.live:
+            served = {c: [x["served_speedup"] for x in recs] for c, recs in runs.items()}
+        else:
+            served = served_medians(args.served, recipe) if args.served else {}
+        table += rows(recipe, plan, runs, served)
     load1 = os.getloadavg()[0]
     start, end = f"<!-- {SECTION}:start -->", f"<!-- {SECTION}:end -->"
     section = "\n".join(
@@ -203,12 +294,18 @@ def main() -> int:
             + (
                 f"; served: the `sdtk bench --compare` runs kept in `{args.served}` (median, each run's figure)"
                 if args.served
+                else "; served (`--live`): tiny-baseline-membound and RECIPE deployed on the embedded Triton, the "
+                "same closed loops over gRPC streaming with the project's client (tokens: the server's own count), "
+                "each right before its in-process twin at every level and round (median, each round's figure)"
+                if args.live
                 else ""
             )
-            + ".",
+            + ". The last three columns: abs(a − b) ÷ b for plan against the batched runtime (the cost "
+            "model's own error), plan against served (the goal's measure) and served against the batched "
+            "runtime (what the serving path adds).",
             "",
-            "| recipe | c | plan | batched in process | abs(plan − batched) ÷ batched | served | abs(served − batched) ÷ batched |",
-            "|---|---:|---:|---|---:|---|---:|",
+            "| recipe | c | plan | batched in process | served | plan vs batched | plan vs served | served vs batched |",
+            "|---|---:|---:|---|---|---:|---:|---:|",
             *table,
             "",
             end,
