@@ -47,11 +47,21 @@ def test_port_taken_is_reported_before_launch(make_repo, tmp_path):
 
 
 def test_model_failing_to_load(make_repo, tmp_path):
+    from toolkit.server import state
+
     repo = make_repo({"ensemble": dict(OK, fail_initialize=True)})
     server = TritonServer(repo, workdir=tmp_path / "wd", auto_ports=True)
+    envs_before = state.python_env_dirs()
     with pytest.raises(ServerStartError) as ei:
         server.start(ready_timeout=60)
     e = ei.value
+    # Its Python backend started (the model's initialize raised) and made its /tmp directory;
+    # the failed start removed it, unless another server runs (then whose it is is unknown).
+    left = state.python_env_dirs() - envs_before
+    if procs.find_processes("tritonserver"):
+        assert len(left) <= 1
+    else:
+        assert left == set()
     assert e.reason == "exited" and e.returncode not in (None, 0) and e.pid
     msg = str(e)
     assert "failed to load 'ensemble' version 1" in msg
@@ -213,3 +223,23 @@ def test_python_env_directory_found_if_unambiguous_removed_if_empty(tmp_path, mo
     assert (tmp_path / "python_env_old" / "extracted").exists()
     assert not state.remove_python_env(str(tmp_path / "unrelated"))  # not the backend's
     assert not state.remove_python_env("") and (tmp_path / "unrelated").is_dir()
+
+
+def test_failed_start_claims_its_python_env_directory_only_when_no_server_runs(tmp_path, monkeypatch):
+    """A start that failed before READY: its server's directory is the one made since the launch,
+    but only while no tritonserver runs (one started meanwhile may own it; removing a live
+    server's directory would fail that server's finalize)."""
+    from toolkit.server import state
+
+    monkeypatch.setattr(state, "PYTHON_ENV_DIR", tmp_path)
+    before = state.python_env_dirs()
+    (tmp_path / "python_env_failed").mkdir()
+    running: list[int] = [4242]
+    monkeypatch.setattr(
+        state.procs, "find_processes", lambda needle: running if needle == "tritonserver" else []
+    )
+    assert state.unclaimed_python_env(before) == ""  # another server runs: leave it
+    running.clear()
+    assert state.unclaimed_python_env(before) == str(tmp_path / "python_env_failed")
+    (tmp_path / "python_env_second").mkdir()
+    assert state.unclaimed_python_env(before) == ""  # two: whose is whose is unknown

@@ -57,6 +57,7 @@ from toolkit.server.state import (
     remove_server_files,
     remove_state,
     stub_message,
+    unclaimed_python_env,
     update_state,
     write_state,
 )
@@ -126,7 +127,7 @@ class TritonServer:
         self.ready_timeout = ready_timeout
         self.shm_prefix = f"sdtk{uuid.uuid4().hex[:8]}_"
         self.python_env = ""  # its Python backend's /tmp directory, found at READY (stop removes it)
-        self._python_envs_before: set[str] = set()
+        self._python_envs_before: set[str] | None = None  # /tmp's python_env dirs at launch
         self.restarts = 0
         self.validation = ""  # recorded in state.json: `sdtk deploy` sets pending / skipped / passed
         # Set (single-process launches): explicit model control, so that `sdtk restart MODEL`
@@ -360,7 +361,7 @@ class TritonServer:
                     if wait:
                         self.wait_ready(ready_timeout)
                         # READY: its Python backend has started, and made its directory.
-                        self.python_env = new_python_env(self._python_envs_before)
+                        self.python_env = new_python_env(self._python_envs_before or set())
                     if self._record:
                         write_state(self.workdir, self.state())
                     break
@@ -590,7 +591,12 @@ class TritonServer:
             update_state(self.workdir, proc.pid, status="stopping")
         runner.kill_group(proc, grace, leader_only=True)
         procs.kill_group_now(proc.pid)  # Python backend stubs that outlived their server
-        remove_server_files(self.shm_prefix, self.python_env)
+        python_env = self.python_env
+        if not python_env and self._python_envs_before is not None:
+            # Stopped before READY (a failed start): its directory, if it is surely its own.
+            python_env = unclaimed_python_env(self._python_envs_before)
+        self._python_envs_before = None
+        remove_server_files(self.shm_prefix, python_env)
         if self._follower is not None:
             self._follower.stop()
             self._follower = None

@@ -233,6 +233,17 @@ def new_python_env(before: set[str]) -> str:
     return next(iter(new)) if len(new) == 1 else ""
 
 
+def unclaimed_python_env(before: set[str]) -> str:
+    """For a launch that failed before READY, once its server is gone: the one directory made
+    since `before` (`new_python_env`), but only while no tritonserver runs at all. Otherwise it
+    may be another server's, one that started meanwhile: removing a live server's directory
+    makes its backend's finalize fail (pb_env.cc walks the directory and throws when it is
+    gone). "" when unsure, or when the server died before its Python backend started."""
+    if procs.find_processes("tritonserver"):
+        return ""
+    return new_python_env(before)
+
+
 def remove_python_env(path: str) -> bool:
     """Remove a stopped server's Python-backend directory if it is empty (nothing is extracted
     into it unless a model sets EXECUTION_ENV_PATH, which sdtk's repositories do not); a
