@@ -31,6 +31,16 @@ def sdtk(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def publish(section: str, out: Path, start: str, end: str, write: bool = True) -> None:
+    """Print a benchmark's section on stdout and, with `write`, put it in place of the text
+    between its markers in `out` (docs/benchmarks.md): each script owns one marked section."""
+    print(section)
+    if write:
+        from toolkit._fs import replace_section
+
+        replace_section(out, start, end, section)
+
+
 def concurrency_axis(ax, levels: list[int]) -> None:
     """A log2 concurrency axis labelled with the measured levels themselves (1, 2, 4, not 2^k)."""
     ax.set_xscale("log", base=2)

@@ -44,7 +44,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from _bench import cpu_model, sdtk  # scripts/_bench.py
+from _bench import cpu_model, publish, sdtk  # scripts/_bench.py
 from bench_membound_served import BASELINE, _plan  # the same plan invocation as the served check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -311,11 +311,7 @@ def main() -> int:
             end,
         ]
     )
-    print(section)
-    if not args.no_write:
-        from toolkit._fs import replace_section
-
-        replace_section(args.out, start, end, section)
+    publish(section, args.out, start, end, write=not args.no_write)
     return 0
 
 
