@@ -593,7 +593,8 @@ class TritonServer:
         procs.kill_group_now(proc.pid)  # Python backend stubs that outlived their server
         python_env = self.python_env
         if not python_env and self._python_envs_before is not None:
-            # Stopped before READY (a failed start): its directory, if it is surely its own.
+            # Not found at READY (a start that failed before it, or two servers starting at once):
+            # its directory, if it is surely its own now.
             python_env = unclaimed_python_env(self._python_envs_before)
         self._python_envs_before = None
         remove_server_files(self.shm_prefix, python_env)

@@ -239,9 +239,10 @@ def unclaimed_python_env(before: set[str]) -> str:
     may be another server's, one that started meanwhile: removing a live server's directory
     makes its backend's finalize fail (pb_env.cc walks the directory and throws when it is
     gone). "" when unsure, or when the server died before its Python backend started."""
-    if procs.find_processes("tritonserver"):
+    new = new_python_env(before)
+    if new and procs.find_processes("tritonserver"):  # the /proc scan only when there is one
         return ""
-    return new_python_env(before)
+    return new
 
 
 def remove_python_env(path: str) -> bool:
