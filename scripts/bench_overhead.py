@@ -2,7 +2,9 @@
 """The reference runtime's own cost per speculative step: wall time minus the forwards' time.
 
 Every model forward (target and draft decoders and output heads, the EAGLE-3 head's layers,
-the Medusa heads) is timed by forward hooks on the outermost module calls; what is left of a
+the Medusa heads) is timed by forward hooks on the outermost module calls (a decoder the lean
+forward runs, toolkit.reference.lean, by a wrapper around CachedLM._lean, which stands where
+the decoder call stood); what is left of a
 generation's wall time is the runtime's own work: proposing, tree and mask building, KV-cache
 bookkeeping, verification, copies. What the measuring itself adds outside the forwards (hook
 dispatch and the CPU clock's reads, a system call each) is calibrated per round and subtracted
@@ -62,6 +64,19 @@ class ForwardClock:
     def hook(self, module: Any) -> None:
         module.register_forward_pre_hook(self._pre)
         module.register_forward_hook(self._post)
+
+    def wrap(self, obj: Any, name: str) -> None:
+        """Time calls of obj.name (a method that runs a forward without calling a module)."""
+        fn = getattr(obj, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self._pre()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._post()
+
+        setattr(obj, name, timed)
 
 
 def clock_cost(n: int = 300) -> float:
@@ -123,7 +138,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     rt = ReferenceRuntime.load(m / "target", draft=m / "draft", medusa=m / "medusa", eagle3=m / "eagle3")
     clock = ForwardClock()
     for lm in (rt.target, rt.draft):
-        clock.hook(lm.decoder)
+        if getattr(lm, "lean", None) is not None:
+            # The lean forward (toolkit.reference.lean) never calls the decoder module: time the
+            # CachedLM method that stands where the decoder call stood.
+            clock.wrap(lm, "_lean")
+        else:
+            clock.hook(lm.decoder)
         clock.hook(lm.lm_head)
     # The heads' methods call their submodules one by one: hook them all (nesting is counted once).
     for mod in [*rt.eagle3.modules(), *rt.medusa.modules()]:

@@ -335,36 +335,43 @@ def batched_forward(pool: SlotPool, steps: list[Step]) -> list[Forward]:
     # Additive, in the model's dtype (attention adds it to scores of that dtype).
     mask = torch.zeros(b, 1, q, width, dtype=pool.dtype).masked_fill(~visible, torch.finfo(pool.dtype).min)
     cache = _BatchKV(pool, wslot, wpos, slots, width)
-    decoder = lm.decoder
+    recording = any(s.aux for s in steps)
     lm._captured.clear()
-    lm._recording = any(s.aux for s in steps)
     try:
-        h = decoder.embed_tokens(ids)
-        pos_emb = decoder.rotary_emb(h, position_ids=positions)
-        for layer in decoder.layers[: lm.config.num_hidden_layers]:
-            h = layer(
-                h,
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                position_embeddings=pos_emb,
+        if lm.lean is not None:  # transformers' arithmetic, without its per-call machinery
+            captured_list = lm._captured if recording else None
+            h = lm.lean.run(
+                ids, positions, mask, lambda i, k, v: cache.update(k, v, i), lm.capture, captured_list
             )
-        h = decoder.norm(h)
-        captured = torch.cat(lm._captured, dim=-1) if lm._recording and lm._captured else None
+        else:
+            decoder = lm.decoder
+            lm._recording = recording
+            h = decoder.embed_tokens(ids)
+            pos_emb = decoder.rotary_emb(h, position_ids=positions)
+            for layer in decoder.layers[: lm.config.num_hidden_layers]:
+                h = layer(
+                    h,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    past_key_values=cache,
+                    use_cache=True,
+                    position_embeddings=pos_emb,
+                )
+            h = decoder.norm(h)
+        captured = torch.cat(lm._captured, dim=-1) if recording and lm._captured else None
     finally:
         lm._recording = False
         lm._captured.clear()
     outs = []
     for r, s in enumerate(steps):
         n = len(s.ids)
-        rows = h[r, :n]
+        row = h[r, :n]
         # Per-row final logits: the same lm_head call a batch-1 forward makes.
-        logits = lm.lm_head(rows[s.logits_from :].clone()) if s.logits_from < n else None
+        logits = lm.lm_head(row[s.logits_from :].clone()) if s.logits_from < n else None
         outs.append(
             Forward(
                 logits=logits,
-                hidden=rows if s.hidden else None,
+                hidden=row if s.hidden else None,
                 aux=captured[r, :n] if s.aux and captured is not None else None,
             )
         )

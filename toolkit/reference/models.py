@@ -21,6 +21,7 @@ from transformers import DynamicCache, PreTrainedConfig, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from toolkit.errors import ModelError
+from toolkit.reference.lean import LeanDecoder, refusal
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -476,6 +477,11 @@ class CachedLM:
                 )
         # Hooks fire in layer order, so the concatenation is in ascending layer order (as ModelOpt's).
         self._hooks = [layers[i].register_forward_hook(self._grab) for i in sorted(set(capture))]
+        self.capture = frozenset(capture)
+        # transformers' arithmetic without its per-call machinery, where the model allows it
+        # (toolkit.reference.lean); `lean_refusal` says why not otherwise.
+        self.lean_refusal = refusal(model, lambda hook: getattr(hook, "__func__", None) is CachedLM._grab)
+        self.lean = LeanDecoder(model) if not self.lean_refusal else None
 
     def _grab(
         self, _module: torch.nn.Module, _args: object, output: torch.Tensor | tuple[torch.Tensor, ...]
@@ -583,10 +589,37 @@ class CachedLM:
 
     def _next(self, ids: list[int]) -> int:
         """greedy_next for a caller already in inference mode."""
-        last = self.decoder(
-            input_ids=ids_tensor(ids), past_key_values=self.cache, use_cache=True
-        ).last_hidden_state
+        if self.lean is not None:
+            last = self._lean(ids, None)
+        else:
+            last = self.decoder(
+                input_ids=ids_tensor(ids), past_key_values=self.cache, use_cache=True
+            ).last_hidden_state
         return argmax_int(self.lm_head(last if len(ids) == 1 else last.narrow(1, -1, 1)))
+
+    def _lean(self, ids: list[int], shape: TreeShape | None, aux: bool = False) -> torch.Tensor:
+        """The decoder's final hidden states [1, q, hidden] for `ids` after the cached context, by
+        LeanDecoder, with the positions and mask transformers' forward would make (a tree's from
+        its shape; a chain's causal, none for one token or from an empty cache)."""
+        assert self.lean is not None
+        past, q = self.length, len(ids)
+        mask = None
+        if shape is not None:
+            mask, positions = shape.masks.mask(past), shape.positions(past)
+        else:
+            positions = arange_row(past, past + q)
+            if q > 1 and past:
+                mask = tree_shape(tuple(range(-1, q - 1))).masks.mask(past)
+        layers: Any = self.cache.layers
+        captured = self._captured if aux else None
+        return self.lean.run(
+            ids_tensor(ids),
+            positions,
+            mask,
+            lambda i, k, v: layers[i].update(k, v),
+            self.capture,
+            captured,
+        )
 
     @inference
     def forward(
@@ -612,22 +645,24 @@ class CachedLM:
     ) -> Forward:
         """forward() for a caller already in inference mode (the generation loop), with the tree
         shape of the step resolved (None: a chain, plain causal attention)."""
-        mask = positions = None
-        if shape is not None:
-            past = self.length
-            mask = shape.masks.mask(past)
-            positions = shape.positions(past)
         if aux:
             self._captured.clear()
-            self._recording = True
-        out = self.decoder(
-            input_ids=ids_tensor(ids),
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=self.cache,
-            use_cache=True,
-        )
-        last = out.last_hidden_state
+        if self.lean is not None:
+            last = self._lean(ids, shape, aux)
+        else:
+            mask = positions = None
+            if shape is not None:
+                past = self.length
+                mask = shape.masks.mask(past)
+                positions = shape.positions(past)
+            self._recording = aux
+            last = self.decoder(
+                input_ids=ids_tensor(ids),
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=self.cache,
+                use_cache=True,
+            ).last_hidden_state
         logits1 = None
         if logits_from < len(ids):
             # The output head on [1, q', H]: the same rows as on [q', H] (it flattens them).

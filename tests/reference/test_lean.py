@@ -1,0 +1,204 @@
+"""The lean Llama forward (toolkit.reference.lean) against transformers' own, bit for bit.
+
+Every check runs the same steps twice on the same model, once through LeanDecoder and once
+through transformers' LlamaModel.forward (CachedLM with `lean` set to None), and asserts that
+logits, hidden states and captured layers are *equal*, not close: the reference's losslessness
+is argued against transformers' greedy output, so its forward may not differ by a rounding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def _pair(model: Any, capture: tuple[int, ...] = ()) -> tuple[Any, Any]:
+    from toolkit.reference.models import CachedLM
+
+    lean, hf = CachedLM(model, capture=capture), CachedLM(model, capture=capture)
+    assert lean.lean is not None, lean.lean_refusal
+    hf.lean = None
+    return lean, hf
+
+
+def _same(a: Any, b: Any) -> None:
+    for name in ("logits", "hidden", "aux"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert x.dtype == y.dtype and x.shape == y.shape, name
+            assert torch.equal(x, y), f"{name} differs by up to {(x.float() - y.float()).abs().max().item()}"
+
+
+def _steps(lean: Any, hf: Any, prompt: list[int]) -> None:
+    """A generation's kinds of step, each on both: prefill, one-token steps, a chain after the
+    context, a tree (with a keep of non-prefix rows), captured layers, greedy_next/greedy_chain."""
+    kw = {"hidden": True, "aux": bool(lean.capture)}
+    _same(lean.forward(prompt, **kw), hf.forward(prompt, **kw))
+    for tok in (5, 17, 300, 2000):
+        _same(lean.forward([tok], **kw), hf.forward([tok], **kw))
+    _same(lean.forward([7, 8, 9, 10, 11], **kw), hf.forward([7, 8, 9, 10, 11], **kw))
+    _same(
+        lean.forward([12, 13, 14, 15, 16], logits_from=2, **kw),
+        hf.forward([12, 13, 14, 15, 16], logits_from=2, **kw),
+    )
+    parents = [-1, 0, 0, 1, 1, 2, 3]
+    start = lean.length
+    _same(
+        lean.forward(list(range(40, 47)), parents=parents, **kw),
+        hf.forward(list(range(40, 47)), parents=parents, **kw),
+    )
+    for lm in (lean, hf):
+        lm.keep(start, [0, 2, 5])
+    _same(lean.forward([21, 22], **kw), hf.forward([21, 22], **kw))
+    assert lean.greedy_next([23]) == hf.greedy_next([23])
+    assert lean.greedy_chain([24, 25], 6) == hf.greedy_chain([24, 25], 6)
+    assert lean.length == hf.length
+
+
+def test_lean_forward_equals_transformers_on_every_step_kind(
+    runtime: Any, prompt_ids: list[list[int]]
+) -> None:
+    """The tiny target and draft: every kind of step a generation runs gives the same bits."""
+    for model in (runtime.target.model, runtime.draft.model):
+        lean, hf = _pair(model)
+        _steps(lean, hf, prompt_ids[1])
+
+
+def test_lean_forward_captures_the_layers_transformers_hooks_capture(
+    runtime: Any, prompt_ids: list[list[int]]
+) -> None:
+    """EAGLE-3's captured layers (hooks in transformers' forward, taken in the loop here)."""
+    lean, hf = _pair(runtime.target.model, capture=tuple(runtime.target.capture))
+    assert lean.capture and lean._hooks
+    _steps(lean, hf, prompt_ids[3])
+
+
+def test_lean_forward_on_the_memory_bound_twin_and_in_bfloat16(
+    tiny: Any, prompt_ids: list[list[int]]
+) -> None:
+    """The padded target (its MLP projections are MatrixLinear, called as modules) and a bfloat16
+    target (RMSNorm's casts and RoPE's cast to the model's dtype)."""
+    from toolkit.reference.models import MatrixLinear, inflate_mlp, load_causal_lm
+
+    padded = load_causal_lm(tiny / "target", "target")
+    inflate_mlp(padded, 2)
+    assert isinstance(padded.get_decoder().layers[0].mlp.gate_proj, MatrixLinear)
+    _steps(*_pair(padded), prompt_ids[0])
+    bf16 = load_causal_lm(tiny / "target", "target", torch.bfloat16)
+    _steps(*_pair(bf16), prompt_ids[0])
+
+
+def test_lean_batched_forward_equals_transformers_layers(runtime: Any, prompt_ids: list[list[int]]) -> None:
+    """The in-flight batcher's padded forward (additive masks, per-row positions, KV slots): rows
+    of different lengths, a tree row, a padded row and captured layers, through both paths."""
+    from toolkit.reference.batching import SlotLM, SlotPool, Step, batched_forward
+    from toolkit.reference.models import CachedLM
+
+    results = []
+    for use_lean in (True, False):
+        lm = CachedLM(runtime.target.model, capture=tuple(runtime.target.capture))
+        if not use_lean:
+            lm.lean = None
+        pool = SlotPool(lm, 3, 256)
+        views = [SlotLM(None, pool, s) for s in range(3)]  # type: ignore[arg-type]
+        out = []
+        for v, ids in zip(views, prompt_ids[:3], strict=True):
+            out += batched_forward(pool, [Step(v, ids, None, 0, True, True)])
+        out += batched_forward(
+            pool,
+            [
+                Step(views[0], [5], None, 0, True, True),
+                Step(views[1], [6, 7, 8, 9], [-1, 0, 0, 1], 0, True, True),
+                Step(views[2], [10, 11], None, 1, True, True),
+            ],
+        )
+        results.append(out)
+    for a, b in zip(*results, strict=True):
+        _same(a, b)
+
+
+def test_generation_is_the_same_through_either_forward(
+    runtime: Any, prompt_ids: list[list[int]], specs: Any
+) -> None:
+    """Whole speculative generations (each mode) give the same tokens and the same acceptance
+    through LeanDecoder as through transformers' forward."""
+    target, draft = runtime.target, runtime.draft
+    saved = (target.lean, draft.lean)
+    try:
+        for name, spec in specs.items():
+            outs = []
+            for lean in (True, False):
+                target.lean = saved[0] if lean else None
+                draft.lean = saved[1] if lean else None
+                r = runtime.generate(prompt_ids[4], 24, spec=spec, end_id=-1)
+                outs.append((r.token_ids, r.stats.accepted_tokens, r.stats.steps))
+            assert outs[0] == outs[1], name
+    finally:
+        target.lean, draft.lean = saved
+
+
+def test_lean_refuses_what_it_was_not_written_from(tiny: Any, monkeypatch: Any) -> None:
+    """Another attention implementation, a hook it would skip, and the switch back to
+    transformers' forward each leave the model on transformers' forward, with the reason."""
+    from toolkit.reference.lean import HF_FORWARD_ENV, refusal
+    from toolkit.reference.models import CachedLM, load_causal_lm
+
+    model = load_causal_lm(tiny / "target", "target")
+    assert refusal(model) == ""
+    model.config._attn_implementation = "eager"
+    assert "eager" in refusal(model)
+    model.config._attn_implementation = "sdpa"
+
+    def hook(*args: Any) -> None:
+        pass
+
+    handle = model.get_decoder().layers[2].mlp.register_forward_hook(hook)
+    assert refusal(model) == "a module of the model has hooks"
+    assert refusal(model, lambda h: h is hook) == ""
+    handle.remove()
+    pre = model.get_decoder().layers[0].register_forward_pre_hook(hook)
+    assert refusal(model, lambda h: h is hook) == "a module of the model has hooks"
+    pre.remove()
+    model.train()
+    assert refusal(model) == "the model is in training mode"
+    model.eval()
+    assert CachedLM(model, capture=[1]).lean is not None  # its own capture hooks are fine
+    monkeypatch.setenv(HF_FORWARD_ENV, "1")
+    assert refusal(model) == f"{HF_FORWARD_ENV}=1"
+    assert CachedLM(model).lean is None
+
+
+def test_lean_refuses_other_architectures() -> None:
+    """A decoder that is not transformers' own LlamaModel runs transformers' forward."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers.models.llama import modeling_llama
+
+    from toolkit.reference.lean import refusal
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=32)).eval()
+    assert refusal(gpt2) == "GPT2Model is not transformers' LlamaModel"
+
+    class MyAttention(modeling_llama.LlamaAttention):
+        pass
+
+    cfg = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=64,
+    )
+    cfg._attn_implementation = "sdpa"
+    llama = LlamaForCausalLM(cfg).eval()
+    assert refusal(llama) == ""
+    layer = llama.get_decoder().layers[1]
+    layer.self_attn = MyAttention(cfg, 1)
+    assert refusal(llama) == "MyAttention is not transformers' LlamaAttention"
+    dynamic = LlamaForCausalLM(
+        LlamaConfig(**{**cfg.to_dict(), "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})
+    ).eval()
+    assert "changes with the sequence" in refusal(dynamic)
