@@ -3,8 +3,9 @@
 
 Every model forward (target and draft decoders and output heads, the EAGLE-3 head's layers,
 the Medusa heads) is timed by forward hooks on the outermost module calls (a decoder the lean
-forward runs, toolkit.reference.lean, by a wrapper around CachedLM._lean, which stands where
-the decoder call stood); what is left of a
+forward runs, toolkit.reference.lean, by a wrapper around LeanDecoder.run, which stands where
+the decoder call stood: the ids tensor is made outside either; a chain's positions and mask,
+made inside transformers' call, are looked up outside run(), a few µs counted as the runtime's); what is left of a
 generation's wall time is the runtime's own work: proposing, tree and mask building, KV-cache
 bookkeeping, verification, copies. What the measuring itself adds outside the forwards (hook
 dispatch and the CPU clock's reads, a system call each) is calibrated per round and subtracted
@@ -139,9 +140,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     clock = ForwardClock()
     for lm in (rt.target, rt.draft):
         if getattr(lm, "lean", None) is not None:
-            # The lean forward (toolkit.reference.lean) never calls the decoder module: time the
-            # CachedLM method that stands where the decoder call stood.
-            clock.wrap(lm, "_lean")
+            # The lean forward (toolkit.reference.lean) never calls the decoder module: time its
+            # run(), which stands where the decoder call stood.
+            clock.wrap(lm.lean, "run")
         else:
             clock.hook(lm.decoder)
         clock.hook(lm.lm_head)

@@ -159,3 +159,22 @@ def test_bench_bls_replay_runs_the_served_loop_losslessly_and_writes_its_section
         assert float(speedup) > 0 and 0 <= int(single) <= int(forwards) and int(forwards) > 0
     assert int(rows[0][3]) == int(rows[0][2])  # at concurrency 1 every forward is one row
     capsys.readouterr()
+
+
+def test_bench_forward_section(tmp_path):
+    """scripts/bench_forward.py times both forwards on the tiny models (a tiny budget here), checks
+    their logits bitwise and writes its marked section."""
+    mod = _script("bench_forward")
+    out = tmp_path / "benchmarks.md"
+    out.write_text("# b\n\n<!-- bench_forward:start -->\nold\n<!-- bench_forward:end -->\nafter\n")
+    assert mod.main(["--rounds", "1", "--steps", "2", "--context", "16", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "old" not in text and text.endswith("<!-- bench_forward:end -->\nafter\n")
+    rows = [line for line in text.splitlines() if line.startswith(("| target |", "| draft |"))]
+    assert [r.split(" | ")[:2] for r in rows] == [
+        ["| target", "1"],
+        ["| target", "5"],
+        ["| draft", "1"],
+        ["| draft", "5"],
+    ]
+    assert all(float(r.rstrip(" |").split(" | ")[-1].rstrip("×")) > 0 for r in rows)

@@ -91,6 +91,57 @@ def test_lean_forward_on_the_memory_bound_twin_and_in_bfloat16(
     _steps(*_pair(bf16), prompt_ids[0])
 
 
+LLAMA_VARIANTS = {
+    "float16": ({}, "float16"),
+    "biases": ({"attention_bias": True, "mlp_bias": True}, "float32"),
+    "multi-head (no GQA)": ({"num_key_value_heads": 4}, "float32"),
+    "RoPE linear": ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "float32"),
+    "RoPE llama3": (
+        {
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            }
+        },
+        "float32",
+    ),
+    "RoPE yarn (attention scaling)": (
+        {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}},
+        "bfloat16",
+    ),
+}
+
+
+@pytest.mark.parametrize("variant", list(LLAMA_VARIANTS))
+def test_lean_forward_equals_transformers_on_llama_variants(variant: str) -> None:
+    """Llama configurations the tiny models do not have (random weights, 2 layers): float16,
+    projection biases, multi-head attention, and RoPE kinds whose table is fixed at load, one
+    with an attention scaling other than 1."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    extra, dtype = LLAMA_VARIANTS[variant]
+    base = {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 2100,
+        "max_position_embeddings": 512,
+    }
+    torch.manual_seed(0)
+    cfg = LlamaConfig(**{**base, **extra})
+    cfg._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(cfg).to(getattr(torch, dtype)).eval()
+    if variant.startswith("RoPE yarn"):
+        assert model.get_decoder().rotary_emb.attention_scaling != 1.0
+    prompt = torch.randint(0, 2100, (40,), generator=torch.Generator().manual_seed(1)).tolist()
+    _steps(*_pair(model), prompt)
+
+
 def test_lean_batched_forward_equals_transformers_layers(runtime: Any, prompt_ids: list[list[int]]) -> None:
     """The in-flight batcher's padded forward (additive masks, per-row positions, KV slots): rows
     of different lengths, a tree row, a padded row and captured layers, through both paths."""
@@ -165,6 +216,16 @@ def test_lean_refuses_what_it_was_not_written_from(tiny: Any, monkeypatch: Any) 
     model.train()
     assert refusal(model) == "the model is in training mode"
     model.eval()
+    model.get_decoder().layers[1].mlp.train()  # dropout in one submodule is enough
+    assert refusal(model) == "the model is in training mode"
+    model.eval()
+    mlp = model.get_decoder().layers[0].mlp
+    mlp.forward = lambda x: x  # type: ignore[method-assign]  # an instance patch, as accelerate's offloading makes
+    assert refusal(model) == "a LlamaMLP of the model has its forward replaced"
+    del mlp.forward
+    model.config.is_causal = False
+    assert refusal(model) == "the model is configured as not causal"
+    model.config.is_causal = True
     assert CachedLM(model, capture=[1]).lean is not None  # its own capture hooks are fine
     monkeypatch.setenv(HF_FORWARD_ENV, "1")
     assert refusal(model) == f"{HF_FORWARD_ENV}=1"

@@ -3,23 +3,26 @@
 On the tiny models most of a step is not arithmetic: transformers' LlamaModel.forward runs its
 output-capture and config-default decorators, the causal-mask factory, the rotary module, a
 module call per layer with keyword plumbing, the attention-function registry and the cache's
-dispatch. Measured on models/tiny (1 torch thread, context 200, one-token step): 8.5 ms for
-the target and 2.7 ms for the draft through transformers, 6.2 ms and 1.3 ms here.
+dispatch. scripts/bench_forward.py times one forward both ways (docs/benchmarks.md, "One
+forward: transformers' against the lean forward").
 
 LeanDecoder runs the same tensor operations as transformers 5's Llama code, in the same order,
 with the same arguments and shapes, on the model's own parameters (its projections are called
 as transformers calls them: `F.linear` on a plain nn.Linear's weight and bias, the module's own
 forward otherwise, e.g. the memory-bound twin's MatrixLinear). Its outputs are therefore
 bitwise transformers', which tests/reference/test_lean.py checks on prefills, one-token steps,
-chains, trees, batched steps, captured layers, the padded target and bfloat16. What differs is
+chains, trees, batched steps, captured layers, the padded target, bfloat16, float16, biases,
+multi-head attention and the static RoPE kinds (on this CPU build of torch). What differs is
 only elementwise-identical regrouping: RoPE is applied to the queries and keys in one tensor,
 and `.to` calls to the dtype a tensor already has are skipped.
 
 It takes only what it was written from: transformers' own Llama classes (not subclasses) with
-SDPA attention, a RoPE table that does not change with the sequence (not the dynamic or
-longrope kinds), no hooks on its modules and no sliding-window layers. Anything else runs
-transformers' forward (`refusal` says why). Setting
-SDTK_REFERENCE_HF_FORWARD=1 makes every model run transformers' forward.
+causal SDPA attention through transformers' own SDPA functions, a RoPE table that does not
+change with the sequence (not the dynamic or longrope kinds), no sliding-window layers, and
+modules that run their classes' forward (no hooks but CachedLM's capture, no replaced or
+compiled forward, none in training mode). Anything else runs transformers' forward (`refusal`
+says why). Setting SDTK_REFERENCE_HF_FORWARD=1 makes every model run transformers' forward.
+Hooks registered after the runtime loaded a model are not run.
 """
 
 from __future__ import annotations
@@ -30,7 +33,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.nn.modules import module as torch_module
 from transformers import PreTrainedModel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama import modeling_llama as llama
 
 HF_FORWARD_ENV = "SDTK_REFERENCE_HF_FORWARD"
@@ -75,12 +82,21 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     return weight * h.to(x.dtype)
 
 
-def _modules_without_hooks(modules: Iterable[torch.nn.Module], ours: Callable[[Any], bool]) -> bool:
-    """No module has a forward hook or pre-hook, except forward hooks `ours` accepts."""
+def _runs_as_written(modules: Iterable[torch.nn.Module], ours: Callable[[Any], bool]) -> str:
+    """Why calling these modules would run something else than their classes' forward ("" when
+    it would not): a forward hook or pre-hook (but forward hooks `ours` accepts), a forward set
+    on the instance (accelerate's offloading hooks, a patch), a compiled call, a submodule in
+    training mode (dropout), or global module hooks."""
+    if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+        return "global module hooks are registered"
     for m in modules:
         if m._forward_pre_hooks or any(not ours(h) for h in m._forward_hooks.values()):
-            return False
-    return True
+            return "a module of the model has hooks"
+        if "forward" in m.__dict__ or hasattr(m, "_hf_hook") or getattr(m, "_compiled_call_impl", None):
+            return f"a {type(m).__name__} of the model has its forward replaced"
+        if m.training:
+            return "the model is in training mode"
+    return ""
 
 
 class LeanDecoder:
@@ -100,18 +116,20 @@ class LeanDecoder:
         self.heads: int = decoder.config.num_attention_heads
         self.kv_heads: int = decoder.config.num_key_value_heads
         self.norm, self.norm_eps = decoder.norm.weight, decoder.norm.variance_epsilon
-        rotary = decoder.rotary_emb
-        self.inv_freq: torch.Tensor = rotary.inv_freq
-        self.rope_scale: float = rotary.attention_scaling
+        self.rotary = decoder.rotary_emb  # its buffer and scale are read per call (model.to() replaces them)
 
     def rope(self, dtype: torch.dtype, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """LlamaRotaryEmbedding.forward for `positions` [b, q], then unsqueezed for heads: cos and
-        sin [b, 1, q, head_dim] in `dtype`."""
-        inv = self.inv_freq[None, :, None].float().expand(positions.shape[0], -1, 1)
+        sin [b, 1, q, head_dim] in `dtype`. Like it, in float32 whatever autocast is on."""
+        if torch.is_autocast_enabled("cpu"):
+            with torch.autocast("cpu", enabled=False):
+                return self.rope(dtype, positions)
+        rotary = self.rotary
+        inv = rotary.inv_freq[None, :, None].float().expand(positions.shape[0], -1, 1)
         freqs = (inv @ positions[:, None, :].float()).transpose(1, 2)
         emb = torch.cat((freqs, freqs), dim=-1)
-        cos = emb.cos() * self.rope_scale
-        sin = emb.sin() * self.rope_scale
+        cos = emb.cos() * rotary.attention_scaling
+        sin = emb.sin() * rotary.attention_scaling
         if dtype != torch.float32:
             cos, sin = cos.to(dtype), sin.to(dtype)
         return cos.unsqueeze(1), sin.unsqueeze(1)
@@ -184,8 +202,13 @@ def refusal(model: PreTrainedModel, ours: Callable[[Any], bool] = lambda hook: F
         return f"{type(decoder).__name__} is not transformers' LlamaModel"
     if getattr(config, "_attn_implementation", None) != "sdpa":
         return f"attention is {config._attn_implementation!r}, not 'sdpa'"
-    if model.training:
-        return "the model is in training mode"
+    if (
+        ALL_ATTENTION_FUNCTIONS["sdpa"] is not sdpa_attention_forward
+        or ALL_MASK_ATTENTION_FUNCTIONS["sdpa"] is not sdpa_mask
+    ):
+        return "transformers' 'sdpa' attention or mask function is replaced"
+    if not getattr(config, "is_causal", True):
+        return "the model is configured as not causal"
     rotary = decoder.rotary_emb
     rope_type = str(getattr(rotary, "rope_type", "default"))
     if type(rotary) is not llama.LlamaRotaryEmbedding or "dynamic" in rope_type or rope_type == "longrope":
@@ -210,6 +233,6 @@ def refusal(model: PreTrainedModel, ours: Callable[[Any], bool] = lambda hook: F
         attn: Any = layer.self_attn
         if attn.head_dim > 256:
             return "head_dim is above 256 (SDPA takes another path there)"
-    if not _modules_without_hooks(model.modules(), ours):
-        return "a module of the model has hooks"
-    return ""
+        if not attn.is_causal or attn.config._attn_implementation != "sdpa":
+            return "a layer's attention is not causal SDPA"
+    return _runs_as_written(model.modules(), ours)

@@ -480,6 +480,8 @@ class CachedLM:
         self.capture = frozenset(capture)
         # transformers' arithmetic without its per-call machinery, where the model allows it
         # (toolkit.reference.lean); `lean_refusal` says why not otherwise.
+        # The capture hooks of this or any other CachedLM on the model are ours to skip: one only
+        # records while its own CachedLM runs transformers' forward with `aux`.
         self.lean_refusal = refusal(model, lambda hook: getattr(hook, "__func__", None) is CachedLM._grab)
         self.lean = LeanDecoder(model) if not self.lean_refusal else None
 
@@ -647,31 +649,33 @@ class CachedLM:
         shape of the step resolved (None: a chain, plain causal attention)."""
         if aux:
             self._captured.clear()
-        if self.lean is not None:
-            last = self._lean(ids, shape, aux)
-        else:
-            mask = positions = None
-            if shape is not None:
-                past = self.length
-                mask = shape.masks.mask(past)
-                positions = shape.positions(past)
-            self._recording = aux
-            last = self.decoder(
-                input_ids=ids_tensor(ids),
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=self.cache,
-                use_cache=True,
-            ).last_hidden_state
-        logits1 = None
-        if logits_from < len(ids):
-            # The output head on [1, q', H]: the same rows as on [q', H] (it flattens them).
-            logits1 = self.lm_head(
-                last.narrow(1, logits_from, len(ids) - logits_from) if logits_from else last
-            )
-        captured = None
-        if aux:
+        try:
+            if self.lean is not None:
+                last = self._lean(ids, shape, aux)
+            else:
+                mask = positions = None
+                if shape is not None:
+                    past = self.length
+                    mask = shape.masks.mask(past)
+                    positions = shape.positions(past)
+                self._recording = aux
+                last = self.decoder(
+                    input_ids=ids_tensor(ids),
+                    attention_mask=mask,
+                    position_ids=positions,
+                    past_key_values=self.cache,
+                    use_cache=True,
+                ).last_hidden_state
+            logits1 = None
+            if logits_from < len(ids):
+                # The output head on [1, q', H]: the same rows as on [q', H] (it flattens them).
+                logits1 = self.lm_head(
+                    last.narrow(1, logits_from, len(ids) - logits_from) if logits_from else last
+                )
+            captured = None
+            if aux and self._hooks:
+                captured = torch.cat(self._captured, dim=-1).select(0, 0)
+        finally:
             self._recording = False
-            captured = torch.cat(self._captured, dim=-1).select(0, 0) if self._hooks else None
             self._captured.clear()
         return Forward(hidden=last.select(0, 0) if hidden else None, aux=captured, logits1=logits1)
