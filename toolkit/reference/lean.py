@@ -106,8 +106,7 @@ class LeanDecoder:
     def __init__(self, model: PreTrainedModel):
         decoder: Any = model.get_decoder()
         self.decoder = decoder
-        self.count = decoder.config.num_hidden_layers
-        self.layers = [_Layer(layer) for layer in decoder.layers[: self.count]]
+        self.layers = [_Layer(layer) for layer in decoder.layers[: decoder.config.num_hidden_layers]]
         attn = decoder.layers[0].self_attn
         self.head_dim: int = attn.head_dim
         self.half = self.head_dim // 2
@@ -170,18 +169,16 @@ class LeanDecoder:
                 n = keys.shape[2]
                 keys = keys[:, :, None].expand(b, kv_heads, groups, n, hd).reshape(b, heads, n, hd)
                 values = values[:, :, None].expand(b, kv_heads, groups, n, hd).reshape(b, heads, n, hd)
-            if gqa:
-                out = sdpa(
-                    qk[:, :heads],
-                    keys,
-                    values,
-                    attn_mask=None,
-                    scale=self.scaling,
-                    is_causal=causal,
-                    enable_gqa=True,
-                )
-            else:
-                out = sdpa(qk[:, :heads], keys, values, attn_mask=mask, scale=self.scaling, is_causal=causal)
+            # enable_gqa=False is SDPA's default, what transformers' call without it gets.
+            out = sdpa(
+                qk[:, :heads],
+                keys,
+                values,
+                attn_mask=mask,
+                scale=self.scaling,
+                is_causal=causal,
+                enable_gqa=gqa,
+            )
             x = x + lay.o(out.transpose(1, 2).reshape(b, q, -1))
             h = _rms_norm(x, lay.norm2, lay.eps2)
             x = x + lay.down(lay.act(lay.gate(h)) * lay.up(h))

@@ -647,9 +647,7 @@ class CachedLM:
     ) -> Forward:
         """forward() for a caller already in inference mode (the generation loop), with the tree
         shape of the step resolved (None: a chain, plain causal attention)."""
-        if aux:
-            self._captured.clear()
-        try:
+        try:  # _captured is empty here: every forward clears it when it ends
             if self.lean is not None:
                 last = self._lean(ids, shape, aux)
             else:
