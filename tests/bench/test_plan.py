@@ -11,7 +11,7 @@ import pytest
 
 from toolkit.bench.api import plan
 from toolkit.bench.decide.candidates import probe_candidates
-from toolkit.bench.decide.inflight import simulate_bls
+from toolkit.bench.decide.inflight import simulate_bls, simulate_closed_loop
 from toolkit.bench.decide.predict import (
     PlanResult,
     StepTiming,
@@ -19,8 +19,9 @@ from toolkit.bench.decide.predict import (
     interpolate,
     isotonic,
     recommend,
+    verify_widths,
 )
-from toolkit.bench.decide.runs import bls_fills, run_lengths, simulate_tau
+from toolkit.bench.decide.runs import bls_fills, run_lengths, simulate_tau, step_count
 from toolkit.bench.measure.workloads import load_workload
 from toolkit.bench.report import render
 from toolkit.errors import UsageError
@@ -118,6 +119,10 @@ def test_probe_draft_target_identical_draft(random_models, tmp_path):
     assert p.probe.alpha_greedy.point == 1.0
     assert p.probe.alpha_logits.point == pytest.approx(1.0, abs=1e-5)  # Σ min(p, p) = 1
     assert p.probe.timing.c_forward > 0 and p.probe.timing.t_base > 0
+    # The step's own work (ForwardTimer: outside the target's forwards) holds the draft model's
+    # forwards here; a plain step's is sampling and bookkeeping.
+    assert all(0 < c.t_own < c.t_step for c in p.probe.configs)
+    assert 0 <= p.probe.timing.t_own_base < p.probe.timing.t_base
     assert [pr.draft_len for pr in p.predictions] == [1, 2, 3]
     assert [pr.expected_tokens for pr in p.predictions] == [2.0, 3.0, 4.0]
     assert [pr.expected_tokens_iid for pr in p.predictions] == pytest.approx([2.0, 3.0, 4.0])
@@ -248,10 +253,22 @@ def test_probe_ngram_and_lookahead(random_models):
         probe_prompts=2,
         probe_tokens=10,
         gamma_max=3,
-        concurrency=(1,),
+        concurrency=(1, 2),
         progress=False,
     )
     assert p.probe.configs[0].shape.draft_forwards == 0
+    # With each request's prefill timed, the speedup is the closed loop replayed in the batcher
+    # (StepTiming.replay_speedup), here for the probed γ = 3: each request in its own steps.
+    t, cfg = p.probe.timing, p.probe.configs[0]
+    assert len(p.probe.prefill) == 2 and 0 <= cfg.t_own < cfg.t_step
+    widths = verify_widths(cfg, 3)
+    loop = [(len(r), step_count(r, 3) - 1) for r in (run_lengths(st, 3, 1.0) for st in cfg.step_tokens)]
+    p3 = next(x for x in p.predictions if x.draft_len == 3)
+    for b in (1, 2):
+        want = t.replay_speedup(
+            loop, p.probe.prefill, t_step=cfg.t_step, width=4, batch=b, widths=widths, t_own=cfg.t_own
+        )
+        assert p3.speedup[b] == pytest.approx(want)
     assert [x.draft_len for x in p.predictions] == [1, 2, 3]
     r = _recipe(
         random_models,
@@ -632,3 +649,90 @@ def test_draft_target_through_the_bls_loop_pays_the_plain_fill():
         want = cm.bls_loop_speedup(tau, 3, 1e-3, 1.5e-3) if fills else cm.served_speedup(tau, 1e-3, 1.5e-3)
         assert p3.speedup[1] == pytest.approx(want)
         assert ("BLS loop" in p3.source) is fills
+
+
+def test_closed_loop_replays_the_batchers_rules():
+    """inflight.simulate_closed_loop, traced by hand: 2 clients, 3 requests of 3, 1 and 1 decode
+    steps, prompts of 0.5 s, an iteration over r rows costs r seconds.
+
+    t=0    A and B join: both prompt steps (1.0 s, no decode rows) → 1.0
+    t=1.0  A, B decode (2 rows) → 3.0: B is done, its client sends C
+    t=3.0  C's prompt (0.5) beside A's step (1 row, 1.0) → 4.5
+    t=4.5  A's last step and C's (2 rows) → 6.5: both done."""
+    ends = simulate_closed_loop([3, 1, 1], clients=2, max_rows=None, prefill=[0.5] * 3, iteration=float)
+    assert ends == pytest.approx([6.5, 3.0, 3.5])  # C was sent at 3.0
+    # max_rows: the third client's request waits for a place in the batch.
+    capped = simulate_closed_loop([1, 1, 1], clients=3, max_rows=2, prefill=[0.0] * 3, iteration=float)
+    assert capped == pytest.approx([2.0, 2.0, 3.0])
+    # One client: each request alone, its prompt then its steps.
+    assert simulate_closed_loop(
+        [2, 0], clients=1, max_rows=None, prefill=[1.0, 2.0], iteration=lambda r: 3.0
+    ) == [
+        pytest.approx(7.0),
+        pytest.approx(2.0),
+    ]
+    for bad in ({"clients": 0}, {"prefill": [0.0]}):
+        with pytest.raises(ValueError):
+            simulate_closed_loop(
+                [1, 1], **{"clients": 1, "max_rows": None, "prefill": [0.0, 0.0], "iteration": float, **bad}
+            )
+
+
+def _timing(**kw) -> StepTiming:
+    """A plain step of 1 s whose batched forward grows 10% a row for any width: (plain, spec)
+    growth from 1 row to r is 1 + (r − 1)/10 / 1.1 ... the same on both sides."""
+    points = {w: [(r, w * (1 + r / 10)) for r in (1, 2, 4, 8)] for w in (1, 2, 4)}
+    return StepTiming(t_base=1.0, forward_points=[(1, 1.0)], batch_points=points, **kw)
+
+
+def test_replay_speedup_drains_the_batch():
+    """StepTiming.replay_speedup: with every request alike (all start and end together) it is the
+    closed form at every concurrency (each step at `batch` rows, costmodel.request_mean_speedup);
+    with requests that finish unevenly the batch drains and the tail runs with fewer rows."""
+    from toolkit.bench.decide import costmodel as cm
+
+    t = _timing()
+    alike = [(9, 4)] * 8  # 9 tokens: 8 plain decode steps or 4 speculative ones
+    for b in (1, 2, 4, 8):
+        closed = cm.request_mean_speedup(
+            [(9, 2.0)] * 8,
+            lambda tau, b=b: t.speedup_at(tau, 1.5, 2, b),
+            t.t_base * t.growths(1, b)[0],
+            0.0,
+            b,
+            [0.0] * 8,
+        )
+        assert t.replay_speedup(alike, [0.0] * 8, t_step=1.5, width=2, batch=b) == pytest.approx(closed)
+    # Uneven, traced by hand at 2 clients: 3 tokens each, 2 plain decode steps each (both rows
+    # throughout), speculatively 1 and 2 steps: the second request's last step runs alone.
+    g2 = 1.2 / 1.1  # growth from 1 row to 2 (any width)
+    plain = 3 / (2 * g2)
+    spec = (3 / (1.5 * g2) + 3 / (1.5 * g2 + 1.5)) / 2
+    assert t.replay_speedup([(3, 1), (3, 2)], [0.0, 0.0], t_step=1.5, width=2, batch=2) == pytest.approx(
+        spec / plain
+    )
+    # Fewer probed requests than clients: repeated, so 4 clients run 4 rows.
+    one = t.replay_speedup([(9, 4)], [0.0], t_step=1.5, width=2, batch=4)
+    assert one == pytest.approx(t.replay_speedup(alike, [0.0] * 8, t_step=1.5, width=2, batch=4))
+    with pytest.raises(ValueError, match="prefill"):
+        t.replay_speedup(alike, [0.0], t_step=1.5, width=2, batch=1)
+
+
+def test_forward_timer_counts_the_targets_forwards_and_leaves_no_trace(random_models):
+    """inprocess.ForwardTimer: the seconds inside CachedLM.run and _next (every entry of the
+    generation loop), none outside; removed after, so the methods are the class's again."""
+    from transformers import AutoModelForCausalLM
+
+    from toolkit.bench.measure.inprocess import ForwardTimer
+    from toolkit.reference.models import CachedLM
+
+    lm = CachedLM(AutoModelForCausalLM.from_pretrained(random_models / "target").eval())
+    with ForwardTimer(lm) as timer:
+        lm.forward([1, 2, 3])
+        after_forward = timer.seconds
+        lm.greedy_chain([4], 3)
+    assert 0 < after_forward < timer.seconds
+    assert "run" not in vars(lm) and "_next" not in vars(lm)
+    before = timer.seconds
+    lm.forward([5])
+    assert timer.seconds == before

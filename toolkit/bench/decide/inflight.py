@@ -152,3 +152,58 @@ def iteration_costs(
     draft = max(0.0, t_step - forward(gamma + 1, 1))
     replay = simulate_bls(requests, loops=loops, gamma=gamma, away=draft + serving, forward=forward)
     return IterationCosts(draft + replay.verify, replay.fill, replay)
+
+
+def simulate_closed_loop(
+    steps: Sequence[int],
+    *,
+    clients: int,
+    max_rows: int | None,
+    prefill: Sequence[float],
+    iteration: Callable[[int], float],
+) -> list[float]:
+    """Each request's end-to-end seconds when `clients` closed-loop clients (`sdtk bench`'s
+    concurrency) send the requests in order, first come first served, through the in-flight
+    batcher (toolkit.reference.batching): request i is a prompt step of `prefill[i]` seconds
+    followed by `steps[i]` decode steps, one per iteration.
+
+    The batcher's rules: an iteration holds every request in the batch; one that arrives during
+    an iteration joins at the next, while the batch has fewer than `max_rows` (None: no limit);
+    in its first iteration a request runs its prompt step (prompts are batched apart from decode
+    steps, in the same iteration, so a prefill holds every row); `iteration(r)` is the seconds
+    of a decode iteration over r rows. A request ends with the iteration of its last step, and its
+    client sends the next one at once. Unlike pricing every step at `clients` rows, requests that
+    finish unevenly leave the tail of a run with fewer rows. Pure and deterministic."""
+    if clients < 1:
+        raise ValueError(f"clients must be ≥ 1, got {clients}")
+    if len(prefill) != len(steps):
+        raise ValueError(f"{len(prefill)} prefill times for {len(steps)} requests")
+    if any(s < 0 for s in steps) or any(not p >= 0 for p in prefill):
+        raise ValueError("steps and prefill times must be ≥ 0")
+    cap = max_rows if max_rows else clients
+    todo = deque(range(len(steps)))
+    queue: deque[int] = deque()  # sent, waiting for a place in the batch
+    started = dict.fromkeys(range(len(steps)), 0.0)
+    ended = [0.0] * len(steps)
+    left: dict[int, int] = {}  # request in the batch → decode steps left
+    now = 0.0
+    for _ in range(min(clients, len(todo))):
+        queue.append(todo.popleft())
+    while queue or left:
+        joining = []
+        while queue and len(left) + len(joining) < cap:
+            joining.append(queue.popleft())
+        rows = [i for i in left if left[i] > 0]
+        now += sum(prefill[i] for i in joining) + (iteration(len(rows)) if rows else 0.0)
+        for i in rows:
+            left[i] -= 1
+        for i in joining:
+            left[i] = steps[i]
+        for i in [i for i, n in left.items() if n == 0]:
+            del left[i]
+            ended[i] = now
+            if todo:  # its client sends the next request, which joins the next iteration
+                j = todo.popleft()
+                started[j] = now
+                queue.append(j)
+    return [ended[i] - started[i] for i in range(len(steps))]

@@ -14,8 +14,8 @@ from typing import Any
 
 from toolkit.bench.decide import costmodel as cm
 from toolkit.bench.decide import sizing as sz
-from toolkit.bench.decide.inflight import IterationCosts, iteration_costs
-from toolkit.bench.decide.runs import bls_fills, run_lengths, simulate_tau
+from toolkit.bench.decide.inflight import IterationCosts, iteration_costs, simulate_closed_loop
+from toolkit.bench.decide.runs import bls_fills, run_lengths, simulate_tau, step_count
 from toolkit.bench.measure.metrics import Interval
 from toolkit.bench.proposers import (
     ONE_PASS_SOURCE,
@@ -50,6 +50,9 @@ class StepTiming:
     # The same per concurrency level where it was measured there (every row of a batch gets its
     # own response each step, so it grows with the batch); other levels take serving_overhead.
     serving_by_concurrency: dict[int, float] = field(default_factory=dict)
+    # Seconds of a plain step outside the target's forward (sampling, bookkeeping): each row of
+    # an in-flight batch does its own in its own thread, one row after another (replay_speedup).
+    t_own_base: float = 0.0
 
     def overhead_at(self, concurrency: int) -> float:
         """Seconds a served step costs beyond its forwards at this concurrency."""
@@ -98,6 +101,55 @@ class StepTiming:
         (`overhead_at`) is added once per step to both (costmodel.served_speedup)."""
         plain, spec = self.growths(width, batch, widths)
         return cm.served_speedup(expected, self.t_base * plain, t_step * spec, self.overhead_at(batch))
+
+    def replay_speedup(
+        self,
+        requests: Sequence[tuple[int, int]],
+        prefill: Sequence[float],
+        *,
+        t_step: float,
+        width: int,
+        batch: int,
+        widths: Sequence[float] | None = None,
+        t_own: float = 0.0,
+    ) -> float:
+        """`sdtk bench --compare`'s speedup at concurrency `batch`, its closed loop replayed
+        through the in-flight batcher (inflight.simulate_closed_loop) on both sides: `requests`
+        (tokens n_i, speculative decode steps s_i) each run plainly in n_i − 1 decode steps of
+        t_base and speculatively in s_i steps of `t_step`, after their prompt step (`prefill`,
+        the serving cost of a response added). An iteration over r rows costs the forward part of
+        the plain or the speculative step grown from one row to r as `growths` says, r times the
+        step's own work outside the target's forward (`t_own_base`, `t_own`: each row's thread
+        does its own, and the batcher waits for every row's), plus the serving cost at this
+        concurrency (`overhead_at`). Where `speedup_at` prices every step at `batch` rows, the
+        replay lets requests that finish unevenly (a speculative request commits its tokens in
+        fewer steps the easier its text) drain the batch, and the tail run with fewer rows.
+        Speedup: the mean of each request's tokens ÷ its end-to-end seconds, speculative over
+        plain. Fewer requests than clients are repeated, so that every client has one."""
+        if len(prefill) != len(requests):
+            raise ValueError(f"{len(prefill)} prefill times for {len(requests)} requests")
+        if len(requests) < batch:  # every client gets a request: the probed ones, repeated
+            copies = -(-batch // len(requests))
+            requests, prefill = list(requests) * copies, list(prefill) * copies
+        o = self.overhead_at(batch)
+        first = [p + o for p in prefill]
+
+        own_p, own_s = min(self.t_own_base, self.t_base), min(t_own, t_step)
+
+        def plain(r: int) -> float:
+            return (self.t_base - own_p) * self.growths(1, r)[0] + r * own_p + o
+
+        def spec(r: int) -> float:
+            return (t_step - own_s) * self.growths(width, r, widths)[1] + r * own_s + o
+
+        def mean_rate(steps: list[int], iteration: Callable[[int], float]) -> float:
+            seconds = simulate_closed_loop(
+                steps, clients=batch, max_rows=self.max_batch, prefill=first, iteration=iteration
+            )
+            return sum(n / s for (n, _), s in zip(requests, seconds, strict=True) if s > 0) / len(requests)
+
+        base = mean_rate([max(0, n - 1) for n, _ in requests], plain)
+        return mean_rate([s for _, s in requests], spec) / base if base > 0 else 0.0
 
     def bls_speedup_at(self, expected: float, gamma: int, batch: int, costs: IterationCosts) -> float:
         """`speedup_at` through draft-target's BLS loop at draft length γ (costmodel.bls_loop_speedup),
@@ -168,6 +220,9 @@ class ProbeConfig:
     per_position_accepted: list[int]
     t_step: float  # measured seconds per speculative step (decode only)
     step_tokens: list[list[int]] = field(default_factory=list)  # per prompt: tokens committed by each step
+    # Of t_step, the seconds outside the target's forwards: proposing (an EAGLE head's or a draft
+    # model's forwards), acceptance, bookkeeping; per row of an in-flight batch (replay_speedup).
+    t_own: float = 0.0
 
     @property
     def acceptance_length(self) -> float:
@@ -420,6 +475,12 @@ def interpolate(points: Sequence[tuple[int, float]], x: int, *, monotone: bool =
     return f.time(1, x)
 
 
+def _replayable(probe: Probe, requests: int) -> bool:
+    """Whether `bench --compare`'s closed loop can be replayed from the probe (StepTiming.replay_speedup):
+    each probed request's prefill was timed, and there are requests."""
+    return requests > 0 and len(probe.prefill) == requests
+
+
 _BLS_SOURCE = "; BLS loop: plain steps up to γ+1 per iteration, the loops replayed in the batcher"
 
 
@@ -473,7 +534,12 @@ def predict_measured(
     out of step, an iteration's costs come from replaying them in the batcher (`bls_costs`).
     That per-step speedup with the pooled τ is `Prediction.throughput`; `Prediction.speedup` is
     the statistic `bench --compare` measures, the mean over the probed requests of each one's
-    rate (`costmodel.request_mean_speedup`: each request's own τ, and its prefill when the probe timed it).
+    rate. When the probe timed each request's prefill (and not through the BLS loop), that mean
+    comes from replaying the closed loop of `bench` through the batcher on both sides
+    (`StepTiming.replay_speedup`): each request its own steps at this γ (`runs.step_count`), so
+    that the batch drains as requests finish unevenly and an iteration costs what its rows cost.
+    Otherwise (and for the BLS loop) every step is priced at b rows, each request with its own τ
+    (`costmodel.request_mean_speedup`, with its prefill when timed).
     """
     t = probe.timing
     out: list[Prediction] = []
@@ -485,6 +551,7 @@ def predict_measured(
         p_tail = min(1.0, ppa[-1] / ppa[-2]) if len(ppa) >= 2 and ppa[-2] > 0 else (ppa[-1] if ppa else 0.0)
         runs = [run_lengths(st, gmax, p_tail) for st in primary.step_tokens]
         step_pts = [(c.settings["max_draft_len"], c.t_step) for c in chain_cfgs if c.t_step > 0]
+        own_pts = [(c.settings["max_draft_len"], c.t_own) for c in chain_cfgs if c.t_step > 0]
         c_lev = t.c_forward if (t.c_forward is not None and has_draft_model(mode)) else 0.0
         for g in range(1, min(gamma_max, gmax) + 1):
             # Through the BLS loop, τ is what a verify step commits there (simulate_tau's `bls`).
@@ -495,6 +562,7 @@ def predict_measured(
             # forward took 124 ms where 2 and 5 tokens took 87), and a monotone fit would spread
             # such a point onto its neighbours.
             step = interpolate(step_pts, g, monotone=False) if step_pts else t.t_base
+            own = interpolate(own_pts, g, monotone=False) if own_pts else 0.0
             widths = verify_widths(primary, g)
             e_iid = cm.expected_tokens(alpha, g) if alpha is not None else None
             lev = (
@@ -507,6 +575,19 @@ def predict_measured(
             at = _per_step(t, g, step, widths, fills, concurrency)
             pooled = {b: at[b](e) for b in concurrency}
             reqs = [(sum(st), tau([r])) for st, r in zip(primary.step_tokens, runs, strict=True)]
+            if fills is None and _replayable(probe, len(runs)):
+                loop = [(len(r), step_count(r, g) - 1) for r in runs]
+                speedup = {
+                    b: t.replay_speedup(
+                        loop, probe.prefill, t_step=step, width=g + 1, batch=b, widths=widths, t_own=own
+                    )
+                    for b in concurrency
+                }
+            else:
+                speedup = {
+                    b: _request_mean(t, reqs, b, at[b], probe.prefill) if reqs else pooled[b]
+                    for b in concurrency
+                }
             out.append(
                 Prediction(
                     label=f"γ={g}",
@@ -514,10 +595,7 @@ def predict_measured(
                     draft_len=g,
                     expected_tokens=e,
                     expected_tokens_iid=e_iid,
-                    speedup={
-                        b: _request_mean(t, reqs, b, at[b], probe.prefill) if reqs else pooled[b]
-                        for b in concurrency
-                    },
+                    speedup=speedup,
                     throughput=pooled,
                     speedup_iid=lev,
                     source=f"τ replayed from the {primary.label} probe; step time interpolated from probes at "
@@ -536,14 +614,28 @@ def predict_measured(
         else:
             pooled = {b: t.speedup_at(e, cfg.t_step, width, b) for b in concurrency}
             reqs = [(sum(st), sum(st) / max(1, len(st))) for st in cfg.step_tokens]  # one per prompt
-            speedup = {
-                b: _request_mean(
-                    t, reqs, b, partial(t.speedup_at, t_step=cfg.t_step, width=width, batch=b), probe.prefill
-                )
-                if reqs
-                else pooled[b]
-                for b in concurrency
-            }
+            loop = [(sum(st), max(0, len(st) - 1)) for st in cfg.step_tokens]
+            speedup = (
+                {
+                    b: t.replay_speedup(
+                        loop, probe.prefill, t_step=cfg.t_step, width=width, batch=b, t_own=cfg.t_own
+                    )
+                    for b in concurrency
+                }
+                if _replayable(probe, len(loop))
+                else {
+                    b: _request_mean(
+                        t,
+                        reqs,
+                        b,
+                        partial(t.speedup_at, t_step=cfg.t_step, width=width, batch=b),
+                        probe.prefill,
+                    )
+                    if reqs
+                    else pooled[b]
+                    for b in concurrency
+                }
+            )
         out.append(
             Prediction(
                 label=cfg.label,

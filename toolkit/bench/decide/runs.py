@@ -60,6 +60,12 @@ def simulate_tau(runs: Sequence[Sequence[float]], gamma: int, *, bls: bool = Fal
     return tokens / steps if steps else 1.0
 
 
+def step_count(run: Sequence[float], gamma: int) -> int:
+    """The steps one generation takes at draft length γ, replaying its run lengths (simulate_tau's
+    steps), the first of them the prompt step's token."""
+    return sum(1 for _ in _steps(run, gamma, False))
+
+
 def bls_fills(run: Sequence[float], gamma: int) -> list[int]:
     """The plain fill steps of each BLS iteration of one generation replayed at draft length γ:
     the target decodes up to γ + 1 tokens per iteration (fewer at the end), the first τ of them

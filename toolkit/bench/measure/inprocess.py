@@ -181,27 +181,82 @@ def time_batched_forwards(
     return {w: [(b, _robust(times[(w, b)])) for b in batches] for w in widths}
 
 
+class ForwardTimer:
+    """Wall seconds spent inside one CachedLM's forwards while installed (a context manager):
+    `run` and `_next`, the two entries every step of the generation loop goes through (forward,
+    greedy_next and greedy_chain call them). Instance attributes shadow the methods while it is
+    installed and are removed after."""
+
+    NAMES = ("run", "_next")
+
+    def __init__(self, lm: Any):
+        self.lm = lm
+        self.seconds = 0.0
+
+    def _timed(self, fn: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t0
+
+        return timed
+
+    def __enter__(self) -> ForwardTimer:
+        for name in self.NAMES:
+            setattr(self.lm, name, self._timed(getattr(self.lm, name)))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name in self.NAMES:
+            self.lm.__dict__.pop(name, None)
+
+
 def generate_timed(
-    rt: Any, ids: list[int], new_tokens: int, sampling: Any, *, spec: Any = None, speculative: bool = True
+    rt: Any,
+    ids: list[int],
+    new_tokens: int,
+    sampling: Any,
+    *,
+    spec: Any = None,
+    speculative: bool = True,
+    inside: list[float] | None = None,
 ) -> tuple[Any, list[float], list[int], float]:
     """One generation: its result, the wall time of each decode step, the tokens each step
     committed, and the seconds to the first token (the prefill).
 
     Times come from on_tokens callbacks; the first callback also covers the prefill, so it only
     starts the decode clock: durations[i] belongs to step i+1, whose tokens are counts[i+1].
+    `inside`: when given, the seconds of each decode step spent inside the target's forwards
+    (ForwardTimer) are appended to it, one per duration; the rest of a step is the runtime's own
+    work (proposing, drafting, acceptance, bookkeeping).
     """
     marks: list[float] = []
     counts: list[int] = []
+    reads: list[float] = []
+    timer = ForwardTimer(rt.target) if inside is not None else None
 
     def on_tokens(tokens: list[int]) -> None:
         marks.append(time.perf_counter())
         counts.append(len(tokens))
+        if timer is not None:
+            reads.append(timer.seconds)
 
     start = time.perf_counter()
-    res = rt.generate(
-        ids, new_tokens, sampling=sampling, speculative=speculative, spec=spec, end_id=-1, on_tokens=on_tokens
-    )
+    with timer if timer is not None else contextlib.nullcontext():
+        res = rt.generate(
+            ids,
+            new_tokens,
+            sampling=sampling,
+            speculative=speculative,
+            spec=spec,
+            end_id=-1,
+            on_tokens=on_tokens,
+        )
     first = marks[0] - start if marks else 0.0
+    if inside is not None:
+        inside.extend(b - a for a, b in zip(reads, reads[1:], strict=False))
     return res, [b - a for a, b in zip(marks, marks[1:], strict=False)], counts, first
 
 

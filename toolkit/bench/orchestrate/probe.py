@@ -121,30 +121,35 @@ def run_probe(
     cands = probe_candidates(rec, gamma_max)
     cfg_specs = [spec.model_copy(update=settings) for _, settings in cands]
     base_steps: list[float] = []
+    base_inside: list[float] = []  # per plain decode step: seconds inside the target's forwards
     prefill: list[float] = []  # per prompt, from its plain generation
     outputs: list[list[int]] = []
     totals = [SpecStats() for _ in cands]
     steps: list[list[float]] = [[] for _ in cands]
+    inside_steps: list[list[float]] = [[] for _ in cands]
     step_tokens: list[list[list[int]]] = [[] for _ in cands]
     progress(
         f"baseline and {len(cands)} speculative configuration(s): {len(prompts)} prompts × {tokens_label} tokens",
     )
     # Interleaved per prompt, so that every configuration sees the same machine conditions.
     for ids, n in zip(prompts, lengths, strict=True):
-        res, durs, _, first = generate_timed(rt, ids, n, sampling, speculative=False)
+        res, durs, _, first = generate_timed(rt, ids, n, sampling, speculative=False, inside=base_inside)
         outputs.append(res.token_ids)
         base_steps += durs
         prefill.append(first)
         for k, cs in enumerate(cfg_specs):
-            res, durs, counts, _ = generate_timed(rt, ids, n, sampling, spec=cs)
+            res, durs, counts, _ = generate_timed(rt, ids, n, sampling, spec=cs, inside=inside_steps[k])
             _add_stats(totals[k], res.stats)
             steps[k] += durs
             step_tokens[k].append(counts)
     widths = sorted({1, *(min(config_draft_len(mode, st, spec), 32) + 1 for _, st in cands)})
     timing = _time_costs(rt, prompts[0] + outputs[0][: lengths[0] // 2], base_steps, widths, progress)
     timing.max_batch = getattr(getattr(rec, "build", None), "max_batch_size", None)
+    timing.t_own_base = _own(base_steps, base_inside)
     configs = []
-    for (label, settings), st, durs, stoks in zip(cands, totals, steps, step_tokens, strict=True):
+    for (label, settings), st, durs, stoks, ins in zip(
+        cands, totals, steps, step_tokens, inside_steps, strict=True
+    ):
         configs.append(
             ProbeConfig(
                 label=label,
@@ -157,6 +162,7 @@ def run_probe(
                 per_position_proposed=list(st.per_position_proposed),
                 per_position_accepted=list(st.per_position_accepted),
                 t_step=step_mean(durs) if durs else 0.0,
+                t_own=_own(durs, ins),
                 step_tokens=stoks,
             )
         )
@@ -176,6 +182,12 @@ def run_probe(
         probe.alpha_logits_temperature = temperature if temperature > 0 else 1.0
     probe.seconds = time.perf_counter() - t_start
     return probe
+
+
+def _own(durations: list[float], inside: list[float]) -> float:
+    """Seconds per decode step outside the target's forwards: the step's mean less the mean time
+    inside them (the same outlier rule for both, step_mean); 0 without steps."""
+    return max(0.0, step_mean(durations) - step_mean(inside)) if durations and inside else 0.0
 
 
 def _time_costs(
