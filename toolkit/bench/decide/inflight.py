@@ -190,7 +190,7 @@ def simulate_closed_loop(
     for _ in range(min(clients, len(todo))):
         queue.append(todo.popleft())
     while queue or left:
-        joining = []
+        joining: list[int] = []
         while queue and len(left) + len(joining) < cap:
             joining.append(queue.popleft())
         rows = [i for i in left if left[i] > 0]
