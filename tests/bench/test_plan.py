@@ -12,16 +12,9 @@ import pytest
 from toolkit.bench.api import plan
 from toolkit.bench.decide.candidates import probe_candidates
 from toolkit.bench.decide.inflight import simulate_bls, simulate_closed_loop
-from toolkit.bench.decide.predict import (
-    PlanResult,
-    StepTiming,
-    fit_kappa,
-    interpolate,
-    isotonic,
-    recommend,
-    verify_widths,
-)
+from toolkit.bench.decide.predict import PlanResult, recommend, verify_widths
 from toolkit.bench.decide.runs import bls_fills, run_lengths, simulate_tau, step_count
+from toolkit.bench.decide.timing import StepTiming, fit_kappa, interpolate, isotonic
 from toolkit.bench.measure.workloads import load_workload
 from toolkit.bench.report import render
 from toolkit.errors import UsageError

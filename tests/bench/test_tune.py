@@ -337,7 +337,8 @@ def test_valid_schedule_follows_trtllm_rules():
 def test_tune_gives_plan_the_deployments_serving_cost(fake_measure, tmp_path, monkeypatch):
     """On the reference backend, tune measures the per-step serving cost once (its baseline's
     TPOT at c=1 − the probe's plain step) and plan re-predicts the served speedup with it."""
-    from toolkit.bench.decide.predict import Probe, StepTiming
+    from toolkit.bench.decide.predict import Probe
+    from toolkit.bench.decide.timing import StepTiming
 
     calls = []
     monkeypatch.setattr(

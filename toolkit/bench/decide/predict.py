@@ -14,8 +14,8 @@ from typing import Any
 
 from toolkit.bench.decide import costmodel as cm
 from toolkit.bench.decide import sizing as sz
-from toolkit.bench.decide.inflight import IterationCosts, iteration_costs, simulate_closed_loop
 from toolkit.bench.decide.runs import bls_fills, run_lengths, simulate_tau, step_count
+from toolkit.bench.decide.timing import StepTiming, interpolate
 from toolkit.bench.measure.metrics import Interval
 from toolkit.bench.proposers import (
     ONE_PASS_SOURCE,
@@ -28,181 +28,6 @@ from toolkit.bench.proposers import (
 from toolkit.modes import CHAIN_MODES, info
 
 # --------------------------------------------------------------------------- results
-
-
-@dataclass
-class StepTiming:
-    """In-process costs on this machine (seconds)."""
-
-    t_base: float  # one plain decoding step (1 token), from timed generation
-    forward_points: list[tuple[int, float]]  # bare target forward time over n new tokens
-    draft_forward: float | None = None  # bare draft forward, 1 token (draft_target)
-    c_forward: float | None = None  # draft_forward / target forward(1): Leviathan's c
-    kappa: float = 0.0  # slope of forward time in tokens, relative to forward(1)
-    # Batched target forward time: tokens per row -> [(batch size, seconds)], the batch dimension
-    # of the reference backend's in-flight batching (empty: not measured).
-    batch_points: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
-    max_batch: int | None = None  # the engine's build.max_batch_size: concurrency beyond it queues
-    # Seconds each served step costs beyond its forwards (a response, detokenization, IPC),
-    # measured once per deployment (plan.add_serving_overhead); 0: in-process predictions.
-    serving_overhead: float = 0.0
-    serving_source: str | None = None  # how serving_overhead was measured
-    # The same per concurrency level where it was measured there (every row of a batch gets its
-    # own response each step, so it grows with the batch); other levels take serving_overhead.
-    serving_by_concurrency: dict[int, float] = field(default_factory=dict)
-    # Seconds of a plain step outside the target's forward (sampling, bookkeeping): each row of
-    # an in-flight batch does its own in its own thread, one row after another (replay_speedup).
-    t_own_base: float = 0.0
-
-    def overhead_at(self, concurrency: int) -> float:
-        """Seconds a served step costs beyond its forwards at this concurrency."""
-        return self.serving_by_concurrency.get(concurrency, self.serving_overhead)
-
-    def growths(self, width: int, batch: int, widths: Sequence[float] | None = None) -> tuple[float, float]:
-        """How much longer a plain step and a step verifying `width` tokens per row take at
-        `batch` rows than at one, (plain, speculative); (1.0, 1.0) when unmeasured.
-
-        `widths`: P(a row verifies k + 1 tokens), k = 0, 1, ..., for a proposer that proposes
-        fewer than its draft length now and then (n-gram): a batch is padded to its widest row,
-        so `batch` rows cost the expected cost at the widest of `batch` draws, against the
-        expected cost of one row alone. None: every row verifies `width`."""
-        if not self.batch_points or batch <= 1:
-            return 1.0, 1.0
-        b = self.rows(batch)
-        plain = self.batch_cost(1, b) / self.batch_cost(1, 1)
-        if widths is None:
-            return plain, self.batch_cost(width, b) / self.batch_cost(width, 1)
-        one = sum(p * self.batch_cost(k + 1, 1) for k, p in enumerate(widths))
-        many, below = 0.0, 0.0
-        for k, p in enumerate(widths):  # P(widest of b rows = k + 1) = F(k)^b − F(k − 1)^b
-            cdf = below + p
-            many += (cdf**b - below**b) * self.batch_cost(k + 1, b)
-            below = cdf
-        return (plain, many / one) if one > 0 and many > 0 else (1.0, 1.0)
-
-    def batch_scale(self, width: int, batch: int, widths: Sequence[float] | None = None) -> float:
-        """The factor an in-process speedup at concurrency 1 is multiplied by at `batch` rows:
-        the plain step's growth over the speculative step's (`growths`)."""
-        plain, spec = self.growths(width, batch, widths)
-        return plain / spec
-
-    def speedup_at(
-        self,
-        expected: float,
-        t_step: float,
-        width: int,
-        batch: int,
-        *,
-        widths: Sequence[float] | None = None,
-    ) -> float:
-        """The predicted speedup at concurrency `batch` of a configuration committing `expected`
-        tokens per step of `t_step` seconds (in process, one row): the plain and the speculative
-        step grow with the batch as `growths` says, and the serving cost at that concurrency
-        (`overhead_at`) is added once per step to both (costmodel.served_speedup)."""
-        plain, spec = self.growths(width, batch, widths)
-        return cm.served_speedup(expected, self.t_base * plain, t_step * spec, self.overhead_at(batch))
-
-    def replay_speedup(
-        self,
-        requests: Sequence[tuple[int, int]],
-        prefill: Sequence[float],
-        *,
-        t_step: float,
-        width: int,
-        batch: int,
-        widths: Sequence[float] | None = None,
-        t_own: float = 0.0,
-    ) -> float:
-        """`sdtk bench --compare`'s speedup at concurrency `batch`, its closed loop replayed
-        through the in-flight batcher (inflight.simulate_closed_loop) on both sides: `requests`
-        (tokens n_i, speculative decode steps s_i) each run plainly in n_i − 1 decode steps of
-        t_base and speculatively in s_i steps of `t_step`, after their prompt step (`prefill`,
-        the serving cost of a response added). An iteration over r rows costs the forward part of
-        the plain or the speculative step grown from one row to r as `growths` says, r times the
-        step's own work outside the target's forward (`t_own_base`, `t_own`: each row's thread
-        does its own, and the batcher waits for every row's), plus the serving cost at this
-        concurrency (`overhead_at`). Where `speedup_at` prices every step at `batch` rows, the
-        replay lets requests that finish unevenly (a speculative request commits its tokens in
-        fewer steps the easier its text) drain the batch, and the tail run with fewer rows.
-        Speedup: the mean of each request's tokens ÷ its end-to-end seconds, speculative over
-        plain. Fewer requests than clients are repeated, so that every client has one."""
-        if len(prefill) != len(requests):
-            raise ValueError(f"{len(prefill)} prefill times for {len(requests)} requests")
-        if len(requests) < batch:  # every client gets a request: the probed ones, repeated
-            copies = -(-batch // len(requests))
-            requests, prefill = list(requests) * copies, list(prefill) * copies
-        o = self.overhead_at(batch)
-        first = [p + o for p in prefill]
-
-        own_p, own_s = min(self.t_own_base, self.t_base), min(t_own, t_step)
-
-        def plain(r: int) -> float:
-            return (self.t_base - own_p) * self.growths(1, r)[0] + r * own_p + o
-
-        def spec(r: int) -> float:
-            return (t_step - own_s) * self.growths(width, r, widths)[1] + r * own_s + o
-
-        def mean_rate(steps: list[int], iteration: Callable[[int], float]) -> float:
-            seconds = simulate_closed_loop(
-                steps, clients=batch, max_rows=self.max_batch, prefill=first, iteration=iteration
-            )
-            return sum(n / s for (n, _), s in zip(requests, seconds, strict=True) if s > 0) / len(requests)
-
-        base = mean_rate([max(0, n - 1) for n, _ in requests], plain)
-        return mean_rate([s for _, s in requests], spec) / base if base > 0 else 0.0
-
-    def bls_speedup_at(self, expected: float, gamma: int, batch: int, costs: IterationCosts) -> float:
-        """`speedup_at` through draft-target's BLS loop at draft length γ (costmodel.bls_loop_speedup),
-        `expected` its τ per verify step, `costs` its iteration's at this concurrency (`bls_costs`)."""
-        t_plain, o = self.t_base * self.growths(1, batch)[0], self.overhead_at(batch)
-        return cm.bls_loop_speedup(expected, gamma, t_plain, costs.step, o, t_fill=costs.fill)
-
-    def bls_costs(
-        self, gamma: int, batch: int, t_step: float, requests: Sequence[Sequence[int]]
-    ) -> IterationCosts:
-        """A BLS iteration's costs at `batch` loops (at most max_batch_size, as `rows`) replayed
-        over `requests` (the fill steps of each one's iterations, runs.bls_fills) with the batched
-        forwards scaled to a step (t_base ÷ one row of one token) and the serving cost there
-        (inflight.iteration_costs); one loop or no batched forwards: the closed form."""
-        if not self.batch_points or batch <= 1 or not any(requests):
-            return IterationCosts(t_step, self.t_base, None)
-        scale = self.t_base / self.batch_cost(1, 1)
-        return iteration_costs(
-            requests,
-            loops=self.rows(batch),
-            gamma=gamma,
-            t_step=t_step,
-            serving=self.overhead_at(batch),
-            forward=lambda width, rows: self.batch_cost(width, rows) * scale,
-        )
-
-    def rows(self, batch: int) -> int:
-        """The rows a forward runs at concurrency `batch`: beyond max_batch_size requests queue."""
-        return min(batch, self.max_batch) if self.max_batch else batch
-
-    def batch_cost(self, width: float, batch: int) -> float:
-        """Seconds of a batched forward over `batch` rows of `width` tokens, from the measured
-        points: monotone in the batch size, linear between the measured widths around `width`
-        (the nearest one beyond their ends)."""
-        measured = sorted(self.batch_points)
-
-        def at(w: int) -> float:
-            return interpolate(isotonic(self.batch_points[w]), batch)
-
-        lo = max((w for w in measured if w <= width), default=measured[0])
-        hi = min((w for w in measured if w >= width), default=measured[-1])
-        if lo == hi:
-            return at(lo)
-        f = (width - lo) / (hi - lo)
-        return at(lo) * (1 - f) + at(hi) * f
-
-    def delta(self, n: int) -> float:
-        """Extra seconds to verify n tokens instead of 1 (from the monotone fit of the points)."""
-        f = cm.MeasuredStepCost(tuple(isotonic(self.forward_points)))
-        return max(0.0, f.time(1, n) - f.time(1, 1))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -372,36 +197,6 @@ class PlanResult:
         return None
 
 
-def isotonic(points: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
-    """Non-decreasing least-squares fit of (n, t) points (pool adjacent violators).
-
-    A forward over more tokens never costs less; timing noise says otherwise now and then, and
-    an unsmoothed curve would make γ=2 look dearer than γ=3.
-    """
-    pts = sorted(points)
-    blocks: list[list[float]] = []  # [sum, count]
-    for _, t in pts:
-        blocks.append([t, 1.0])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            a, b = blocks.pop(), blocks.pop()
-            blocks.append([a[0] + b[0], a[1] + b[1]])
-    out: list[tuple[int, float]] = []
-    i = 0
-    for total, count in blocks:
-        for _ in range(int(count)):
-            out.append((pts[i][0], total / count))
-            i += 1
-    return out
-
-
-def fit_kappa(points: Sequence[tuple[int, float]]) -> float:
-    """Least-squares κ in t(n) = t(1)·(1 + κ(n−1)), through the measured t(1)."""
-    t1 = dict(points).get(1) or min(t for _, t in points)
-    num = sum((n - 1) * (t / t1 - 1) for n, t in points)
-    den = sum((n - 1) ** 2 for n, _ in points)
-    return max(0.0, num / den) if den else 0.0
-
-
 def config_shape(mode: str, settings: dict[str, Any], spec: Any) -> cm.Shape:
     """The step shape of one configuration (`settings`: the speculative fields it overrides)."""
     from toolkit import trees as tree
@@ -460,19 +255,6 @@ def _request_mean(
     (grown to the batch) and the serving cost measured there."""
     plain = timing.t_base * timing.growths(1, batch)[0] + timing.overhead_at(batch)
     return cm.request_mean_speedup(requests, speedup, plain, timing.overhead_at(batch), batch, prefill)
-
-
-def interpolate(points: Sequence[tuple[int, float]], x: int, *, monotone: bool = True) -> float:
-    """Piecewise-linear through measured (γ, seconds) points, linear beyond the ends; `monotone`:
-    through their non-decreasing fit (`isotonic`) instead of the points themselves."""
-    pts = isotonic(points) if monotone else sorted(points)
-    if len(pts) == 1:
-        return pts[0][1]
-    f = cm.MeasuredStepCost(tuple(pts))
-    if x < pts[0][0]:
-        (x0, y0), (x1, y1) = pts[0], pts[1]
-        return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
-    return f.time(1, x)
 
 
 def _replayable(probe: Probe, requests: int) -> bool:
@@ -541,114 +323,129 @@ def predict_measured(
     Otherwise (and for the BLS loop) every step is priced at b rows, each request with its own τ
     (`costmodel.request_mean_speedup`, with its prefill when timed).
     """
+    chain_cfgs = [c for c in probe.configs if "max_draft_len" in c.settings and mode in CHAIN_MODES]
+    out = (
+        _predict_chain(probe, chain_cfgs, gamma_max, concurrency, alpha, bls_loop, has_draft_model(mode))
+        if chain_cfgs
+        else []
+    )
+    for cfg in probe.configs:
+        if cfg not in chain_cfgs:
+            out.append(_predict_probed(probe, cfg, config_draft_len(mode, cfg.settings, spec), concurrency))
+    return out
+
+
+def _predict_chain(
+    probe: Probe,
+    chain_cfgs: list[ProbeConfig],
+    gamma_max: int,
+    concurrency: Sequence[int],
+    alpha: float | None,
+    bls_loop: bool,
+    draft_model: bool,
+) -> list[Prediction]:
+    """predict_measured for the chain probes at γ = 1..min(γ_max, the longest probe's)."""
     t = probe.timing
     out: list[Prediction] = []
-    chain_cfgs = [c for c in probe.configs if "max_draft_len" in c.settings and mode in CHAIN_MODES]
-    if chain_cfgs:
-        primary = max(chain_cfgs, key=lambda c: c.settings["max_draft_len"])
-        gmax = primary.settings["max_draft_len"]
-        ppa = primary.per_position_acceptance
-        p_tail = min(1.0, ppa[-1] / ppa[-2]) if len(ppa) >= 2 and ppa[-2] > 0 else (ppa[-1] if ppa else 0.0)
-        runs = [run_lengths(st, gmax, p_tail) for st in primary.step_tokens]
-        step_pts = [(c.settings["max_draft_len"], c.t_step) for c in chain_cfgs if c.t_step > 0]
-        own_pts = [(c.settings["max_draft_len"], c.t_own) for c in chain_cfgs if c.t_step > 0]
-        c_lev = t.c_forward if (t.c_forward is not None and has_draft_model(mode)) else 0.0
-        for g in range(1, min(gamma_max, gmax) + 1):
-            # Through the BLS loop, τ is what a verify step commits there (simulate_tau's `bls`).
-            tau = partial(simulate_tau, gamma=g, bls=bls_loop)
-            e = tau(runs) if runs else cm.expected_tokens_from_marginals(primary.marginals, g)
-            # Through the probed step times as measured: a probed γ keeps its own time. A step is
-            # not always dearer for a longer draft (on the memory-bound twin a 3-token verify
-            # forward took 124 ms where 2 and 5 tokens took 87), and a monotone fit would spread
-            # such a point onto its neighbours.
-            step = interpolate(step_pts, g, monotone=False) if step_pts else t.t_base
-            own = interpolate(own_pts, g, monotone=False) if own_pts else 0.0
-            widths = verify_widths(primary, g)
-            e_iid = cm.expected_tokens(alpha, g) if alpha is not None else None
-            lev = (
-                {b: cm.leviathan_speedup_with_verify(e_iid, g, c_lev, t.kappa, g + 1) for b in concurrency}
-                if e_iid is not None
-                else None
-            )
+    primary = max(chain_cfgs, key=lambda c: c.settings["max_draft_len"])
+    gmax = primary.settings["max_draft_len"]
+    ppa = primary.per_position_acceptance
+    p_tail = min(1.0, ppa[-1] / ppa[-2]) if len(ppa) >= 2 and ppa[-2] > 0 else (ppa[-1] if ppa else 0.0)
+    runs = [run_lengths(st, gmax, p_tail) for st in primary.step_tokens]
+    step_pts = [(c.settings["max_draft_len"], c.t_step) for c in chain_cfgs if c.t_step > 0]
+    own_pts = [(c.settings["max_draft_len"], c.t_own) for c in chain_cfgs if c.t_step > 0]
+    c_lev = t.c_forward if (t.c_forward is not None and draft_model) else 0.0
+    for g in range(1, min(gamma_max, gmax) + 1):
+        # Through the BLS loop, τ is what a verify step commits there (simulate_tau's `bls`).
+        tau = partial(simulate_tau, gamma=g, bls=bls_loop)
+        e = tau(runs) if runs else cm.expected_tokens_from_marginals(primary.marginals, g)
+        # Through the probed step times as measured: a probed γ keeps its own time. A step is
+        # not always dearer for a longer draft (on the memory-bound twin a 3-token verify
+        # forward took 124 ms where 2 and 5 tokens took 87), and a monotone fit would spread
+        # such a point onto its neighbours.
+        step = interpolate(step_pts, g, monotone=False) if step_pts else t.t_base
+        own = interpolate(own_pts, g, monotone=False) if own_pts else 0.0
+        widths = verify_widths(primary, g)
+        e_iid = cm.expected_tokens(alpha, g) if alpha is not None else None
+        lev = (
+            {b: cm.leviathan_speedup_with_verify(e_iid, g, c_lev, t.kappa, g + 1) for b in concurrency}
+            if e_iid is not None
+            else None
+        )
 
-            fills = [bls_fills(r, g) for r in runs] if bls_loop else None
-            at = _per_step(t, g, step, widths, fills, concurrency)
-            pooled = {b: at[b](e) for b in concurrency}
-            reqs = [(sum(st), tau([r])) for st, r in zip(primary.step_tokens, runs, strict=True)]
-            if fills is None and _replayable(probe, len(runs)):
-                loop = [(len(r), step_count(r, g) - 1) for r in runs]
-                speedup = {
-                    b: t.replay_speedup(
-                        loop, probe.prefill, t_step=step, width=g + 1, batch=b, widths=widths, t_own=own
-                    )
-                    for b in concurrency
-                }
-            else:
-                speedup = {
-                    b: _request_mean(t, reqs, b, at[b], probe.prefill) if reqs else pooled[b]
-                    for b in concurrency
-                }
-            out.append(
-                Prediction(
-                    label=f"γ={g}",
-                    settings={"max_draft_len": g},
-                    draft_len=g,
-                    expected_tokens=e,
-                    expected_tokens_iid=e_iid,
-                    speedup=speedup,
-                    throughput=pooled,
-                    speedup_iid=lev,
-                    source=f"τ replayed from the {primary.label} probe; step time interpolated from probes at "
-                    + ", ".join(f"γ={x}" for x, _ in sorted(step_pts))
-                    + (_BLS_SOURCE if bls_loop else ""),
+        fills = [bls_fills(r, g) for r in runs] if bls_loop else None
+        at = _per_step(t, g, step, widths, fills, concurrency)
+        pooled = {b: at[b](e) for b in concurrency}
+        reqs = [(sum(st), tau([r])) for st, r in zip(primary.step_tokens, runs, strict=True)]
+        if fills is None and _replayable(probe, len(runs)):
+            loop = [(len(r), step_count(r, g) - 1) for r in runs]
+            speedup = {
+                b: t.replay_speedup(
+                    loop, probe.prefill, t_step=step, width=g + 1, batch=b, widths=widths, t_own=own
                 )
-            )
-    for cfg in probe.configs:
-        if cfg in chain_cfgs:
-            continue
-        e = cfg.acceptance_length
-        width = config_draft_len(mode, cfg.settings, spec) + 1
-        if cfg.t_step <= 0:
-            pooled = {b: 0.0 for b in concurrency}
-            speedup = dict(pooled)
+                for b in concurrency
+            }
         else:
-            pooled = {b: t.speedup_at(e, cfg.t_step, width, b) for b in concurrency}
-            reqs = [(sum(st), sum(st) / max(1, len(st))) for st in cfg.step_tokens]  # one per prompt
-            loop = [(sum(st), max(0, len(st) - 1)) for st in cfg.step_tokens]
-            speedup = (
-                {
-                    b: t.replay_speedup(
-                        loop, probe.prefill, t_step=cfg.t_step, width=width, batch=b, t_own=cfg.t_own
-                    )
-                    for b in concurrency
-                }
-                if _replayable(probe, len(loop))
-                else {
-                    b: _request_mean(
-                        t,
-                        reqs,
-                        b,
-                        partial(t.speedup_at, t_step=cfg.t_step, width=width, batch=b),
-                        probe.prefill,
-                    )
-                    if reqs
-                    else pooled[b]
-                    for b in concurrency
-                }
-            )
+            speedup = {
+                b: _request_mean(t, reqs, b, at[b], probe.prefill) if reqs else pooled[b] for b in concurrency
+            }
         out.append(
             Prediction(
-                label=cfg.label,
-                settings=cfg.settings,
-                draft_len=config_draft_len(mode, cfg.settings, spec),
+                label=f"γ={g}",
+                settings={"max_draft_len": g},
+                draft_len=g,
                 expected_tokens=e,
-                expected_tokens_iid=None,
+                expected_tokens_iid=e_iid,
                 speedup=speedup,
                 throughput=pooled,
-                source="measured τ and step time",
+                speedup_iid=lev,
+                source=f"τ replayed from the {primary.label} probe; step time interpolated from probes at "
+                + ", ".join(f"γ={x}" for x, _ in sorted(step_pts))
+                + (_BLS_SOURCE if bls_loop else ""),
             )
         )
     return out
+
+
+def _predict_probed(probe: Probe, cfg: ProbeConfig, draft_len: int, concurrency: Sequence[int]) -> Prediction:
+    """predict_measured for a configuration probed directly (trees, lookahead, a chain of
+    another mode): its own τ and step time."""
+    t = probe.timing
+    e = cfg.acceptance_length
+    width = draft_len + 1
+    if cfg.t_step <= 0:
+        pooled = {b: 0.0 for b in concurrency}
+        speedup = dict(pooled)
+    else:
+        pooled = {b: t.speedup_at(e, cfg.t_step, width, b) for b in concurrency}
+        reqs = [(sum(st), sum(st) / max(1, len(st))) for st in cfg.step_tokens]  # one per prompt
+        loop = [(sum(st), max(0, len(st) - 1)) for st in cfg.step_tokens]
+        if _replayable(probe, len(loop)):
+            speedup = {
+                b: t.replay_speedup(
+                    loop, probe.prefill, t_step=cfg.t_step, width=width, batch=b, t_own=cfg.t_own
+                )
+                for b in concurrency
+            }
+        else:
+            speedup = {
+                b: _request_mean(
+                    t, reqs, b, partial(t.speedup_at, t_step=cfg.t_step, width=width, batch=b), probe.prefill
+                )
+                if reqs
+                else pooled[b]
+                for b in concurrency
+            }
+    return Prediction(
+        label=cfg.label,
+        settings=cfg.settings,
+        draft_len=draft_len,
+        expected_tokens=e,
+        expected_tokens_iid=None,
+        speedup=speedup,
+        throughput=pooled,
+        source="measured τ and step time",
+    )
 
 
 def roofline_costs(

@@ -13,14 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from toolkit.bench.decide.candidates import probe_candidates
-from toolkit.bench.decide.predict import (
-    Probe,
-    ProbeConfig,
-    StepTiming,
-    config_draft_len,
-    config_shape,
-    fit_kappa,
-)
+from toolkit.bench.decide.predict import Probe, ProbeConfig, config_draft_len, config_shape
+from toolkit.bench.decide.timing import StepTiming, fit_kappa
 from toolkit.bench.measure.inprocess import (
     FORWARD_SIZES,
     encode,
