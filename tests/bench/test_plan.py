@@ -255,7 +255,7 @@ def test_probe_ngram_and_lookahead(random_models):
     t, cfg = p.probe.timing, p.probe.configs[0]
     assert len(p.probe.prefill) == 2 and 0 <= cfg.t_own < cfg.t_step
     widths = verify_widths(cfg, 3)
-    loop = [(len(r), step_count(r, 3) - 1) for r in (run_lengths(st, 3, 1.0) for st in cfg.step_tokens)]
+    loop = [(len(r), step_count(r, 3)) for r in (run_lengths(st, 3, 1.0) for st in cfg.step_tokens)]
     p3 = next(x for x in p.predictions if x.draft_len == 3)
     for b in (1, 2):
         want = t.replay_speedup(
@@ -680,35 +680,40 @@ def _timing(**kw) -> StepTiming:
 
 def test_replay_speedup_drains_the_batch():
     """StepTiming.replay_speedup: with every request alike (all start and end together) it is the
-    closed form at every concurrency (each step at `batch` rows, costmodel.request_mean_speedup);
-    with requests that finish unevenly the batch drains and the tail runs with fewer rows."""
+    closed form at every concurrency (each step at `batch` rows, costmodel.request_mean_speedup
+    without prefill); with requests that finish unevenly the batch drains and the tail runs with
+    fewer rows. `prefill` is the probe's time to the first token, which holds one plain step (the
+    prompt step emits no token): the prompt step alone is prefill − t_base."""
     from toolkit.bench.decide import costmodel as cm
 
-    t = _timing()
-    alike = [(9, 4)] * 8  # 9 tokens: 8 plain decode steps or 4 speculative ones
+    t = _timing()  # t_base 1 s
+    alike = [(9, 4)] * 8  # 9 tokens: 9 plain steps or 4 speculative ones after the prompt step
     for b in (1, 2, 4, 8):
         closed = cm.request_mean_speedup(
-            [(9, 2.0)] * 8,
-            lambda tau, b=b: t.speedup_at(tau, 1.5, 2, b),
-            t.t_base * t.growths(1, b)[0],
-            0.0,
-            b,
-            [0.0] * 8,
+            [(9, 9 / 4)] * 8, lambda tau, b=b: t.speedup_at(tau, 1.5, 2, b), t.t_base * t.growths(1, b)[0]
         )
-        assert t.replay_speedup(alike, [0.0] * 8, t_step=1.5, width=2, batch=b) == pytest.approx(closed)
-    # Uneven, traced by hand at 2 clients: 3 tokens each, 2 plain decode steps each (both rows
+        assert t.replay_speedup(alike, [1.0] * 8, t_step=1.5, width=2, batch=b) == pytest.approx(closed)
+    # One client, a prompt step of 2 s: 2 + 9 × 1 s plainly, 2 + 4 × 1.5 s speculatively.
+    assert t.replay_speedup([(9, 4)], [3.0], t_step=1.5, width=2, batch=1) == pytest.approx(11 / 8)
+    # Uneven, traced by hand at 2 clients: 3 tokens each, 3 plain steps each (both rows
     # throughout), speculatively 1 and 2 steps: the second request's last step runs alone.
     g2 = 1.2 / 1.1  # growth from 1 row to 2 (any width)
-    plain = 3 / (2 * g2)
+    plain = 3 / (3 * g2)
     spec = (3 / (1.5 * g2) + 3 / (1.5 * g2 + 1.5)) / 2
-    assert t.replay_speedup([(3, 1), (3, 2)], [0.0, 0.0], t_step=1.5, width=2, batch=2) == pytest.approx(
-        spec / plain
-    )
+    got = t.replay_speedup([(3, 1), (3, 2)], [1.0, 1.0], t_step=1.5, width=2, batch=2)
+    assert got == pytest.approx(spec / plain)
+    # Each row's own work (t_own) is paid once per row: at 2 rows it makes the speculative side dearer.
+    assert t.replay_speedup([(3, 1), (3, 2)], [1.0, 1.0], t_step=1.5, width=2, batch=2, t_own=0.5) < got
+    assert t.replay_speedup([(9, 4)], [1.0], t_step=1.5, width=2, batch=1, t_own=0.5) == pytest.approx(
+        t.replay_speedup([(9, 4)], [1.0], t_step=1.5, width=2, batch=1)
+    )  # one row: the same step, split differently
     # Fewer probed requests than clients: repeated, so 4 clients run 4 rows.
-    one = t.replay_speedup([(9, 4)], [0.0], t_step=1.5, width=2, batch=4)
-    assert one == pytest.approx(t.replay_speedup(alike, [0.0] * 8, t_step=1.5, width=2, batch=4))
+    one = t.replay_speedup([(3, 1)], [1.0], t_step=1.5, width=2, batch=4)
+    assert one == pytest.approx((3 / (1.5 * t.growths(2, 4)[1])) / (3 / (3 * t.growths(1, 4)[0])))
     with pytest.raises(ValueError, match="prefill"):
         t.replay_speedup(alike, [0.0], t_step=1.5, width=2, batch=1)
+    with pytest.raises(ValueError, match="no requests"):
+        t.replay_speedup([], [], t_step=1.5, width=2, batch=1)
 
 
 def test_forward_timer_counts_the_targets_forwards_and_leaves_no_trace(random_models):
@@ -729,3 +734,9 @@ def test_forward_timer_counts_the_targets_forwards_and_leaves_no_trace(random_mo
     before = timer.seconds
     lm.forward([5])
     assert timer.seconds == before
+    # Nested: the inner timer restores the outer one's wrapper, and both count.
+    with ForwardTimer(lm) as outer:
+        with ForwardTimer(lm) as inner:
+            lm.forward([6])
+        lm.forward([7])
+    assert 0 < inner.seconds < outer.seconds and "run" not in vars(lm)

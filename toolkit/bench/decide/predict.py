@@ -364,7 +364,9 @@ def _predict_chain(
         # forward took 124 ms where 2 and 5 tokens took 87), and a monotone fit would spread
         # such a point onto its neighbours.
         step = interpolate(step_pts, g, monotone=False) if step_pts else t.t_base
-        own = interpolate(own_pts, g, monotone=False) if own_pts else 0.0
+        # A draft model's forwards (the bulk of its own work) go through the batcher's draft pool,
+        # batched across rows, so they grow with the batch as the step does, not once per row.
+        own = interpolate(own_pts, g, monotone=False) if own_pts and not draft_model else 0.0
         widths = verify_widths(primary, g)
         e_iid = cm.expected_tokens(alpha, g) if alpha is not None else None
         lev = (
@@ -378,7 +380,7 @@ def _predict_chain(
         pooled = {b: at[b](e) for b in concurrency}
         reqs = [(sum(st), tau([r])) for st, r in zip(primary.step_tokens, runs, strict=True)]
         if fills is None and _replayable(probe, len(runs)):
-            loop = [(len(r), step_count(r, g) - 1) for r in runs]
+            loop = [(len(r), step_count(r, g)) for r in runs]
             speedup = {
                 b: t.replay_speedup(
                     loop, probe.prefill, t_step=step, width=g + 1, batch=b, widths=widths, t_own=own
@@ -419,7 +421,7 @@ def _predict_probed(probe: Probe, cfg: ProbeConfig, draft_len: int, concurrency:
     else:
         pooled = {b: t.speedup_at(e, cfg.t_step, width, b) for b in concurrency}
         reqs = [(sum(st), sum(st) / max(1, len(st))) for st in cfg.step_tokens]  # one per prompt
-        loop = [(sum(st), max(0, len(st) - 1)) for st in cfg.step_tokens]
+        loop = [(sum(st), len(st)) for st in cfg.step_tokens]
         if _replayable(probe, len(loop)):
             speedup = {
                 b: t.replay_speedup(

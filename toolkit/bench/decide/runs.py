@@ -62,7 +62,7 @@ def simulate_tau(runs: Sequence[Sequence[float]], gamma: int, *, bls: bool = Fal
 
 def step_count(run: Sequence[float], gamma: int) -> int:
     """The steps one generation takes at draft length γ, replaying its run lengths (simulate_tau's
-    steps), the first of them the prompt step's token."""
+    steps). The prompt step emits no token; the first of these steps commits the first tokens."""
     return sum(1 for _ in _steps(run, gamma, False))
 
 

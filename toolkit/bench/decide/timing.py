@@ -99,9 +99,11 @@ class StepTiming:
     ) -> float:
         """`sdtk bench --compare`'s speedup at concurrency `batch`, its closed loop replayed
         through the in-flight batcher (inflight.simulate_closed_loop) on both sides: `requests`
-        (tokens n_i, speculative decode steps s_i) each run plainly in n_i − 1 decode steps of
-        t_base and speculatively in s_i steps of `t_step`, after their prompt step (`prefill`,
-        the serving cost of a response added). An iteration over r rows costs the forward part of
+        (tokens n_i, speculative steps s_i) each run plainly in n_i steps of t_base and
+        speculatively in s_i steps of `t_step` after their prompt step. The prompt step emits no
+        token (the runtime's first step does), so `prefill`, the probe's time to the first token
+        of a plain generation, holds one plain step at one row: the prompt step alone is that
+        less t_base (plus the serving cost of a response). An iteration over r rows costs the forward part of
         the plain or the speculative step grown from one row to r as `growths` says, r times the
         step's own work outside the target's forward (`t_own_base`, `t_own`: each row's thread
         does its own, and the batcher waits for every row's), plus the serving cost at this
@@ -110,13 +112,15 @@ class StepTiming:
         fewer steps the easier its text) drain the batch, and the tail run with fewer rows.
         Speedup: the mean of each request's tokens ÷ its end-to-end seconds, speculative over
         plain. Fewer requests than clients are repeated, so that every client has one."""
+        if not requests:
+            raise ValueError("no requests to replay")
         if len(prefill) != len(requests):
             raise ValueError(f"{len(prefill)} prefill times for {len(requests)} requests")
         if len(requests) < batch:  # every client gets a request: the probed ones, repeated
             copies = -(-batch // len(requests))
             requests, prefill = list(requests) * copies, list(prefill) * copies
         o = self.overhead_at(batch)
-        first = [p + o for p in prefill]
+        first = [max(0.0, p - self.t_base) + o for p in prefill]
 
         own_p, own_s = min(self.t_own_base, self.t_base), min(t_own, t_step)
 
@@ -130,9 +134,11 @@ class StepTiming:
             seconds = simulate_closed_loop(
                 steps, clients=batch, max_rows=self.max_batch, prefill=first, iteration=iteration
             )
-            return sum(n / s for (n, _), s in zip(requests, seconds, strict=True) if s > 0) / len(requests)
+            return sum(n / s if s > 0 else 0.0 for (n, _), s in zip(requests, seconds, strict=True)) / len(
+                seconds
+            )
 
-        base = mean_rate([max(0, n - 1) for n, _ in requests], plain)
+        base = mean_rate([n for n, _ in requests], plain)
         return mean_rate([s for _, s in requests], spec) / base if base > 0 else 0.0
 
     def bls_speedup_at(self, expected: float, gamma: int, batch: int, costs: IterationCosts) -> float:

@@ -185,13 +185,14 @@ class ForwardTimer:
     """Wall seconds spent inside one CachedLM's forwards while installed (a context manager):
     `run` and `_next`, the two entries every step of the generation loop goes through (forward,
     greedy_next and greedy_chain call them). Instance attributes shadow the methods while it is
-    installed and are removed after."""
+    installed and are removed after (timers nest: each restores what it found)."""
 
     NAMES = ("run", "_next")
 
     def __init__(self, lm: Any):
         self.lm = lm
         self.seconds = 0.0
+        self._before: dict[str, Any] = {}
 
     def _timed(self, fn: Any) -> Any:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -204,13 +205,17 @@ class ForwardTimer:
         return timed
 
     def __enter__(self) -> ForwardTimer:
+        self._before = {n: vars(self.lm)[n] for n in self.NAMES if n in vars(self.lm)}
         for name in self.NAMES:
             setattr(self.lm, name, self._timed(getattr(self.lm, name)))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for name in self.NAMES:
-            self.lm.__dict__.pop(name, None)
+        for name in self.NAMES:  # what was there before (another timer's), else the class's
+            if name in self._before:
+                setattr(self.lm, name, self._before[name])
+            else:
+                vars(self.lm).pop(name, None)
 
 
 def generate_timed(
