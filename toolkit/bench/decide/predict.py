@@ -378,7 +378,6 @@ def _predict_chain(
         fills = [bls_fills(r, g) for r in runs] if bls_loop else None
         at = _per_step(t, g, step, widths, fills, concurrency)
         pooled = {b: at[b](e) for b in concurrency}
-        reqs = [(sum(st), tau([r])) for st, r in zip(primary.step_tokens, runs, strict=True)]
         if fills is None and _replayable(probe, len(runs)):
             loop = [(len(r), step_count(r, g)) for r in runs]
             speedup = {
@@ -388,6 +387,7 @@ def _predict_chain(
                 for b in concurrency
             }
         else:
+            reqs = [(sum(st), tau([r])) for st, r in zip(primary.step_tokens, runs, strict=True)]
             speedup = {
                 b: _request_mean(t, reqs, b, at[b], probe.prefill) if reqs else pooled[b] for b in concurrency
             }
@@ -420,8 +420,7 @@ def _predict_probed(probe: Probe, cfg: ProbeConfig, draft_len: int, concurrency:
         speedup = dict(pooled)
     else:
         pooled = {b: t.speedup_at(e, cfg.t_step, width, b) for b in concurrency}
-        reqs = [(sum(st), sum(st) / max(1, len(st))) for st in cfg.step_tokens]  # one per prompt
-        loop = [(sum(st), len(st)) for st in cfg.step_tokens]
+        loop = [(sum(st), len(st)) for st in cfg.step_tokens]  # one per prompt
         if _replayable(probe, len(loop)):
             speedup = {
                 b: t.replay_speedup(
@@ -430,6 +429,7 @@ def _predict_probed(probe: Probe, cfg: ProbeConfig, draft_len: int, concurrency:
                 for b in concurrency
             }
         else:
+            reqs = [(n, n / max(1, steps)) for n, steps in loop]
             speedup = {
                 b: _request_mean(
                     t, reqs, b, partial(t.speedup_at, t_step=cfg.t_step, width=width, batch=b), probe.prefill

@@ -6,6 +6,7 @@ the BLS loop (`bls_costs`) and through `bench`'s closed loop replayed in the bat
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -124,9 +125,11 @@ class StepTiming:
 
         own_p, own_s = min(self.t_own_base, self.t_base), min(t_own, t_step)
 
+        @functools.cache  # one price per row count: the replay asks once per iteration
         def plain(r: int) -> float:
             return (self.t_base - own_p) * self.growths(1, r)[0] + r * own_p + o
 
+        @functools.cache
         def spec(r: int) -> float:
             return (t_step - own_s) * self.growths(width, r, widths)[1] + r * own_s + o
 
