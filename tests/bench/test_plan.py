@@ -717,7 +717,7 @@ def test_replay_speedup_drains_the_batch():
 
 
 def test_forward_timer_counts_the_targets_forwards_and_leaves_no_trace(random_models):
-    """inprocess.ForwardTimer: the seconds inside CachedLM.run and _next (every entry of the
+    """inprocess.ForwardTimer: the seconds inside CachedLM.run, _next and _rows (every entry of the
     generation loop), none outside; removed after, so the methods are the class's again."""
     from transformers import AutoModelForCausalLM
 
@@ -729,8 +729,11 @@ def test_forward_timer_counts_the_targets_forwards_and_leaves_no_trace(random_mo
         lm.forward([1, 2, 3])
         after_forward = timer.seconds
         lm.greedy_chain([4], 3)
-    assert 0 < after_forward < timer.seconds
-    assert "run" not in vars(lm) and "_next" not in vars(lm)
+        after_chain = timer.seconds
+        with torch.inference_mode():
+            lm._rows([8, 9])  # the greedy chain path's entry (n-gram)
+    assert 0 < after_forward < after_chain < timer.seconds
+    assert not {"run", "_next", "_rows"} & set(vars(lm))
     before = timer.seconds
     lm.forward([5])
     assert timer.seconds == before

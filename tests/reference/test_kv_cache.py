@@ -76,3 +76,66 @@ def test_greedy_chain_equals_greedy_next(runtime: Any, prompt_ids: list[list[int
         feed = [single.greedy_next(feed)]
         want.append(feed[0])
     assert got == want and chain.length == single.length == len(ids) + 3
+
+
+class _NoChainPath:
+    """The wrapped speculator without `propose_chain`: the generation loop takes its general path."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.needs_hidden, self.needs_aux = inner.needs_hidden, inner.needs_aux
+        self.prefill, self.propose, self.update = inner.prefill, inner.propose, inner.update
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        {"n": 64},
+        {"n": 7},  # a budget that cuts the last step's chain
+        {"n": 64, "adaptive": True},
+        {"n": 64, "eos_from_output": 20},  # an end id hit mid-chain
+        {"n": 64, "lean": False},  # transformers' forward, not the lean one
+        {"n": 64, "schedule": {1: 4, 2: 1}},  # a schedule: without a batcher, its batch-1 cap
+    ],
+)
+def test_greedy_chain_path_equals_the_general_loop(
+    runtime: Any, prompt_ids: list[list[int]], monkeypatch: pytest.MonkeyPatch, case: dict[str, Any]
+) -> None:
+    """n-gram's greedy chain path (`propose_chain`, the argmaxes of every row, no Proposal,
+    Forward or Verdict) gives the tokens, finish reason and SpecStats of the general loop, step
+    for step, through budgets, end ids, adaptive draft lengths and a draft-length schedule."""
+    from toolkit.modes.ngram import NGram
+    from toolkit.reference import runtime as runtime_mod
+
+    kw: dict[str, Any] = {}
+    if case.get("adaptive"):
+        kw["adaptive_draft_len"] = True
+    if case.get("schedule"):
+        kw["draft_len_schedule"] = case["schedule"]
+    spec = NGram(mode="ngram", max_draft_len=4, max_matching_ngram_size=3, **kw)
+    if case.get("lean") is False:
+        monkeypatch.setattr(runtime.target, "lean", None)
+    used: list[int] = []
+    chain_path = runtime_mod._chain_greedy
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        used.append(1)
+        return chain_path(*args, **kwargs)
+
+    monkeypatch.setattr(runtime_mod, "_chain_greedy", counted)
+    general = runtime._speculator
+    accepted = 0
+    for ids in prompt_ids[:6]:
+        end_id = None
+        if "eos_from_output" in case:
+            end_id = runtime.generate(ids, 64, spec=spec).token_ids[case["eos_from_output"]]
+        fast = runtime.generate(ids, case["n"], spec=spec, end_id=end_id)
+        with monkeypatch.context() as m:
+            m.setattr(runtime, "_speculator", lambda *a: _NoChainPath(general(*a)))
+            slow = runtime.generate(ids, case["n"], spec=spec, end_id=end_id)
+        assert fast.token_ids == slow.token_ids
+        assert fast.finish_reason == slow.finish_reason
+        assert fast.stats.to_dict() == slow.stats.to_dict()
+        accepted += fast.stats.accepted_tokens
+    assert len(used) >= 6  # the chain path ran (the general one when _speculator was wrapped)
+    assert accepted > 0

@@ -313,6 +313,12 @@ def tree_shape(parents: tuple[int, ...]) -> TreeShape:
     return TreeShape(parents)
 
 
+@functools.lru_cache(maxsize=256)
+def _causal_shape(q: int) -> TreeShape:
+    """The TreeShape of a chain of q tokens (plain causal attention over them), per q."""
+    return tree_shape(tuple(range(-1, q - 1)))
+
+
 class KVStore:
     """The keys and values of a cache's full-attention layers in one buffer [layers, 2, batch,
     heads, capacity, head_dim] that grows geometrically: a step writes each layer's new entries
@@ -599,6 +605,19 @@ class CachedLM:
             ).last_hidden_state
         return argmax_int(self.lm_head(last if len(ids) == 1 else last.narrow(1, -1, 1)))
 
+    def _rows(self, ids: list[int]) -> list[int]:
+        """The argmax of every row's logits for `ids` run as a chain after the cached context
+        (their KV appended): forward(ids).logits.argmax(-1).tolist() without the Forward, for a
+        caller already in inference mode (the generation loop's greedy chain path)."""
+        if self.lean is not None:
+            last = self._lean(ids, None)
+        else:
+            last = self.decoder(
+                input_ids=ids_tensor(ids), past_key_values=self.cache, use_cache=True
+            ).last_hidden_state
+        preds: list[int] = argmax_list(self.lm_head(last))[0]
+        return preds
+
     def _lean(self, ids: list[int], shape: TreeShape | None, aux: bool = False) -> torch.Tensor:
         """The decoder's final hidden states [1, q, hidden] for `ids` after the cached context, by
         LeanDecoder, with the positions and mask transformers' forward would make (a tree's from
@@ -611,7 +630,7 @@ class CachedLM:
         else:
             positions = arange_row(past, past + q)
             if q > 1 and past:
-                mask = tree_shape(tuple(range(-1, q - 1))).masks.mask(past)
+                mask = _causal_shape(q).masks.mask(past)
         layers: Any = self.cache.layers
         captured = self._captured if aux else None
         return self.lean.run(

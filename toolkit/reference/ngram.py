@@ -42,18 +42,24 @@ class NGramSpeculator:
         self.indexed = 0
 
     def propose(self, ctx: Context, budget: int) -> Proposal:
-        k = min(self.max_draft_len, budget)
-        tokens = ctx.tokens
+        chain = self.propose_chain(ctx.tokens, budget)
+        return Proposal.chain(chain) if chain else Proposal()
+
+    def propose_chain(self, tokens: list[int], budget: int) -> list[int]:
+        """The proposal's tokens (a chain; empty: no match or no budget), for the generation
+        loop's greedy chain path, which needs no Proposal."""
+        k = self.max_draft_len if self.max_draft_len < budget else budget
         if k <= 0:
-            return Proposal()
+            return []
         size = len(tokens)
-        self._extend_index(tokens, size - 1)
+        if self.indexed < size - 1:
+            self._extend_index(tokens, size - 1)
         get = self.ends.get
-        for n in range(min(self.max_n, size), 0, -1):
+        for n in range(self.max_n if self.max_n < size else size, 0, -1):
             end = get(tuple(tokens[size - n :]))
             if end is not None:
-                return Proposal.chain(tokens[end : end + k])
-        return Proposal()
+                return tokens[end : end + k]
+        return []
 
     def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
         """The index catches up lazily in `propose`."""

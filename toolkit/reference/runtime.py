@@ -442,6 +442,19 @@ class ReferenceRuntime:
             and self._checker() is greedy_rule
         ):
             return _plain_greedy(ctx.tokens[-1], max_new_tokens, eos, on_tokens, target, stats)
+        if (
+            hasattr(speculator, "propose_chain")
+            and sampling.greedy
+            and (processors is None or not processors.active)
+            and trace is None
+            and isinstance(target, CachedLM)
+            and self.batcher is None
+            and self._checker() is greedy_rule
+        ):
+            cap = self.draft_len_now(mode_cfg)
+            return _chain_greedy(
+                speculator, ctx.tokens, max_new_tokens, cap, adaptive, eos, on_tokens, target, stats
+            )
         # Without a batcher the batch is this one sequence: its draft-length cap is fixed.
         batched = self.batcher is not None
         fixed_cap = None if batched else self.draft_len_now(mode_cfg)
@@ -694,6 +707,62 @@ def _plain_greedy(
     n = len(out)
     stats.steps += n
     stats.tokens += n
+    return GenerationResult(token_ids=out, stats=stats, finish_reason=finish)
+
+
+def _chain_greedy(
+    speculator: Any,
+    tokens: list[int],
+    max_new_tokens: int,
+    cap: int | None,
+    adaptive: Adaptive | None,
+    eos: int | None,
+    on_tokens: Callable[[list[int]], None] | None,
+    target: CachedLM,
+    stats: SpecStats,
+) -> GenerationResult:
+    """Greedy decoding with a speculator that proposes chains (`propose_chain(tokens, budget)`,
+    n-gram's): the general loop's steps for a chain and verify's greedy rule (the longest draft
+    prefix equal to the target's argmaxes, then the argmax after it), the same tokens and
+    SpecStats, without a Proposal, Forward or Verdict per step. The speculator's `update` is not
+    called: a speculator offering `propose_chain` keeps its state in `propose_chain`."""
+    out: list[int] = []
+    finish = "length"
+    propose = speculator.propose_chain
+    rows = target._rows
+    while len(out) < max_new_tokens:
+        remaining = max_new_tokens - len(out)
+        budget = remaining - 1
+        if cap is not None and cap < budget:
+            budget = cap
+        if adaptive is not None and adaptive.draft_len < budget:
+            budget = adaptive.draft_len
+        draft = propose(tokens, budget)
+        n = len(draft)
+        start = target.length
+        preds = rows([tokens[-1], *draft])
+        k = 0
+        while k < n and draft[k] == preds[k]:
+            k += 1
+        commit = draft[:k]
+        commit.append(preds[k])
+        target.crop(start + k + 1)
+        tokens.extend(commit)
+        take = commit[:remaining] if k + 1 > remaining else commit
+        if eos is not None and eos in take:
+            take = take[: take.index(eos) + 1]
+            finish = "eos"
+        stats.record_chain(n, len(take))
+        if adaptive is not None and n:
+            adaptive.update(n, k)
+            stats.draft_len_histogram[adaptive.draft_len] = (
+                stats.draft_len_histogram.get(adaptive.draft_len, 0) + 1
+            )
+        out.extend(take)
+        if on_tokens is not None:
+            on_tokens(take)
+        if finish == "eos":
+            break
     return GenerationResult(token_ids=out, stats=stats, finish_reason=finish)
 
 

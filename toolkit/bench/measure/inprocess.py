@@ -183,11 +183,11 @@ def time_batched_forwards(
 
 class ForwardTimer:
     """Wall seconds spent inside one CachedLM's forwards while installed (a context manager):
-    `run` and `_next`, the two entries every step of the generation loop goes through (forward,
-    greedy_next and greedy_chain call them). Instance attributes shadow the methods while it is
+    `run`, `_next` and `_rows`, the entries every step of the generation loop goes through
+    (forward, greedy_next and greedy_chain call the first two; the greedy chain path the third). Instance attributes shadow the methods while it is
     installed and are removed after (timers nest: each restores what it found)."""
 
-    NAMES = ("run", "_next")
+    NAMES = ("run", "_next", "_rows")
 
     def __init__(self, lm: Any):
         self.lm = lm
