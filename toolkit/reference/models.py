@@ -597,25 +597,24 @@ class CachedLM:
 
     def _next(self, ids: list[int]) -> int:
         """greedy_next for a caller already in inference mode."""
-        if self.lean is not None:
-            last = self._lean(ids, None)
-        else:
-            last = self.decoder(
-                input_ids=ids_tensor(ids), past_key_values=self.cache, use_cache=True
-            ).last_hidden_state
+        last = self._chain(ids)
         return argmax_int(self.lm_head(last if len(ids) == 1 else last.narrow(1, -1, 1)))
+
+    def _chain(self, ids: list[int]) -> torch.Tensor:
+        """The decoder's final hidden states [1, q, hidden] for `ids` run as a chain (causal)
+        after the cached context, their KV appended: by the lean forward where it runs."""
+        if self.lean is not None:
+            return self._lean(ids, None)
+        out: torch.Tensor = self.decoder(
+            input_ids=ids_tensor(ids), past_key_values=self.cache, use_cache=True
+        ).last_hidden_state
+        return out
 
     def _rows(self, ids: list[int]) -> list[int]:
         """The argmax of every row's logits for `ids` run as a chain after the cached context
         (their KV appended): forward(ids).logits.argmax(-1).tolist() without the Forward, for a
         caller already in inference mode (the generation loop's greedy chain path)."""
-        if self.lean is not None:
-            last = self._lean(ids, None)
-        else:
-            last = self.decoder(
-                input_ids=ids_tensor(ids), past_key_values=self.cache, use_cache=True
-            ).last_hidden_state
-        preds: list[int] = argmax_list(self.lm_head(last))[0]
+        preds: list[int] = argmax_list(self.lm_head(self._chain(ids)))[0]
         return preds
 
     def _lean(self, ids: list[int], shape: TreeShape | None, aux: bool = False) -> torch.Tensor:

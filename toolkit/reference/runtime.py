@@ -522,19 +522,15 @@ class ReferenceRuntime:
                 target.crop(start + len(commit))
             tokens.extend(commit)
             update(ctx, prop, fwd, verdict)
-            take = commit[:remaining] if len(commit) > remaining else commit
-            if eos is not None and eos in take:
-                take = take[: take.index(eos) + 1]
+            take, ended = _take(commit, remaining, eos)
+            if ended:
                 finish = "eos"
             if chain and prop.num_draft == len(ptoks):
                 stats.record_chain(len(ptoks), len(take))
             else:
                 stats.record(prop.per_depth(), len(take))
             if adaptive is not None and ptoks:
-                adaptive.update(len(ptoks), len(path))
-                stats.draft_len_histogram[adaptive.draft_len] = (
-                    stats.draft_len_histogram.get(adaptive.draft_len, 0) + 1
-                )
+                _adapt(adaptive, stats, len(ptoks), len(path))
             out.extend(take)
             if on_tokens is not None:
                 on_tokens(take)
@@ -727,7 +723,6 @@ def _chain_greedy(
     SpecStats, without a Proposal, Forward or Verdict per step. The speculator's `update` is not
     called: a speculator offering `propose_chain` keeps its state in `propose_chain`."""
     out: list[int] = []
-    finish = "length"
     propose = speculator.propose_chain
     rows = target._rows
     while len(out) < max_new_tokens:
@@ -748,22 +743,31 @@ def _chain_greedy(
         commit.append(preds[k])
         target.crop(start + k + 1)
         tokens.extend(commit)
-        take = commit[:remaining] if k + 1 > remaining else commit
-        if eos is not None and eos in take:
-            take = take[: take.index(eos) + 1]
-            finish = "eos"
+        take, ended = _take(commit, remaining, eos)
         stats.record_chain(n, len(take))
         if adaptive is not None and n:
-            adaptive.update(n, k)
-            stats.draft_len_histogram[adaptive.draft_len] = (
-                stats.draft_len_histogram.get(adaptive.draft_len, 0) + 1
-            )
+            _adapt(adaptive, stats, n, k)
         out.extend(take)
         if on_tokens is not None:
             on_tokens(take)
-        if finish == "eos":
-            break
-    return GenerationResult(token_ids=out, stats=stats, finish_reason=finish)
+        if ended:
+            return GenerationResult(token_ids=out, stats=stats, finish_reason="eos")
+    return GenerationResult(token_ids=out, stats=stats, finish_reason="length")
+
+
+def _take(commit: list[int], remaining: int, eos: int | None) -> tuple[list[int], bool]:
+    """What the request gets of a step's committed tokens: at most `remaining`, up to and
+    including the first end id; and whether it hit one."""
+    take = commit[:remaining] if len(commit) > remaining else commit
+    if eos is not None and eos in take:
+        return take[: take.index(eos) + 1], True
+    return take, False
+
+
+def _adapt(adaptive: Adaptive, stats: SpecStats, proposed: int, accepted: int) -> None:
+    """The adaptive draft length after a step, and its histogram."""
+    adaptive.update(proposed, accepted)
+    stats.draft_len_histogram[adaptive.draft_len] = stats.draft_len_histogram.get(adaptive.draft_len, 0) + 1
 
 
 def _process(
