@@ -432,32 +432,6 @@ class ReferenceRuntime:
         out: list[int] = []
         stats = SpecStats()
         finish = "length"
-        if (
-            type(speculator) is PlainSpeculator
-            and sampling.greedy
-            and (processors is None or not processors.active)
-            and trace is None
-            and isinstance(target, CachedLM)
-            and self.draft_len_now(mode_cfg) is None
-            and self._checker() is greedy_rule
-        ):
-            return _plain_greedy(ctx.tokens[-1], max_new_tokens, eos, on_tokens, target, stats)
-        if (
-            hasattr(speculator, "propose_chain")
-            and sampling.greedy
-            and (processors is None or not processors.active)
-            and trace is None
-            and isinstance(target, CachedLM)
-            and self.batcher is None
-            and self._checker() is greedy_rule
-        ):
-            cap = self.draft_len_now(mode_cfg)
-            return _chain_greedy(
-                speculator, ctx.tokens, max_new_tokens, cap, adaptive, eos, on_tokens, target, stats
-            )
-        # Without a batcher the batch is this one sequence: its draft-length cap is fixed.
-        batched = self.batcher is not None
-        fixed_cap = None if batched else self.draft_len_now(mode_cfg)
         # A CachedLM runs a chain with no mask (as its forward does when given chain parents), and
         # an accepted chain prefix is a crop (as its keep does for rows 0..k).
         cached = isinstance(target, CachedLM)
@@ -465,6 +439,17 @@ class ReferenceRuntime:
         raw = processors is None or not processors.active
         # Greedy steps are verified here (core.verify's rule) when nothing else reads the logits.
         greedy_raw = sampling.greedy and check is greedy_rule and raw and trace is None
+        if greedy_raw and cached:  # plain decoding and n-gram's chains have a loop of their own
+            if type(speculator) is PlainSpeculator and self.draft_len_now(mode_cfg) is None:
+                return _plain_greedy(ctx.tokens[-1], max_new_tokens, eos, on_tokens, target, stats)
+            if hasattr(speculator, "propose_chain") and self.batcher is None:
+                cap = self.draft_len_now(mode_cfg)
+                return _chain_greedy(
+                    speculator, ctx.tokens, max_new_tokens, cap, adaptive, eos, on_tokens, target, stats
+                )
+        # Without a batcher the batch is this one sequence: its draft-length cap is fixed.
+        batched = self.batcher is not None
+        fixed_cap = None if batched else self.draft_len_now(mode_cfg)
         needs_hidden, needs_aux = speculator.needs_hidden, speculator.needs_aux
         propose, update = speculator.propose, speculator.update
         tokens = ctx.tokens

@@ -184,8 +184,9 @@ def time_batched_forwards(
 class ForwardTimer:
     """Wall seconds spent inside one CachedLM's forwards while installed (a context manager):
     `run`, `_next` and `_rows`, the entries every step of the generation loop goes through
-    (forward, greedy_next and greedy_chain call the first two; the greedy chain path the third). Instance attributes shadow the methods while it is
-    installed and are removed after (timers nest: each restores what it found)."""
+    (forward, greedy_next and greedy_chain call the first two, the greedy chain path the third).
+    Instance attributes shadow the methods while it is installed and are removed after (timers
+    nest: each restores what it found)."""
 
     NAMES = ("run", "_next", "_rows")
 
