@@ -6,13 +6,16 @@ the target's tokenizer counts the tokens of the whole returned text. It never im
 toolkit (in particular not toolkit.bench), so a bug there cannot hide here.
 
 The request carries the same flags as bench's (so the server does the same work); only
-`text_output` is read. Two request contracts, told apart by the inputs the model declares:
+`text_output` and the server's own timestamps (`arrival_time_ns`, `first_token_time_ns`,
+`last_token_time_ns`, the perf metrics both request) are read. Two request contracts, told apart by the inputs the model declares:
 the ensemble / BLS / tensorrt_llm one (`max_tokens`, `stream`; each event carries its new
 text) and TensorRT-LLM's LLM-API model (`sampling_param_max_tokens`, `streaming`; each event
 carries the whole text so far, tensorrtllm_backend docs/llmapi.md).
 Per request: TTFT = first event with text − send; e2e = end of stream − send;
 N = tokenizer count of the concatenated text_output; TPOT = (e2e − TTFT) / (N − 1);
 mean ITL over a run = Σ(last text event − first text event) / Σ(N − 1).
+The server's own timing of the same request: server TPOT = (last token − first token) / (N − 1),
+server e2e = last token − arrival (a whole response's).
 
 A model that is not decoupled (draft-target's BLS, as on the GPU path) cannot stream: the request
 goes to /generate and comes back whole; TTFT is then the latency, and there is no TPOT.
@@ -33,6 +36,7 @@ SAME_AS_BENCH = (
     "return_num_input_tokens",
 )
 SAME_AS_BENCH_LLMAPI = ("sampling_param_exclude_input_from_output", "sampling_param_return_perf_metrics")
+SERVER_TIMES = ("arrival_time_ns", "first_token_time_ns", "last_token_time_ns")
 
 
 @dataclass
@@ -47,6 +51,7 @@ class Measured:
     end: float = 0.0
     event_times: list[float] = field(default_factory=list)
     streamed: bool = True
+    server_ns: dict[str, int] = field(default_factory=dict)  # SERVER_TIMES, from the last event carrying each
 
     @property
     def ttft(self) -> float | None:
@@ -61,6 +66,24 @@ class Measured:
         if self.ttft is None or self.tokens < 2 or not self.streamed:
             return None
         return (self.e2e - self.ttft) / (self.tokens - 1)
+
+    @property
+    def server_tpot(self) -> float | None:
+        t = self.server_ns
+        if self.tokens < 2 or "first_token_time_ns" not in t or "last_token_time_ns" not in t:
+            return None
+        return (t["last_token_time_ns"] - t["first_token_time_ns"]) / 1e9 / (self.tokens - 1)
+
+    @property
+    def server_e2e(self) -> float | None:
+        t = self.server_ns
+        if "arrival_time_ns" not in t or "last_token_time_ns" not in t:
+            return None
+        return (t["last_token_time_ns"] - t["arrival_time_ns"]) / 1e9
+
+    def _times(self, event: dict) -> None:
+        # The LLM-API model sends its perf metrics as strings.
+        self.server_ns.update({k: int(event[k]) for k in SERVER_TIMES if event.get(k) is not None})
 
 
 class SSEClient:
@@ -109,7 +132,9 @@ class SSEClient:
             data = r.read()
             m.end = m.first = m.last = time.monotonic()
             assert r.status == 200, data
-            m.text = json.loads(data).get("text_output", "")
+            whole = json.loads(data)
+            m.text = whole.get("text_output", "")
+            m._times(whole)
             m.events, m.event_times, m.tokens = 1, [m.end], self.count(m.text)
             m.streamed = False
             return m
@@ -128,6 +153,7 @@ class SSEClient:
             assert "error" not in event, event
             m.events += 1
             m.event_times.append(now)
+            m._times(event)
             text = event.get("text_output", "")
             if llmapi:  # the whole text so far: the event brings what it adds
                 assert text.startswith("".join(texts)), (texts, text)

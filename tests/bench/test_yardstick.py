@@ -9,11 +9,21 @@ for the entry model of every tiny recipe (real Triton, real tiny models, referen
   the same code for every entry model, so one recipe per serving path carries it (the reference
   model, the LLM-API model counted by tokenizer; the BLS draft-target loop, which is not decoupled
   as on the GPU path, by its mean latency, since a whole response has no TPOT); the token
-  counts it divides by are checked on every recipe above. The two clients cannot share requests, so their runs alternate
-  in rounds of 3 requests on the same prompts, and the yardstick sends bench's request flags
-  (the server then does the same work; perf metrics alone cost the reference backend ~5-10%); on this shared 2-core machine one busy moment can still move a
-  mean by more than 5%, so a measurement is repeated (at most 3 times) before the test fails,
-  and the failure message shows every attempt.
+  counts it divides by are checked on every recipe above. The two clients cannot share requests,
+  so their runs alternate in rounds of 3 requests on the same prompts (who goes first alternates
+  too), and the yardstick sends bench's request flags (the server then does the same work; perf
+  metrics alone cost the reference backend ~5-10%).
+- The server's own timing of each request (its perf metrics: first and last token, arrival) is
+  the common scale: each client's mean is divided by the server's mean over that client's own
+  requests, and the two quotients must agree within 5%. On a shared 2-core machine the server's
+  own speed differs between the two clients' turns: bench's raw mean was 6-9% above the
+  client's in all three attempts of one CI run, and in local reruns the server's counters moved
+  with the raw ratio attempt by attempt (1.010/1.011, 1.037/1.034, 0.988/0.991), so neither
+  client's clock was at fault. Dividing by the server's timing leaves what the clients add: over
+  9 local attempts the quotient was 1.001-1.007 while the raw ratio was 0.967-1.094. The raw
+  ratio must still be within 15% (bench must not load the server more than a plain client
+  does). One busy moment can still move a quotient, so a measurement is repeated (at most 3
+  times) before the test fails, and the failure message shows every attempt's means.
 """
 
 from __future__ import annotations
@@ -76,20 +86,46 @@ def _bench(wd: Path, protocol: str, reports: Path, warmup: int = 1, n: int = N, 
     return r.levels[0].records, s
 
 
-def _tpot_attempt(wd: Path, client: SSEClient, tmp_path: Path, source: str) -> tuple[float, float]:
-    """Mean TPOT of bench and of the client; mean latency for a model that cannot stream."""
+def _tpot_attempt(wd: Path, client: SSEClient, tmp_path: Path, source: str) -> dict[str, float]:
+    """Mean TPOT of bench and of the client, each with the server's mean over its own requests
+    (mean latency for a model that cannot stream)."""
     prompts = load_workload("code", max_tokens=MAX_TOKENS, seed=0).sample(PER_ROUND, 0)
-    bench_tpot, client_tpot = [], []
-    for i in range(ROUNDS):
+    got: dict[str, list[float]] = {"bench": [], "bench_server": [], "client": [], "client_server": []}
+
+    def run_bench(i: int) -> None:
         recs, _ = _bench(wd, "http", tmp_path / f"r{i}", warmup=0, n=PER_ROUND, source=source)
-        if client.decoupled:
-            bench_tpot += [request_metrics(r).tpot for r in recs]
-            client_tpot += [client.run(p.text, p.max_tokens).tpot for p in prompts]
+        for r in recs:
+            m = request_metrics(r)
+            if client.decoupled:
+                got["bench"].append(m.tpot)
+                first, last = r.server_first_token_ns, r.server_last_token_ns
+                assert first is not None and last is not None, "bench kept no server timestamps"
+                got["bench_server"].append((last - first) / 1e9 / (r.output_tokens - 1))
+            else:
+                assert m.tpot is None  # none exists for a whole response
+                got["bench"].append(m.e2e)
+                assert m.server_e2e is not None, "bench kept no server timestamps"
+                got["bench_server"].append(m.server_e2e)
+
+    def run_client() -> None:
+        for p in prompts:
+            m = client.run(p.text, p.max_tokens)
+            got["client"].append(m.tpot if client.decoupled else m.e2e)
+            got["client_server"].append(m.server_tpot if client.decoupled else m.server_e2e)
+
+    for i in range(ROUNDS):
+        if i % 2:
+            run_client()
+            run_bench(i)
         else:
-            assert all(request_metrics(r).tpot is None for r in recs)  # none exists for a whole response
-            bench_tpot += [request_metrics(r).e2e for r in recs]
-            client_tpot += [client.run(p.text, p.max_tokens).e2e for p in prompts]
-    return statistics.mean(bench_tpot), statistics.mean(client_tpot)
+            run_bench(i)
+            run_client()
+    return {k: statistics.mean(v) for k, v in got.items()}
+
+
+def _relative(a: dict[str, float]) -> float:
+    """bench's mean over the client's, each on the scale of the server's timing of its requests."""
+    return (a["bench"] / a["bench_server"]) / (a["client"] / a["client_server"])
 
 
 @pytest.mark.parametrize("served", RECIPES, indirect=True)
@@ -116,9 +152,13 @@ def test_bench_matches_independent_client(served, request, tmp_path):
         return
     attempts = []
     for _ in range(ATTEMPTS):
-        b, c = _tpot_attempt(wd, client, tmp_path, source)
-        attempts.append((b, c))
-        if abs(b / c - 1) <= 0.05:
+        a = _tpot_attempt(wd, client, tmp_path, source)
+        attempts.append(a)
+        if abs(_relative(a) - 1) <= 0.05:
             break
-    b, c = attempts[-1]
-    assert abs(b / c - 1) <= 0.05, f"{recipe}: mean TPOT bench vs client (s): {attempts}"
+    shown = [
+        {k: round(v * 1e3, 3) for k, v in a.items()} | {"relative": round(_relative(a), 3)} for a in attempts
+    ]
+    last = attempts[-1]
+    assert abs(_relative(last) - 1) <= 0.05, f"{recipe}: mean TPOT (ms), bench vs client: {shown}"
+    assert abs(last["bench"] / last["client"] - 1) <= 0.15, f"{recipe}: bench loads the server: {shown}"
