@@ -8,9 +8,10 @@ toolkit (in particular not toolkit.bench), so a bug there cannot hide here.
 The request carries the same flags as bench's (so the server does the same work); only
 `text_output` and the server's own timestamps (`arrival_time_ns`, `first_token_time_ns`,
 `last_token_time_ns`, the perf metrics both request) are read. Two request contracts, told
-apart by the inputs the model declares: the ensemble / BLS / tensorrt_llm one (`max_tokens`, `stream`; each event carries its new
-text) and TensorRT-LLM's LLM-API model (`sampling_param_max_tokens`, `streaming`; each event
-carries the whole text so far, tensorrtllm_backend docs/llmapi.md).
+apart by the inputs the model declares: the ensemble / BLS / tensorrt_llm one (`max_tokens`,
+`stream`; each event carries its new text) and TensorRT-LLM's LLM-API model
+(`sampling_param_max_tokens`, `streaming`; each event carries the whole text so far,
+tensorrtllm_backend docs/llmapi.md).
 Per request: TTFT = first event with text − send; e2e = end of stream − send;
 N = tokenizer count of the concatenated text_output; TPOT = (e2e − TTFT) / (N − 1);
 mean ITL over a run = Σ(last text event − first text event) / Σ(N − 1).
