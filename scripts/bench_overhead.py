@@ -5,7 +5,9 @@ Every model forward (target and draft decoders and output heads, the EAGLE-3 hea
 the Medusa heads) is timed by forward hooks on the outermost module calls (a decoder the lean
 forward runs, toolkit.reference.lean, by a wrapper around LeanDecoder.run, which stands where
 the decoder call stood: the ids tensor is made outside either; a chain's positions and mask,
-made inside transformers' call, are looked up outside run(), a few µs counted as the runtime's); what is left of a
+made inside transformers' call, are looked up outside run(), a few µs counted as the runtime's;
+an output head a greedy step runs as a matmul into a buffer, CachedLM._head_rows, by a wrapper
+around that method, the argmax after it counted as the runtime's); what is left of a
 generation's wall time is the runtime's own work: proposing, tree and mask building, KV-cache
 bookkeeping, verification, copies. What the measuring itself adds outside the forwards (hook
 dispatch and the CPU clock's reads, a system call each) is calibrated per round and subtracted
@@ -146,6 +148,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         else:
             clock.hook(lm.decoder)
         clock.hook(lm.lm_head)
+        if getattr(lm, "_head_wt", None) is not None:
+            # A greedy step's output head runs as a matmul into a buffer (CachedLM._head_rows),
+            # not as an lm_head call: time that instead (the argmax after it stays outside).
+            clock.wrap(lm, "_head_rows")
     # The heads' methods call their submodules one by one: hook them all (nesting is counted once).
     for mod in [*rt.eagle3.modules(), *rt.medusa.modules()]:
         clock.hook(mod)

@@ -19,7 +19,10 @@ def _pair(model: Any, capture: tuple[int, ...] = ()) -> tuple[Any, Any]:
 
     lean, hf = CachedLM(model, capture=capture), CachedLM(model, capture=capture)
     assert lean.lean is not None, lean.lean_refusal
-    hf.lean = None
+    # A greedy step's float32 output head (no bias) writes into a buffer; others run lm_head.
+    head = lean.lm_head
+    assert (lean._head_wt is not None) == (head.weight.dtype == torch.float32 and head.bias is None)
+    hf.lean = hf._head_wt = None  # transformers' forward, then lm_head's own call
     return lean, hf
 
 
@@ -32,9 +35,18 @@ def _same(a: Any, b: Any) -> None:
             assert torch.equal(x, y), f"{name} differs by up to {(x.float() - y.float()).abs().max().item()}"
 
 
+def _argmaxes(fwd: Any) -> list[int]:
+    """Each row's argmax: the forward's own (run(..., argmax=True) with the head's buffer), else
+    its logits'."""
+    return fwd.argmax if fwd.argmax is not None else fwd.logits.argmax(-1).tolist()
+
+
 def _steps(lean: Any, hf: Any, prompt: list[int]) -> None:
     """A generation's kinds of step, each on both: prefill, one-token steps, a chain after the
-    context, a tree (with a keep of non-prefix rows), captured layers, greedy_next/greedy_chain."""
+    context, a tree (with a keep of non-prefix rows), captured layers, greedy_next/greedy_chain,
+    and greedy verification's argmaxes (from the output head's buffer on the lean side)."""
+    from toolkit.reference.models import tree_shape
+
     kw = {"hidden": True, "aux": bool(lean.capture)}
     _same(lean.forward(prompt, **kw), hf.forward(prompt, **kw))
     for tok in (5, 17, 300, 2000):
@@ -55,6 +67,23 @@ def _steps(lean: Any, hf: Any, prompt: list[int]) -> None:
     _same(lean.forward([21, 22], **kw), hf.forward([21, 22], **kw))
     assert lean.greedy_next([23]) == hf.greedy_next([23])
     assert lean.greedy_chain([24, 25], 6) == hf.greedy_chain([24, 25], 6)
+    with torch.inference_mode():
+        assert lean._rows([26, 27, 28, 29]) == hf._rows([26, 27, 28, 29])
+        fast = lean._head_wt is not None
+        a, b = (
+            lean.run([30, 31, 32, 33, 34], None, argmax=True),
+            hf.run([30, 31, 32, 33, 34], None, argmax=True),
+        )
+        assert b.argmax is None and b.logits is not None  # no buffer: the logits, as without argmax
+        assert (a.argmax is not None, a.logits is None) == (fast, fast)
+        assert _argmaxes(a) == b.logits.argmax(-1).tolist()
+        tree = tree_shape((-1, 0, 0, 1))
+        a, b = lean.run([35, 36, 37, 38], tree, argmax=True), hf.run([35, 36, 37, 38], tree)
+        assert _argmaxes(a) == b.logits.argmax(-1).tolist()
+        # The buffer's rows are lm_head's output bit for bit (nn.Linear without a bias is a matmul).
+        for q in (1, 3, 7, 20) if fast else ():
+            h = torch.randn(1, q, lean.lm_head.in_features, generator=torch.Generator().manual_seed(q))
+            assert torch.equal(torch.from_numpy(lean._head_rows(h, q).copy()), lean.lm_head(h)[0])
     assert lean.length == hf.length
 
 
@@ -178,17 +207,21 @@ def test_generation_is_the_same_through_either_forward(
     through LeanDecoder as through transformers' forward."""
     target, draft = runtime.target, runtime.draft
     saved = (target.lean, draft.lean)
+    heads = (target._head_wt, draft._head_wt)
     try:
         for name, spec in specs.items():
             outs = []
             for lean in (True, False):
                 target.lean = saved[0] if lean else None
                 draft.lean = saved[1] if lean else None
+                target._head_wt = heads[0] if lean else None
+                draft._head_wt = heads[1] if lean else None
                 r = runtime.generate(prompt_ids[4], 24, spec=spec, end_id=-1)
                 outs.append((r.token_ids, r.stats.accepted_tokens, r.stats.steps))
             assert outs[0] == outs[1], name
     finally:
         target.lean, draft.lean = saved
+        target._head_wt, draft._head_wt = heads
 
 
 def test_lean_refuses_what_it_was_not_written_from(tiny: Any, monkeypatch: Any) -> None:

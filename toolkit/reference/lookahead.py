@@ -94,12 +94,12 @@ class LookaheadSpeculator:
     def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
         if not self.levels:
             return
-        assert fwd.logits is not None
         top = 1 + proposal.num_draft + (len(self.levels) - 1) * self.w
         if verdict.argmax is not None:
             # Greedy verification took every row's argmax; the window's rows are raw logits there.
             out = verdict.argmax[top : top + self.w]
         else:
+            assert fwd.logits is not None
             out = fwd.logits[top : top + self.w].argmax(-1).tolist()
         if len(self.levels) < self.n - 1:
             self.levels.append(out)

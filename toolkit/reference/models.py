@@ -156,7 +156,7 @@ class Forward:
     head's own output shape); `logits` is then that row, a view made on first read (a greedy
     chain reads `logits1` alone)."""
 
-    __slots__ = ("_logits", "logits1", "hidden", "aux")
+    __slots__ = ("_logits", "logits1", "hidden", "aux", "argmax")
 
     def __init__(
         self,
@@ -165,11 +165,13 @@ class Forward:
         aux: torch.Tensor | None = None,
         *,
         logits1: torch.Tensor | None = None,
+        argmax: list[int] | None = None,
     ):
         self._logits = logits
         self.logits1 = logits1
         self.hidden = hidden
         self.aux = aux
+        self.argmax = argmax  # instead of logits (run(..., argmax=True)): each row's argmax
 
     @property
     def logits(self) -> torch.Tensor | None:
@@ -490,6 +492,22 @@ class CachedLM:
         # records while its own CachedLM runs transformers' forward with `aux`.
         self.lean_refusal = refusal(model, lambda hook: getattr(hook, "__func__", None) is CachedLM._grab)
         self.lean = LeanDecoder(model) if not self.lean_refusal else None
+        # Where the lean forward runs, a greedy step's output head writes into one buffer whose
+        # numpy view the argmax reads (no new tensor, no module call, no conversion per step), and
+        # a chain's ids are written into one buffer the forward reads (see _head_rows, _ids).
+        self._head_wt: torch.Tensor | None = None
+        head = self.lm_head
+        if (
+            self.lean is not None
+            and type(head) is torch.nn.Linear
+            and head.bias is None
+            and head.weight.dtype == torch.float32
+        ):
+            self._head_wt = head.weight.detach().t()
+        self._head_buf = torch.empty(1, 0, 0)
+        self._head_np: Any = None
+        self._ids_buf = torch.zeros(1, 0, dtype=torch.long)
+        self._ids_np: Any = None
 
     def _grab(
         self, _module: torch.nn.Module, _args: object, output: torch.Tensor | tuple[torch.Tensor, ...]
@@ -598,7 +616,11 @@ class CachedLM:
     def _next(self, ids: list[int]) -> int:
         """greedy_next for a caller already in inference mode."""
         last = self._chain(ids)
-        return argmax_int(self.lm_head(last if len(ids) == 1 else last.narrow(1, -1, 1)))
+        if len(ids) > 1:
+            last = last.narrow(1, -1, 1)
+        if self._head_wt is not None:
+            return int(self._head_rows(last, 1)[0].argmax())
+        return argmax_int(self.lm_head(last))
 
     def _chain(self, ids: list[int]) -> torch.Tensor:
         """The decoder's final hidden states [1, q, hidden] for `ids` run as a chain (causal)
@@ -614,8 +636,37 @@ class CachedLM:
         """The argmax of every row's logits for `ids` run as a chain after the cached context
         (their KV appended): forward(ids).logits.argmax(-1).tolist() without the Forward, for a
         caller already in inference mode (the generation loop's greedy chain path)."""
-        preds: list[int] = argmax_list(self.lm_head(self._chain(ids)))[0]
+        last = self._chain(ids)
+        if self._head_wt is not None:
+            rows: list[int] = self._head_rows(last, len(ids)).argmax(1).tolist()
+            return rows
+        preds: list[int] = argmax_list(self.lm_head(last))[0]
         return preds
+
+    def _head_rows(self, last: torch.Tensor, q: int) -> Any:
+        """The output head's logits for `last` [1, q, hidden], as a numpy view [q, vocab] of this
+        model's one logits buffer (valid until the next call; read it, never keep it). Bit for bit
+        lm_head(last): nn.Linear without a bias is matmul(x, weight.t()), here with `out=`."""
+        buf, wt = self._head_buf, self._head_wt
+        assert wt is not None
+        if q > buf.shape[1]:
+            buf = self._head_buf = torch.empty(1, max(q, 16), wt.shape[1])
+            self._head_np = buf[0].numpy()
+        torch.matmul(last, wt, out=buf.narrow(1, 0, q))
+        return self._head_np[:q]
+
+    def _ids(self, ids: list[int]) -> torch.Tensor:
+        """[1, q] long tensor of `ids` for a forward that reads it at once: a view of this model's
+        one ids buffer, written through numpy (a single token's is ids_tensor's shared one)."""
+        q = len(ids)
+        if q == 1:
+            return ids_tensor(ids)
+        buf = self._ids_buf
+        if q > buf.shape[1]:
+            buf = self._ids_buf = torch.zeros(1, max(q, 64), dtype=torch.long)
+            self._ids_np = buf[0].numpy()
+        self._ids_np[:q] = ids
+        return buf.narrow(1, 0, q)
 
     def _lean(self, ids: list[int], shape: TreeShape | None, aux: bool = False) -> torch.Tensor:
         """The decoder's final hidden states [1, q, hidden] for `ids` after the cached context, by
@@ -633,7 +684,7 @@ class CachedLM:
         layers: Any = self.cache.layers
         captured = self._captured if aux else None
         return self.lean.run(
-            ids_tensor(ids),
+            self._ids(ids),
             positions,
             mask,
             lambda i, k, v: layers[i].update(k, v),
@@ -662,9 +713,12 @@ class CachedLM:
         logits_from: int = 0,
         hidden: bool = False,
         aux: bool = False,
+        argmax: bool = False,
     ) -> Forward:
         """forward() for a caller already in inference mode (the generation loop), with the tree
-        shape of the step resolved (None: a chain, plain causal attention)."""
+        shape of the step resolved (None: a chain, plain causal attention). `argmax`: a caller that
+        reads only each row's argmax (greedy verification) gets them as `Forward.argmax` instead
+        of logits where the output head can write into this model's buffer (_head_rows)."""
         try:  # _captured is empty here: every forward clears it when it ends
             if self.lean is not None:
                 last = self._lean(ids, shape, aux)
@@ -682,16 +736,20 @@ class CachedLM:
                     past_key_values=self.cache,
                     use_cache=True,
                 ).last_hidden_state
-            logits1 = None
+            logits1 = rows = None
             if logits_from < len(ids):
                 # The output head on [1, q', H]: the same rows as on [q', H] (it flattens them).
-                logits1 = self.lm_head(
-                    last.narrow(1, logits_from, len(ids) - logits_from) if logits_from else last
-                )
+                head_in = last.narrow(1, logits_from, len(ids) - logits_from) if logits_from else last
+                if argmax and self._head_wt is not None:
+                    rows = self._head_rows(head_in, len(ids) - logits_from).argmax(1).tolist()
+                else:
+                    logits1 = self.lm_head(head_in)
             captured = None
             if aux and self._hooks:
                 captured = torch.cat(self._captured, dim=-1).select(0, 0)
         finally:
             self._recording = False
             self._captured.clear()
-        return Forward(hidden=last.select(0, 0) if hidden else None, aux=captured, logits1=logits1)
+        return Forward(
+            hidden=last.select(0, 0) if hidden else None, aux=captured, logits1=logits1, argmax=rows
+        )

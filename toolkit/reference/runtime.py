@@ -472,6 +472,7 @@ class ReferenceRuntime:
                     0,
                     needs_hidden,
                     needs_aux,
+                    greedy_raw,
                 )
             else:
                 fwd = target.forward(
@@ -480,10 +481,11 @@ class ReferenceRuntime:
                     hidden=needs_hidden,
                     aux=needs_aux,
                 )
-            if greedy_raw and fwd.logits1 is not None:
-                # core.verify's greedy rule on the argmaxes of the output head's own
-                # [1, q, vocab] (no row view to make).
-                verdict = verify_greedy(prop, argmax_list(fwd.logits1)[0])
+            if greedy_raw and (fwd.argmax is not None or fwd.logits1 is not None):
+                # core.verify's greedy rule on the rows' argmaxes: the forward's own, else those
+                # of the output head's [1, q, vocab] (no row view to make).
+                argmaxes = fwd.argmax if fwd.argmax is not None else argmax_list(fwd.logits1)[0]
+                verdict = verify_greedy(prop, argmaxes)
                 # A chain's accepted path is its first nodes: a slice, no gather.
                 commit = ptoks[: len(verdict.path)] if chain else [ptoks[i] for i in verdict.path]
                 commit.append(verdict.token)
@@ -710,6 +712,8 @@ def _chain_greedy(
     out: list[int] = []
     propose = speculator.propose_chain
     rows = target._rows
+    # (proposed, committed) -> steps, recorded into `stats` when the loop ends (record_chains).
+    counted: dict[tuple[int, int], int] = {}
     while len(out) < max_new_tokens:
         remaining = max_new_tokens - len(out)
         budget = remaining - 1
@@ -729,14 +733,17 @@ def _chain_greedy(
         target.crop(start + k + 1)
         tokens.extend(commit)
         take, ended = _take(commit, remaining, eos)
-        stats.record_chain(n, len(take))
+        key = (n, len(take))
+        counted[key] = counted.get(key, 0) + 1
         if adaptive is not None and n:
             _adapt(adaptive, stats, n, k)
         out.extend(take)
         if on_tokens is not None:
             on_tokens(take)
         if ended:
+            stats.record_chains(counted)
             return GenerationResult(token_ids=out, stats=stats, finish_reason="eos")
+    stats.record_chains(counted)
     return GenerationResult(token_ids=out, stats=stats, finish_reason="length")
 
 

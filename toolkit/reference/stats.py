@@ -61,6 +61,21 @@ class SpecStats:
             for i in range(n):
                 counts[i] += 1
 
+    def record_chains(self, steps: dict[tuple[int, int], int]) -> None:
+        """record_chain(proposed, committed) `c` times for each ((proposed, committed), c) of
+        `steps`: a loop's chain steps, counted as it ran and recorded once at its end."""
+        for (proposed, committed), c in steps.items():
+            accepted = committed - 1
+            self.steps += c
+            self.tokens += committed * c
+            self.draft_tokens += proposed * c
+            self.accepted_tokens += accepted * c
+            for counts, n in ((self.per_position_proposed, proposed), (self.per_position_accepted, accepted)):
+                if len(counts) < n:
+                    counts.extend([0] * (n - len(counts)))
+                for i in range(n):
+                    counts[i] += c
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "steps": self.steps,
