@@ -58,3 +58,20 @@ def test_invariants_hold_when_sampling(
         sp = SamplingParams(temperature=0.8, top_k=50, top_p=0.95, seed=seed)
         result = runtime.generate(prompt_ids[seed], 40, spec=specs[mode], sampling=sp, end_id=-1)
         check_invariants(result, 40)
+
+
+def test_record_chains_equals_record_chain_step_by_step() -> None:
+    """The chain loop's stats, counted per (proposed, committed) and recorded once at its end,
+    equal recording each step as it ran (steps cut short by EOS or the budget included)."""
+    from toolkit.reference.stats import SpecStats
+
+    steps = [(5, 3), (5, 1), (0, 1), (3, 4), (5, 6), (5, 3), (2, 2), (5, 1), (0, 1), (4, 2)]
+    one, once = SpecStats(), SpecStats()
+    counted: dict[tuple[int, int], int] = {}
+    for proposed, committed in steps:
+        one.record_chain(proposed, committed)
+        counted[(proposed, committed)] = counted.get((proposed, committed), 0) + 1
+    once.record_chains(counted)
+    assert once == one
+    assert once.to_dict() == one.to_dict()
+    assert once.per_position_proposed == [8, 8, 7, 6, 5] and once.steps == len(steps)
