@@ -30,16 +30,23 @@ PROMPTS = [
 ]
 
 
-def _train(out: Path, prompts: Path, procs: int, batch: int) -> dict:
+def _start(out: Path, prompts: Path, procs: int, batch: int) -> subprocess.Popen:
     args = ["train-draft", RECIPE, "--data", str(prompts), "--out", str(out), "--holdout", "0.34",
             "--batch-size", str(batch), "--seq-len", "32", "--gen-tokens", "8", "--eval-tokens", "4",
             "--max-steps", "3", "--checkpoint-every", "3", "--threads", "1", "--lr", "1e-2", "--json"]  # fmt: skip
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
                 "--nproc-per-node", str(procs)] if procs > 1 else [sys.executable]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    r = subprocess.run([*launcher, "-m", "toolkit.cli", *args], capture_output=True, text=True, timeout=600,
-                       stdin=subprocess.DEVNULL, cwd=ROOT, env=env)  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:]
+    return subprocess.Popen([*launcher, "-m", "toolkit.cli", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, cwd=ROOT, env=env)  # fmt: skip
+
+
+def _report(proc: subprocess.Popen, out: Path) -> dict:
+    try:
+        _, err = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
     return json.loads((out / "train_report.json").read_text())
 
 
@@ -57,9 +64,11 @@ def _params(out: Path) -> list:
 def test_two_ranks_train_what_one_process_trains_with_their_global_batch(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p, "max_tokens": 8}) + "\n" for p in PROMPTS))
-    one = _train(tmp_path / "one", prompts, procs=1, batch=4)
-    two = _train(tmp_path / "two", prompts, procs=2, batch=2)
-    _train(tmp_path / "half", prompts, procs=1, batch=2)  # control: what a lone rank would train
+    # The single-process runs (the global batch, and the control "half": what a lone rank would
+    # train) share the 2 cores, one thread each; then the two ranks have them.
+    runs = {name: _start(tmp_path / name, prompts, procs=1, batch=b) for name, b in (("one", 4), ("half", 2))}
+    one, _ = (_report(runs[name], tmp_path / name) for name in ("one", "half"))
+    two = _report(_start(tmp_path / "two", prompts, procs=2, batch=2), tmp_path / "two")
     assert one["training"]["gpus_or_processes"] == 1 and two["training"]["gpus_or_processes"] == 2
     assert two["training"]["steps"] == 3
     a, b, c = _params(tmp_path / "one"), _params(tmp_path / "two"), _params(tmp_path / "half")
