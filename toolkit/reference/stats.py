@@ -48,33 +48,25 @@ class SpecStats:
             for i in range(accepted):
                 acc[i] += 1
 
-    def record_chain(self, proposed: int, committed: int) -> None:
-        """record([1] * proposed, committed): a step that proposed a chain of `proposed` tokens."""
+    def record_chain(self, proposed: int, committed: int, times: int = 1) -> None:
+        """record([1] * proposed, committed): a step that proposed a chain of `proposed` tokens
+        (`times` such steps)."""
         accepted = committed - 1
-        self.steps += 1
-        self.tokens += committed
-        self.draft_tokens += proposed
-        self.accepted_tokens += accepted
+        self.steps += times
+        self.tokens += committed * times
+        self.draft_tokens += proposed * times
+        self.accepted_tokens += accepted * times
         for counts, n in ((self.per_position_proposed, proposed), (self.per_position_accepted, accepted)):
             if len(counts) < n:
                 counts.extend([0] * (n - len(counts)))
             for i in range(n):
-                counts[i] += 1
+                counts[i] += times
 
     def record_chains(self, steps: dict[tuple[int, int], int]) -> None:
         """record_chain(proposed, committed) `c` times for each ((proposed, committed), c) of
         `steps`: a loop's chain steps, counted as it ran and recorded once at its end."""
         for (proposed, committed), c in steps.items():
-            accepted = committed - 1
-            self.steps += c
-            self.tokens += committed * c
-            self.draft_tokens += proposed * c
-            self.accepted_tokens += accepted * c
-            for counts, n in ((self.per_position_proposed, proposed), (self.per_position_accepted, accepted)):
-                if len(counts) < n:
-                    counts.extend([0] * (n - len(counts)))
-                for i in range(n):
-                    counts[i] += c
+            self.record_chain(proposed, committed, c)
 
     def to_dict(self) -> dict[str, Any]:
         return {
