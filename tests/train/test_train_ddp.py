@@ -67,7 +67,11 @@ def test_two_ranks_train_what_one_process_trains_with_their_global_batch(tmp_pat
     # The single-process runs (the global batch, and the control "half": what a lone rank would
     # train) share the 2 cores, one thread each; then the two ranks have them.
     runs = {name: _start(tmp_path / name, prompts, procs=1, batch=b) for name, b in (("one", 4), ("half", 2))}
-    one, _ = (_report(runs[name], tmp_path / name) for name in ("one", "half"))
+    try:
+        one, _ = (_report(runs[name], tmp_path / name) for name in ("one", "half"))
+    finally:
+        for proc in runs.values():  # the other run, when one failed
+            proc.kill()
     two = _report(_start(tmp_path / "two", prompts, procs=2, batch=2), tmp_path / "two")
     assert one["training"]["gpus_or_processes"] == 1 and two["training"]["gpus_or_processes"] == 2
     assert two["training"]["steps"] == 3

@@ -255,13 +255,6 @@ def argmax_list(t: torch.Tensor) -> list[Any]:
     return t.argmax(-1).tolist()
 
 
-def argmax_int(t: torch.Tensor) -> int:
-    """int(t.argmax()) (the flat index of the first maximum), by numpy for float32."""
-    if t.dtype == torch.float32:
-        return int(t.numpy().argmax())
-    return int(t.argmax().item())
-
-
 _ONE_TOKEN: dict[int, torch.Tensor] = {}
 
 
@@ -618,9 +611,7 @@ class CachedLM:
         last = self._chain(ids)
         if len(ids) > 1:
             last = last.narrow(1, -1, 1)
-        if self._head_wt is not None:
-            return int(self._head_rows(last, 1)[0].argmax())
-        return argmax_int(self.lm_head(last))
+        return self._argmaxes(last, 1)[0]
 
     def _chain(self, ids: list[int]) -> torch.Tensor:
         """The decoder's final hidden states [1, q, hidden] for `ids` run as a chain (causal)
@@ -636,9 +627,13 @@ class CachedLM:
         """The argmax of every row's logits for `ids` run as a chain after the cached context
         (their KV appended): forward(ids).logits.argmax(-1).tolist() without the Forward, for a
         caller already in inference mode (the generation loop's greedy chain path)."""
-        last = self._chain(ids)
+        return self._argmaxes(self._chain(ids), len(ids))
+
+    def _argmaxes(self, last: torch.Tensor, q: int) -> list[int]:
+        """The argmax of each row of the output head on `last` [1, q, hidden]: from this model's
+        logits buffer (_head_rows) where it has one, else from lm_head's output."""
         if self._head_wt is not None:
-            rows: list[int] = self._head_rows(last, len(ids)).argmax(1).tolist()
+            rows: list[int] = self._head_rows(last, q).argmax(1).tolist()
             return rows
         preds: list[int] = argmax_list(self.lm_head(last))[0]
         return preds
@@ -741,7 +736,7 @@ class CachedLM:
                 # The output head on [1, q', H]: the same rows as on [q', H] (it flattens them).
                 head_in = last.narrow(1, logits_from, len(ids) - logits_from) if logits_from else last
                 if argmax and self._head_wt is not None:
-                    rows = self._head_rows(head_in, len(ids) - logits_from).argmax(1).tolist()
+                    rows = self._argmaxes(head_in, len(ids) - logits_from)
                 else:
                     logits1 = self.lm_head(head_in)
             captured = None
