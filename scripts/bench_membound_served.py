@@ -78,6 +78,7 @@ def _plan(recipe: str, args: argparse.Namespace, tag: str = "") -> dict[int, flo
     # on the padded target a probe up to γ = 8 over 24 prompts takes most of an hour.
     argv = ["plan", recipe, "--concurrency", args.concurrency, "--workload", args.workload, "--json"]
     argv += ["--gamma-max", str(max(1, own)), "--probe-prompts", str(args.probe_prompts)]
+    argv += ["--requests", str(args.requests)]  # the A/B's closed loop, replayed with as many
     proc = sdtk(*argv)
     _keep(args, f"{recipe}{tag}.plan.json", proc)
     data = _json(proc, f"sdtk {' '.join(argv)}")
@@ -188,7 +189,7 @@ def main() -> int:
             "(memory-bound twin: 0.46 GB per step)."
             + (
                 f" Plan: `sdtk plan RECIPE --gamma-max <the recipe's draft length> --probe-prompts "
-                f"{args.probe_prompts}`, in process, its prediction at the recipe's own draft length."
+                f"{args.probe_prompts} --requests {args.requests}`, in process, its prediction at the recipe's own draft length."
                 if args.plan
                 else ""
             ),

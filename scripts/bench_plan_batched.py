@@ -287,7 +287,7 @@ def main() -> int:
             f"- date: {started:%Y-%m-%d %H:%M} UTC",
             f"- command: `python scripts/bench_plan_batched.py {' '.join(sys.argv[1:])}`",
             f"- method: plan as `sdtk plan RECIPE --gamma-max <the recipe's draft length> --probe-prompts "
-            f"{args.probe_prompts}`; batched: the reference runtime with the served model's in-flight batcher, "
+            f"{args.probe_prompts} --requests {args.requests}`; batched: the reference runtime with the served model's in-flight batcher, "
             f"in process, 1 torch thread, a closed loop of c threads over the same {args.requests} `{args.workload}` "
             f"prompts, {args.max_tokens} new tokens each, speculation off then on at each level, {args.rounds} "
             "round(s) (cell: the median, each round's figure in parentheses); speedup = mean per-request output "

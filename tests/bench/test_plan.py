@@ -16,6 +16,7 @@ from toolkit.bench.decide.predict import PlanResult, recommend, verify_widths
 from toolkit.bench.decide.runs import bls_fills, run_lengths, simulate_tau, step_count
 from toolkit.bench.decide.timing import StepTiming, fit_kappa, interpolate, isotonic
 from toolkit.bench.measure.workloads import load_workload
+from toolkit.bench.options import RunOptions
 from toolkit.bench.report import render
 from toolkit.errors import UsageError
 
@@ -257,9 +258,20 @@ def test_probe_ngram_and_lookahead(random_models):
     widths = verify_widths(cfg, 3)
     loop = [(len(r), step_count(r, 3)) for r in (run_lengths(st, 3, 1.0) for st in cfg.step_tokens)]
     p3 = next(x for x in p.predictions if x.draft_len == 3)
+    # The bench run predicted sends `sdtk bench`'s default requests per level: the two probed
+    # ones in turn, replayed with that many.
+    assert p.requests == RunOptions().requests == p.to_dict()["requests"]
+    assert any(f"closed loop of {p.requests} requests per level" in n for n in p.notes)
     for b in (1, 2):
         want = t.replay_speedup(
-            loop, p.probe.prefill, t_step=cfg.t_step, width=4, batch=b, widths=widths, t_own=cfg.t_own
+            loop,
+            p.probe.prefill,
+            t_step=cfg.t_step,
+            width=4,
+            batch=b,
+            widths=widths,
+            t_own=cfg.t_own,
+            count=p.requests,
         )
         assert p3.speedup[b] == pytest.approx(want)
     assert [x.draft_len for x in p.predictions] == [1, 2, 3]
@@ -710,6 +722,32 @@ def test_replay_speedup_drains_the_batch():
     # Fewer probed requests than clients: repeated, so 4 clients run 4 rows.
     one = t.replay_speedup([(3, 1)], [1.0], t_step=1.5, width=2, batch=4)
     assert one == pytest.approx((3 / (1.5 * t.growths(2, 4)[1])) / (3 / (3 * t.growths(1, 4)[0])))
+    # `count`: the bench run's requests, the probed ones in order and then over again, from
+    # offsets that weigh every probed request alike.
+    uneven, pre = [(3, 1), (3, 2), (5, 2)], [1.0, 1.5, 2.0]
+    kw = dict(t_step=1.5, width=2, batch=2)
+    assert t.replay_speedup(uneven, pre, count=3, **kw) == pytest.approx(t.replay_speedup(uneven, pre, **kw))
+    assert t.replay_speedup(uneven, pre, count=6, **kw) == pytest.approx(
+        t.replay_speedup(uneven * 2, pre * 2, **kw)
+    )
+    # One client: each request's rate is its own, so any count weighs them as the probe does.
+    for count in (1, 2, 4, 5, 7):
+        assert t.replay_speedup(uneven, pre, t_step=1.5, width=2, batch=1, count=count) == pytest.approx(
+            t.replay_speedup(uneven, pre, t_step=1.5, width=2, batch=1)
+        )
+    # Traced by hand, 2 clients, count 3 of A = (3, 1) and B = (3, 2), prompt steps of 0 s: the
+    # orders A B A and B A B. Plainly, in both, the first two run their 3 steps side by side (at
+    # 2 rows) and end together; the third then runs its 3 steps alone.
+    g2 = 1.2 / 1.1
+    plain3 = (3 / (3 * g2) + 3 / (3 * g2) + 3 / 3) / 3
+    # Speculatively, A ends after one step at 2 rows; the third joins (its prompt step) while B
+    # runs its last step alone; then the third runs alone: A's one step, or B's two.
+    aba = (3 / (1.5 * g2) + 3 / (1.5 * g2 + 1.5) + 3 / (1.5 + 1.5)) / 3
+    bab = (3 / (1.5 * g2 + 1.5) + 3 / (1.5 * g2) + 3 / (1.5 + 3.0)) / 3
+    got3 = t.replay_speedup([(3, 1), (3, 2)], [1.0, 1.0], t_step=1.5, width=2, batch=2, count=3)
+    assert got3 == pytest.approx((aba + bab) / (2 * plain3))
+    with pytest.raises(ValueError, match="count"):
+        t.replay_speedup(uneven, pre, count=0, **kw)
     with pytest.raises(ValueError, match="prefill"):
         t.replay_speedup(alike, [0.0], t_step=1.5, width=2, batch=1)
     with pytest.raises(ValueError, match="no requests"):

@@ -129,6 +129,26 @@ def test_plan_passes_the_serving_overhead(monkeypatch):
     assert invoke("plan", "tiny-ngram", "--serving-overhead-ms", "-1").exit_code == 2
 
 
+def test_plan_passes_the_bench_runs_request_count(monkeypatch):
+    """`sdtk plan --requests N` (the requests per level of the bench run it predicts) reaches
+    bench.api.plan as RunOptions.requests; absent, `sdtk bench`'s default; below 1, a usage error."""
+    import toolkit.bench.api as api
+    from toolkit.bench.decide.predict import PlanResult
+    from toolkit.bench.options import RunOptions
+
+    seen = []
+
+    def fake_plan(recipe, opts, **kw):
+        seen.append(opts.requests)
+        return PlanResult(recipe.display_name, recipe.mode, "reference", "measured", [1])
+
+    monkeypatch.setattr(api, "plan", fake_plan)
+    assert invoke("plan", "tiny-ngram", "--requests", "24", "--json").exit_code == 0
+    assert invoke("plan", "tiny-ngram", "--json").exit_code == 0
+    assert seen == [24, RunOptions().requests]
+    assert invoke("plan", "tiny-ngram", "--requests", "0").exit_code == 2
+
+
 def test_bench_interleave_reaches_compare_and_needs_it(monkeypatch):
     """`sdtk bench --compare A B --interleave` asks bench.api.compare for the interleaved order
     (without the flag, the default order); --interleave without --compare is a usage error that

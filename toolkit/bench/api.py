@@ -170,7 +170,9 @@ def plan(
     """Probe acceptance and costs, size the GPU, and recommend a speculative configuration.
 
     From `opts` (or the RunOptions fields given as keyword arguments) the probe takes the
-    workload, seed, temperature (default greedy) and progress (its step messages).
+    workload, seed, temperature (default greedy) and progress (its step messages), and the
+    predictions the requests per level of the `bench --compare` run they are for (`requests`,
+    `sdtk bench`'s default unless given: its closed loop is replayed with that many).
     `probe_tokens`: new tokens per probe prompt; None: each prompt's own max_tokens.
     `threads`: torch intra-op threads during the probe (restored afterwards); None: those a
     reference deployment's model instance runs on (toolkit.generate.reference_threads: 1 unless
@@ -200,6 +202,7 @@ def plan(
         fetch=fetch,
         runtime=runtime,
         threads=threads,
+        requests=opts.requests,
         progress=opts.steps("plan"),
     )
     if serving_overhead:

@@ -162,6 +162,12 @@ def bench(
 @click.option("--tp", type=int, help="Tensor-parallel size to size for (default: the recipe's, and a table).")
 @click.option("--no-probe", is_flag=True, help="Skip the acceptance probe (sizing and roofline only).")
 @click.option("--probe-prompts", default=24, show_default=True, type=int)
+@click.option(
+    "--requests",
+    type=click.IntRange(min=1),
+    help="Requests per level of the `sdtk bench --compare` run to predict (its closed loop is replayed "
+    "with that many; the share that runs in the draining tail changes the speedup). Default: bench's.",
+)
 @click.option("--gamma-max", default=8, show_default=True, type=int, help="Longest draft length to consider.")
 @click.option(
     "--concurrency",
@@ -185,6 +191,7 @@ def plan(
     tp: int | None,
     no_probe: bool,
     probe_prompts: int,
+    requests: int | None,
     gamma_max: int,
     concurrency: str,
     serving_overhead_ms: float | None,
@@ -196,9 +203,10 @@ def plan(
     from toolkit.bench.api import plan as run_plan
     from toolkit.recipe import load_recipe
 
+    opts = RunOptions(workload=workload, prompts_file=prompts_file, progress=progress_enabled(as_json))
     result = run_plan(
         load_recipe(recipe, overrides),
-        RunOptions(workload=workload, prompts_file=prompts_file, progress=progress_enabled(as_json)),
+        RunOptions.of(opts, requests=requests) if requests else opts,
         gpu=gpu,
         tp=tp,
         probe=False if no_probe else None,

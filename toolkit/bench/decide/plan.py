@@ -97,11 +97,19 @@ def predict_from_probe(
         concurrency=concurrency,
         alpha=alpha.point if alpha else None,
         bls_loop=bls_loop(rec, result.backend),
+        requests=result.requests,
     )
     result.basis = "measured (reference runtime on this CPU)"
     if twin:
         result.basis = f"measured (reference runtime on this CPU; {twin})"
     t = probe.timing
+    if probe.prefill and not bls_loop(rec, result.backend):  # the BLS loop prices every step at b rows
+        n = result.requests or probe.prompts
+        result.notes.append(
+            f"speedup: what `sdtk bench --compare` reports (the mean per-request tok/s ratio), its closed "
+            f"loop of {n} requests per level replayed in the in-flight batcher"
+            + (f" (the {probe.prompts} probed ones in turn)" if n != probe.prompts else "")
+        )
     if t.batch_points:
         result.notes.append(
             "batch dimension: speedup at concurrency b = speedup at 1 × (plain step growth from 1 to b "
@@ -138,6 +146,7 @@ def add_serving_overhead(
         concurrency=result.concurrency,
         alpha=alpha.point if alpha else None,
         bls_loop=bls_loop(rec, result.backend),
+        requests=result.requests,
     )
     more = ", ".join(f"{o * 1e3:.2f} at c={c}" for c, o in sorted(t.serving_by_concurrency.items()) if c != 1)
     result.basis = (

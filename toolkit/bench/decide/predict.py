@@ -172,6 +172,9 @@ class PlanResult:
     recommendation: Recommendation | None = None
     notes: list[str] = field(default_factory=list)
     batching: str = "inflight"  # how the deployment serves concurrent requests
+    # Requests per level of the `sdtk bench --compare` run the measured predictions are for (its
+    # closed loop replayed, StepTiming.replay_speedup); None: the probed ones.
+    requests: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -181,6 +184,7 @@ class PlanResult:
             "basis": self.basis,
             "batching": self.batching,
             "concurrency": list(self.concurrency),
+            "requests": self.requests,
             "probe": self.probe.to_dict() if self.probe else None,
             "sizing": self.sizing.to_dict() if self.sizing else None,
             "predictions": [p.to_dict() for p in self.predictions],
@@ -292,6 +296,7 @@ def predict_measured(
     concurrency: Sequence[int],
     alpha: float | None,
     bls_loop: bool = False,
+    requests: int | None = None,
 ) -> list[Prediction]:
     """Cost model with this machine's measured costs (reference runtime, one sequence at a time).
 
@@ -322,16 +327,23 @@ def predict_measured(
     that the batch drains as requests finish unevenly and an iteration costs what its rows cost.
     Otherwise (and for the BLS loop) every step is priced at b rows, each request with its own τ
     (`costmodel.request_mean_speedup`, with its prefill when timed).
+    `requests`: the requests per level of the `bench --compare` run predicted, which the replay
+    sends (the probed ones in order, then over again; `StepTiming.replay_speedup`'s `count`);
+    None: the probed ones.
     """
     chain_cfgs = [c for c in probe.configs if "max_draft_len" in c.settings and mode in CHAIN_MODES]
     out = (
-        _predict_chain(probe, chain_cfgs, gamma_max, concurrency, alpha, bls_loop, has_draft_model(mode))
+        _predict_chain(
+            probe, chain_cfgs, gamma_max, concurrency, alpha, bls_loop, has_draft_model(mode), requests
+        )
         if chain_cfgs
         else []
     )
     for cfg in probe.configs:
         if cfg not in chain_cfgs:
-            out.append(_predict_probed(probe, cfg, config_draft_len(mode, cfg.settings, spec), concurrency))
+            out.append(
+                _predict_probed(probe, cfg, config_draft_len(mode, cfg.settings, spec), concurrency, requests)
+            )
     return out
 
 
@@ -343,6 +355,7 @@ def _predict_chain(
     alpha: float | None,
     bls_loop: bool,
     draft_model: bool,
+    requests: int | None = None,
 ) -> list[Prediction]:
     """predict_measured for the chain probes at γ = 1..min(γ_max, the longest probe's)."""
     t = probe.timing
@@ -382,7 +395,14 @@ def _predict_chain(
             loop = [(len(r), step_count(r, g)) for r in runs]
             speedup = {
                 b: t.replay_speedup(
-                    loop, probe.prefill, t_step=step, width=g + 1, batch=b, widths=widths, t_own=own
+                    loop,
+                    probe.prefill,
+                    t_step=step,
+                    width=g + 1,
+                    batch=b,
+                    widths=widths,
+                    t_own=own,
+                    count=requests,
                 )
                 for b in concurrency
             }
@@ -409,7 +429,9 @@ def _predict_chain(
     return out
 
 
-def _predict_probed(probe: Probe, cfg: ProbeConfig, draft_len: int, concurrency: Sequence[int]) -> Prediction:
+def _predict_probed(
+    probe: Probe, cfg: ProbeConfig, draft_len: int, concurrency: Sequence[int], requests: int | None = None
+) -> Prediction:
     """predict_measured for a configuration probed directly (trees, lookahead, a chain of
     another mode): its own τ and step time."""
     t = probe.timing
@@ -424,7 +446,13 @@ def _predict_probed(probe: Probe, cfg: ProbeConfig, draft_len: int, concurrency:
         if _replayable(probe, len(loop)):
             speedup = {
                 b: t.replay_speedup(
-                    loop, probe.prefill, t_step=cfg.t_step, width=width, batch=b, t_own=cfg.t_own
+                    loop,
+                    probe.prefill,
+                    t_step=cfg.t_step,
+                    width=width,
+                    batch=b,
+                    t_own=cfg.t_own,
+                    count=requests,
                 )
                 for b in concurrency
             }

@@ -45,14 +45,18 @@ def run_plan(
     fetch: str = "metadata",
     runtime: Any = None,
     threads: int | None = None,
+    requests: int | None = None,
     progress: Step,
 ) -> PlanResult:
     """Probe acceptance and costs, size the GPU, and recommend a speculative configuration
-    for a loaded recipe `rec` on workload `wl` (toolkit.bench.api.plan resolves both)."""
+    for a loaded recipe `rec` on workload `wl` (toolkit.bench.api.plan resolves both).
+    `requests`: per level, those of the `sdtk bench --compare` run the measured predictions are
+    for (its closed loop is replayed with that many; None: the probed prompts)."""
     plan_mod.check_plan(gamma_max, probe_prompts, probe_tokens)
     levels = plan_mod.check_concurrency(concurrency)
     mode = rec.speculative.mode
     result = plan_mod.new_plan(rec, resolved_backend(rec), levels)
+    result.requests = requests
     components: list[sz.Component] = []
     try:
         components = recipe_components(rec, fetch=fetch)

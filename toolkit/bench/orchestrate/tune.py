@@ -143,6 +143,7 @@ def run_tune(
             concurrency=result.concurrency,
             seed=opts.seed,
             probe_prompts=opts.requests,
+            requests=opts.requests,
             probe_tokens=None,
             progress=opts.steps("plan"),
         )
