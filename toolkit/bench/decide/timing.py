@@ -119,11 +119,11 @@ class StepTiming:
         `count`: the requests the bench run sends per level, the probed ones in order and then
         over again (the bench's first requests are the probe's prompts: Workload.sample with the
         same seed), replayed from as many offsets as give every probed request the same weight
-        (the mean of each side's mean rate over them). How many there are matters beyond the noise: with more requests per client
-        a smaller share of them runs in the draining tail, where the speculative side gains (at
-        8 clients on the memory-bound twin, 16 requests replay to 1.19× and 24 to 1.13×).
-        None: the probed requests, repeated when fewer than the clients so that every client
-        has one."""
+        (each side's mean rate averaged over them). The count matters beyond the noise: with more
+        requests per client a smaller share of them runs in the draining tail, where the
+        speculative side gains (at 8 clients on the memory-bound twin, 16 requests replay to
+        1.19× and 24 to 1.13×). None: the probed requests, repeated when fewer than the clients
+        so that every client has one."""
         if not requests:
             raise ValueError("no requests to replay")
         if len(prefill) != len(requests):
