@@ -178,3 +178,26 @@ def test_bench_forward_section(tmp_path):
         ["| draft", "5"],
     ]
     assert all(float(r.rstrip(" |").split(" | ")[-1].rstrip("×")) > 0 for r in rows)
+
+
+@pytest.mark.slow  # a real `sdtk plan` probe (about 8 s)
+def test_membound_served_plans_the_bench_run_it_sits_beside(tmp_path, monkeypatch):
+    """scripts/bench_membound_served.py --plan: its `sdtk plan` (the real CLI, here on tiny-ngram
+    with a tiny probe) replays as many requests per level as its A/B sends (`--requests`), and the
+    prediction it compares is the one at the recipe's own draft length."""
+    import argparse
+
+    from toolkit.recipe import load_recipe
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # its `from _bench import ...`
+    mod = _script("bench_membound_served")
+    args = argparse.Namespace(
+        concurrency="1,2", workload="code", probe_prompts=2, requests=3, keep=tmp_path / "keep"
+    )
+    pred = mod._plan("tiny-ngram", args)
+    kept = json.loads((tmp_path / "keep" / "tiny-ngram.plan.json").read_text())
+    assert kept["requests"] == 3 and kept["probe"]["prompts"] == 2
+    assert any("closed loop of 3 requests per level" in n for n in kept["notes"])
+    own = load_recipe("tiny-ngram").speculative.draft_len
+    (at_own,) = [p for p in kept["predictions"] if p["draft_len"] == own]
+    assert pred == {int(c): s for c, s in at_own["speedup"].items()} and sorted(pred) == [1, 2]
