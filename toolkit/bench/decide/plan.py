@@ -89,6 +89,7 @@ def predict_from_probe(
     spec = rec.speculative
     result.probe = probe
     alpha = probe.alpha_logits if probe.temperature > 0 else probe.alpha_greedy
+    through_bls = bls_loop(rec, result.backend)
     result.predictions = predict_measured(
         probe,
         spec.mode,
@@ -96,14 +97,14 @@ def predict_from_probe(
         gamma_max=gamma_max,
         concurrency=concurrency,
         alpha=alpha.point if alpha else None,
-        bls_loop=bls_loop(rec, result.backend),
+        bls_loop=through_bls,
         requests=result.requests,
     )
     result.basis = "measured (reference runtime on this CPU)"
     if twin:
         result.basis = f"measured (reference runtime on this CPU; {twin})"
     t = probe.timing
-    if probe.prefill and not bls_loop(rec, result.backend):  # the BLS loop prices every step at b rows
+    if probe.prefill and not through_bls:  # the BLS loop prices every step at b rows
         n = result.requests or probe.prompts
         result.notes.append(
             f"speedup: what `sdtk bench --compare` reports (the mean per-request tok/s ratio), its closed "

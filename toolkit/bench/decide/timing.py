@@ -129,18 +129,15 @@ class StepTiming:
         if len(prefill) != len(requests):
             raise ValueError(f"{len(prefill)} prefill times for {len(requests)} requests")
         n = len(requests)
-        if count is not None:
-            if count < 1:
-                raise ValueError(f"count must be ≥ 1, got {count}")
-            # The probed requests in order and over again, from offsets that give each the same
-            # weight: the extra requests beyond whole copies (r of them) start at 0, r, 2r, ...
-            # (mod n), windows that cover every probed request equally often.
-            r = count % n
-            orders = [[(k * r + i) % n for i in range(count)] for k in range(n // math.gcd(n, r) if r else 1)]
-        elif n < batch:  # every client gets a request: the probed ones, repeated
-            orders = [[i % n for i in range(-(-batch // n) * n)]]
-        else:
-            orders = [list(range(n))]
+        if count is None:  # the probed ones; fewer than the clients: repeated, one for every client
+            count = n if n >= batch else -(-batch // n) * n
+        elif count < 1:
+            raise ValueError(f"count must be ≥ 1, got {count}")
+        # The probed requests in order and over again, from offsets that give each the same
+        # weight: the extra requests beyond whole copies (r of them) start at 0, r, 2r, ...
+        # (mod n), windows that cover every probed request equally often.
+        r = count % n
+        orders = [[(k * r + i) % n for i in range(count)] for k in range(n // math.gcd(n, r) if r else 1)]
         o = self.overhead_at(batch)
         first = [max(0.0, p - self.t_base) + o for p in prefill]
 
