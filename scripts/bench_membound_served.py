@@ -10,12 +10,15 @@ probe) predicts the speedup at the recipe's own draft length, and the section sh
 |plan − measured| ÷ measured per level. The section between the bench_membound_served markers in
 docs/benchmarks.md (or --section NAME's) is replaced.
 
+With --rounds K each level's requests run in K rounds, the two sides alternating (A B, B A, ...),
+and plan predicts a closed loop of requests ÷ K (`sdtk bench --compare --rounds`).
+
 With --repeat N the A/B (and plan) run N times per recipe, alternating, and each cell shows the
 median of the runs and every run's figure: on a host whose speed drifts by 10-40% within an hour
 (docs/benchmarks.md, the Zen 1 host class) one run's point estimate is not a yardstick to 10%.
 
     python scripts/bench_membound_served.py [RECIPE ...] [--concurrency 1] [--requests 16]
-        [--max-tokens 64] [--plan] [--interleave] [--repeat N] [--keep DIR] [--no-write]
+        [--max-tokens 64] [--plan] [--interleave] [--rounds K] [--repeat N] [--keep DIR] [--no-write]
 """
 
 from __future__ import annotations
@@ -60,11 +63,17 @@ def _keep(args: argparse.Namespace, name: str, proc: Any) -> None:
         (args.keep / name).write_text(proc.stdout)
 
 
-def _compare(recipe: str, args: argparse.Namespace, work: Path, tag: str = "") -> dict[str, Any]:
+def _compare_argv(recipe: str, args: argparse.Namespace, work: Path) -> list[str]:
     argv = ["bench", "--compare", BASELINE, recipe, "--workdir", str(work / recipe)]
     argv += ["--concurrency", args.concurrency, "--requests", str(args.requests)]
     argv += ["--max-tokens", str(args.max_tokens), "--workload", args.workload, "--json"]
     argv += ["--interleave"] if args.interleave else []
+    argv += ["--rounds", str(args.rounds)] if args.rounds > 1 else []
+    return argv
+
+
+def _compare(recipe: str, args: argparse.Namespace, work: Path, tag: str = "") -> dict[str, Any]:
+    argv = _compare_argv(recipe, args, work)
     proc = sdtk(*argv)
     _keep(args, f"{recipe}{tag}.compare.json", proc)
     return _json(proc, f"sdtk {' '.join(argv)}")
@@ -78,7 +87,8 @@ def _plan(recipe: str, args: argparse.Namespace, tag: str = "") -> dict[int, flo
     # on the padded target a probe up to γ = 8 over 24 prompts takes most of an hour.
     argv = ["plan", recipe, "--concurrency", args.concurrency, "--workload", args.workload, "--json"]
     argv += ["--gamma-max", str(max(1, own)), "--probe-prompts", str(args.probe_prompts)]
-    argv += ["--requests", str(args.requests)]  # the A/B's closed loop, replayed with as many
+    # The A/B's closed loop, replayed with as many requests: with rounds, each round's.
+    argv += ["--requests", str(args.requests // args.rounds)]
     proc = sdtk(*argv)
     _keep(args, f"{recipe}{tag}.plan.json", proc)
     data = _json(proc, f"sdtk {' '.join(argv)}")
@@ -129,6 +139,13 @@ def main() -> int:
         help="sdtk bench --compare --interleave: both sides level by level",
     )
     ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="sdtk bench --compare --rounds K: each level's requests in K rounds, the sides alternating "
+        "(A B, B A, ...); plan then predicts requests ÷ K per closed loop",
+    )
+    ap.add_argument(
         "--repeat", type=int, default=1, help="run the A/B (and plan) this many times; cells show medians"
     )
     ap.add_argument("--probe-prompts", type=int, default=8, help="sdtk plan --probe-prompts (with --plan)")
@@ -139,8 +156,8 @@ def main() -> int:
         "--keep", type=Path, help="keep each command's JSON here (RECIPE.compare.json, RECIPE.plan.json)"
     )
     args = ap.parse_args()
-    if args.repeat < 1:
-        ap.error("--repeat must be at least 1")
+    if args.repeat < 1 or args.rounds < 1:
+        ap.error("--repeat and --rounds must be at least 1")
     start, end = f"<!-- {args.section}:start -->", f"<!-- {args.section}:end -->"
     load0 = os.getloadavg()[0]
     started = datetime.now(timezone.utc)
@@ -176,7 +193,13 @@ def main() -> int:
             f"- method: `sdtk bench --compare {BASELINE} RECIPE` on the embedded Triton (reference "
             f"backend), workload `{args.workload}`, {args.requests} requests per level, "
             f"{args.max_tokens} new tokens each"
-            + (", both sides level by level (`--interleave`)" if args.interleave else "")
+            + (", both sides level by level (`--interleave`)" if args.interleave and args.rounds == 1 else "")
+            + (
+                f", each level in {args.rounds} rounds of {args.requests // args.rounds} requests, the sides "
+                "alternating A B, B A, ... and both deployed throughout (`--rounds`)"
+                if args.rounds > 1
+                else ""
+            )
             + (
                 f"; {args.repeat} runs per recipe (A/B then plan, in turn): each cell is the median "
                 "of the runs, each run's figure in parentheses in run order, pairs summed, the verdict "
@@ -189,7 +212,7 @@ def main() -> int:
             "(memory-bound twin: 0.46 GB per step)."
             + (
                 f" Plan: `sdtk plan RECIPE --gamma-max <the recipe's draft length> --probe-prompts "
-                f"{args.probe_prompts} --requests {args.requests}`, in process, its prediction at the recipe's own draft length."
+                f"{args.probe_prompts} --requests {args.requests // args.rounds}`, in process, its prediction at the recipe's own draft length."
                 if args.plan
                 else ""
             ),

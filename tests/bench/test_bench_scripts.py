@@ -183,7 +183,8 @@ def test_bench_forward_section(tmp_path):
 @pytest.mark.slow  # a real `sdtk plan` probe (about 8 s)
 def test_membound_served_plans_the_bench_run_it_sits_beside(tmp_path, monkeypatch):
     """scripts/bench_membound_served.py --plan: its `sdtk plan` (the real CLI, here on tiny-ngram
-    with a tiny probe) replays as many requests per level as its A/B sends (`--requests`), and the
+    with a tiny probe) replays as many requests as each closed loop of its A/B sends (`--requests`
+    ÷ `--rounds`: here 7 requests in 2 rounds of 3 and 4, the A/B `--rounds 2`), and the
     prediction it compares is the one at the recipe's own draft length."""
     import argparse
 
@@ -192,7 +193,19 @@ def test_membound_served_plans_the_bench_run_it_sits_beside(tmp_path, monkeypatc
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # its `from _bench import ...`
     mod = _script("bench_membound_served")
     args = argparse.Namespace(
-        concurrency="1,2", workload="code", probe_prompts=2, requests=3, keep=tmp_path / "keep"
+        concurrency="1,2",
+        workload="code",
+        probe_prompts=2,
+        requests=7,
+        rounds=2,
+        max_tokens=64,
+        interleave=False,
+        keep=tmp_path / "keep",
+    )
+    argv = mod._compare_argv("tiny-ngram", args, tmp_path)
+    assert argv[argv.index("--requests") + 1] == "7" and argv[argv.index("--rounds") + 1] == "2"
+    assert "--rounds" not in mod._compare_argv(
+        "tiny-ngram", argparse.Namespace(**{**vars(args), "rounds": 1}), tmp_path
     )
     pred = mod._plan("tiny-ngram", args)
     kept = json.loads((tmp_path / "keep" / "tiny-ngram.plan.json").read_text())

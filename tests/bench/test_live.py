@@ -139,6 +139,46 @@ def test_compare_order_side_by_side_or_interleaved_by_level(server, tmp_path, in
         assert span(base, 2)[1] < span(spec, 1)[0]
 
 
+def test_compare_rounds_alternate_the_sides_within_a_level(server, tmp_path):
+    """`rounds=2`, by the server's own clock: at each level the baseline runs requests 0-1, the
+    speculative side 0-1 then 2-3, the baseline 2-3 (A B, B A), and each side's level holds all 4
+    requests, paired, each round a closed loop at the level's concurrency."""
+    ab = compare_base_spec(
+        server,
+        tmp_path,
+        max_tokens=12,
+        requests=4,
+        warmup=1,
+        resamples=200,
+        plots=False,
+        rounds=2,
+        interleave=True,
+    )
+    assert not ab.partial and [lv.concurrency for lv in ab.levels] == [1, 2]
+    assert all(lv.paired and lv.pairs == 4 for lv in ab.levels)
+    assert ab.settings["rounds"] == 2
+    base, spec = ab.baseline, ab.speculative
+    assert base is not None and spec is not None
+
+    def span(side, c, indices):
+        lv = side.level(c)
+        assert lv is not None and sorted(r.index for r in lv.records) == [0, 1, 2, 3]
+        rs = [r for r in lv.records if r.index in indices]
+        assert all(r.ok and r.server_arrival_ns and r.server_last_token_ns for r in rs)
+        return min(r.server_arrival_ns for r in rs), max(r.server_last_token_ns for r in rs)
+
+    order = []
+    for c in (1, 2):
+        first, second = (0, 1), (2, 3)
+        order += [span(base, c, first), span(spec, c, first), span(spec, c, second), span(base, c, second)]
+    assert all(a[1] < b[0] for a, b in zip(order, order[1:], strict=False))
+    # At c=2 both requests of a round were in flight at once: a closed loop at the level's concurrency.
+    lv = spec.level(2)
+    assert lv is not None
+    r0, r1 = (next(r for r in lv.records if r.index == i) for i in (0, 1))
+    assert r0.server_arrival_ns < r1.server_last_token_ns and r1.server_arrival_ns < r0.server_last_token_ns
+
+
 def test_tune_per_request_live(server, tmp_path):
     t = tune(
         server.grpc_url,

@@ -198,3 +198,93 @@ def _workload(opts: RunOptions):
     from toolkit.bench.measure.workloads import workload_for
 
     return workload_for(opts)
+
+
+def test_rounds_schedule_flips_the_order_every_round():
+    """--rounds K: per level, requests [k·N/K, (k+1)·N/K) by both sides, A B then B A, ...;
+    without rounds, both sides per level (interleaved) or each side's levels at once."""
+    assert compare_run.schedule([1, 4], 5, True, 2) == [
+        (0, [1], (0, 2)),
+        (1, [1], (0, 2)),
+        (1, [1], (2, 5)),
+        (0, [1], (2, 5)),
+        (0, [4], (0, 2)),
+        (1, [4], (0, 2)),
+        (1, [4], (2, 5)),
+        (0, [4], (2, 5)),
+    ]
+    assert [part for _, _, part in compare_run.schedule([1], 24, True, 3)[::2]] == [(0, 8), (8, 16), (16, 24)]
+    assert compare_run.schedule([1, 4], 5, True, 1) == [
+        (0, [1], None),
+        (1, [1], None),
+        (0, [4], None),
+        (1, [4], None),
+    ]
+    assert compare_run.schedule([1, 4], 5, False, 1) == [(0, [1, 4], None), (1, [1, 4], None)]
+
+
+def test_rounds_need_a_closed_loop_per_round():
+    """Each round runs at its level's concurrency: fewer requests per round than clients, a
+    duration per level, or a count below 1 is refused before anything is deployed, with the fix."""
+    from toolkit.errors import UsageError
+
+    compare_run.check_rounds(3, RunOptions(requests=24), [1, 2, 4, 8])
+    with pytest.raises(UsageError, match="leave 6 per round, fewer than the 8 clients") as e:
+        compare_run.check_rounds(4, RunOptions(requests=24), [1, 8])
+    assert e.value.hint == "at most 3 rounds with --requests 24, or --requests 32 or more"
+    with pytest.raises(UsageError, match="do not combine with a duration"):
+        compare_run.check_rounds(2, RunOptions(requests=24, duration=5.0), [1])
+    with pytest.raises(UsageError, match="positive integer"):
+        compare_run.check_rounds(0, RunOptions(), [1])
+
+
+def test_rounds_deploy_each_side_once_and_join_each_level(monkeypatch):
+    """With rounds, both recipe sides are deployed once for the whole run, each side is warmed
+    once, the measurements alternate A B, B A per level, and each side's level joins its rounds'
+    requests under their own indices and seeds: the same pairs as one closed loop of N."""
+    from toolkit.bench.measure.workloads import workload_for
+
+    endpoints: list[tuple[str, FakeEndpoint]] = []
+
+    def endpoint(url, *, model, protocol, timeout):
+        endpoints.append((url, FakeEndpoint()))
+        return endpoints[-1][1]
+
+    monkeypatch.setattr(side_mod, "TritonEndpoint", endpoint)
+    deployed: list[str] = []
+
+    @contextlib.contextmanager
+    def deploy_fn(recipe, **kw):
+        deployed.append(recipe.display_name)
+        yield f"127.0.0.1:{len(deployed)}", "ensemble"
+
+    sides = [
+        resolve_side("tiny-baseline", label="baseline"),
+        resolve_side("tiny-ngram", label="speculative"),
+    ]
+    opts = RunOptions(requests=5, warmup=1, progress=False, allow_inexact=True)
+    ab = compare_run.run_compare(
+        sides,
+        workload_for(opts),
+        opts,
+        levels=[1, 2],
+        resamples=50,
+        confidence=0.9,
+        deploy_fn=deploy_fn,
+        replay=False,
+        interleave=True,
+        rounds=2,
+    )
+    assert deployed == ["tiny-baseline", "tiny-ngram"]
+    base, spec = "127.0.0.1:1", "127.0.0.1:2"
+    assert [url for url, _ in endpoints] == [base, spec, spec, base, base, spec, spec, base]
+    # Requests sent per measurement: a warm-up before each side's first, then rounds of 2 and 3.
+    assert [len(ep.sent) for _, ep in endpoints] == [3, 3, 3, 3, 2, 2, 3, 3]
+    seeds = [ep.sent[-1][1] for _, ep in endpoints]
+    assert seeds == [1, 1, 4, 4, 1, 1, 4, 4]  # each round's last request keeps its own seed (seed + index)
+    assert ab.settings["rounds"] == 2 and "2 rounds per level" in ab.settings["order"]
+    assert not ab.partial and [lv.concurrency for lv in ab.levels] == [1, 2]
+    assert all(lv.paired and lv.pairs == 5 for lv in ab.levels)
+    for run in (ab.baseline, ab.speculative):
+        assert run is not None and "part" not in run.settings and run.settings["concurrency"] == [1, 2]
+        assert [[r.index for r in lv.records] for lv in run.levels] == [[0, 1, 2, 3, 4]] * 2

@@ -151,24 +151,33 @@ def test_plan_passes_the_bench_runs_request_count(monkeypatch):
 
 def test_bench_interleave_reaches_compare_and_needs_it(monkeypatch):
     """`sdtk bench --compare A B --interleave` asks bench.api.compare for the interleaved order
-    (without the flag, the default order); --interleave without --compare is a usage error that
-    deploys nothing."""
+    (without the flag, the default order); `--rounds K` passes K and implies the interleaved
+    order. --interleave or --rounds without --compare, and --rounds 0, are usage errors that
+    deploy nothing."""
     import toolkit.bench.api as api
     from toolkit.bench.results import ABResult
 
     seen = []
 
     def fake_compare(a, b, opts, **kw):
-        seen.append(kw["interleave"])
+        seen.append((kw["interleave"], kw["rounds"]))
         return ABResult(str(a), str(b), {}, {})
 
     monkeypatch.setattr(api, "compare", fake_compare)
-    assert invoke("bench", "--compare", "tiny-baseline", "tiny-ngram", "--interleave", "--json").exit_code == 0
+    assert (
+        invoke("bench", "--compare", "tiny-baseline", "tiny-ngram", "--interleave", "--json").exit_code == 0
+    )
     assert invoke("bench", "--compare", "tiny-baseline", "tiny-ngram", "--json").exit_code == 0
-    assert seen == [True, False]
-    r = invoke("bench", "tiny-ngram", "--interleave")
-    assert r.exit_code == 2 and r.stderr.startswith("error: ") and "--compare" in r.stderr
-    assert seen == [True, False]
+    assert (
+        invoke("bench", "--compare", "tiny-baseline", "tiny-ngram", "--rounds", "3", "--json").exit_code == 0
+    )
+    assert seen == [(True, 1), (False, 1), (True, 3)]
+    for flags in (["--interleave"], ["--rounds", "2"]):
+        r = invoke("bench", "tiny-ngram", *flags)
+        assert r.exit_code == 2 and r.stderr.startswith("error: ") and "--compare" in r.stderr
+        assert flags[0] in r.stderr
+    assert invoke("bench", "--compare", "tiny-baseline", "tiny-ngram", "--rounds", "0").exit_code == 2
+    assert len(seen) == 3
 
 
 # Every command, from whichever module of toolkit/cli/ registers it.

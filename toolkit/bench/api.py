@@ -108,11 +108,13 @@ def compare(
     plots: bool = True,
     replay: bool = True,
     interleave: bool = False,
+    rounds: int = 1,
     **changes: Any,
 ) -> ABResult:
     """Benchmark both sides on one workload and compare them. Recipe sides are deployed under
     `opts.workdir` (through `deploy_fn(recipe, workdir=...)`). `interleave`: both sides level by
-    level instead of one side's levels after the other's (orchestrate.compare). Reports go to `opts.report_dir`
+    level instead of one side's levels after the other's; `rounds` > 1: each level's requests in
+    that many rounds, the sides alternating, both deployed throughout (orchestrate.compare). Reports go to `opts.report_dir`
     (default <workdir>/reports/compare-<time>). A dead server raises BenchAborted whose
     `.partial` is the ABResult so far (its reports already written). Keyword arguments named
     after RunOptions fields change `opts`.
@@ -141,6 +143,7 @@ def compare(
             deploy_fn=deploy_fn,
             replay=replay,
             interleave=interleave,
+            rounds=rounds,
         ),
         opts.out_dir("compare"),
         plots=plots,

@@ -87,6 +87,16 @@ def _with(options):
     "at each concurrency) instead of one side's levels after the other's, so that a machine whose "
     "speed drifts moves both sides of a level alike. Recipe sides are deployed once per level.",
 )
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="With --compare: split each level's --requests into this many rounds, each a closed loop at "
+    "the level's concurrency, run by the two sides in turn (A B, B A, A B, ...), both deployed "
+    "throughout; implies --interleave. A drift over tens of seconds then falls on both sides alike. "
+    "`sdtk plan --requests` predicts it with the requests per round.",
+)
 @json_option
 def bench(
     target: str | None,
@@ -108,6 +118,7 @@ def bench(
     tokenizer: str | None,
     allow_inexact: bool,
     interleave: bool,
+    rounds: int,
     as_json: bool,
 ) -> None:
     """Benchmark a deployment (TARGET: recipe, workdir or URL), or A/B two with --compare.
@@ -139,11 +150,18 @@ def bench(
         from toolkit.bench.api import compare as run_compare
 
         result: Any = run_compare(
-            compare[0], compare[1], opts, concurrency=levels, deploy_fn=deployed, interleave=interleave
+            compare[0],
+            compare[1],
+            opts,
+            concurrency=levels,
+            deploy_fn=deployed,
+            interleave=interleave or rounds > 1,
+            rounds=rounds,
         )
     else:
-        if interleave:
-            raise UsageError("--interleave orders the two sides of --compare A B; give --compare")
+        if interleave or rounds > 1:
+            flag = "--interleave" if interleave else "--rounds"
+            raise UsageError(f"{flag} orders the two sides of --compare A B; give --compare")
         ref = target or url or (str(workdir) if workdir else None)
         if ref is None:
             raise UsageError("give a TARGET (recipe, workdir or URL), --url, --workdir, or --compare A B")
@@ -166,7 +184,8 @@ def bench(
     "--requests",
     type=click.IntRange(min=1),
     help="Requests per level of the `sdtk bench --compare` run to predict (its closed loop is replayed "
-    "with that many; the share that runs in the draining tail changes the speedup). Default: bench's.",
+    "with that many; the share that runs in the draining tail changes the speedup); for a run with "
+    "--rounds K, its requests per round (requests ÷ K). Default: bench's.",
 )
 @click.option("--gamma-max", default=8, show_default=True, type=int, help="Longest draft length to consider.")
 @click.option(

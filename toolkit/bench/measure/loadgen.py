@@ -340,7 +340,10 @@ async def _run_level(
     count_tokens: Callable[[str], int] | None,
     draft_len: int | None = None,
     allow_inexact: bool = False,
+    first: int = 0,
 ) -> LevelResult:
+    """`prompts` are the level's requests `first`, `first + 1`, ... of the run's sample (their
+    index and seed)."""
     records: list[RequestRecord] = []
     t0 = time.monotonic()
     deadline = t0 + duration if duration else None
@@ -378,7 +381,7 @@ async def _run_level(
 
     tasks: list[asyncio.Task] = []
     if concurrency is not None:
-        queue = list(enumerate(prompts))
+        queue = list(enumerate(prompts, first))
         queue.reverse()
 
         async def worker() -> None:
@@ -394,7 +397,7 @@ async def _run_level(
         async def schedule() -> None:
             t_next = time.monotonic()
             inflight = []
-            for i, p in enumerate(prompts):
+            for i, p in enumerate(prompts, first):
                 t_next += rng.expovariate(rate)
                 delay = t_next - time.monotonic()
                 if delay > 0:
@@ -563,6 +566,7 @@ async def run_load(
     draft_len: int | None = None,
     allow_inexact: bool = False,
     tokenizer: str | None = None,
+    part: tuple[int, int] | None = None,
 ) -> BenchResult:
     """Run every level against one endpoint. Raises BenchAborted (with .partial) if the server dies.
 
@@ -573,11 +577,17 @@ async def run_load(
     `draft_len`: the deployment's γ when known (from its recipe), to turn the server's draft
     counts into an acceptance length; a per-request `sampling.num_draft_tokens` wins.
     `progress`: a Step (toolkit.progress), or a bool; the bars are off for False or `quiet`.
+    `part` (start, stop): only those requests of the `requests` sampled, with their own indices
+    and seeds (one round of an A/B's level: toolkit.bench.orchestrate.compare).
     """
     levels = check_levels(concurrency, rate)
     _check_run(requests, duration, warmup, timeout)
     sampling = sampling or Sampling()
     prompts = workload.sample(requests, seed)
+    first, stop = part if part is not None else (0, requests)
+    if not 0 <= first < stop <= requests:
+        raise UsageError(f"requests [{first}, {stop}) are not a part of the {requests} sampled")
+    prompts = prompts[first:stop]
     result = BenchResult(
         endpoint=endpoint.name,
         workload=workload.to_dict(),
@@ -593,6 +603,7 @@ async def run_load(
             "draft_len": draft_len,
             "tokenizer": tokenizer,
             "allow_inexact": allow_inexact,
+            **({"part": list(part)} if part is not None else {}),
         },
         warnings=list(workload.warnings),
     )
@@ -628,6 +639,7 @@ async def run_load(
                         count_tokens=count_tokens,
                         draft_len=draft_len,
                         allow_inexact=allow_inexact,
+                        first=first,
                     )
                 )
         except _Aborted as e:
@@ -648,6 +660,7 @@ async def run_with(
     draft_len: int | None = None,
     tokenizer: str | None = None,
     count_tokens: Callable[[str], int] | None = None,
+    part: tuple[int, int] | None = None,
 ) -> BenchResult:
     """`run_load` with a run's options, closing the endpoint afterwards: how bench, compare and
     tune each measure one deployment. `count_tokens` defaults to a TokenCounter of `tokenizer`."""
@@ -671,6 +684,7 @@ async def run_with(
             count_tokens=count_tokens or (TokenCounter(tokenizer) if tokenizer else None),
             tokenizer=tokenizer,
             allow_inexact=opts.allow_inexact,
+            part=part,
         )
     finally:
         await endpoint.close()

@@ -9,23 +9,35 @@ itself is toolkit.bench.decide.compare's.
 The order: by default each side runs all its levels, the baseline's first. With `interleave`,
 level by level: the baseline at a level, then the speculative side at the same level, then the
 next level (a recipe side is deployed once per level), so a machine whose speed drifts over
-minutes moves both sides of a level alike instead of biasing every ratio one way.
+minutes moves both sides of a level alike instead of biasing every ratio one way. With `rounds`
+K > 1, finer still: both sides stay deployed for the whole run, and each level's requests are
+split into K consecutive rounds (requests 0..N/K-1, then the next N/K, ...), each round a closed
+loop at the level's concurrency, run by both sides in turn: A B, then B A, then A B, ... A side's
+level is its rounds' records joined (every request keeps its index and seed, so the pairs are the
+same requests as without rounds); its duration is theirs summed. A drift over tens of seconds
+then falls on both sides of a level alike. Each round drains at its end, so K rounds of N/K
+requests load a server like K runs of `--requests N/K`: `sdtk plan --requests N/K` predicts them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 
 from toolkit.bench.decide import compare as compare_mod
 from toolkit.bench.errors import BenchAborted
 from toolkit.bench.measure import replay as replay_mod
-from toolkit.bench.measure.records import BenchResult
+from toolkit.bench.measure.records import BenchResult, LevelResult
 from toolkit.bench.measure.workloads import Workload
 from toolkit.bench.options import RunOptions
-from toolkit.bench.orchestrate.side import Load, measure_side
+from toolkit.bench.orchestrate.side import Load, live_side, measure_side
 from toolkit.bench.results import ABResult
 from toolkit.bench.targets import DeployFn, Side
+from toolkit.errors import UsageError
+
+# One measurement of the schedule: (side index, levels, requests [start, stop) or None: all).
+Run = tuple[int, list[int], tuple[int, int] | None]
 
 
 def run_compare(
@@ -39,39 +51,128 @@ def run_compare(
     deploy_fn: DeployFn | None,
     replay: bool,
     interleave: bool = False,
+    rounds: int = 1,
 ) -> ABResult:
     """Run both sides on `wl` and compare them. A dead server raises BenchAborted whose
     `.partial` is the ABResult so far (reports are the caller's: toolkit.bench.api).
-    `interleave`: level by level, both sides at each level before the next (module docstring)."""
+    `interleave`: level by level, both sides at each level before the next; `rounds` > 1: each
+    level in that many rounds, the sides alternating (module docstring)."""
+    check_rounds(rounds, opts, levels)
     settings = {
         "concurrency": levels,
         **opts.settings(),
         "resamples": resamples,
         "confidence": confidence,
         "allow_inexact": opts.allow_inexact,
-        "order": "interleaved by level" if interleave else "side by side",
+        "order": order_label(interleave, rounds),
+        "rounds": rounds,
     }
     ab = ABResult(sides[0].describe(), sides[1].describe(), wl.to_dict(), settings)
     runs: dict[str, BenchResult | None] = {}
     current = sides[0]
-    rounds = [[c] for c in levels] if interleave else [list(levels)]
-    try:
-        for round_levels in rounds:
-            for side in sides:
-                current = side
-                got = measure_side(side, wl, opts, Load(concurrency=round_levels), deploy_fn=deploy_fn)
-                runs[side.label] = _joined(runs.get(side.label), got)
-    except BenchAborted as e:
-        runs[current.label] = _joined(runs.get(current.label), e.partial)
-        compare_mod.finish(ab, runs, resamples, opts.seed, confidence)
-        compare_mod.mark_partial(ab, current.label, e.cause or e.message)
-        raise BenchAborted(
-            f"comparison stopped: {ab.error}", partial=ab, cause=e.cause, hint=e.hint
-        ) from None
+    with contextlib.ExitStack() as stack:
+        measured = list(sides)
+        if rounds > 1:  # both deployed for the whole run, the baseline first
+            opts.steps("compare")(f"{rounds} rounds per level, the sides alternating: both stay deployed")
+            measured = [
+                stack.enter_context(
+                    live_side(s, protocol=opts.protocol, deploy_fn=deploy_fn, workdir=opts.workdir)
+                )
+                for s in sides
+            ]
+        try:
+            warmed: set[int] = set()
+            for i, run_levels, part in schedule(levels, opts.requests, interleave, rounds):
+                current = sides[i]
+                # Live sides are warmed once; a side deployed per measurement, every time.
+                run_opts = opts if rounds == 1 or i not in warmed else dataclasses.replace(opts, warmup=0)
+                warmed.add(i)
+                load = Load(concurrency=run_levels, part=part)
+                got = measure_side(measured[i], wl, run_opts, load, deploy_fn=deploy_fn, label=sides[i].label)
+                runs[current.label] = _added(runs.get(current.label), got, part)
+        except BenchAborted as e:
+            runs[current.label] = _added(runs.get(current.label), e.partial, part)
+            compare_mod.finish(ab, runs, resamples, opts.seed, confidence)
+            compare_mod.mark_partial(ab, current.label, e.cause or e.message)
+            raise BenchAborted(
+                f"comparison stopped: {ab.error}", partial=ab, cause=e.cause, hint=e.hint
+            ) from None
     compare_mod.finish(ab, runs, resamples, opts.seed, confidence)
     if replay:
         ab.replayed = replay_side(sides[1], wl, opts, ab.speculative)
     return ab
+
+
+def order_label(interleave: bool, rounds: int) -> str:
+    if rounds > 1:
+        return f"interleaved by level, {rounds} rounds per level (A B, B A, ...)"
+    return "interleaved by level" if interleave else "side by side"
+
+
+def check_rounds(rounds: int, opts: RunOptions, levels: Sequence[int]) -> None:
+    """Each round is a closed loop at its level's concurrency: it needs as many requests as
+    clients, and a fixed count of requests (not --duration)."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise UsageError(f"rounds must be a positive integer, got {rounds!r}")
+    if rounds == 1:
+        return
+    if opts.duration is not None:
+        raise UsageError(
+            "rounds split each level's requests; they do not combine with a duration per level",
+            hint="drop --duration, or --rounds",
+        )
+    top = max(levels)
+    if opts.requests // rounds < top:
+        most = opts.requests // top
+        raise UsageError(
+            f"{rounds} rounds of {opts.requests} requests leave {opts.requests // rounds} per round, "
+            f"fewer than the {top} clients at concurrency {top} (each round is a closed loop at its level)",
+            hint=f"at most {most} rounds with --requests {opts.requests}, or --requests {rounds * top} or more"
+            if most >= 1
+            else f"--requests {rounds * top} or more",
+        )
+
+
+def schedule(levels: list[int], requests: int, interleave: bool, rounds: int) -> list[Run]:
+    """The measurements in order: (side, levels, part). Side by side: each side's levels in one
+    run; interleaved: both sides per level; rounds: per level, requests [k·N/K, (k+1)·N/K) by
+    both sides, the order flipping every round (A B, B A, ...)."""
+    if rounds > 1:
+        bounds = [(k * requests // rounds, (k + 1) * requests // rounds) for k in range(rounds)]
+        return [
+            (i, [c], part)
+            for c in levels
+            for k, part in enumerate(bounds)
+            for i in ((0, 1) if k % 2 == 0 else (1, 0))
+        ]
+    groups = [[c] for c in levels] if interleave else [list(levels)]
+    return [(i, group, None) for group in groups for i in (0, 1)]
+
+
+def _added(
+    before: BenchResult | None, more: BenchResult | None, part: tuple[int, int] | None
+) -> BenchResult | None:
+    """A side's run so far with its next measurement: a later round of a level joins that level
+    (its records, in index order, and its duration); anything else adds levels (_joined)."""
+    if more is not None and "part" in more.settings:
+        more = dataclasses.replace(more, settings={k: v for k, v in more.settings.items() if k != "part"})
+    if part is None or part[0] == 0 or before is None or more is None or not before.levels or not more.levels:
+        return _joined(before, more)
+    last, add = before.levels[-1], more.levels[0]
+    level = LevelResult(
+        last.concurrency,
+        last.rate,
+        sorted([*last.records, *add.records], key=lambda r: r.index),
+        last.duration + add.duration,
+        last.partial or add.partial,
+    )
+    return dataclasses.replace(
+        before,
+        levels=[*before.levels[:-1], level],
+        partial=before.partial or more.partial,
+        error=more.error or before.error,
+        warnings=[*before.warnings, *(w for w in more.warnings if w not in before.warnings)],
+    )
 
 
 def _joined(before: BenchResult | None, more: BenchResult | None) -> BenchResult | None:

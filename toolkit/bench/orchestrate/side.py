@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from toolkit.bench.measure.loadgen import BenchResult, Sampling, TritonEndpoint, run_with
 from toolkit.bench.measure.records import count_steps_from_chunks
@@ -33,6 +34,9 @@ class Load:
     num_draft_tokens: int | None = None  # per-request draft length (BLS draft-target: tune)
     bls: bool = False  # send to the model that takes num_draft_tokens (the BLS), if the served one does not
     count_tokens: Callable[[str], int] | None = None  # a shared token counter (tune loads its tokenizer once)
+    # Only requests [start, stop) of the run's sample, with their own indices and seeds: one round
+    # of an A/B level (orchestrate.compare).
+    part: tuple[int, int] | None = None
 
 
 def measure_side(
@@ -70,10 +74,13 @@ def measure_side(
 
 
 @contextlib.contextmanager
-def live_side(side: Side, *, protocol: str, deploy_fn: DeployFn | None) -> Iterator[Side]:
-    """The side as a running server for the length of the block (a recipe side deployed once):
-    a URL side to measure several times (tune's per-request method)."""
-    with side_address(side, protocol=protocol, deploy_fn=deploy_fn) as (url, model):
+def live_side(
+    side: Side, *, protocol: str, deploy_fn: DeployFn | None, workdir: Path | str | None = None
+) -> Iterator[Side]:
+    """The side as a running server for the length of the block (a recipe side deployed once,
+    under `workdir` when given): a URL side to measure several times (tune's per-request method,
+    compare's rounds)."""
+    with side_address(side, protocol=protocol, deploy_fn=deploy_fn, workdir=workdir) as (url, model):
         yield dataclasses.replace(side, kind="url", url=url, model=model, overrides=None)
 
 
@@ -110,6 +117,7 @@ def load_at(
             draft_len=draft_len,
             tokenizer=tokenizer,
             count_tokens=load.count_tokens,
+            part=load.part,
         )
 
     return asyncio.run(go())
