@@ -157,6 +157,10 @@ def test_compare_rounds_alternate_the_sides_within_a_level(server, tmp_path):
     assert not ab.partial and [lv.concurrency for lv in ab.levels] == [1, 2]
     assert all(lv.paired and lv.pairs == 4 for lv in ab.levels)
     assert ab.settings["rounds"] == 2
+    assert (
+        "4 requests per level, seed 0; order: interleaved by level, 2 rounds per level (A B, B A, ...)"
+        in render(ab)
+    )
     base, spec = ab.baseline, ab.speculative
     assert base is not None and spec is not None
 

@@ -288,3 +288,52 @@ def test_rounds_deploy_each_side_once_and_join_each_level(monkeypatch):
     for run in (ab.baseline, ab.speculative):
         assert run is not None and "part" not in run.settings and run.settings["concurrency"] == [1, 2]
         assert [[r.index for r in lv.records] for lv in run.levels] == [[0, 1, 2, 3, 4]] * 2
+
+
+def test_a_server_dying_in_a_round_stops_the_comparison_with_what_was_measured(monkeypatch):
+    """The speculative side's server dies in its second round at c=1 (rounds=2, A B B A): the
+    comparison stops at once with a partial ABResult that names the side, keeps every request
+    measured so far under its own index (the baseline's first round, the speculative side's
+    first round and the second round's one success), and never starts the baseline's second round
+    or the next level; both deployments are stopped."""
+    from toolkit.bench.errors import BenchAborted
+    from toolkit.bench.measure.workloads import workload_for
+
+    endpoints: list[tuple[str, FakeEndpoint]] = []
+
+    def endpoint(url, *, model, protocol, timeout):
+        dies = len(endpoints) == 2  # the third measurement: the speculative side's second round
+        endpoints.append((url, FakeEndpoint(fail_after=1) if dies else FakeEndpoint()))
+        return endpoints[-1][1]
+
+    monkeypatch.setattr(side_mod, "TritonEndpoint", endpoint)
+    stopped: list[str] = []
+
+    @contextlib.contextmanager
+    def deploy_fn(recipe, **kw):
+        try:
+            yield f"127.0.0.1:{len(stopped) + 10}-{recipe.display_name}", "ensemble"
+        finally:
+            stopped.append(recipe.display_name)
+
+    sides = [resolve_side("tiny-baseline", label="baseline"), resolve_side("tiny-ngram", label="speculative")]
+    opts = RunOptions(requests=6, warmup=0, progress=False, allow_inexact=True)
+    with pytest.raises(BenchAborted) as e:
+        compare_run.run_compare(
+            sides,
+            workload_for(opts),
+            opts,
+            levels=[1, 2],
+            resamples=50,
+            confidence=0.9,
+            deploy_fn=deploy_fn,
+            replay=False,
+            interleave=True,
+            rounds=2,
+        )
+    assert len(endpoints) == 3 and sorted(stopped) == ["tiny-baseline", "tiny-ngram"]
+    ab = e.value.partial
+    assert ab.partial and ab.error.startswith("speculative: the server stopped answering")
+    assert [[r.index for r in lv.records] for lv in ab.baseline.levels] == [[0, 1, 2]]
+    spec = ab.speculative.levels
+    assert len(spec) == 1 and spec[0].partial and [r.index for r in spec[0].records if r.ok] == [0, 1, 2, 3]

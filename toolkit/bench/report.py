@@ -257,7 +257,8 @@ def render_compare(ab: ABResult) -> str:
     out = [
         f"sdtk bench --compare: baseline {ab.baseline_label}  vs  speculative {ab.speculative_label}",
         f"workload {ab.workload['name']} ({ab.workload['prompts']} prompts), {ab.settings['requests']} requests "
-        f"per level, seed {ab.settings['seed']}",
+        f"per level, seed {ab.settings['seed']}"
+        + (f"; order: {ab.settings['order']}" if "order" in ab.settings else ""),
     ]
     if ab.workload.get("synthetic"):
         out.append(SYNTHETIC_BANNER)
