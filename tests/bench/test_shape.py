@@ -238,11 +238,29 @@ def test_rounds_need_a_closed_loop_per_round():
         compare_run.check_rounds(0, RunOptions(), [1])
 
 
+def _two_rounds(opts: RunOptions, deploy_fn):
+    """run_compare of the recipes tiny-baseline and tiny-ngram at c = 1, 2 in two rounds per level."""
+    from toolkit.bench.measure.workloads import workload_for
+
+    sides = [resolve_side("tiny-baseline", label="baseline"), resolve_side("tiny-ngram", label="speculative")]
+    return compare_run.run_compare(
+        sides,
+        workload_for(opts),
+        opts,
+        levels=[1, 2],
+        resamples=50,
+        confidence=0.9,
+        deploy_fn=deploy_fn,
+        replay=False,
+        interleave=True,
+        rounds=2,
+    )
+
+
 def test_rounds_deploy_each_side_once_and_join_each_level(monkeypatch):
     """With rounds, both recipe sides are deployed once for the whole run, each side is warmed
     once, the measurements alternate A B, B A per level, and each side's level joins its rounds'
     requests under their own indices and seeds: the same pairs as one closed loop of N."""
-    from toolkit.bench.measure.workloads import workload_for
 
     endpoints: list[tuple[str, FakeEndpoint]] = []
 
@@ -258,23 +276,7 @@ def test_rounds_deploy_each_side_once_and_join_each_level(monkeypatch):
         deployed.append(recipe.display_name)
         yield f"127.0.0.1:{len(deployed)}", "ensemble"
 
-    sides = [
-        resolve_side("tiny-baseline", label="baseline"),
-        resolve_side("tiny-ngram", label="speculative"),
-    ]
-    opts = RunOptions(requests=5, warmup=1, progress=False, allow_inexact=True)
-    ab = compare_run.run_compare(
-        sides,
-        workload_for(opts),
-        opts,
-        levels=[1, 2],
-        resamples=50,
-        confidence=0.9,
-        deploy_fn=deploy_fn,
-        replay=False,
-        interleave=True,
-        rounds=2,
-    )
+    ab = _two_rounds(RunOptions(requests=5, warmup=1, progress=False, allow_inexact=True), deploy_fn)
     assert deployed == ["tiny-baseline", "tiny-ngram"]
     base, spec = "127.0.0.1:1", "127.0.0.1:2"
     assert [url for url, _ in endpoints] == [base, spec, spec, base, base, spec, spec, base]
@@ -297,7 +299,6 @@ def test_a_server_dying_in_a_round_stops_the_comparison_with_what_was_measured(m
     first round and the second round's one success), and never starts the baseline's second round
     or the next level; both deployments are stopped."""
     from toolkit.bench.errors import BenchAborted
-    from toolkit.bench.measure.workloads import workload_for
 
     endpoints: list[tuple[str, FakeEndpoint]] = []
 
@@ -316,21 +317,8 @@ def test_a_server_dying_in_a_round_stops_the_comparison_with_what_was_measured(m
         finally:
             stopped.append(recipe.display_name)
 
-    sides = [resolve_side("tiny-baseline", label="baseline"), resolve_side("tiny-ngram", label="speculative")]
-    opts = RunOptions(requests=6, warmup=0, progress=False, allow_inexact=True)
     with pytest.raises(BenchAborted) as e:
-        compare_run.run_compare(
-            sides,
-            workload_for(opts),
-            opts,
-            levels=[1, 2],
-            resamples=50,
-            confidence=0.9,
-            deploy_fn=deploy_fn,
-            replay=False,
-            interleave=True,
-            rounds=2,
-        )
+        _two_rounds(RunOptions(requests=6, warmup=0, progress=False, allow_inexact=True), deploy_fn)
     assert len(endpoints) == 3 and sorted(stopped) == ["tiny-baseline", "tiny-ngram"]
     ab = e.value.partial
     assert ab.partial and ab.error.startswith("speculative: the server stopped answering")
