@@ -603,7 +603,6 @@ async def run_load(
             "draft_len": draft_len,
             "tokenizer": tokenizer,
             "allow_inexact": allow_inexact,
-            **({"part": list(part)} if part is not None else {}),
         },
         warnings=list(workload.warnings),
     )

@@ -154,8 +154,6 @@ def _added(
 ) -> BenchResult | None:
     """A side's run so far with its next measurement: a later round of a level joins that level
     (its records, in index order, and its duration); anything else adds levels (_joined)."""
-    if more is not None and "part" in more.settings:
-        more = dataclasses.replace(more, settings={k: v for k, v in more.settings.items() if k != "part"})
     if part is None or part[0] == 0 or before is None or more is None or not before.levels or not more.levels:
         return _joined(before, more)
     last, add = before.levels[-1], more.levels[0]
@@ -166,12 +164,8 @@ def _added(
         last.duration + add.duration,
         last.partial or add.partial,
     )
-    return dataclasses.replace(
-        before,
-        levels=[*before.levels[:-1], level],
-        partial=before.partial or more.partial,
-        error=more.error or before.error,
-        warnings=[*before.warnings, *(w for w in more.warnings if w not in before.warnings)],
+    return _joined(
+        dataclasses.replace(before, levels=before.levels[:-1]), dataclasses.replace(more, levels=[level])
     )
 
 
