@@ -13,7 +13,14 @@ from toolkit.bench.api import plan
 from toolkit.bench.decide.candidates import probe_candidates
 from toolkit.bench.decide.inflight import simulate_bls, simulate_closed_loop
 from toolkit.bench.decide.predict import PlanResult, recommend, verify_widths
-from toolkit.bench.decide.runs import bls_fills, run_lengths, simulate_tau, step_count
+from toolkit.bench.decide.runs import (
+    bls_fills,
+    proposals,
+    run_lengths,
+    simulate_tau,
+    step_count,
+    step_widths,
+)
 from toolkit.bench.decide.timing import StepTiming, fit_kappa, interpolate, isotonic
 from toolkit.bench.measure.workloads import load_workload
 from toolkit.bench.options import RunOptions
@@ -116,6 +123,11 @@ def test_probe_draft_target_identical_draft(random_models, tmp_path):
     # The step's own work (ForwardTimer: outside the target's forwards) holds the draft model's
     # forwards here; a plain step's is sampling and bookkeeping.
     assert all(0 < c.t_own < c.t_step for c in p.probe.configs)
+    # Each step's verify forward (its last target forward) ran its γ drafts and one more; the
+    # last step of a request fewer, when fewer tokens were left.
+    for c in p.probe.configs:
+        assert sum(w - 1 for ws in c.step_widths for w in ws) == c.draft_tokens
+        assert max(w for ws in c.step_widths for w in ws) == c.settings["max_draft_len"] + 1
     assert 0 <= p.probe.timing.t_own_base < p.probe.timing.t_base
     assert [pr.draft_len for pr in p.predictions] == [1, 2, 3]
     assert [pr.expected_tokens for pr in p.predictions] == [2.0, 3.0, 4.0]
@@ -256,7 +268,18 @@ def test_probe_ngram_and_lookahead(random_models):
     t, cfg = p.probe.timing, p.probe.configs[0]
     assert len(p.probe.prefill) == 2 and 0 <= cfg.t_own < cfg.t_step
     widths = verify_widths(cfg, 3)
-    loop = [(len(r), step_count(r, 3)) for r in (run_lengths(st, 3, 1.0) for st in cfg.step_tokens)]
+    runs = [run_lengths(st, 3, 1.0) for st in cfg.step_tokens]
+    loop = [(len(r), step_count(r, 3)) for r in runs]
+    # Each step's verify forward, recorded (ForwardTimer): its proposal and one more, so the
+    # widths add up to the runtime's own count of proposed tokens, one per step.
+    for c in p.probe.configs:
+        assert [len(w) for w in c.step_widths] == [len(st) for st in c.step_tokens]
+        assert sum(w - 1 for ws in c.step_widths for w in ws) == c.draft_tokens
+    assert {w for ws in cfg.step_widths for w in ws} <= {1, 2, 3, 4}
+    # At the probed γ the replayed steps are the probe's own, each as wide as it ran.
+    pairs = zip(runs, cfg.step_tokens, cfg.step_widths, strict=True)
+    wide = [step_widths(r, proposals(st, sw), 3) for r, st, sw in pairs]
+    assert wide == cfg.step_widths
     p3 = next(x for x in p.predictions if x.draft_len == 3)
     # The bench run predicted sends `sdtk bench`'s default requests per level: the two probed
     # ones in turn, replayed with that many.
@@ -272,6 +295,7 @@ def test_probe_ngram_and_lookahead(random_models):
             widths=widths,
             t_own=cfg.t_own,
             count=p.requests,
+            step_widths=wide,
         )
         assert p3.speedup[b] == pytest.approx(want)
     assert [x.draft_len for x in p.predictions] == [1, 2, 3]
@@ -326,6 +350,18 @@ def test_helpers():
     iso = isotonic([(1, 1.0), (2, 1.4), (3, 1.2), (5, 2.0)])
     assert [n for n, _ in iso] == [1, 2, 3, 5]
     assert [t for _, t in iso] == pytest.approx([1.0, 1.3, 1.3, 2.0])
+    # Step widths at another γ: a probe at γ = 3 whose steps committed 1, 4 and 2 tokens and
+    # verified 1, 4 and 2 (proposed nothing; 3, all accepted; 1 with one token left, all
+    # accepted). From inside an accepted run the proposer offers what it offered from its root.
+    offered = proposals([1, 4, 2], [1, 4, 2])
+    assert offered == [0, 3, 3, 3, 3, 1, 1]
+    r3 = run_lengths([1, 4, 2], 3, p_tail=0.5)
+    assert step_widths(r3, offered, 3) == [1, 4, 2]  # the probe's own steps
+    assert step_widths(r3, offered, 1) == [1, 2, 2, 2] and step_count(r3, 1) == 4
+    with pytest.raises(ValueError):
+        proposals([1, 4], [1])
+    with pytest.raises(ValueError):
+        step_widths(r3, offered[:-1], 3)
     # Run lengths: steps at γ_max=4 committing 3 (2 accepted), 5 (all 4: censored), 1 tokens.
     r = run_lengths([3, 5, 1], 4, p_tail=0.5)
     assert r[:3] == [2, 1, 0]
@@ -664,22 +700,33 @@ def test_closed_loop_replays_the_batchers_rules():
     t=1.0  A, B decode (2 rows) → 3.0: B is done, its client sends C
     t=3.0  C's prompt (0.5) beside A's step (1 row, 1.0) → 4.5
     t=4.5  A's last step and C's (2 rows) → 6.5: both done."""
-    ends = simulate_closed_loop([3, 1, 1], clients=2, max_rows=None, prefill=[0.5] * 3, iteration=float)
+    rows = lambda r, w: float(r)  # noqa: E731
+    ends = simulate_closed_loop([3, 1, 1], clients=2, max_rows=None, prefill=[0.5] * 3, iteration=rows)
     assert ends == pytest.approx([6.5, 3.0, 3.5])  # C was sent at 3.0
     # max_rows: the third client's request waits for a place in the batch.
-    capped = simulate_closed_loop([1, 1, 1], clients=3, max_rows=2, prefill=[0.0] * 3, iteration=float)
+    capped = simulate_closed_loop([1, 1, 1], clients=3, max_rows=2, prefill=[0.0] * 3, iteration=rows)
     assert capped == pytest.approx([2.0, 2.0, 3.0])
     # One client: each request alone, its prompt then its steps.
     assert simulate_closed_loop(
-        [2, 0], clients=1, max_rows=None, prefill=[1.0, 2.0], iteration=lambda r: 3.0
+        [2, 0], clients=1, max_rows=None, prefill=[1.0, 2.0], iteration=lambda r, w: 3.0
     ) == [
         pytest.approx(7.0),
         pytest.approx(2.0),
     ]
-    for bad in ({"clients": 0}, {"prefill": [0.0]}):
+    # Widths: an iteration is as wide as its widest row's step. Two requests of 2 steps that
+    # start together step together: widths 1 then 4 in both cost 1 + 4; crossed, 4 + 4.
+    wide = lambda r, w: float(w)  # noqa: E731
+    kw = {"clients": 2, "max_rows": None, "prefill": [0.0, 0.0], "iteration": wide}
+    assert simulate_closed_loop([2, 2], widths=[[1, 4], [1, 4]], **kw) == pytest.approx([5.0, 5.0])
+    assert simulate_closed_loop([2, 2], widths=[[1, 4], [4, 1]], **kw) == pytest.approx([8.0, 8.0])
+    assert simulate_closed_loop([2, 2], **kw) == pytest.approx([2.0, 2.0])  # no widths: 1 token a step
+    # Out of step: the second request, sent when the first ends, runs its steps alone.
+    one = {**kw, "clients": 1}
+    assert simulate_closed_loop([2, 1], widths=[[1, 4], [3]], **one) == pytest.approx([5.0, 3.0])
+    for bad in ({"clients": 0}, {"prefill": [0.0]}, {"widths": [[1]]}, {"widths": [[1], [1, 2]]}):
         with pytest.raises(ValueError):
             simulate_closed_loop(
-                [1, 1], **{"clients": 1, "max_rows": None, "prefill": [0.0, 0.0], "iteration": float, **bad}
+                [1, 1], **{"clients": 1, "max_rows": None, "prefill": [0.0, 0.0], "iteration": rows, **bad}
             )
 
 
@@ -746,6 +793,37 @@ def test_replay_speedup_drains_the_batch():
     bab = (3 / (1.5 * g2 + 1.5) + 3 / (1.5 * g2) + 3 / (1.5 + 3.0)) / 3
     got3 = t.replay_speedup([(3, 1), (3, 2)], [1.0, 1.0], t_step=1.5, width=2, batch=2, count=3)
     assert got3 == pytest.approx((aba + bab) / (2 * plain3))
+    # Step widths (the probe's, replayed): an iteration is priced at its rows padded to their
+    # widest step, the forward part of t_step scaled from one row at the probe's mean width.
+    # Same width every step: what `growths` says for that width.
+    same = [[2], [2, 2]]
+    assert t.replay_speedup([(3, 1), (3, 2)], [1.0, 1.0], step_widths=same, **kw) == pytest.approx(
+        t.replay_speedup([(3, 1), (3, 2)], [1.0, 1.0], **kw)
+    )
+    # Two requests of 6 tokens in 2 steps that verify 1 then 4 tokens, at 2 clients. One row's
+    # forward costs w × 1.1 s (`_timing`), 2.75 s at the mean width; an iteration at 2 rows of
+    # width w costs 1.5 × w × 1.2 / 2.75 s. In step (alike proposals at the same point of the
+    # generations): 1.5 × 1.2 × (1 + 4) / 2.75 s each. Plainly, 6 steps of 1.2 / 1.1 s.
+    plain6 = 6 * 1.2 / 1.1
+    lock = 1.5 * 1.2 * 5 / 2.75
+    two = [(6, 2), (6, 2)]
+    kw2 = dict(t_step=1.5, width=4, batch=2)
+    assert t.replay_speedup(two, [1.0, 1.0], step_widths=[[1, 4], [1, 4]], **kw2) == pytest.approx(
+        plain6 / lock
+    )
+    # Crossed, every iteration is padded to 4 tokens.
+    crossed = 1.5 * 1.2 * 8 / 2.75
+    assert t.replay_speedup(two, [1.0, 1.0], step_widths=[[1, 4], [4, 1]], **kw2) == pytest.approx(
+        plain6 / crossed
+    )
+    # Without them, the widest of 2 independent draws from the same widths (1 or 4, even odds):
+    # 4 with probability 3/4.
+    iid = 1.5 * (0.25 * 1.2 + 0.75 * 4.8) / 2.75 * 2
+    half = [0.5, 0.0, 0.0, 0.5]
+    assert t.replay_speedup(two, [1.0, 1.0], widths=half, **kw2) == pytest.approx(plain6 / iid)
+    assert plain6 / crossed < plain6 / iid < plain6 / lock
+    with pytest.raises(ValueError, match="step_widths"):
+        t.replay_speedup(two, [1.0, 1.0], step_widths=[[1, 4], [1]], **kw2)
     with pytest.raises(ValueError, match="count"):
         t.replay_speedup(uneven, pre, count=0, **kw)
     with pytest.raises(ValueError, match="prefill"):

@@ -160,7 +160,8 @@ def simulate_closed_loop(
     clients: int,
     max_rows: int | None,
     prefill: Sequence[float],
-    iteration: Callable[[int], float],
+    iteration: Callable[[int, int], float],
+    widths: Sequence[Sequence[int]] | None = None,
 ) -> list[float]:
     """Each request's end-to-end seconds when `clients` closed-loop clients (`sdtk bench`'s
     concurrency) send the requests in order, first come first served, through the in-flight
@@ -170,16 +171,27 @@ def simulate_closed_loop(
     The batcher's rules: an iteration holds every request in the batch; one that arrives during
     an iteration joins at the next, while the batch has fewer than `max_rows` (None: no limit);
     in its first iteration a request runs its prompt step (prompts are batched apart from decode
-    steps, in the same iteration, so a prefill holds every row); `iteration(r)` is the seconds
-    of a decode iteration over r rows. A request ends with the iteration of its last step, and its
-    client sends the next one at once. Unlike pricing every step at `clients` rows, requests that
-    finish unevenly leave the tail of a run with fewer rows. Pure and deterministic."""
+    steps, in the same iteration, so a prefill holds every row); `iteration(r, w)` is the seconds
+    of a decode iteration over r rows padded to the widest of them, w tokens. A request ends with
+    the iteration of its last step, and its client sends the next one at once. Unlike pricing
+    every step at `clients` rows, requests that finish unevenly leave the tail of a run with fewer
+    rows.
+
+    `widths`: per request, the tokens each of its decode steps runs through the forward (a
+    speculative step verifies its proposal and one more; `steps[i]` of them). Rows that start
+    together step together, so where proposals are alike at the same point of their generations
+    (n-gram's, which find nothing early on and whole matches later) an iteration is narrower
+    than the widest of independent draws. None: every step runs 1 token. Pure and deterministic."""
     if clients < 1:
         raise ValueError(f"clients must be ≥ 1, got {clients}")
     if len(prefill) != len(steps):
         raise ValueError(f"{len(prefill)} prefill times for {len(steps)} requests")
     if any(s < 0 for s in steps) or any(not p >= 0 for p in prefill):
         raise ValueError("steps and prefill times must be ≥ 0")
+    if widths is not None and (
+        len(widths) != len(steps) or any(len(w) != n for w, n in zip(widths, steps, strict=True))
+    ):
+        raise ValueError("widths must give one width per decode step of every request")
     cap = max_rows if max_rows else clients
     todo = deque(range(len(steps)))
     queue: deque[int] = deque()  # sent, waiting for a place in the batch
@@ -194,7 +206,8 @@ def simulate_closed_loop(
         while queue and len(left) + len(joining) < cap:
             joining.append(queue.popleft())
         rows = [i for i in left if left[i] > 0]
-        now += sum(prefill[i] for i in joining) + (iteration(len(rows)) if rows else 0.0)
+        widest = max((widths[i][steps[i] - left[i]] for i in rows), default=1) if widths else 1
+        now += sum(prefill[i] for i in joining) + (iteration(len(rows), widest) if rows else 0.0)
         for i in rows:
             left[i] -= 1
         for i in joining:

@@ -14,7 +14,14 @@ from typing import Any
 
 from toolkit.bench.decide import costmodel as cm
 from toolkit.bench.decide import sizing as sz
-from toolkit.bench.decide.runs import bls_fills, run_lengths, simulate_tau, step_count
+from toolkit.bench.decide.runs import (
+    bls_fills,
+    proposals,
+    run_lengths,
+    simulate_tau,
+    step_count,
+    step_widths,
+)
 from toolkit.bench.decide.timing import StepTiming, interpolate
 from toolkit.bench.measure.metrics import Interval
 from toolkit.bench.proposers import (
@@ -45,6 +52,9 @@ class ProbeConfig:
     per_position_accepted: list[int]
     t_step: float  # measured seconds per speculative step (decode only)
     step_tokens: list[list[int]] = field(default_factory=list)  # per prompt: tokens committed by each step
+    # Per prompt: tokens each step's verify forward ran (its proposal and one more), one per
+    # step_tokens entry; empty: not recorded (a probe kept from before).
+    step_widths: list[list[int]] = field(default_factory=list)
     # Of t_step, the seconds outside the target's forwards: proposing (an EAGLE head's or a draft
     # model's forwards), acceptance, bookkeeping; per row of an in-flight batch (replay_speedup).
     t_own: float = 0.0
@@ -261,6 +271,26 @@ def _request_mean(
     return cm.request_mean_speedup(requests, speedup, plain, timing.overhead_at(batch), batch, prefill)
 
 
+def _recorded(cfg: ProbeConfig) -> bool:
+    """Whether the probe recorded the width of each of this configuration's steps."""
+    return len(cfg.step_widths) == len(cfg.step_tokens) and all(
+        len(w) == len(t) for w, t in zip(cfg.step_widths, cfg.step_tokens, strict=True)
+    )
+
+
+def _chain_widths(
+    primary: ProbeConfig, runs: Sequence[Sequence[float]], gamma: int
+) -> list[list[int]] | None:
+    """Each probed request's step widths at draft length γ (runs.step_widths), from the widths
+    the longest chain probe recorded; None where it recorded none."""
+    if not _recorded(primary):
+        return None
+    return [
+        step_widths(run, proposals(tokens, wide), gamma)
+        for run, tokens, wide in zip(runs, primary.step_tokens, primary.step_widths, strict=True)
+    ]
+
+
 def _replayable(probe: Probe, requests: int) -> bool:
     """Whether `bench --compare`'s closed loop can be replayed from the probe (StepTiming.replay_speedup):
     each probed request's prefill was timed, and there are requests."""
@@ -324,7 +354,10 @@ def predict_measured(
     rate. When the probe timed each request's prefill (and not through the BLS loop), that mean
     comes from replaying the closed loop of `bench` through the batcher on both sides
     (`StepTiming.replay_speedup`): each request its own steps at this γ (`runs.step_count`), so
-    that the batch drains as requests finish unevenly and an iteration costs what its rows cost.
+    that the batch drains as requests finish unevenly and an iteration costs what its rows cost,
+    each step as wide as the probe's verify forward ran there (`runs.step_widths`; rows that
+    start together step together, and n-gram's proposals are alike at the same point of their
+    generations).
     Otherwise (and for the BLS loop) every step is priced at b rows, each request with its own τ
     (`costmodel.request_mean_speedup`, with its prefill when timed).
     `requests`: the requests per level of the `bench --compare` run predicted, which the replay
@@ -393,6 +426,7 @@ def _predict_chain(
         pooled = {b: at[b](e) for b in concurrency}
         if fills is None and _replayable(probe, len(runs)):
             loop = [(len(r), step_count(r, g)) for r in runs]
+            wide = _chain_widths(primary, runs, g)
             speedup = {
                 b: t.replay_speedup(
                     loop,
@@ -403,6 +437,7 @@ def _predict_chain(
                     widths=widths,
                     t_own=own,
                     count=requests,
+                    step_widths=wide,
                 )
                 for b in concurrency
             }
@@ -453,6 +488,7 @@ def _predict_probed(
                     batch=b,
                     t_own=cfg.t_own,
                     count=requests,
+                    step_widths=cfg.step_widths if _recorded(cfg) else None,
                 )
                 for b in concurrency
             }

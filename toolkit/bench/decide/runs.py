@@ -30,8 +30,8 @@ def run_lengths(step_tokens: Sequence[int], gamma_max: int, p_tail: float) -> li
     return out
 
 
-def _steps(run: Sequence[float], gamma: int, bls: bool) -> Iterator[tuple[int, int]]:
-    """(tokens a step from root p commits, tokens the loop advances) for each step of one
+def _steps(run: Sequence[float], gamma: int, bls: bool) -> Iterator[tuple[int, int, int]]:
+    """(tokens a step from root p commits, tokens the loop advances, p) for each step of one
     generation replayed at draft length γ (see simulate_tau)."""
     p, n = 0, len(run)
     while p < n:
@@ -39,8 +39,30 @@ def _steps(run: Sequence[float], gamma: int, bls: bool) -> Iterator[tuple[int, i
         lo = int(a)
         c = min(lo + 1 + (1 if (a - lo) >= 0.5 else 0), n - p)
         advance = min(gamma + 1, n - p) if bls else c
-        yield c, advance
+        yield c, advance, p
         p += advance
+
+
+def proposals(step_tokens: Sequence[int], step_widths: Sequence[int]) -> list[int]:
+    """How many drafts the proposer offers from every position of one probed generation (the
+    probe's steps: the tokens each committed and the tokens its forward verified, a proposal and
+    one more). A step's root is exact; the positions its accepted run covers take its proposal
+    too, as the proposer's proposal from inside the run continues the one from its root (n-gram's
+    match goes on; a draft model or head proposes its full length anyway)."""
+    if len(step_tokens) != len(step_widths):
+        raise ValueError(f"{len(step_widths)} step widths for {len(step_tokens)} steps")
+    return [max(0, w - 1) for c, w in zip(step_tokens, step_widths, strict=True) for _ in range(c)]
+
+
+def step_widths(run: Sequence[float], offered: Sequence[int], gamma: int) -> list[int]:
+    """The tokens each step of one generation verifies at draft length γ (its proposal, at most
+    γ and at most the tokens left after the next one, and one more), replaying its run lengths:
+    the same steps as `step_count`. `offered`: the drafts offered from every position
+    (`proposals`)."""
+    n = len(run)
+    if len(offered) != n:
+        raise ValueError(f"{len(offered)} proposals for a generation of {n} tokens")
+    return [min(offered[p], gamma, n - p - 1) + 1 for _, _, p in _steps(run, gamma, False)]
 
 
 def simulate_tau(runs: Sequence[Sequence[float]], gamma: int, *, bls: bool = False) -> float:
@@ -54,7 +76,7 @@ def simulate_tau(runs: Sequence[Sequence[float]], gamma: int, *, bls: bool = Fal
     a hard stretch cluster, and so commits more per verify step than the speculative loop."""
     steps = tokens = 0
     for r in runs:
-        for c, _ in _steps(r, gamma, bls):
+        for c, _, _ in _steps(r, gamma, bls):
             steps += 1
             tokens += c
     return tokens / steps if steps else 1.0
@@ -70,4 +92,4 @@ def bls_fills(run: Sequence[float], gamma: int) -> list[int]:
     """The plain fill steps of each BLS iteration of one generation replayed at draft length γ:
     the target decodes up to γ + 1 tokens per iteration (fewer at the end), the first τ of them
     from the verify step (simulate_tau's `bls`)."""
-    return [advance - c for c, advance in _steps(run, gamma, True)]
+    return [advance - c for c, advance, _ in _steps(run, gamma, True)]

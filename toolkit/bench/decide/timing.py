@@ -99,6 +99,7 @@ class StepTiming:
         widths: Sequence[float] | None = None,
         t_own: float = 0.0,
         count: int | None = None,
+        step_widths: Sequence[Sequence[int]] | None = None,
     ) -> float:
         """`sdtk bench --compare`'s speedup at concurrency `batch`, its closed loop replayed
         through the in-flight batcher (inflight.simulate_closed_loop) on both sides: `requests`
@@ -123,11 +124,20 @@ class StepTiming:
         requests per client a smaller share of them runs in the draining tail, where the
         speculative side gains (at 8 clients on the memory-bound twin, 16 requests replay to
         1.19× and 24 to 1.13×). None: the probed requests, repeated when fewer than the clients
-        so that every client has one."""
+        so that every client has one.
+
+        `step_widths`: per probed request, the tokens each of its s_i speculative steps verifies
+        (the probe's, `ProbeConfig.step_widths`, replayed at this γ). Then a speculative
+        iteration costs the forward part of `t_step` scaled from one row of the probe's mean
+        width to its rows padded to the widest step among them (inflight.simulate_closed_loop's
+        `widths`), so rows that step together with alike proposals are priced as they run.
+        None: `growths`' widest of b independent draws from `widths`."""
         if not requests:
             raise ValueError("no requests to replay")
         if len(prefill) != len(requests):
             raise ValueError(f"{len(prefill)} prefill times for {len(requests)} requests")
+        if step_widths is not None and [len(w) for w in step_widths] != [s for _, s in requests]:
+            raise ValueError("step_widths must give one width per speculative step of every request")
         n = len(requests)
         if count is None:  # the probed ones; fewer than the clients: repeated, one for every client
             count = n if n >= batch else -(-batch // n) * n
@@ -143,13 +153,21 @@ class StepTiming:
 
         own_p, own_s = min(self.t_own_base, self.t_base), min(t_own, t_step)
 
+        # Per step widths: the forward part of t_step is one row at the probe's mean width.
+        steps_w = [w for ws in step_widths or () for w in ws]
+        one_row = sum(self.batch_cost(w, 1) for w in steps_w) / len(steps_w) if steps_w else 0.0
+        by_width = bool(self.batch_points) and one_row > 0
+
         @functools.cache  # one price per row count: the replay asks once per iteration
-        def plain(r: int) -> float:
+        def plain(r: int, _w: int) -> float:
             return (self.t_base - own_p) * self.growths(1, r)[0] + r * own_p + o
 
         @functools.cache
-        def spec(r: int) -> float:
-            return (t_step - own_s) * self.growths(width, r, widths)[1] + r * own_s + o
+        def spec(r: int, w: int) -> float:
+            grown = (
+                self.batch_cost(w, self.rows(r)) / one_row if by_width else self.growths(width, r, widths)[1]
+            )
+            return (t_step - own_s) * grown + r * own_s + o
 
         def mean_rate(order: list[int], speculative: bool) -> float:
             seconds = simulate_closed_loop(
@@ -158,6 +176,7 @@ class StepTiming:
                 max_rows=self.max_batch,
                 prefill=[first[i] for i in order],
                 iteration=spec if speculative else plain,
+                widths=[step_widths[i] for i in order] if speculative and by_width and step_widths else None,
             )
             return sum(
                 requests[i][0] / s if s > 0 else 0.0 for i, s in zip(order, seconds, strict=True)

@@ -186,17 +186,20 @@ class ForwardTimer:
     `run`, `_next` and `_rows`, the entries every step of the generation loop goes through
     (forward, greedy_next and greedy_chain call the first two, the greedy chain path the third).
     Instance attributes shadow the methods while it is installed and are removed after (timers
-    nest: each restores what it found)."""
+    nest: each restores what it found). `last`: the tokens the latest forward ran (each entry's
+    first argument is its ids), what a speculative step's verify forward was wide."""
 
     NAMES = ("run", "_next", "_rows")
 
     def __init__(self, lm: Any):
         self.lm = lm
         self.seconds = 0.0
+        self.last = 0
         self._before: dict[str, Any] = {}
 
     def _timed(self, fn: Any) -> Any:
         def timed(*args: Any, **kwargs: Any) -> Any:
+            self.last = len(args[0]) if args else len(kwargs["ids"])
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
@@ -228,6 +231,7 @@ def generate_timed(
     spec: Any = None,
     speculative: bool = True,
     inside: list[float] | None = None,
+    widths: list[int] | None = None,
 ) -> tuple[Any, list[float], list[int], float]:
     """One generation: its result, the wall time of each decode step, the tokens each step
     committed, and the seconds to the first token (the prefill).
@@ -236,18 +240,22 @@ def generate_timed(
     starts the decode clock: durations[i] belongs to step i+1, whose tokens are counts[i+1].
     `inside`: when given, the seconds of each decode step spent inside the target's forwards
     (ForwardTimer) are appended to it, one per duration; the rest of a step is the runtime's own
-    work (proposing, drafting, acceptance, bookkeeping).
+    work (proposing, drafting, acceptance, bookkeeping). `widths`: when given, the tokens each
+    step's last target forward ran are appended to it, one per count (a speculative step's verify
+    forward: its proposal and one more; the first step's, after the prompt's).
     """
     marks: list[float] = []
     counts: list[int] = []
     reads: list[float] = []
-    timer = ForwardTimer(rt.target) if inside is not None else None
+    timer = ForwardTimer(rt.target) if inside is not None or widths is not None else None
 
     def on_tokens(tokens: list[int]) -> None:
         marks.append(time.perf_counter())
         counts.append(len(tokens))
         if timer is not None:
             reads.append(timer.seconds)
+            if widths is not None:
+                widths.append(timer.last)
 
     start = time.perf_counter()
     with timer if timer is not None else contextlib.nullcontext():

@@ -122,6 +122,7 @@ def run_probe(
     steps: list[list[float]] = [[] for _ in cands]
     inside_steps: list[list[float]] = [[] for _ in cands]
     step_tokens: list[list[list[int]]] = [[] for _ in cands]
+    step_widths: list[list[list[int]]] = [[] for _ in cands]
     progress(
         f"baseline and {len(cands)} speculative configuration(s): {len(prompts)} prompts × {tokens_label} tokens",
     )
@@ -132,17 +133,21 @@ def run_probe(
         base_steps += durs
         prefill.append(first)
         for k, cs in enumerate(cfg_specs):
-            res, durs, counts, _ = generate_timed(rt, ids, n, sampling, spec=cs, inside=inside_steps[k])
+            wide: list[int] = []
+            res, durs, counts, _ = generate_timed(
+                rt, ids, n, sampling, spec=cs, inside=inside_steps[k], widths=wide
+            )
             _add_stats(totals[k], res.stats)
             steps[k] += durs
             step_tokens[k].append(counts)
+            step_widths[k].append(wide)
     widths = sorted({1, *(min(config_draft_len(mode, st, spec), 32) + 1 for _, st in cands)})
     timing = _time_costs(rt, prompts[0] + outputs[0][: lengths[0] // 2], base_steps, widths, progress)
     timing.max_batch = getattr(getattr(rec, "build", None), "max_batch_size", None)
     timing.t_own_base = _own(base_steps, base_inside)
     configs = []
-    for (label, settings), st, durs, stoks, ins in zip(
-        cands, totals, steps, step_tokens, inside_steps, strict=True
+    for (label, settings), st, durs, stoks, swide, ins in zip(
+        cands, totals, steps, step_tokens, step_widths, inside_steps, strict=True
     ):
         configs.append(
             ProbeConfig(
@@ -158,6 +163,7 @@ def run_probe(
                 t_step=step_mean(durs) if durs else 0.0,
                 t_own=_own(durs, ins),
                 step_tokens=stoks,
+                step_widths=swide,
             )
         )
     probe = Probe(
