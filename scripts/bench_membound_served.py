@@ -148,7 +148,12 @@ def main() -> int:
     ap.add_argument(
         "--repeat", type=int, default=1, help="run the A/B (and plan) this many times; cells show medians"
     )
-    ap.add_argument("--probe-prompts", type=int, default=8, help="sdtk plan --probe-prompts (with --plan)")
+    ap.add_argument(
+        "--probe-prompts",
+        type=int,
+        default=8,
+        help="sdtk plan --probe-prompts (with --plan); as many as --requests probes every request the A/B sends",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--section", default=SECTION, help="marker name of the section to replace")

@@ -843,12 +843,13 @@ def test_forward_timer_counts_the_targets_forwards_and_leaves_no_trace(random_mo
     lm = CachedLM(AutoModelForCausalLM.from_pretrained(random_models / "target").eval())
     with ForwardTimer(lm) as timer:
         lm.forward([1, 2, 3])
-        after_forward = timer.seconds
+        after_forward, wide = timer.seconds, timer.last
         lm.greedy_chain([4], 3)
         after_chain = timer.seconds
         with torch.inference_mode():
             lm._rows([8, 9])  # the greedy chain path's entry (n-gram)
     assert 0 < after_forward < after_chain < timer.seconds
+    assert (wide, timer.last) == (3, 2)  # the tokens of the latest forward
     assert not {"run", "_next", "_rows"} & set(vars(lm))
     before = timer.seconds
     lm.forward([5])

@@ -158,7 +158,7 @@ class StepTiming:
         one_row = sum(self.batch_cost(w, 1) for w in steps_w) / len(steps_w) if steps_w else 0.0
         by_width = bool(self.batch_points) and one_row > 0
 
-        @functools.cache  # one price per row count: the replay asks once per iteration
+        @functools.cache  # one price per (rows, widest step): the replay asks once per iteration
         def plain(r: int, _w: int) -> float:
             return (self.t_base - own_p) * self.growths(1, r)[0] + r * own_p + o
 
