@@ -157,6 +157,7 @@ class StepTiming:
         steps_w = [w for ws in step_widths or () for w in ws]
         one_row = sum(self.batch_cost(w, 1) for w in steps_w) / len(steps_w) if steps_w else 0.0
         by_width = bool(self.batch_points) and one_row > 0
+        spec_widths = step_widths if by_width else None
 
         @functools.cache  # one price per (rows, widest step): the replay asks once per iteration
         def plain(r: int, _w: int) -> float:
@@ -176,7 +177,7 @@ class StepTiming:
                 max_rows=self.max_batch,
                 prefill=[first[i] for i in order],
                 iteration=spec if speculative else plain,
-                widths=[step_widths[i] for i in order] if speculative and by_width and step_widths else None,
+                widths=[spec_widths[i] for i in order] if speculative and spec_widths else None,
             )
             return sum(
                 requests[i][0] / s if s > 0 else 0.0 for i, s in zip(order, seconds, strict=True)
