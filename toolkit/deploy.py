@@ -341,7 +341,10 @@ def _deploy(
 
                 progress(
                     survive_burst(
-                        server, decoupled=rendered.decoupled, llmapi=rendered.entry_kind == "llmapi"
+                        server,
+                        decoupled=rendered.decoupled,
+                        llmapi=rendered.entry_kind == "llmapi",
+                        output_room=recipe.build.max_seq_len - recipe.build.max_input_len,
                     )
                 )
     except BaseException:

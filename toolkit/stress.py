@@ -31,6 +31,7 @@ from toolkit.server.state import python_stubs
 
 KINDS = ("http", "http_stream", "grpc_stream", "abandon", "cancel", "bad")
 COMPLETE_KINDS = ("http", "http_stream", "grpc_stream")  # read to the end: their text is checked
+CANCEL_TOKENS = 400  # a cancelled stream's budget: its cancellation lands far from its end (plan)
 PROMPTS = (
     "def fibonacci(n):",
     "import os\n\n\ndef read_lines(path):",
@@ -263,10 +264,27 @@ class Traffic:
             out.error = f"expected a 4xx, got HTTP {r.status_code}: {r.text[:200]}"
 
 
-def plan(n: int, *, seed: int = 0, kinds: Sequence[str] = KINDS, max_tokens: Sequence[int] = (16, 48)):
-    """`n` (kind, prompt, max_tokens) requests, every kind in turn, prompts and lengths drawn."""
+def plan(
+    n: int,
+    *,
+    seed: int = 0,
+    kinds: Sequence[str] = KINDS,
+    max_tokens: Sequence[int] = (16, 48),
+    cancel_tokens: int = CANCEL_TOKENS,
+):
+    """`n` (kind, prompt, max_tokens) requests, every kind in turn, prompts and lengths drawn.
+
+    A `cancel` asks for `cancel_tokens`, so that its cancellation (after the first chunk) lands
+    mid-generation, far from the stream's own end: in Triton <= 24.12 (2.51 embedded) a client's
+    cancellation that meets a stream's final response can crash the whole server in its gRPC
+    stream handler (server PRs #7840, #8078; seen once in CI with a 16-token stream). The draws
+    are the same as without it, so every other request is unchanged."""
     rng = random.Random(seed)
-    return [(kinds[i % len(kinds)], rng.choice(PROMPTS), rng.choice(list(max_tokens))) for i in range(n)]
+    out = []
+    for i in range(n):
+        kind, prompt, tokens = kinds[i % len(kinds)], rng.choice(PROMPTS), rng.choice(list(max_tokens))
+        out.append((kind, prompt, cancel_tokens if kind == "cancel" else tokens))
+    return out
 
 
 def run(

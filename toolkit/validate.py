@@ -497,13 +497,22 @@ def _acceptance(report: ValidationReport, served: list[Any], recipe: Recipe | No
 
 
 def survive_burst(
-    server: Any, *, decoupled: bool, llmapi: bool = False, n: int = 12, concurrency: int = 4
+    server: Any,
+    *,
+    decoupled: bool,
+    llmapi: bool = False,
+    n: int = 12,
+    concurrency: int = 4,
+    output_room: int = stress.CANCEL_TOKENS,
 ) -> str:
     """`sdtk deploy`'s last check: a short burst of concurrent, streamed, cancelled and malformed
-    requests after validation. Raises ServerError if a stub died or a well-formed request failed."""
+    requests after validation. Raises ServerError if a stub died or a well-formed request failed.
+    `output_room`: the most tokens any prompt may still generate (build.max_seq_len less
+    build.max_input_len); a cancelled stream asks for up to stress.CANCEL_TOKENS of it."""
     kinds = stress.KINDS if decoupled else ("http", "bad")
     traffic = stress.Traffic(server.http_url, server.grpc_url, server.model_name, llmapi=llmapi)
-    report = stress.run(traffic, stress.plan(n, kinds=kinds), concurrency=concurrency, pgid=server.pid)
+    requests = stress.plan(n, kinds=kinds, cancel_tokens=min(stress.CANCEL_TOKENS, output_room))
+    report = stress.run(traffic, requests, concurrency=concurrency, pgid=server.pid)
     if report.stub_deaths or report.failures:
         first = report.failures[0] if report.failures else None
         raise ServerError(

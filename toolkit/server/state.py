@@ -27,7 +27,7 @@ from typing import Any
 
 from toolkit._fs import atomic_write
 from toolkit.errors import ServerError, WorkdirError
-from toolkit.server import logscan, procs, stubcheck
+from toolkit.server import crashsite, logscan, procs, stubcheck
 from toolkit.server.lock import WorkdirLock
 from toolkit.server.workdir import DEFAULT_WORKDIR
 
@@ -325,8 +325,9 @@ _SIGNAL = re.compile(r"Signal \((\d+)\) received")
 
 
 def _crash(st: ServerState) -> str:
-    """', crashed: Signal (11) received at <log mtime> (see <log>)' when the log ends in a crash
-    (Triton prints the signal and a backtrace), else ""."""
+    """', crashed: Signal (11) received at <log mtime> in <function>: <known bug> (backtrace: ...)'
+    when the log ends in a crash (Triton prints the signal and a backtrace), else "". The site
+    only where the backtrace resolves against the binary (toolkit.server.crashsite)."""
     text = logscan.tail(st.log_path, 200)
     found = _SIGNAL.findall(text)
     if not found:
@@ -335,7 +336,9 @@ def _crash(st: ServerState) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.stat(st.log_path).st_mtime))
     except OSError:
         when = "an unknown time"
-    return f", crashed: Signal ({found[-1]}) received at {when} (backtrace: `sdtk logs -n 40`)"
+    site = crashsite.crash_site(text)
+    where = f" {site.describe()}" if site else ""
+    return f", crashed: Signal ({found[-1]}) received at {when}{where} (backtrace: `sdtk logs -n 40`)"
 
 
 def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
