@@ -18,6 +18,7 @@ symbols, or a frame 0 outside the handler all give no site.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import ctypes.util
 import functools
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _FRAME = re.compile(r"^\s*(\d+)# 0x([0-9A-Fa-f]+) in (.+?)\s*$")
-_SIGNAL = "Signal ("
+SIGNAL = re.compile(r"Signal \((\d+)\) received")  # Triton's line before its backtrace
 HANDLER = "ErrorSignalHandler"  # triton::server::(anonymous namespace)::ErrorSignalHandler(int)
 _PAGE = 0x1000
 _FUNC = 2  # STT_FUNC
@@ -66,11 +67,11 @@ class CrashSite:
 
 def crash_site(log_text: str) -> CrashSite | None:
     """The site of the last crash in a Triton log, or None (see the module docstring)."""
-    start = log_text.rfind(_SIGNAL)
-    if start < 0:
+    starts = [m.start() for m in SIGNAL.finditer(log_text)]
+    if not starts:
         return None
     frames: list[tuple[int, int, str]] = []
-    for line in log_text[start:].splitlines()[1:]:
+    for line in log_text[starts[-1] :].splitlines()[1:]:
         m = _FRAME.match(line)
         if m is None:
             if frames:
@@ -98,18 +99,12 @@ def crash_site(log_text: str) -> CrashSite | None:
             names.append(_short(_demangle(sym[2])))
     if not names:
         return None
-    known = ""
-    for name in names:
-        known = next((why for key, why in KNOWN if key in name), "")
-        if known:
-            break
+    known = next((why for name in names for key, why in KNOWN if key in name), "")
     return CrashSite(names[0], known, tuple(names))
 
 
 def _lookup(symbols: list[tuple[int, int, str]], offset: int) -> tuple[int, int, str] | None:
     """The function symbol whose [value, value + size) holds `offset`."""
-    import bisect
-
     i = bisect.bisect_right(symbols, (offset, float("inf"), "")) - 1
     if i < 0:
         return None

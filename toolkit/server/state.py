@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import time
 import urllib.error
@@ -321,15 +320,12 @@ def _alive_and_ours(st: ServerState) -> bool:
     return procs.same_process(st.pid, st.start_ticks, st.executable)
 
 
-_SIGNAL = re.compile(r"Signal \((\d+)\) received")
-
-
 def _crash(st: ServerState) -> str:
     """', crashed: Signal (11) received at <log mtime> in <function>: <known bug> (backtrace: ...)'
     when the log ends in a crash (Triton prints the signal and a backtrace), else "". The site
     only where the backtrace resolves against the binary (toolkit.server.crashsite)."""
     text = logscan.tail(st.log_path, 200)
-    found = _SIGNAL.findall(text)
+    found = crashsite.SIGNAL.findall(text)
     if not found:
         return ""
     try:
