@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -57,10 +58,31 @@ def _json(proc: Any, what: str) -> dict[str, Any]:
 
 
 def _keep(args: argparse.Namespace, name: str, proc: Any) -> None:
-    """With --keep DIR: the command's JSON as DIR/NAME, for a later look at the same run."""
-    if args.keep is not None and proc.returncode == 0:
-        args.keep.mkdir(parents=True, exist_ok=True)
-        (args.keep / name).write_text(proc.stdout)
+    """With --keep DIR: the command's JSON as DIR/NAME, for a later look at the same run; for an A/B
+    also its per-request records (the report's requests.jsonl) as DIR/RECIPE.requests.jsonl, which
+    the JSON summarises per level only (pooling several runs' pairs needs them)."""
+    if args.keep is None or proc.returncode != 0:
+        return
+    args.keep.mkdir(parents=True, exist_ok=True)
+    (args.keep / name).write_text(proc.stdout)
+    if not name.endswith(".compare.json"):
+        return
+    for f in (Path(x) for x in json.loads(proc.stdout).get("report_files") or []):
+        if f.name == "requests.jsonl":
+            shutil.copyfile(f, args.keep / name.replace(".compare.json", ".requests.jsonl"))
+
+
+def _chance_miss(interval: dict[str, float], predicted: float, tol: float = 0.10) -> float:
+    """The chance that a served point lands more than `tol` (relative to itself) from `predicted`
+    when `predicted` is the true speedup and the point scatters as its own CI says (normal, the
+    CI's width at its confidence): what the yardstick's width alone makes of an exact plan."""
+    z = statistics.NormalDist().inv_cdf(0.5 + float(interval.get("confidence", 0.95)) / 2)
+    se = (interval["hi"] - interval["lo"]) / (2 * z)
+    if se <= 0:
+        return 0.0 if abs(predicted - interval["point"]) <= tol * interval["point"] else 1.0
+    # |predicted − S| ≤ tol·S  ⇔  predicted/(1 + tol) ≤ S ≤ predicted/(1 − tol)
+    dist = statistics.NormalDist(predicted, se)
+    return 1.0 - (dist.cdf(predicted / (1 - tol)) - dist.cdf(predicted / (1 + tol)))
 
 
 def _compare_argv(recipe: str, args: argparse.Namespace, work: Path) -> list[str]:
@@ -125,6 +147,21 @@ def _rows(recipe: str, runs: list[tuple[dict[str, Any], dict[int, float] | None]
     return rows
 
 
+def _yardstick(cells: list[tuple[dict[str, float], float]], tol: float = 0.10) -> list[str]:
+    """A line on what the served measurement can resolve: how many cells an exact plan would miss
+    by more than `tol` through the served CIs' own width, against how many this run's plan did."""
+    if not cells:
+        return []
+    chance = sum(_chance_miss(iv, q, tol) for iv, q in cells)
+    missed = sum(abs(q - iv["point"]) > tol * iv["point"] for iv, q in cells)
+    return [
+        f"- The yardstick's own width: were plan exact, the served CIs would put {chance:.1f} of these "
+        f"{len(cells)} cells more than {tol:.0%} from it by chance (each point normal, its CI's width); "
+        f"this run's plan misses {missed}.",
+        "",
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("recipes", nargs="*", default=DEFAULT)
@@ -158,7 +195,10 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--section", default=SECTION, help="marker name of the section to replace")
     ap.add_argument(
-        "--keep", type=Path, help="keep each command's JSON here (RECIPE.compare.json, RECIPE.plan.json)"
+        "--keep",
+        type=Path,
+        help="keep each command's JSON here (RECIPE.compare.json, RECIPE.plan.json) and each A/B's "
+        "per-request records (RECIPE.requests.jsonl)",
     )
     args = ap.parse_args()
     if args.repeat < 1 or args.rounds < 1:
@@ -167,6 +207,7 @@ def main() -> int:
     load0 = os.getloadavg()[0]
     started = datetime.now(timezone.utc)
     rows: list[str] = []
+    cells: list[tuple[dict[str, float], float]] = []  # (served CI, plan) per cell, one run each
     with tempfile.TemporaryDirectory(prefix="sdtk-membound-") as tmp:
         for recipe in args.recipes:
             runs: list[tuple[dict[str, Any], dict[int, float] | None]] = []
@@ -178,6 +219,12 @@ def main() -> int:
                 print(f"[membound] {recipe}{tag}: {time.monotonic() - t0:.0f} s", file=sys.stderr)
                 runs.append((ab, predicted))
             rows += _rows(recipe, runs, args.plan)
+            if len(runs) == 1 and runs[0][1] is not None:
+                pred = runs[0][1]
+                levels = runs[0][0]["levels"]
+                cells += [
+                    (lv["speedup"], pred[lv["concurrency"]]) for lv in levels if lv["concurrency"] in pred
+                ]
     load1 = os.getloadavg()[0]
     command = "python scripts/bench_membound_served.py " + " ".join(sys.argv[1:])
     head = "| recipe | concurrency | served speedup [95% CI] | pairs |"
@@ -226,6 +273,7 @@ def main() -> int:
             rule + "---|",
             *rows,
             "",
+            *_yardstick(cells),
             end,
         ]
     )

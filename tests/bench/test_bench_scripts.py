@@ -214,3 +214,54 @@ def test_membound_served_plans_the_bench_run_it_sits_beside(tmp_path, monkeypatc
     own = load_recipe("tiny-ngram").speculative.draft_len
     (at_own,) = [p for p in kept["predictions"] if p["draft_len"] == own]
     assert pred == {int(c): s for c, s in at_own["speedup"].items()} and sorted(pred) == [1, 2]
+
+
+def test_membound_served_yardstick_width_against_a_simulation(monkeypatch):
+    """The section's "yardstick's own width" line: the chance that an exact plan lands more than
+    10% from a served point which scatters as its CI says, checked against a seeded simulation of
+    that scatter (written here, not with the script's formula)."""
+    import numpy as np
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    mod = _script("bench_membound_served")
+    rng = np.random.default_rng(0)
+    for iv, q in [
+        ({"point": 2.2, "lo": 1.95, "hi": 2.45, "confidence": 0.95}, 2.25),
+        ({"point": 1.2, "lo": 1.12, "hi": 1.28, "confidence": 0.95}, 1.12),
+        ({"point": 1.0, "lo": 0.97, "hi": 1.03, "confidence": 0.9}, 1.0),
+    ]:
+        se = (iv["hi"] - iv["lo"]) / (2 * 1.959963984540054 if iv["confidence"] == 0.95 else 2 * 1.6448536)
+        s = rng.normal(q, se, 400_000)
+        sim = float(np.mean(np.abs(q - s) > 0.10 * s))
+        assert mod._chance_miss(iv, q) == pytest.approx(sim, abs=0.003)
+    # a zero-width CI: the point is the truth, so the chance is 0 or 1
+    assert mod._chance_miss({"point": 1.0, "lo": 1.0, "hi": 1.0}, 1.05) == 0.0
+    assert mod._chance_miss({"point": 1.0, "lo": 1.0, "hi": 1.0}, 1.2) == 1.0
+    cells = [({"point": 2.0, "lo": 1.8, "hi": 2.2}, 2.05), ({"point": 1.0, "lo": 0.95, "hi": 1.05}, 1.15)]
+    (line, blank) = mod._yardstick(cells)
+    assert blank == "" and "of these 2 cells more than 10% from it" in line
+    assert line.endswith("this run's plan misses 1.") and mod._yardstick([]) == []
+
+
+def test_membound_served_keeps_the_per_request_records(tmp_path, monkeypatch):
+    """--keep DIR keeps an A/B's per-request records (its report's requests.jsonl) beside its JSON;
+    a plan's JSON, a failed command and a run without --keep copy nothing."""
+    import argparse
+    import subprocess
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    mod = _script("bench_membound_served")
+    report = tmp_path / "a report dir" / "compare-1"
+    report.mkdir(parents=True)
+    (report / "requests.jsonl").write_text('{"index": 0, "side": "baseline"}\n')
+    (report / "compare.json").write_text("{}")
+    out = json.dumps({"report_files": [str(report / "compare.json"), str(report / "requests.jsonl")]})
+    keep = tmp_path / "keep"
+    args = argparse.Namespace(keep=keep)
+    mod._keep(args, "r.plan.json", subprocess.CompletedProcess([], 0, out, ""))
+    assert sorted(p.name for p in keep.iterdir()) == ["r.plan.json"]
+    mod._keep(args, "r.2.compare.json", subprocess.CompletedProcess([], 0, out, ""))
+    assert (keep / "r.2.requests.jsonl").read_text() == '{"index": 0, "side": "baseline"}\n'
+    mod._keep(args, "s.compare.json", subprocess.CompletedProcess([], 1, out, ""))
+    mod._keep(argparse.Namespace(keep=None), "t.compare.json", subprocess.CompletedProcess([], 0, out, ""))
+    assert sorted(p.name for p in keep.iterdir()) == ["r.2.compare.json", "r.2.requests.jsonl", "r.plan.json"]
