@@ -58,18 +58,21 @@ def _json(proc: Any, what: str) -> dict[str, Any]:
 
 
 def _keep(args: argparse.Namespace, name: str, proc: Any) -> None:
-    """With --keep DIR: the command's JSON as DIR/NAME, for a later look at the same run; for an A/B
-    also its per-request records (the report's requests.jsonl) as DIR/RECIPE.requests.jsonl, which
-    the JSON summarises per level only (pooling several runs' pairs needs them)."""
-    if args.keep is None or proc.returncode != 0:
+    """With --keep DIR: the command's JSON as DIR/NAME, for a later look at the same run."""
+    if args.keep is not None and proc.returncode == 0:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        (args.keep / name).write_text(proc.stdout)
+
+
+def _keep_records(args: argparse.Namespace, name: str, ab: dict[str, Any]) -> None:
+    """With --keep DIR: an A/B's per-request records (its report's requests.jsonl) as DIR/NAME,
+    which its JSON summarises per level only (pooling several runs' pairs needs them)."""
+    if args.keep is None:
         return
-    args.keep.mkdir(parents=True, exist_ok=True)
-    (args.keep / name).write_text(proc.stdout)
-    if not name.endswith(".compare.json"):
-        return
-    for f in (Path(x) for x in json.loads(proc.stdout).get("report_files") or []):
+    for f in (Path(x) for x in ab.get("report_files") or []):
         if f.name == "requests.jsonl":
-            shutil.copyfile(f, args.keep / name.replace(".compare.json", ".requests.jsonl"))
+            args.keep.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, args.keep / name)
 
 
 def _chance_miss(interval: dict[str, float], predicted: float, tol: float = 0.10) -> float:
@@ -98,7 +101,9 @@ def _compare(recipe: str, args: argparse.Namespace, work: Path, tag: str = "") -
     argv = _compare_argv(recipe, args, work)
     proc = sdtk(*argv)
     _keep(args, f"{recipe}{tag}.compare.json", proc)
-    return _json(proc, f"sdtk {' '.join(argv)}")
+    ab = _json(proc, f"sdtk {' '.join(argv)}")
+    _keep_records(args, f"{recipe}{tag}.requests.jsonl", ab)
+    return ab
 
 
 def _plan(recipe: str, args: argparse.Namespace, tag: str = "") -> dict[int, float] | None:
@@ -219,12 +224,9 @@ def main() -> int:
                 print(f"[membound] {recipe}{tag}: {time.monotonic() - t0:.0f} s", file=sys.stderr)
                 runs.append((ab, predicted))
             rows += _rows(recipe, runs, args.plan)
-            if len(runs) == 1 and runs[0][1] is not None:
-                pred = runs[0][1]
-                levels = runs[0][0]["levels"]
-                cells += [
-                    (lv["speedup"], pred[lv["concurrency"]]) for lv in levels if lv["concurrency"] in pred
-                ]
+            ab, pred = runs[-1]
+            if len(runs) == 1 and pred is not None:
+                cells += [(lv["speedup"], pred[c]) for lv in ab["levels"] if (c := lv["concurrency"]) in pred]
     load1 = os.getloadavg()[0]
     command = "python scripts/bench_membound_served.py " + " ".join(sys.argv[1:])
     head = "| recipe | concurrency | served speedup [95% CI] | pairs |"

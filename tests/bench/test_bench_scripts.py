@@ -260,8 +260,12 @@ def test_membound_served_keeps_the_per_request_records(tmp_path, monkeypatch):
     args = argparse.Namespace(keep=keep)
     mod._keep(args, "r.plan.json", subprocess.CompletedProcess([], 0, out, ""))
     assert sorted(p.name for p in keep.iterdir()) == ["r.plan.json"]
+    # an A/B, as `_compare` keeps it: its JSON, then (once it parsed) its records
     mod._keep(args, "r.2.compare.json", subprocess.CompletedProcess([], 0, out, ""))
+    mod._keep_records(args, "r.2.requests.jsonl", json.loads(out))
     assert (keep / "r.2.requests.jsonl").read_text() == '{"index": 0, "side": "baseline"}\n'
-    mod._keep(args, "s.compare.json", subprocess.CompletedProcess([], 1, out, ""))
-    mod._keep(argparse.Namespace(keep=None), "t.compare.json", subprocess.CompletedProcess([], 0, out, ""))
+    mod._keep(args, "s.compare.json", subprocess.CompletedProcess([], 1, out, ""))  # `_json` exits next
+    none = argparse.Namespace(keep=None)
+    mod._keep(none, "t.compare.json", subprocess.CompletedProcess([], 0, out, ""))
+    mod._keep_records(none, "t.requests.jsonl", json.loads(out))
     assert sorted(p.name for p in keep.iterdir()) == ["r.2.compare.json", "r.2.requests.jsonl", "r.plan.json"]
