@@ -50,11 +50,13 @@ import yaml
 from packaging.version import Version
 
 from toolkit import __version__, modes
+from toolkit.build import llmapi_schema
 from toolkit.build.configs import build_config, pretrained_config
 from toolkit.build.context import SPEC_MODE_NAMES, BuildContext
 from toolkit.build.preflight import FAILED, PASSED, CheckResult
 from toolkit.build.steps import Step
 from toolkit.modes import LlmapiCall
+from toolkit.modes.load_aware import draft_len_at
 from toolkit.shellsafe import comment
 
 EXTRA_OPTIONS = "extra_llm_api_options.yaml"
@@ -148,21 +150,102 @@ def _mode_config(ctx: BuildContext) -> dict | None:
     )
 
 
-def speculative_config(ctx: BuildContext) -> dict | None:
-    """The mode's speculative_config plus the recipe's max_concurrency / draft_len_schedule."""
-    cfg = _mode_config(ctx)
+def render_schedule(schedule: dict[int, int] | None, limit: int | None, max_batch: int) -> dict[int, int]:
+    """sdtk's draft-length function over batch sizes 1..max_batch (toolkit.modes.load_aware:
+    `schedule` in sdtk's meaning, speculation off above `limit`) as a `draft_len_schedule` map
+    that TensorRT-LLM reads the same whether its keys are lower bounds (1.2) or upper bounds (1.3,
+    PR #10860): every run of equal draft lengths gets a key at its first and at its last batch size.
+    Key 1 maps to max_draft_len (both lines' rule); the last run ends at max_batch, so 1.3 keeps
+    speculating up to the LLM's max_batch_size where sdtk does."""
+    out: dict[int, int] = {}
+    start = 1
+    lengths = [draft_len_at(schedule, limit, b) or 0 for b in range(1, max_batch + 1)]
+    for b in range(1, max_batch + 1):
+        if b == max_batch or lengths[b] != lengths[b - 1]:
+            out[start] = out[b] = lengths[b - 1]
+            start = b + 1
+    return out
+
+
+def _load_aware(ctx: BuildContext, cfg: dict) -> None:
+    """The recipe's load-aware knobs, in the version's field names (never max_concurrency together
+    with draft_len_schedule: 1.3 refuses that, and 1.2.x may)."""
     s = ctx.recipe.speculative
-    if cfg is not None:
-        limit: int | None = getattr(s, "max_concurrency", None)
-        schedule: dict[int, int] | None = getattr(s, "draft_len_schedule", None)
-        if limit is not None:
-            cfg["max_concurrency"] = limit
-        if schedule is not None:
-            cfg["draft_len_schedule"] = dict(schedule)
+    line = llmapi_schema.line(ctx.version)
+    limit: int | None = getattr(s, "max_concurrency", None)
+    schedule: dict[int, int] | None = getattr(s, "draft_len_schedule", None)
+    if schedule is not None:
+        cfg["draft_len_schedule"] = render_schedule(schedule, limit, ctx.recipe.build.max_batch_size)
+    elif limit is not None:
+        cfg["max_concurrency"] = limit
+    if line is None:
+        return
+    window, threshold = line.cutoffs
+    if getattr(s, "acceptance_window", None) is not None:
+        cfg[window] = s.acceptance_window
+    if getattr(s, threshold, None) is not None:
+        cfg[threshold] = getattr(s, threshold)
+    if getattr(s, "use_rejection_sampling", None) is not None and line.name != "1.2":
+        cfg["use_rejection_sampling"] = s.use_rejection_sampling
+
+
+def speculative_config(ctx: BuildContext) -> dict | None:
+    """The mode's speculative_config plus the recipe's load-aware knobs, for the version's schema."""
+    cfg = _mode_config(ctx)
+    if cfg is None:
+        return None
+    line = llmapi_schema.line(ctx.version)
+    if line is not None and not line.eagle3_one_model and cfg.get("decoding_type") in ("Eagle3", "Eagle"):
+        # 1.3: the two-model EAGLE-3 path is gone (PRs #17366, #18721) and Eagle3DecodingConfig has
+        # no eagle3_one_model field (1.3.0rc27 API page); one-model is what runs.
+        cfg.pop("eagle3_one_model", None)
+    _load_aware(ctx, cfg)
     return cfg
 
 
+def _version_refusals(ctx: BuildContext) -> list[str]:
+    """Recipe knobs the declared version has no field for, each with what to do instead."""
+    s = ctx.recipe.speculative
+    line = llmapi_schema.line(ctx.version)
+    name = line.name if line is not None else ctx.version
+    out = []
+    if line is None or line.name == "1.2":
+        if getattr(s, "use_rejection_sampling", None) is not None:
+            out.append(f"speculative.use_rejection_sampling: TensorRT-LLM {name} has no such field (1.3 has)")
+        if getattr(s, "acceptance_rate_threshold", None) is not None:
+            out.append(
+                f"speculative.acceptance_rate_threshold: TensorRT-LLM {name} has no such field; "
+                "did you mean acceptance_length_threshold (an average acceptance length, not a rate)?"
+            )
+    if (line is None or line.name != "1.2") and getattr(s, "acceptance_length_threshold", None) is not None:
+        out.append(
+            f"speculative.acceptance_length_threshold: TensorRT-LLM {name} has no such field; did you mean "
+            "acceptance_rate_threshold (a rate in [0, 1], 1.3)?"
+        )
+    if line is None and getattr(s, "acceptance_window", None) is not None:
+        out.append(f"speculative.acceptance_window needs TensorRT-LLM >= 1.2 ({name} has no such field)")
+    if (
+        line is not None
+        and not line.eagle3_one_model
+        and "eagle3_one_model" in s.model_fields_set
+        and getattr(s, "eagle3_one_model", True) is False
+    ):
+        out.append(
+            f"speculative.eagle3_one_model: false: TensorRT-LLM {name} removed the two-model EAGLE-3 path "
+            "(PRs #17366, #18721); drop the field (one-model runs)"
+        )
+    return out
+
+
+def unverified(ctx: BuildContext) -> tuple[str, ...]:
+    """What sdtk could not verify about the declared version's LLM-API facts."""
+    line = llmapi_schema.line(ctx.version)
+    return line.unverified if line is not None else ()
+
+
 def check_fields(ctx: BuildContext) -> CheckResult:
+    """The recipe's fields against the declared version, then the rendered speculative_config
+    against that version's stand-in (toolkit.build.llmapi_schema)."""
     s = ctx.recipe.speculative
     sc = schema(ctx)
     used = [f for f in modes.info(s.mode).llmapi_fields_since_1_1 if getattr(s, f) not in (None, False)]
@@ -183,7 +266,40 @@ def check_fields(ctx: BuildContext) -> CheckResult:
             f"{ctx.version} has no such field)",
             "drop those fields, or plan for trtllm_version 1.1 or newer",
         )
-    return CheckResult("llmapi-fields", PASSED, sc.why)
+    refused = _version_refusals(ctx)
+    if refused:
+        return CheckResult(
+            "llmapi-fields", FAILED, "; ".join(refused), "drop them, or declare a version that has them"
+        )
+    return _check_standin(ctx, sc.why)
+
+
+def _check_standin(ctx: BuildContext, why: str) -> CheckResult:
+    line = llmapi_schema.line(ctx.version)
+    spec = speculative_config(ctx)
+    if line is None:
+        return CheckResult("llmapi-fields", PASSED, why)
+    if spec is not None:
+        try:
+            llmapi_schema.validate(ctx.version, spec)
+        except llmapi_schema.StandinError as e:
+            if getattr(ctx.recipe.speculative, "llmapi_check", "refuse") == "refuse":
+                return CheckResult(
+                    "llmapi-fields",
+                    FAILED,
+                    f"{e} ({line.source})",
+                    "fix the recipe; if your TensorRT-LLM build accepts this, set speculative.llmapi_check: warn",
+                )
+            ctx.notes.append(
+                f"speculative_config not accepted by the {line.name} stand-in (llmapi_check: warn): {e}"
+            )
+    ctx.notes.append(
+        f"TensorRT-LLM {ctx.version or 'newest'}: LLM-API facts from {line.source}; unverified: "
+        + "; ".join(line.unverified)
+    )
+    return CheckResult(
+        "llmapi-fields", PASSED, f"{why}; speculative_config accepted by the {line.name} stand-in"
+    )
 
 
 def llm_args(ctx: BuildContext) -> dict:
@@ -260,13 +376,19 @@ def _dump(header: list[str], data: dict) -> str:
 SERVE_OPTIONS_FLAG = "--extra_llm_api_options"
 
 
+def serve_flag(ctx: BuildContext) -> str:
+    """`--config` where the version's docs prefer it (1.3 line), else `--extra_llm_api_options`."""
+    line = llmapi_schema.line(ctx.version)
+    return line.serve_flag if line is not None else SERVE_OPTIONS_FLAG
+
+
 def serve_argv(ctx: BuildContext) -> list[str]:
     s = ctx.recipe.serving
     return [
         "trtllm-serve",
         model_ref(ctx),
         "--backend", "pytorch",
-        SERVE_OPTIONS_FLAG, str(ctx.engines / "target" / EXTRA_OPTIONS),
+        serve_flag(ctx), str(ctx.engines / "target" / EXTRA_OPTIONS),
         "--host", s.host,
         "--port", str(s.http_port),
     ]  # fmt: skip
@@ -280,6 +402,10 @@ def files(ctx: BuildContext) -> dict[str, str]:
         f"({ctx.version_source})",
         f"field names: {sc.why}",
     ]
+    line = llmapi_schema.line(ctx.version)
+    if line is not None:
+        header.append(f"checked against sdtk's TensorRT-LLM {line.name} stand-in ({line.source})")
+        header += [f"unverified for {line.name}: {u}" for u in line.unverified]
     extra = _dump([*header, "use: " + shlex.join(serve_argv(ctx))], llm_args(ctx))
     triton = _dump(
         [*header, "Triton llmapi model: all_models/llmapi/tensorrt_llm/1/model.yaml"], model_yaml(ctx)
