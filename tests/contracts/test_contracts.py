@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from packaging.version import Version
 from google.protobuf import text_format
+from packaging.version import Version
 from tritonclient.grpc import model_config_pb2
 
 from tests.repo.conftest import engines_for, llmapi_options, make_recipe
@@ -265,7 +265,7 @@ def test_speculative_config_standin_matches_its_fixture(version):
     assert rules["acceptance_cutoffs"] == list(line.cutoffs)
     assert rules["eagle3_one_model"] is line.eagle3_one_model
     assert rules["trtllm_serve_options_flag"] == line.serve_flag
-    assert ("mutually exclusive" == rules["max_concurrency_with_draft_len_schedule"]) is line.exclusive_limit
+    assert (rules["max_concurrency_with_draft_len_schedule"] == "mutually exclusive") is line.exclusive_limit
     assert rules["unverified"] == list(line.unverified) and rules["source"] == line.source
     if version == "1.3":
         assert not {"Medusa", "Lookahead"} & set(facts["speculative_config"])
