@@ -56,7 +56,7 @@ from toolkit.build.context import SPEC_MODE_NAMES, BuildContext
 from toolkit.build.preflight import FAILED, PASSED, CheckResult
 from toolkit.build.steps import Step
 from toolkit.modes import LlmapiCall
-from toolkit.modes.load_aware import draft_len_at
+from toolkit.modes.load_aware import render_schedule
 from toolkit.shellsafe import comment
 
 EXTRA_OPTIONS = "extra_llm_api_options.yaml"
@@ -148,23 +148,6 @@ def _mode_config(ctx: BuildContext) -> dict | None:
     return modes.hooks(s.mode, backend="llmapi").llmapi_config(
         s, LlmapiCall(decoding_type, sc.model_key, model)
     )
-
-
-def render_schedule(schedule: dict[int, int] | None, limit: int | None, max_batch: int) -> dict[int, int]:
-    """sdtk's draft-length function over batch sizes 1..max_batch (toolkit.modes.load_aware:
-    `schedule` in sdtk's meaning, speculation off above `limit`) as a `draft_len_schedule` map
-    that TensorRT-LLM reads the same whether its keys are lower bounds (1.2) or upper bounds (1.3,
-    PR #10860): every run of equal draft lengths gets a key at its first and at its last batch size.
-    Key 1 maps to max_draft_len (both lines' rule); the last run ends at max_batch, so 1.3 keeps
-    speculating up to the LLM's max_batch_size where sdtk does."""
-    out: dict[int, int] = {}
-    start = 1
-    lengths = [draft_len_at(schedule, limit, b) or 0 for b in range(1, max_batch + 1)]
-    for b in range(1, max_batch + 1):
-        if b == max_batch or lengths[b] != lengths[b - 1]:
-            out[start] = out[b] = lengths[b - 1]
-            start = b + 1
-    return out
 
 
 def _load_aware(ctx: BuildContext, cfg: dict) -> None:

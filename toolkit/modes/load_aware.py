@@ -82,6 +82,23 @@ def draft_len_at(schedule: dict[int, int] | None, max_concurrency: int | None, b
     return None
 
 
+def render_schedule(schedule: dict[int, int] | None, limit: int | None, max_batch: int) -> dict[int, int]:
+    """sdtk's draft-length function over batch sizes 1..max_batch (toolkit.modes.load_aware:
+    `schedule` in sdtk's meaning, speculation off above `limit`) as a `draft_len_schedule` map
+    that TensorRT-LLM reads the same whether its keys are lower bounds (1.2) or upper bounds (1.3,
+    PR #10860): every run of equal draft lengths gets a key at its first and at its last batch size.
+    Key 1 maps to max_draft_len (both lines' rule); the last run ends at max_batch, so 1.3 keeps
+    speculating up to the LLM's max_batch_size where sdtk does."""
+    out: dict[int, int] = {}
+    start = 1
+    lengths = [draft_len_at(schedule, limit, b) or 0 for b in range(1, max_batch + 1)]
+    for b in range(1, max_batch + 1):
+        if b == max_batch or lengths[b] != lengths[b - 1]:
+            out[start] = out[b] = lengths[b - 1]
+            start = b + 1
+    return out
+
+
 class LoadAware(Strict):
     """TensorRT-LLM LLM-API `DecodingBaseConfig` runtime knobs (tensorrt_llm/llmapi/llm_args.py;
     tensorrt_llm/_torch/speculative/drafter.py), honoured by the reference runtime too, and
