@@ -298,3 +298,39 @@ def test_standin_rules_per_line():
     assert llmapi_schema.line("1.1.0") is None and v("1.1.0", {"decoding_type": "Eagle"}) is None
     assert llmapi_schema.line("1.2.0rc8") is llmapi_schema.LINE_1_2
     assert llmapi_schema.line("1.3.0rc24") is llmapi_schema.LINE_1_3 is llmapi_schema.line(None)
+
+
+def test_k8s_deploy_checks_the_llmapi_options_for_the_declared_version(tmp_path):
+    """`sdtk deploy --target k8s` (its pod runs `sdtk build`): the EAGLE-3 recipe at 1.3.0 renders a
+    speculative_config the 1.3 stand-in accepts (no eagle3_one_model, never max_concurrency beside
+    draft_len_schedule), NOTES.md says which 1.3 facts are unverified, and a refusal stops it before
+    any file is written."""
+    import json
+
+    from toolkit.deploy import deploy
+    from toolkit.recipe import load_recipe
+
+    repo = Path(__file__).parents[2]
+    image = "nvcr.io/nvidia/tritonserver:26.11-trtllm-python-py3"
+    sets = [
+        "trtllm_version=1.3.0",
+        "speculative.max_concurrency=4",
+        "speculative.draft_len_schedule={1: 3, 2: 1}",
+    ]
+    recipe = load_recipe(repo / "recipes" / "llama-3.1-8b-eagle3.yaml", sets)
+    deploy(recipe, target="k8s", out=tmp_path / "k8s", image=image)
+    notes = (tmp_path / "k8s" / "NOTES.md").read_text()
+    line = next(n for n in notes.splitlines() if "speculative_config that sdtk build renders" in n)
+    spec = json.loads(line.split(": ", 1)[1])
+    assert "eagle3_one_model" not in spec and "max_concurrency" not in spec
+    assert spec["draft_len_schedule"] == {"1": 3, "2": 1, "4": 1, "5": 0, "8": 0}
+    llmapi_schema.validate(
+        "1.3.0", {**spec, "draft_len_schedule": {int(k): v for k, v in spec["draft_len_schedule"].items()}}
+    )
+    assert all(u in notes for u in llmapi_schema.LINE_1_3.unverified)
+    bad = load_recipe(
+        repo / "recipes" / "llama-3.1-8b-eagle3.yaml", [*sets, "speculative.eagle3_one_model=false"]
+    )
+    with pytest.raises(PreflightFailed, match="two-model EAGLE-3"):
+        deploy(bad, target="k8s", out=tmp_path / "bad", image=image)
+    assert not (tmp_path / "bad").exists()

@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import yaml
 from packaging.version import Version
@@ -420,3 +421,40 @@ def plan(ctx: BuildContext) -> list[Step]:
             inputs=inputs,
         )
     ]
+
+
+@dataclass
+class _RecipeOnly:
+    """What check_fields reads of a BuildContext, from the recipe alone (no source is resolved):
+    the draft or head is named as the recipe names it."""
+
+    recipe: Any
+    version: str | None
+    notes: list[str]
+
+    @property
+    def sources(self) -> dict[str, Any]:
+        return {role: src for role, src in self.recipe.models if src is not None}
+
+    def source_arg(self, role: str) -> str:
+        src = self.sources[role]
+        return str(src.path or src.repo)
+
+
+def check_recipe(recipe: Any, version: str | None) -> list[str]:
+    """`sdtk build`'s llmapi-fields check for a recipe whose build runs elsewhere (k8s, Slurm):
+    the speculative_config the build will render for `version`, through the version's stand-in.
+    Raises PreflightFailed on a refusal; returns the notes (what is unverified for the version)."""
+    from toolkit.build.preflight import raise_failures
+
+    shim = _RecipeOnly(recipe, version, [])
+    result = check_fields(shim)  # type: ignore[arg-type]
+    raise_failures([result])
+    spec = speculative_config(shim)  # type: ignore[arg-type]
+    if spec is not None and llmapi_schema.line(version) is not None:
+        shim.notes.insert(
+            0,
+            f"speculative_config that sdtk build renders in the pod for TensorRT-LLM {version or 'newest'} "
+            f"(accepted by sdtk's stand-in of its check): {json.dumps(spec, sort_keys=False)}",
+        )
+    return shim.notes
