@@ -165,12 +165,12 @@ def _load_aware(ctx: BuildContext, cfg: dict) -> None:
     if line is None:
         return
     window, threshold = line.cutoffs
-    if getattr(s, "acceptance_window", None) is not None:
-        cfg[window] = s.acceptance_window
-    if getattr(s, threshold, None) is not None:
-        cfg[threshold] = getattr(s, threshold)
-    if getattr(s, "use_rejection_sampling", None) is not None and line.name != "1.2":
-        cfg["use_rejection_sampling"] = s.use_rejection_sampling
+    knobs = {
+        window: getattr(s, "acceptance_window", None),
+        threshold: getattr(s, threshold, None),
+        "use_rejection_sampling": getattr(s, "use_rejection_sampling", None) if line.name != "1.2" else None,
+    }
+    cfg.update({k: v for k, v in knobs.items() if v is not None})
 
 
 def speculative_config(ctx: BuildContext) -> dict | None:

@@ -411,10 +411,10 @@ class Line:
 
     def field_names(self, decoding_type: str) -> set[str]:
         model = self.types[self.aliases.get(decoding_type, decoding_type)]
-        names = set()
+        names: set[str] = set()
         for name, f in model.model_fields.items():
             alias = f.validation_alias
-            names |= set(alias.choices) if isinstance(alias, AliasChoices) else {name}  # type: ignore[arg-type]
+            names |= {str(c) for c in alias.choices} if isinstance(alias, AliasChoices) else {name}
         if model is MTP13:
             names.add("num_nextn_predict_layers")
         return names

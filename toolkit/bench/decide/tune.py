@@ -241,11 +241,11 @@ def finish(result: TuneResult, resamples: int, seed: int, plan_result: PlanResul
             # For TensorRT-LLM itself: one draft_len_schedule (never with max_concurrency, which
             # 1.3 refuses beside it) that 1.2 (keys: lower bounds) and 1.3 (upper bounds, PR
             # #10860) read as sdtk's schedule up to the largest concurrency measured.
-            top = max(max(result.concurrency), max(sched))
+            largest = max(max(result.concurrency), max(sched))
             result.llmapi_fragment = {
                 "speculative_config": {
                     "max_draft_len": sched[1],
-                    "draft_len_schedule": render_schedule(sched, None, top),
+                    "draft_len_schedule": render_schedule(sched, None, largest),
                 }
             }
 
