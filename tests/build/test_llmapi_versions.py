@@ -334,3 +334,19 @@ def test_k8s_deploy_checks_the_llmapi_options_for_the_declared_version(tmp_path)
     with pytest.raises(PreflightFailed, match="two-model EAGLE-3"):
         deploy(bad, target="k8s", out=tmp_path / "bad", image=image)
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_prerelease_is_its_release_line():
+    """`Version("1.3.0rc24") < Version("1.3")`: the 1.3.0rc line (what ships, in the Dynamo
+    container) must still get 1.3's llmapi inputs and stand-in, and 26.03's 1.2.0rc8 the 1.2
+    C++ model's token counts."""
+    from toolkit.repo.versions import llmapi_late_inputs, tensor_names
+
+    assert llmapi_late_inputs("1.3.0rc24") and llmapi_late_inputs("1.3.0") and llmapi_late_inputs(None)
+    assert not llmapi_late_inputs("1.2.1") and not llmapi_late_inputs("1.2.0rc8")
+    assert tensor_names("1.2.0rc8").token_counts and not tensor_names("1.1.0").token_counts
+    assert (
+        tensor_names("0.19.0").min_tokens == "min_length"
+        and tensor_names("0.20.0rc1").min_tokens == "min_tokens"
+    )
+    assert llmapi_schema.line("1.3.0rc24") is llmapi_schema.LINE_1_3
