@@ -32,12 +32,14 @@ names; `DraftTarget` is the documented YAML spelling in every version.
 The docs run DraftTarget and NGram with `disable_overlap_scheduler: true`.
 
 Load-aware speculation: `max_concurrency` and `draft_len_schedule` are `DecodingBaseConfig` fields of
-the later llm_args.py (shared/reference/trtllm-speculative.md §2.1 "New base fields"), written into
-`speculative_config` as the recipe gives them (the schedule's keys are batch sizes). The schedule
-came with NVIDIA/TensorRT-LLM PR #8194 (Oct 2025: NGram and two-model drafters), PR #10860 (Jan
-2026: one-model EAGLE-3) and PR #12262 (Mar 2026: the other algorithms), all after the 1.1 branch,
-so sdtk writes them only for the 1.2+ field names and refuses them for 1.0/1.1. Validation mirrors
-upstream's `validate_draft_len_schedule_and_sort` (toolkit.modes.load_aware.LoadAware).
+the later llm_args.py (PR #8194, Oct 2025; PR #10860; PR #12262), after the 1.1 branch, so sdtk
+refuses them for 1.0/1.1. From 1.2 on, what is written follows the declared line's stand-in
+(toolkit/build/llmapi_schema.py): the recipe's schedule (sdtk's meaning, toolkit.modes.load_aware)
+as a map keyed at the first and last batch size of each run of equal draft lengths, which 1.2
+(keys are lower bounds) and 1.3 (upper bounds, PR #10860) read alike; `max_concurrency` folded into
+it when both are set (1.3 makes them mutually exclusive); the acceptance cut-offs under the line's
+names; `use_rejection_sampling` on 1.3 only; `eagle3_one_model` only where the line declares it.
+`check_fields` runs the rendered speculative_config through the line's stand-in.
 """
 
 from __future__ import annotations
