@@ -175,6 +175,33 @@ def test_draft_target_wiring(render, backend):
     assert [g.count for g in cfgs["tensorrt_llm_bls"].instance_group] == [cfgs["tensorrt_llm"].max_batch_size]
 
 
+@pytest.mark.parametrize(("backend", "mode"), [("engine", "none"), ("engine", "medusa"), ("reference", "lookahead")])
+def test_bls_beside_the_ensemble_runs_one_instance(render, backend, mode):
+    """Upstream's rule (tensorrtllm_backend docs/model_config.md line 210, r25.12, tensorrt_llm_bls):
+    max-batch-size instances "when using the BLS model instead of the ensemble". Where the ensemble is
+    the entry model the BLS is a side door: one instance, not max_batch_size idle Python stubs."""
+    result = render(backend, mode)
+    assert result.entry_kind == "ensemble"
+    cfgs = configs(result.path)
+    assert cfgs["tensorrt_llm"].max_batch_size == 6
+    assert [g.count for g in cfgs["tensorrt_llm_bls"].instance_group] == [1]
+    explicit = render(backend, mode, sections={"serving": {"bls_instance_count": 3}})
+    assert [g.count for g in configs(explicit.path)["tensorrt_llm_bls"].instance_group] == [3]
+
+
+@pytest.mark.parametrize("backend", ["engine", "reference"])
+def test_draft_target_turns_kv_cache_reuse_on_for_both_models(render, backend):
+    """TensorRT-LLM examples/draft_target_model/README.md @11925f6 fills both tensorrt_llm and
+    tensorrt_llm_draft with `enable_kv_cache_reuse:True` ("we need KV-Cache reuse in this approach");
+    the other modes keep the backend's default (off) unless the recipe says otherwise."""
+    cfgs = configs(render(backend, "draft_target").path)
+    assert params(cfgs["tensorrt_llm"])["enable_kv_cache_reuse"] == "True"
+    assert params(cfgs["tensorrt_llm_draft"])["enable_kv_cache_reuse"] == "True"
+    off = configs(render(backend, "draft_target", sections={"serving": {"enable_kv_cache_reuse": False}}).path)
+    assert params(off["tensorrt_llm"])["enable_kv_cache_reuse"] == "False"
+    assert params(configs(render(backend, "none").path)["tensorrt_llm"])["enable_kv_cache_reuse"] == "False"
+
+
 def test_non_draft_bls_has_no_draft_model(render):
     bls = params(configs(render("engine", "none").path)["tensorrt_llm_bls"])
     assert bls["tensorrt_llm_draft_model_name"] == "" and bls["default_num_draft_tokens"] == "0"
