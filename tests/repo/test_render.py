@@ -98,7 +98,8 @@ def test_engine_parameters_carry_recipe_and_engine_values(render):
     assert p["gpt_model_type"] == "inflight_fused_batching"
     assert p["batch_scheduler_policy"] == "guaranteed_no_evict"
     assert p["kv_cache_free_gpu_mem_fraction"] == "0.9"
-    assert p["exclude_input_in_output"] == "True" and p["enable_kv_cache_reuse"] == "False"
+    # upstream's default (tensorrtllm_backend v0.19.0 docs/model_config.md line 117: default false)
+    assert p["exclude_input_in_output"] == "False" and p["enable_kv_cache_reuse"] == "False"
     assert p["max_beam_width"] == "1" and p["FORCE_CPU_ONLY_INPUT_TENSORS"] == "no"
     assert p["executor_worker_path"] == "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
     assert p["tokenizer_dir"] == "/models/tokenizer"
@@ -175,7 +176,9 @@ def test_draft_target_wiring(render, backend):
     assert [g.count for g in cfgs["tensorrt_llm_bls"].instance_group] == [cfgs["tensorrt_llm"].max_batch_size]
 
 
-@pytest.mark.parametrize(("backend", "mode"), [("engine", "none"), ("engine", "medusa"), ("reference", "lookahead")])
+@pytest.mark.parametrize(
+    ("backend", "mode"), [("engine", "none"), ("engine", "medusa"), ("reference", "lookahead")]
+)
 def test_bls_beside_the_ensemble_runs_one_instance(render, backend, mode):
     """Upstream's rule (tensorrtllm_backend docs/model_config.md line 210, r25.12, tensorrt_llm_bls):
     max-batch-size instances "when using the BLS model instead of the ensemble". Where the ensemble is
@@ -197,7 +200,9 @@ def test_draft_target_turns_kv_cache_reuse_on_for_both_models(render, backend):
     cfgs = configs(render(backend, "draft_target").path)
     assert params(cfgs["tensorrt_llm"])["enable_kv_cache_reuse"] == "True"
     assert params(cfgs["tensorrt_llm_draft"])["enable_kv_cache_reuse"] == "True"
-    off = configs(render(backend, "draft_target", sections={"serving": {"enable_kv_cache_reuse": False}}).path)
+    off = configs(
+        render(backend, "draft_target", sections={"serving": {"enable_kv_cache_reuse": False}}).path
+    )
     assert params(off["tensorrt_llm"])["enable_kv_cache_reuse"] == "False"
     assert params(configs(render(backend, "none").path)["tensorrt_llm"])["enable_kv_cache_reuse"] == "False"
 
@@ -438,6 +443,20 @@ def test_llmapi_model_py_is_copied_from_trtllm_dir(render, tmp_path, monkeypatch
     assert result.missing == [] and not any("TRTLLM_DIR" in w for w in result.warnings)
     assert (result.path / "tensorrt_llm" / "1" / "model.py").read_text().startswith("# NVIDIA")
     assert (result.path / "tensorrt_llm" / "1" / "helpers.py").is_file()
+
+
+def test_runbook_names_the_triton_images_all_models_dir(render, monkeypatch):
+    """The tritonserver:*-trtllm-python-py3 image copies TensorRT-LLM's triton_backend/all_models to
+    /app/all_models only (tensorrtllm_backend r25.12 @5419275 dockerfile/Dockerfile.triton.trt_llm_backend
+    184-189: /app/{scripts,all_models,client,tools,examples}); /app/tensorrt_llm/triton_backend/all_models
+    is TensorRT-LLM's own release image (docker/Dockerfile.multi, tritonrelease stage)."""
+    monkeypatch.delenv("TRTLLM_DIR", raising=False)
+    result = render("llmapi", "none")
+    assert result.missing == ["tensorrt_llm/1/model.py"]
+    text = " ".join((result.path / RUNBOOK).read_text().split())
+    triton = text.split("`tritonserver:<yy.mm>-trtllm-python-py3` containers ship", 1)[1].split(";", 1)[0]
+    assert "`/app/all_models/llmapi/tensorrt_llm/1/`" in triton and "/app/tensorrt_llm/" not in triton
+    assert "TensorRT-LLM's own release image has it at `/app/tensorrt_llm/triton_backend/all_models/" in text
 
 
 # --------------------------------------------------------------------------- strictness and atomicity

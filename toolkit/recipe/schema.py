@@ -261,20 +261,27 @@ class Serving(_Strict):
         ge=1,
         description="tensorrt_llm_bls instances; default: the engine's max batch size where the BLS is the "
         "entry model (draft-target), as upstream's docs/model_config.md asks \"when using the BLS model "
-        "instead of the ensemble\", so that concurrent requests do not queue; 1 where the ensemble is.",
+        'instead of the ensemble", so that concurrent requests do not queue; 1 where the ensemble is.',
     )
     model_instance_count: int = Field(1, ge=1, description="Reference backend: instances of the LLM model.")
     kv_cache_free_gpu_mem_fraction: float = Field(0.9, gt=0, le=1)
     enable_kv_cache_reuse: bool | None = Field(
         None,
         description="KV-cache (block) reuse. Default: on for draft-target, whose draft and target re-read "
-        "the same prefix every round (TensorRT-LLM examples/draft_target_model/README.md @11925f6: \"we "
-        "need KV-Cache reuse in this approach\", set on both models), off for the other modes.",
+        'the same prefix every round (TensorRT-LLM examples/draft_target_model/README.md @11925f6: "we '
+        'need KV-Cache reuse in this approach", set on both models), off for the other modes.',
     )
     enable_chunked_context: bool = False
     batching_strategy: Literal["inflight_fused_batching", "v1"] = "inflight_fused_batching"
     batch_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] = "guaranteed_no_evict"
-    exclude_input_in_output: bool = True
+    exclude_input_in_output: bool = Field(
+        False,
+        description="The models' default when a request does not send exclude_input_in_output: false "
+        "returns the prompt with the completion, as upstream's default (tensorrtllm_backend v0.19.0 "
+        "docs/model_config.md line 117) and as e2e_grpc_speculative_decoding_client.py needs (it reads the "
+        "draft tokens after the prompt in output_ids). sdtk's own clients send true where they want the "
+        "completion only.",
+    )
     normalize_log_probs: bool | None = Field(
         None,
         description="tensorrt_llm parameter normalize_log_probs. Default (unset): the backend's, true: "
