@@ -564,8 +564,9 @@ def _plan_notes(backend: str, launch: Any) -> list[str]:
     notes = []
     if backend == "llmapi":
         notes.append(
-            "llmapi: one tritonserver, no mpirun; the LLM API starts the tensor/pipeline-parallel workers "
-            "(tensorrtllm_backend docs/llmapi.md)"
+            "llmapi: one tritonserver, no mpirun; the LLM API starts the tensor/pipeline-parallel workers. "
+            "Upstream's launch_triton_server.py wraps it in `mpirun -n 1` unless --no-mpi (tensorrtllm_backend "
+            "docs/llmapi.md); whether the bare launch differs on a GPU is unverified (docs/runbooks/deploy.md)"
         )
     if launch.multi_model:
         ids = {role: list(v) for role, v in launch.gpu_ids.items()}

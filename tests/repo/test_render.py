@@ -445,6 +445,22 @@ def test_llmapi_model_py_is_copied_from_trtllm_dir(render, tmp_path, monkeypatch
     assert (result.path / "tensorrt_llm" / "1" / "helpers.py").is_file()
 
 
+def test_dry_run_of_the_lookahead_recipe_plans_one_bls_instance(tmp_path):
+    """The qwen lookahead recipe (max_batch_size 32) serves through the ensemble: its dry run plans one
+    tensorrt_llm_bls instance, not 32 idle stubs (docs/model_config.md line 210, r25.12: max batch size
+    "when using the BLS model instead of the ensemble")."""
+    from click.testing import CliRunner
+
+    from toolkit.cli import cli
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes/qwen2.5-coder-7b-lookahead.yaml"
+    args = ["deploy", str(recipe), "--dry-run", "--json", "--workdir", str(tmp_path / "wd")]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    (line,) = json.loads(r.stdout)["repository"]
+    assert line.startswith("tensorrt_llm_bls: 1 instance(s) (the ensemble is the entry model"), line
+
+
 def test_runbook_names_the_triton_images_all_models_dir(render, monkeypatch):
     """The tritonserver:*-trtllm-python-py3 image copies TensorRT-LLM's triton_backend/all_models to
     /app/all_models only (tensorrtllm_backend r25.12 @5419275 dockerfile/Dockerfile.triton.trt_llm_backend
