@@ -542,20 +542,21 @@ def plan_deploy(
 
 def _repository_lines(recipe: Recipe, backend: str) -> list[str]:
     """What --dry-run says of the repository render would write."""
-    from toolkit.repo.render import bls_instance_count
+    from toolkit.repo.render import bls_instance_count, bls_is_entry
 
     if recipe.repository_layout(backend) != "inflight_batcher_llm":
         return []
     n = bls_instance_count(recipe, recipe.build.max_batch_size)
+    if recipe.serving.bls_instance_count:
+        why = "serving.bls_instance_count"
+    elif bls_is_entry(recipe):
+        why = "the engine's max_batch_size"
+    else:
+        why = "the ensemble is the entry model"
     return [
-        f"tensorrt_llm_bls: {n} instance(s) ("
-        + (
-            "serving.bls_instance_count"
-            if recipe.serving.bls_instance_count
-            else "the engine's max_batch_size"
-        )
-        + "; tensorrtllm_backend docs/model_config.md: as many BLS instances as the engine's max batch "
-        "size, so that concurrent requests do not queue)"
+        f"tensorrt_llm_bls: {n} instance(s) ({why}; tensorrtllm_backend docs/model_config.md: as many BLS "
+        "instances as the engine's max batch size when the BLS is used instead of the ensemble, so that "
+        "concurrent requests do not queue)"
     ]
 
 
@@ -563,8 +564,9 @@ def _plan_notes(backend: str, launch: Any) -> list[str]:
     notes = []
     if backend == "llmapi":
         notes.append(
-            "llmapi: one tritonserver, no mpirun; the LLM API starts the tensor/pipeline-parallel workers "
-            "(tensorrtllm_backend docs/llmapi.md)"
+            "llmapi: one tritonserver, no mpirun; the LLM API starts the tensor/pipeline-parallel workers. "
+            "Upstream's launch_triton_server.py wraps it in `mpirun -n 1` unless --no-mpi (tensorrtllm_backend "
+            "docs/llmapi.md); whether the bare launch differs on a GPU is unverified (docs/runbooks/deploy.md)"
         )
     if launch.multi_model:
         ids = {role: list(v) for role, v in launch.gpu_ids.items()}
