@@ -23,9 +23,16 @@ workdir_option = click.option(
 def status(workdir: Path | None, as_json: bool) -> None:
     """Is the deployment's server running, ready, and are all its Python stubs alive? Exits 1
     if not."""
+    from toolkit.dynamo.launch import is_dynamo
     from toolkit.server.state import find_deployment, server_status
 
-    st = server_status(find_deployment(workdir))
+    wd = find_deployment(workdir)
+    if is_dynamo(wd):
+        from toolkit.dynamo.status import dynamo_status
+
+        st = dynamo_status(wd)
+    else:
+        st = server_status(wd)
     emit(st.to_dict(), as_json, lambda: click.echo(f"{st.state}: {st.message}"))
     if not st.healthy:
         raise click.exceptions.Exit(1)
@@ -114,6 +121,12 @@ def _client_target(url: str | None, workdir: Path | None, protocol: str) -> tupl
     help="Correctness gate: require text identical to the baseline (no near-tie allowance; "
     "docs/correctness.md).",
 )
+@click.option(
+    "--openai",
+    is_flag=True,
+    help="--url speaks the OpenAI API (/v1/completions, /v1/chat/completions), e.g. a Dynamo frontend "
+    "(a `--target dynamo` deployment under --workdir is recognized without it).",
+)
 @json_option
 def validate(
     url: str | None,
@@ -123,6 +136,7 @@ def validate(
     baseline_url: str | None,
     max_tokens: int,
     strict: bool,
+    openai: bool,
     as_json: bool,
 ) -> None:
     """Validate a served deployment: metadata, HTTP + gRPC smoke, correctness gate, acceptance."""
@@ -131,6 +145,9 @@ def validate(
 
     grpc_url, served = None, None
     rec = load_recipe(recipe) if recipe else None
+    if openai or (not url and _is_dynamo(workdir)):
+        _validate_openai(url, workdir, model, rec, max_tokens, strict, as_json)
+        return
     if url:
         http_url = url
     else:
@@ -160,6 +177,35 @@ def validate(
     emit(report.to_dict(), as_json, human)
     report.raise_if_failed()
     if served is not None:  # `sdtk status` stops calling a deploy's unfinished validation out
+        from toolkit.server.state import update_state
+
+        update_state(*served, validation="passed")
+
+
+def _is_dynamo(workdir: Path | None) -> bool:
+    from toolkit.dynamo.launch import is_dynamo
+    from toolkit.server.state import find_deployment
+
+    return is_dynamo(find_deployment(workdir))
+
+
+def _validate_openai(url, workdir, model, rec, max_tokens: int, strict: bool, as_json: bool) -> None:
+    """`sdtk validate` over the OpenAI API (toolkit.dynamo.check)."""
+    from toolkit.dynamo.check import validate_openai
+
+    served = None
+    if not url:
+        from toolkit.deploy import load_deployed_recipe
+
+        wd, st = _running_deployment(workdir)
+        url, model = st.http_url, model or st.model_name
+        rec, served = rec or load_deployed_recipe(wd), (wd, st.pid)
+    if not model:
+        raise UsageError("--openai --url needs --model (the served model name)")
+    report = validate_openai(http_url=url, model=model, recipe=rec, max_tokens=max_tokens, strict=strict)
+    emit(report.to_dict(), as_json, lambda: print_table(f"validation of '{model}' at {url}", report.checks))
+    report.raise_if_failed()
+    if served is not None:
         from toolkit.server.state import update_state
 
         update_state(*served, validation="passed")
