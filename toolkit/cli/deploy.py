@@ -29,7 +29,9 @@ def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, in
     help="local: launch tritonserver here; k8s/slurm: render manifests or an sbatch script into --out; "
     "dynamo: NVIDIA Dynamo's OpenAI frontend and --workers workers here (docs/dynamo.md).",
 )
-@click.option("--workers", default=1, show_default=True, type=int, help="dynamo: workers behind the frontend.")
+@click.option(
+    "--workers", default=1, show_default=True, type=int, help="dynamo: workers behind the frontend."
+)
 @click.option(
     "--router-mode",
     default="round-robin",

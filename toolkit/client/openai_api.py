@@ -87,7 +87,9 @@ class OpenAIClient:
                 status=r.status_code,
             )
 
-    def complete(self, prompt: str, max_tokens: int, *, stream: bool = False, **params: Any) -> OpenAIResponse:
+    def complete(
+        self, prompt: str, max_tokens: int, *, stream: bool = False, **params: Any
+    ) -> OpenAIResponse:
         """`/v1/completions`; `params`: temperature (default 0: greedy), seed, top_p, stop, ..."""
         body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0}
         return self._request("/v1/completions", body | params, stream, chat=False)

@@ -21,7 +21,11 @@ from toolkit.validate import DEFAULT_PROMPTS, ValidationReport, _correctness, _G
 
 
 def _baseline(recipe: Recipe | None, max_tokens: int) -> tuple[str, Callable[[str], str] | None]:
-    if recipe is not None and recipe.backend in ("reference", "auto") and recipe.local_path(recipe.models.target):
+    if (
+        recipe is not None
+        and recipe.backend in ("reference", "auto")
+        and recipe.local_path(recipe.models.target)
+    ):
         from toolkit.generate import run_generate
 
         def local(prompt: str) -> str:

@@ -41,7 +41,10 @@ WARMUP_PROMPT = "def"
 def dynamo_installed() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("dynamo") is not None and importlib.util.find_spec("dynamo.frontend") is not None
+    return (
+        importlib.util.find_spec("dynamo") is not None
+        and importlib.util.find_spec("dynamo.frontend") is not None
+    )
 
 
 def require_dynamo() -> None:
@@ -167,7 +170,9 @@ def deploy_dynamo(
         if validate:
             from toolkit.dynamo.check import validate_openai
 
-            report = validate_openai(http_url=plan.http_url, model=plan.model, recipe=recipe, progress=progress)
+            report = validate_openai(
+                http_url=plan.http_url, model=plan.model, recipe=recipe, progress=progress
+            )
             info["validation"] = report.to_dict()
             report.raise_if_failed()
             _update(root, proc.pid, validation="passed")

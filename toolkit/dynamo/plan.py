@@ -106,7 +106,10 @@ class DynamoPlan:
             self.frontend.line() + " &",
         ]
         for w in self.workers:
-            lines += [f"# {w.name}" + (f" (sdtk_spec_* at {w.metrics_url})" if w.metrics_url else ""), w.line() + " &"]
+            lines += [
+                f"# {w.name}" + (f" (sdtk_spec_* at {w.metrics_url})" if w.metrics_url else ""),
+                w.line() + " &",
+            ]
         lines.append("wait")
         return "\n".join(lines) + "\n"
 
@@ -168,7 +171,9 @@ def plan_dynamo(
     logs = root / "logs"
     # The served name: serving.model_name when the recipe sets it, else the recipe's name (the
     # Triton default, `ensemble`, names a model of the repository, not what an OpenAI client asks for).
-    name = recipe.serving.model_name if "model_name" in recipe.serving.model_fields_set else recipe.display_name
+    name = (
+        recipe.serving.model_name if "model_name" in recipe.serving.model_fields_set else recipe.display_name
+    )
     frontend = Proc(
         "frontend",
         [
@@ -271,8 +276,9 @@ def _has_chat_template(model_path: Path) -> bool:
 
     cfg = model_path / "tokenizer_config.json"
     try:
-        return bool(json.loads(cfg.read_text()).get("chat_template")) or (
-            model_path / "chat_template.jinja"
-        ).is_file()
+        return (
+            bool(json.loads(cfg.read_text()).get("chat_template"))
+            or (model_path / "chat_template.jinja").is_file()
+        )
     except (OSError, ValueError):
         return False

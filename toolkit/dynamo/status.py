@@ -14,7 +14,7 @@ from pathlib import Path
 from toolkit.dynamo.launch import processes
 from toolkit.dynamo.plan import PLAN_FILE, SUBDIR, DynamoPlan
 from toolkit.server import procs
-from toolkit.server.state import ServerStatus, read_state, server_status
+from toolkit.server.state import ServerStatus, http_ok, read_state, server_status
 
 
 def _hex_addr(text: str) -> str:
@@ -82,15 +82,21 @@ def dynamo_status(root: Path | str, timeout: float = 2.0) -> ServerStatus:
     except (httpx.HTTPError, ValueError, AttributeError):
         listed = False
     restarts = {n: int(p.get("restarts", 0)) for n, p in record.items() if p.get("restarts")}
-    parts = [f"{n} pid {alive[n]}" if n in alive else f"{n} DEAD" for n in record]
+    metrics = {n: str(p["metrics_url"]) for n, p in record.items() if p.get("metrics_url")}
+    loading = sorted(n for n, url in metrics.items() if n in alive and not http_ok(url, timeout))
+    parts = [
+        f"{n} pid {alive[n]}" + (" (loading)" if n in loading else "") if n in alive else f"{n} DEAD"
+        for n in record
+    ]
     if restarts:
         parts.append("restarted: " + ", ".join(f"{n} ×{k}" for n, k in sorted(restarts.items())))
     failures = [f for p in record.values() for f in p.get("failures", [])]
     if dead:
         state = "unhealthy"
         msg = f"dead: {', '.join(dead)}; the supervisor (pid {st.pid}) restarts them unless --on-failure says not"
-    elif st.status == "starting" or not record:
-        state, msg = "starting", f"supervisor pid {st.pid} is starting the deployment; see `sdtk logs`"
+    elif st.status == "starting" or not record or loading:
+        state = "starting"
+        msg = f"supervisor pid {st.pid} is starting " + (", ".join(loading) if loading else "the deployment")
     elif not listed:
         state, msg = "unhealthy", f"the frontend at {plan.http_url} does not list '{plan.model}'"
     else:

@@ -36,7 +36,7 @@ MAX_RESTARTS = 20  # a process that keeps dying is left dead after this many res
 @dataclass
 class Child:
     proc: Proc
-    popen: subprocess.Popen | None = None
+    popen: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     failures: list[str] = field(default_factory=list)
 
@@ -67,7 +67,9 @@ class Supervisor:
         log_path = Path(child.proc.log)
         if log_path.exists():  # keep the dead one's log for `sdtk logs`
             os.replace(log_path, log_path.with_name(log_path.name + ".prev"))
-        child.popen = runner.spawn(child.proc.argv, log_path=log_path, env=env, cwd=self.root, new_session=False)
+        child.popen = runner.spawn(
+            child.proc.argv, log_path=log_path, env=env, cwd=self.root, new_session=False
+        )
         log(f"{child.proc.name}: started pid {child.popen.pid}; log {log_path}")
         self.record()
 

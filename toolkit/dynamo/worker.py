@@ -87,7 +87,12 @@ class Handler:
     """Dynamo's `generate(request, context)` over one ReferenceRuntime with batching enabled."""
 
     def __init__(
-        self, runtime: Any, spec: Any, metrics: Metrics | None, max_tokens: int, prefix: list[int] | None = None
+        self,
+        runtime: Any,
+        spec: Any,
+        metrics: Metrics | None,
+        max_tokens: int,
+        prefix: list[int] | None = None,
     ):
         self.rt = runtime
         self.spec = spec
@@ -268,7 +273,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_false",
         help="do not prepend the tokenizer's special prefix (BOS) to prompts the frontend tokenized",
     )
-    p.add_argument("--chat-template", default="", help="a Jinja chat template file (default: the tokenizer's)")
+    p.add_argument(
+        "--chat-template", default="", help="a Jinja chat template file (default: the tokenizer's)"
+    )
     return p.parse_args(argv)
 
 
