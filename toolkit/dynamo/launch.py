@@ -150,7 +150,7 @@ def deploy_dynamo(
         atomic_write(root / SUBDIR / PLAN_FILE, json.dumps(plan.to_dict(), indent=2) + "\n")
         with contextlib.suppress(FileNotFoundError):
             (root / SUBDIR / PROCESSES_FILE).unlink()
-        policy = on_failure if on_failure in ("restart", "stop") else "none"
+        policy = {"restart": "restart", "restart-model": "restart", "stop": "stop"}.get(on_failure, "none")
         proc = runner.spawn(
             [sys.executable, "-m", SUPERVISOR_MODULE, str(root), "--on-failure", policy],
             log_path=root / "logs" / LOG_NAME,

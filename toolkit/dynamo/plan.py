@@ -41,9 +41,12 @@ WORKER_MODULE = "toolkit.dynamo.worker"
 SUPERVISOR_MODULE = "toolkit.dynamo.supervisor"
 TEMPLATE = Path(__file__).with_name("plain_chat_template.jinja")
 LOOPBACK = "127.0.0.1"
-# What Dynamo 1.6.1 binds beyond the addresses sdtk gives it (seen on this machine, see docs/dynamo.md):
-# the ZMQ event-plane publishers bind every interface although they advertise 127.0.0.1.
-NOT_LOOPBACK = "Dynamo's ZMQ event-plane sockets bind 0.0.0.0 (they advertise 127.0.0.1)"
+# What Dynamo 1.6.1 may bind beyond the addresses sdtk gives it: `sdtk status` lists every listener of
+# the deployment off loopback (none with this environment on the machine it was measured on).
+NOT_LOOPBACK = (
+    "every listener is asked for on 127.0.0.1; `sdtk status` names any the deployment opens elsewhere "
+    "(the ZMQ event plane has been seen binding 0.0.0.0 while advertising 127.0.0.1)"
+)
 
 
 @dataclass
