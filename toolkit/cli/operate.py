@@ -64,9 +64,15 @@ def stop(workdir: Path | None, grace: float, as_json: bool) -> None:
     """Stop the deployment's server (and its Python backend stubs)."""
     from dataclasses import asdict
 
+    from toolkit.dynamo.launch import is_dynamo
     from toolkit.server.state import find_deployment, stop_server
 
-    res = stop_server(find_deployment(workdir), grace=grace)
+    wd = find_deployment(workdir)
+    if is_dynamo(wd):  # a SIGKILLed supervisor leaves its Dynamo processes behind
+        from toolkit.dynamo.status import kill_orphans
+
+        kill_orphans(wd)
+    res = stop_server(wd, grace=grace)
     emit(asdict(res), as_json, lambda: click.echo(res.message))
 
 

@@ -111,3 +111,24 @@ def dynamo_status(root: Path | str, timeout: float = 2.0) -> ServerStatus:
     base.dead_stubs = {n: [] for n in dead}
     base.uptime_s = max(0.0, time.time() - st.started_at)
     return base
+
+
+def kill_orphans(root: Path | str) -> list[int]:
+    """When the supervisor is gone but processes of its group live on (it was SIGKILLed), SIGKILL
+    them: toolkit.server.state's stop only cleans up a dead server's group members that look like
+    Triton's. Only processes of the recorded group whose command names a Dynamo module are
+    touched. Returns their pids."""
+    import signal
+
+    st = read_state(root)
+    if st is None or procs.same_process(st.pid, st.start_ticks, st.executable):
+        return []
+    killed = []
+    for pid in procs.group_members(st.pgid):
+        if any("dynamo" in a for a in procs.cmdline(pid)[:3]):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+    for pid in killed:
+        procs.wait_gone(pid, 5.0)
+    return killed

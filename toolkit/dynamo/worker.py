@@ -149,6 +149,7 @@ class Handler:
         thread = threading.Thread(target=work, name="sdtk-dynamo-generate", daemon=True)
         thread.start()
         produced = 0
+        finished = False
         eos = self.rt.eos_token_id if end_id is None else None
         try:
             while True:
@@ -172,6 +173,7 @@ class Handler:
                 elif kind == "done":
                     if self.metrics is not None:
                         self.metrics.observe(value.stats, produced)
+                    finished = True
                     yield self._final([], finish_reason(value.finish_reason, False), len(prompt), produced)
                     return
                 else:
@@ -179,6 +181,8 @@ class Handler:
         finally:  # the frontend dropped the stream, or we are done: the sequence leaves the batch
             stop.set()
             await asyncio.to_thread(thread.join)
+            if not finished:
+                print(f"request {context.id()}: cancelled after {produced} token(s)", flush=True)
 
     def _final(self, tokens: list[int], reason: str, prompt_len: int, produced: int) -> dict[str, Any]:
         return {
