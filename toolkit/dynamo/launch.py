@@ -182,12 +182,21 @@ def deploy_dynamo(
         raise
     if not detach:
         progress("serving; press Ctrl-C to stop")
+        from toolkit.server.foreground import signals_interrupt
+
+        interrupted = False
         try:
-            proc.wait()
+            with signals_interrupt():  # SIGTERM and SIGHUP stop it as Ctrl-C does
+                proc.wait()
         except KeyboardInterrupt:
-            pass
+            interrupted = True
         finally:
             _stop(root)
+        if not interrupted:  # --on-failure stop: a process died and the supervisor stopped them all
+            raise ServerError(
+                f"the Dynamo deployment stopped (supervisor exit {proc.returncode})",
+                hint=f"see {root / 'logs' / LOG_NAME} and the process logs beside it",
+            )
     return result
 
 
