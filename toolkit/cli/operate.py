@@ -195,6 +195,37 @@ def _is_dynamo(workdir: Path | None) -> bool:
     return is_dynamo(find_deployment(workdir))
 
 
+def _infer_openai(
+    prompt, url, workdir, model, stream: bool, max_tokens: int, temperature, as_json: bool
+) -> None:
+    """`sdtk infer` over /v1/completions (toolkit.client.openai_api)."""
+    from dataclasses import asdict
+
+    from toolkit.client.openai_api import OpenAIClient, OpenAIResponse
+
+    if not url:
+        _, st = _running_deployment(workdir)
+        url, model = st.http_url, model or st.model_name
+    if not model:
+        raise UsageError("--protocol openai --url needs --model (the served model name)")
+    params = {"temperature": temperature} if temperature is not None else {}
+    with OpenAIClient(url, model) as c:
+        if stream:
+            resp = OpenAIResponse(text="")
+            body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0} | params
+            for piece in c.stream("/v1/completions", body, resp, chat=False):
+                if not as_json:
+                    click.echo(piece, nl=False)
+            if not as_json:
+                click.echo()
+        else:
+            resp = c.complete(prompt, max_tokens, **params)
+            if not as_json:
+                click.echo(resp.text)
+    if as_json:
+        emit(asdict(resp), True)
+
+
 def _validate_openai(url, workdir, model, rec, max_tokens: int, strict: bool, as_json: bool) -> None:
     """`sdtk validate` over the OpenAI API (toolkit.dynamo.check)."""
     from toolkit.dynamo.check import validate_openai
@@ -221,7 +252,13 @@ def _validate_openai(url, workdir, model, rec, max_tokens: int, strict: bool, as
 @click.argument("prompt")
 @click.option("--url", help="Server URL. Default: the running deployment under --workdir.")
 @workdir_option
-@click.option("--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
+@click.option(
+    "--protocol",
+    type=click.Choice(["http", "grpc", "openai"]),
+    default="http",
+    show_default=True,
+    help="openai: /v1/completions (a --target dynamo deployment under --workdir uses it by default).",
+)
 @click.option("--model", help="Model to call (default: the deployment's entry model, else 'ensemble').")
 @click.option("--stream", is_flag=True, help="Stream tokens as they are generated.")
 @click.option("--max-tokens", default=64, show_default=True, type=int)
@@ -243,6 +280,9 @@ def infer(
     """Send one generation request to a served model and print the text and acceptance stats."""
     from toolkit.client import TritonClient
 
+    if protocol == "openai" or (not url and _is_dynamo(workdir)):
+        _infer_openai(prompt, url, workdir, model, stream, max_tokens, temperature, as_json)
+        return
     target, state_model = _client_target(url, workdir, protocol)
     params: dict = {"exclude_input_in_output": True, "return_perf_metrics": True}
     counted = {"return_num_output_tokens": True}  # output_tokens in --json, where the model counts

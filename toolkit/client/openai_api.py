@@ -118,6 +118,14 @@ class OpenAIClient:
                 seconds=time.perf_counter() - t0,
             )
         out = OpenAIResponse(text="")
+        for _ in self.stream(path, body, out, chat=chat):
+            pass
+        out.seconds = time.perf_counter() - t0
+        return out
+
+    def stream(self, path: str, body: dict[str, Any], out: OpenAIResponse, *, chat: bool) -> Iterator[str]:
+        """Stream `body` to `path`, yielding each piece of text as it arrives; `out` collects the
+        whole text, the finish reason, the usage and the chunks' times."""
         parts: list[str] = []
         try:
             with self._http.stream("POST", path, json=body | {"stream": True}) as r:
@@ -127,17 +135,16 @@ class OpenAIClient:
                 for event in _events(r.iter_lines()):
                     choice = (event.get("choices") or [{}])[0]
                     piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
-                    if piece:
-                        parts.append(piece)
-                        out.chunks += 1
-                        out.chunk_times.append(time.perf_counter())
                     out.finish_reason = choice.get("finish_reason") or out.finish_reason
                     out.usage = event.get("usage") or out.usage
+                    if piece:
+                        parts.append(piece)
+                        out.text = "".join(parts)
+                        out.chunks += 1
+                        out.chunk_times.append(time.perf_counter())
+                        yield piece
         except httpx.HTTPError as e:
             raise self._error(e) from None
-        out.text = "".join(parts)
-        out.seconds = time.perf_counter() - t0
-        return out
 
 
 def _events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
