@@ -300,6 +300,12 @@ def wait_ready(plan: DynamoPlan, root: Path, proc: Any, timeout: float) -> None:
                     f"the Dynamo supervisor exited ({proc.returncode}) before READY",
                     hint=f"see {root / 'logs'}: " + _tails(plan),
                 )
+            failed = {n: p["failures"][-1] for n, p in processes(root).items() if p.get("failures")}
+            if failed:  # a process that dies before READY would die again: no restart loop here
+                raise ServerError(
+                    "a Dynamo process died before READY: " + "; ".join(failed.values()),
+                    hint=f"see {root / 'logs'}: " + _tails(plan),
+                )
             if not listed:
                 data = _get(f"{plan.http_url}/v1/models")
                 listed = bool(data) and plan.model in [m.get("id") for m in data.get("data", [])]
@@ -323,7 +329,8 @@ def _tails(plan: DynamoPlan) -> str:
 
     out = []
     for p in plan.processes:
-        tail = logscan.tail(p.log, 3).strip().replace("\n", " | ")
+        prev = Path(p.log + ".prev")  # a restarted process's previous log: where it died
+        tail = logscan.tail(prev if prev.is_file() else p.log, 3).strip().replace("\n", " | ")
         if tail:
             out.append(f"[{p.name}] {tail[-300:]}")
     return " ".join(out)

@@ -93,7 +93,9 @@ class Handler:
         metrics: Metrics | None,
         max_tokens: int,
         prefix: list[int] | None = None,
+        max_seq_len: int | None = None,
     ):
+        self.max_seq_len = max_seq_len  # prompt + output: a longer max_tokens is cut to fit (length)
         self.rt = runtime
         self.spec = spec
         self.metrics = metrics
@@ -120,6 +122,11 @@ class Handler:
             prompt = self.prefix + prompt
         stops = request.get("stop_conditions") or {}
         max_new = int(stops.get("max_tokens") or self.max_tokens)
+        if self.max_seq_len is not None:
+            max_new = min(max_new, max(0, self.max_seq_len - len(prompt)))
+        if max_new <= 0 or not prompt:
+            yield self._final([], "length", len(prompt), 0)
+            return
         end_id = -1 if stops.get("ignore_eos") else None
         sampling = self._sampling(request)
         loop = asyncio.get_running_loop()
@@ -250,7 +257,7 @@ async def serve(args: argparse.Namespace, ready: Callable[[], None] = lambda: No
         custom_template_path=args.chat_template or None,
     )
     prefix = special_prefix(runtime.tokenizer) if args.add_special_tokens else []
-    handler = Handler(runtime, spec, metrics, args.max_tokens, prefix)
+    handler = Handler(runtime, spec, metrics, args.max_tokens, prefix, args.max_seq_len)
     print(
         f"sdtk dynamo worker {args.worker_name}: serving '{args.served_model_name}' "
         f"({getattr(runtime.spec, 'mode', 'none')}) pid {os.getpid()} at {time.strftime('%H:%M:%S')}",
