@@ -51,8 +51,8 @@ def require_dynamo() -> None:
     if not dynamo_installed():
         raise ToolNotFound(
             "ai-dynamo",
-            hint="install the dynamo extra: DYNAMO=1 scripts/setup_env.sh (or pip install -e '.[dynamo]' "
-            "then pip install --no-deps ai-dynamo==1.6.1; docs/dynamo.md)",
+            hint="scripts/setup_env.sh installs it (unless SDTK_DYNAMO=0); or pip install -e '.[dynamo]' "
+            "then pip install --no-deps ai-dynamo==1.6.1 (docs/dynamo.md)",
         )
 
 
