@@ -281,7 +281,7 @@ class SAEnhanced:
         if chain and length >= self.threshold:
             self.replaced += 1
             return Proposal.chain(chain)
-        return self.inner.propose(ctx, budget)  # type: ignore[no-any-return]
+        return self.inner.propose(ctx, budget)
 
     def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
         self.inner.update(ctx, proposal, fwd, verdict)
