@@ -7,6 +7,8 @@ SADecodingConfig.validate_sa_config), its speculative_config, compat cells and c
 from __future__ import annotations
 
 import random
+import re
+from pathlib import Path
 
 import pytest
 
@@ -154,3 +156,32 @@ def test_compat_and_cost_shape():
     assert proposers.draft_forwards("sa", 5) == 0 and proposers.varies_per_step("sa")
     spec = parse_recipe({"models": {"target": "a/b"}, "speculative": {"mode": "sa"}}).speculative
     assert proposers.is_chain(spec) and proposers.tree_field(spec) is None and not proposers.has_window(spec)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_walkthrough_lists_what_sa_touched_and_nothing_else_imports_it():
+    """docs/contributing.md's SA list names real files; in toolkit/, only the registry imports
+    SA's home, and nothing but its home imports its runtime."""
+    doc = (ROOT / "docs" / "contributing.md").read_text(encoding="utf-8")
+    section = doc.split("<!-- sa-files:start -->")[1].split("<!-- sa-files:end -->")[0]
+    # Each item: the files it names before its first ": ", then why.
+    heads = [line[2:].split(": ", 1)[0] for line in section.splitlines() if line.startswith("- ")]
+    listed = [p for head in heads for p in re.findall(r"`([^`]+)`", head)]
+    assert len(listed) == 18 and all((ROOT / p).is_file() for p in listed), listed
+    code = [p for p in listed if p.startswith("toolkit/")]
+    assert code == [
+        "toolkit/modes/sa.py",
+        "toolkit/reference/sa.py",
+        "toolkit/modes/__init__.py",
+        "toolkit/modes/core.py",
+    ]
+    importers = {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "toolkit").rglob("*.py")
+        if re.search(
+            r"toolkit\.(modes|reference)\.sa\b|from toolkit\.modes import [^\n]*\bsa\b", p.read_text("utf-8")
+        )
+    }
+    assert importers == {"toolkit/modes/__init__.py", "toolkit/modes/sa.py"}
