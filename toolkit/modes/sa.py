@@ -40,6 +40,9 @@ POOL_NGRAM_MAX = 64
 INFO = ModeInfo(
     SA,
     source=None,
+    # The reference backend's tensorrt_llm `decoding_mode` parameter: the served model speculates
+    # with the mode its engine directory was built for when this names it.
+    decoding_mode=SA,
     chain=True,
     engine_name=None,
     llmapi_types=("SA",),
