@@ -27,6 +27,7 @@ def plain(runtime: Any, prompt_ids: list[list[int]]) -> list[list[int]]:
     ]
 
 
+@pytest.mark.slow  # over 5 s
 def test_the_global_pool_drafts_from_other_requests_and_stays_lossless(
     runtime: Any, prompt_ids: list[list[int]], plain: list[list[int]]
 ) -> None:
@@ -90,3 +91,26 @@ def test_the_enhancer_replaces_eagle3_drafts_on_long_matches_losslessly(
     assert (
         never.stats.accepted_tokens == alone.stats.accepted_tokens and never.stats.steps == alone.stats.steps
     )
+
+
+@pytest.mark.slow  # over 5 s
+def test_the_global_pool_under_in_flight_batching_stays_lossless(
+    tiny: Any, prompt_ids: list[list[int]], plain: list[list[int]]
+) -> None:
+    """Concurrent requests (the served model's in-flight batcher, one thread each) share the pool
+    while they extend and search it: every output is still the target's."""
+    from toolkit.reference import ReferenceRuntime
+
+    from .test_batching import run_concurrently
+
+    rt = ReferenceRuntime.load(tiny / "target")
+    rt.enable_batching(max_batch_size=4, capacity=256)
+    try:
+        pooled = SuffixAutomatonSpec(mode="sa", max_draft_len=6, enable_global_pool=True)
+        twice = prompt_ids[:6] * 2  # the second round can draft from the first's outputs
+        results = run_concurrently(rt, twice, 4, spec=pooled, end_id=-1)
+    finally:
+        rt.batcher.close()
+    assert [r.token_ids for r in results] == plain * 2
+    first, second = results[:6], results[6:]
+    assert sum(r.stats.accepted_tokens for r in second) > sum(r.stats.accepted_tokens for r in first)
