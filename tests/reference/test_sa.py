@@ -93,6 +93,19 @@ def test_the_enhancer_replaces_eagle3_drafts_on_long_matches_losslessly(
     )
 
 
+def test_the_recipe_field_sa_config_turns_the_enhancer_on(
+    runtime: Any, specs: dict[str, Any], prompt_ids: list[list[int]], plain: list[list[int]]
+) -> None:
+    """EAGLE-3's `speculative.sa_config` (the recipe field, as recipes/tiny-eagle3-sa.yaml sets it)
+    gives the runtime the enhanced speculator, and greedy output stays the target's."""
+    eagle3 = type(specs["eagle3_chain"]).model_validate(
+        {**specs["eagle3_chain"].model_dump(exclude_unset=True), "sa_config": {"threshold": 2}}
+    )
+    assert isinstance(hooks("eagle3").reference_speculator(eagle3, runtime, None, None), SAEnhanced)
+    for ids, ref in zip(prompt_ids[:3], plain, strict=False):
+        assert runtime.generate(ids, NEW_TOKENS, spec=eagle3, end_id=-1).token_ids == ref
+
+
 @pytest.mark.slow  # over 5 s
 def test_the_global_pool_under_in_flight_batching_stays_lossless(
     tiny: Any, prompt_ids: list[list[int]], plain: list[list[int]]

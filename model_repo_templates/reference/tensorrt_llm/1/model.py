@@ -78,6 +78,7 @@ MODES = {
     "eagle3": "eagle3",
     "lookahead": "lookahead",
     "ngram": "ngram",
+    "sa": "sa",
 }
 LOOKAHEAD = ("lookahead_window_size", "lookahead_ngram_size", "lookahead_verification_set_size")
 INPUTS = (
