@@ -52,14 +52,20 @@ def logs(workdir: Path | None, lines: int | None, follow: bool) -> None:
 @click.option(
     "--grace", default=15.0, show_default=True, type=float, help="Seconds between SIGTERM and SIGKILL."
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also stop every server and watchdog of the workdir that its lock or the process table "
+    "shows, recorded or not (for a damaged or missing state.json).",
+)
 @json_option
-def stop(workdir: Path | None, grace: float, as_json: bool) -> None:
-    """Stop the deployment's server (and its Python backend stubs)."""
+def stop(workdir: Path | None, grace: float, force: bool, as_json: bool) -> None:
+    """Stop the deployment's server (and its Python backend stubs) and its watchdog."""
     from dataclasses import asdict
 
     from toolkit.server.state import find_deployment, stop_server
 
-    res = stop_server(find_deployment(workdir), grace=grace)
+    res = stop_server(find_deployment(workdir), grace=grace, force=force)
     emit(asdict(res), as_json, lambda: click.echo(res.message))
 
 
@@ -72,7 +78,8 @@ def restart(model: str, workdir: Path | None, as_json: bool) -> None:
     others serving, through Triton's model-control API and the deployment's key."""
     from dataclasses import asdict
 
-    from toolkit.server.state import find_deployment, restart_model
+    from toolkit.server.modelcontrol import restart_model
+    from toolkit.server.state import find_deployment
 
     res = restart_model(find_deployment(workdir), model)
     emit(asdict(res), as_json, lambda: click.echo(res.message))
