@@ -267,7 +267,8 @@ class TritonServer:
     # ------------------------------------------------------------------ lifecycle
 
     def _check_workdir_free(self) -> None:
-        check_workdir_free(self.workdir)
+        if not self.keep_record:  # else its watchdog relaunches it: the record is its own
+            check_workdir_free(self.workdir)
 
     def _launch_once(self) -> None:
         if not self.model_repo.is_dir():

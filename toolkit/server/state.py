@@ -29,6 +29,7 @@ from toolkit.errors import ServerError, WorkdirError
 from toolkit.server import crashsite, logscan, procs, stubcheck
 from toolkit.server.liveness import frozen, frozen_message
 from toolkit.server.lock import WorkdirLock
+from toolkit.server.note import unwritten
 from toolkit.server.workdir import DEFAULT_WORKDIR
 
 STATE_FILE = "state.json"
@@ -379,6 +380,7 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
         return ServerStatus("stopped", workdir, f"{e}; {e.hint}")
     if st is None:
         return ServerStatus("stopped", workdir, f"no server recorded in {state_path(workdir)}")
+    st, unwritten = _noted(workdir, st)
     base: dict[str, Any] = dict(
         workdir=workdir,
         pid=st.pid,
@@ -405,7 +407,7 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
             **base,
         )
     if st.status == "restarting" or (st.status == "starting" and st.restart_why):
-        return _restarting(st, supervised, base)
+        return _restarting(st, supervised, base, unwritten)
     if not _alive_and_ours(st):
         left = _leftovers(st)
         why = "is gone" if not procs.alive(st.pid) else "now belongs to another program"
@@ -480,10 +482,19 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
     )
 
 
-def _restarting(st: ServerState, supervised: bool, base: dict[str, Any]) -> ServerStatus:
+def _noted(workdir: str, st: ServerState) -> tuple[ServerState, str]:
+    """The record as its live watchdog's note has it where the watchdog could not write it (a
+    full disk: toolkit.server.note), and why it could not; else the record as it is, ""."""
+    fields, error = unwritten(workdir, state_path(workdir)) if is_watchdog(st.watchdog_pid) else ({}, "")
+    return replace(st, **fields), error
+
+
+def _restarting(st: ServerState, supervised: bool, base: dict[str, Any], unwritten: str = "") -> ServerStatus:
     """The status of a server its watchdog is restarting (or was, until the watchdog died)."""
     failed = f"failed {st.restart_errors} times: {st.restart_error}; " if st.restart_errors else ""
     msg = f"{failed}after {st.restart_why}"
+    if unwritten:
+        msg += f"; the watchdog cannot write {state_path(st.workdir)} ({unwritten})"
     if st.status == "starting":
         msg += f"; the new server (pid {st.pid}) is starting"
     elif (wait := st.next_restart_at - time.time()) > 0:

@@ -52,6 +52,7 @@ from toolkit.errors import SdtkError
 from toolkit.server import procs
 from toolkit.server.liveness import frozen, frozen_message
 from toolkit.server.modelcontrol import restart_model
+from toolkit.server.note import NOTED, open_note, write_note
 from toolkit.server.policies import WATCHDOG_POLICIES
 from toolkit.server.state import (
     WATCHDOG_MODULE as MODULE,
@@ -136,7 +137,8 @@ def _now() -> str:
 
 
 def _say(text: str) -> None:
-    print(f"{_now()} sdtk watchdog: {text}", flush=True)
+    with contextlib.suppress(OSError):  # its log is on the workdir's disk, which may be full
+        print(f"{_now()} sdtk watchdog: {text}", flush=True)
 
 
 def _one_line(e: BaseException) -> str:
@@ -175,18 +177,22 @@ class Watchdog:
         self.frozen_since: float | None = None
         self.next_probe = time.monotonic() + rp.live_probe_s
         self.misses = 0
+        self.note_fd = open_note(workdir)
 
     # ------------------------------------------------------------------ the record
 
     def write(self, st: ServerState) -> bool:
         """Write the record; on failure (a full disk) say so and go on: the next change writes it."""
         self.last = st
+        error = ""
         try:
             write_state(self.workdir, st)
         except OSError as e:
+            error = str(e)
             _say(f"cannot write the record ({e}); keeping it in memory and going on")
-            return False
-        return True
+        note = {k: getattr(st, k) for k in NOTED}
+        write_note(self.note_fd, note | dict(at=time.time(), write_error=error))
+        return not error
 
     def read(self) -> ServerState | None:
         """The record; an unreadable one is rewritten from memory (or from the rebuilt record)."""
