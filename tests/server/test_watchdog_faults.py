@@ -205,10 +205,16 @@ def small_disk(tmp_path):
 
 
 def fill(path: Path) -> None:
-    with open(path, "wb") as f, contextlib.suppress(OSError):
-        while True:
-            f.write(b"\0" * 65536)
-            f.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        with contextlib.suppress(OSError):  # until ENOSPC
+            while True:
+                os.write(fd, b"\0" * 65536)
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, b"\0")  # the last bytes
+    finally:
+        os.close(fd)
 
 
 def test_a_port_held_and_a_full_disk_during_restarts_are_retried_and_shown(small_disk):
@@ -224,7 +230,7 @@ def test_a_port_held_and_a_full_disk_during_restarts_are_retried_and_shown(small
         procs.kill_group_now(st["pgid"])
         held = socket.socket()
         held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        held.bind(("127.0.0.1", st["http_port"]))
+        wait_for(lambda: held.bind(("127.0.0.1", st["http_port"])) or True, 10, "the port freed by the kill")
         held.listen()
         os.kill(dog, signal.SIGCONT)
         try:
@@ -246,11 +252,11 @@ def test_a_port_held_and_a_full_disk_during_restarts_are_retried_and_shown(small
         os.kill(new["stubs"]["tensorrt_llm"][0], signal.SIGKILL)
         try:
             code, report = wait_for(
-                lambda: (s := status(dep))[1]["state"] == "restarting" and "No space left" in s[1]["message"] and s,
+                lambda: (s := status(dep))[1]["state"] == "restarting" and "failed" in s[1]["message"] and s,
                 60, "a restart failing on the full disk",
             )  # fmt: skip
-            print(f"disk full: {report['message']}")
-            assert code != 0 and procs.alive(dog)
+            print(f"disk full: {report['message']}\n" + (dep / "logs" / "watchdog.log").read_text()[-1500:])
+            assert code != 0 and procs.alive(dog) and "No space left on device" in report["message"]
         finally:
             filler.unlink()
         t0 = time.monotonic()

@@ -9,6 +9,7 @@ import contextlib
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,11 +20,12 @@ import pytest
 
 from toolkit._fs import atomic_write
 from toolkit.errors import UsageError
-from toolkit.server import procs, recover, watchdog
+from toolkit.server import liveness, procs, recover, watchdog
 from toolkit.server.lock import WorkdirLock
 from toolkit.server.state import (
     RecordUnreadable,
     ServerState,
+    python_stubs,
     read_state,
     server_status,
     state_path,
@@ -73,16 +75,26 @@ def test_durable_write_uses_its_own_temporary_file_and_keeps_the_old_record(tmp_
 
 
 @pytest.fixture
-def fake_server(tmp_path):
+def fake_server(tmp_path, request):
     """A process sdtk takes for the tritonserver of deployment directory `wd`: argv[0] named
-    tritonserver, Triton's flags, its own session, the directory as its cwd, the lock held."""
+    tritonserver, Triton's flags, its own session, the directory as its cwd, the lock held.
+    With a model name as the parameter it starts one child named as Triton names a stub
+    (`triton_python_backend_stub <repo>/<model>/1/model.py`)."""
     wd = tmp_path / "dep"
     wd.mkdir()
     exe = tmp_path / "bin" / "tritonserver"
     exe.parent.mkdir()
     exe.symlink_to(sys.executable)
+    code = "import time; time.sleep(120)"
+    if model := getattr(request, "param", None):
+        model_py = tmp_path / "repo" / model / "1" / "model.py"
+        model_py.parent.mkdir(parents=True)
+        model_py.write_text(code)
+        stub = tmp_path / "bin" / "triton_python_backend_stub"
+        stub.symlink_to(sys.executable)
+        code = f"import subprocess, time; subprocess.Popen([{str(stub)!r}, {str(model_py)!r}]); time.sleep(120)"
     key = "k3y"
-    argv = [str(exe), "-c", "import time; time.sleep(120)", "--model-repository=/repo", "--http-port=18000",
+    argv = [str(exe), "-c", code, "--model-repository=/repo", "--http-port=18000",
             "--grpc-port=18001", "--metrics-port=18002",
             "--backend-config=python,shm-region-prefix-name=sdtkfeed0001_",
             f"--http-restricted-api=model-repository:sdtk-repo-key={key}"]  # fmt: skip
@@ -191,3 +203,32 @@ def test_the_first_failures_log_is_never_pruned(tmp_path):
         time.sleep(0.01)  # distinct mtimes
     kept = sorted(p.name for p in logs.glob("tritonserver.*.log"))
     assert kept == ["tritonserver.100.log", "tritonserver.107.log", "tritonserver.108.log", "tritonserver.109.log"]
+
+
+@pytest.mark.parametrize("fake_server", ["tensorrt_llm"], indirect=True)
+def test_a_frozen_stub_is_found_and_named_by_status(fake_server):
+    """The server's stub stopped with SIGSTOP: `status` says which model's stub is frozen and
+    how to resume it, and exits 1; the server itself stopped is named too."""
+    wd, proc = fake_server
+    deadline = time.monotonic() + 10
+    while not (stubs := python_stubs(proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stub = stubs["tensorrt_llm"][0]
+    st = _record(wd, pid=proc.pid, pgid=proc.pid, start_ticks=procs.stat(proc.pid).start_ticks,
+                 executable="tritonserver", stubs=stubs)  # fmt: skip
+    assert liveness.frozen(st.pgid, st.pid) == {}
+
+    def stop(pid: int) -> None:
+        os.kill(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while procs.stat(pid).state != "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    stop(stub)
+    assert liveness.frozen(st.pgid, st.pid) == {"tensorrt_llm": [stub]}
+    status = server_status(wd, timeout=0.2)
+    assert status.state == "unhealthy" and not status.healthy
+    assert f"stub of model 'tensorrt_llm' (pid {stub}) is frozen" in status.message
+    assert f"kill -CONT {stub}" in status.message
+    stop(proc.pid)
+    assert list(liveness.frozen(st.pgid, st.pid)) == ["tritonserver", "tensorrt_llm"]

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -354,6 +355,10 @@ class Watchdog:
                 errors += 1
                 delay = self.rp.retry_delay(errors)
                 why = _one_line(e)
+                if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+                    with contextlib.suppress(OSError):
+                        fs = os.statvfs(self.workdir)
+                        why += f" (the disk of {self.workdir}: {fs.f_bavail * fs.f_frsize // 1024} KiB free)"
                 _say(f"restart failed ({errors}× in a row): {why}; next try in {delay:g}s")
                 base = replace(
                     base, restart_errors=errors, restart_error=why, next_restart_at=time.time() + delay
