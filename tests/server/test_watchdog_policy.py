@@ -130,11 +130,26 @@ def test_an_unreadable_record_is_rebuilt_from_the_lock_and_the_process_table(fak
     assert not state_path(wd).exists() and not procs.alive(proc.pid)
 
 
-def test_stop_force_finds_a_server_no_record_names(fake_server):
+def test_a_server_whose_record_was_deleted_is_still_found_and_stopped(fake_server):
+    """The old hint said "delete it": a server with no state.json is still named by `status`
+    (from the lock and the process table) and stopped by `sdtk stop`."""
     wd, proc = fake_server
-    assert server_status(wd).state == "stopped"  # nothing recorded...
-    res = stop_server(wd, grace=1.0, force=True)  # ... but the lock and the process table know
-    assert f"tritonserver pid {proc.pid}" in res.message
+    status = server_status(wd, timeout=0.2)
+    assert status.pid == proc.pid and status.running and "is missing" in status.message
+    res = stop_server(wd, grace=1.0)
+    assert f"also stopped tritonserver pid {proc.pid}" in res.message
+    proc.wait(5)
+    assert not procs.alive(proc.pid) and server_status(wd).state == "stopped"
+
+
+def test_stop_force_also_stops_a_server_the_record_does_not_name(fake_server):
+    wd, proc = fake_server
+    _record(wd)  # the record names another server (gone)
+    assert "also stopped" not in stop_server(wd, grace=1.0).message
+    assert procs.alive(proc.pid)  # without --force only the recorded one
+    _record(wd)
+    res = stop_server(wd, grace=1.0, force=True)
+    assert f"also stopped tritonserver pid {proc.pid}" in res.message
     proc.wait(5)
     assert not procs.alive(proc.pid)
 

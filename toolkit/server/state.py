@@ -309,11 +309,10 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
 
 @dataclass
 class ServerStatus:
-    """What `sdtk status` reports. `state`: running | starting | unhealthy (a stub died or is
-    frozen, or the server does not answer) | unvalidated (serving, but the deploy that started it
-    died before its validation finished) | unsupervised (serving, but its watchdog is gone) |
-    restarting (its watchdog brings it back) | crash-loop (its watchdog gave up) | dead | stopped.
-    Only `running` exits 0."""
+    """What `sdtk status` reports (only `running` exits 0). `state`: running | starting | unhealthy
+    (a stub died or is frozen, or no answer) | unvalidated (serving; the deploy that started it died
+    before its validation finished) | unsupervised (serving; its watchdog is gone) | restarting
+    (by its watchdog) | crash-loop (its watchdog gave up) | dead | stopped."""
 
     state: str
     workdir: str
@@ -378,6 +377,10 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
         st = read_state(workdir)
     except RecordUnreadable as e:
         return ServerStatus("stopped", workdir, f"{e}; {e.hint}")
+    if st is None:  # a server may run from it all the same (its record deleted by hand)
+        from toolkit.server.recover import rebuild_state
+
+        st = rebuild_state(workdir, f"{state_path(workdir)} is missing")
     if st is None:
         return ServerStatus("stopped", workdir, f"no server recorded in {state_path(workdir)}")
     st, unwritten = _noted(workdir, st)
@@ -483,8 +486,7 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
 
 
 def _noted(workdir: str, st: ServerState) -> tuple[ServerState, str]:
-    """The record as its live watchdog's note has it where the watchdog could not write it (a
-    full disk: toolkit.server.note), and why it could not; else the record as it is, ""."""
+    """The record as its live watchdog noted it when it could not write it (toolkit.server.note)."""
     fields, error = unwritten(workdir, state_path(workdir)) if is_watchdog(st.watchdog_pid) else ({}, "")
     return replace(st, **fields), error
 
@@ -493,8 +495,7 @@ def _restarting(st: ServerState, supervised: bool, base: dict[str, Any], unwritt
     """The status of a server its watchdog is restarting (or was, until the watchdog died)."""
     failed = f"failed {st.restart_errors} times: {st.restart_error}; " if st.restart_errors else ""
     msg = f"{failed}after {st.restart_why}"
-    if unwritten:
-        msg += f"; the watchdog cannot write {state_path(st.workdir)} ({unwritten})"
+    msg += f"; the watchdog cannot write {state_path(st.workdir)} ({unwritten})" if unwritten else ""
     if st.status == "starting":
         msg += f"; the new server (pid {st.pid}) is starting"
     elif (wait := st.next_restart_at - time.time()) > 0:
@@ -639,7 +640,7 @@ def stop_server(workdir: Path | str, grace: float = 15.0, *, force: bool = False
         result = StopResult(
             workdir, False, None, True, damaged or f"no server recorded in {state_path(workdir)}"
         )
-    if force or damaged:
+    if force or damaged or st is None:  # what no record names, found by the lock and /proc
         result.message += _sweep(workdir, grace)
     if damaged:
         remove_state(workdir)
