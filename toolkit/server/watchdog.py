@@ -259,22 +259,30 @@ class Watchdog:
         _say(f"watching tritonserver pid {self.pid} in {self.workdir} (on failure: {self.policy}; {self.rp})")
         while True:
             time.sleep(self.poll_s)
-            st = self.read()
-            if st is None or self.stopped(st, self.pid):
-                _say("the server was stopped; exiting")
-                return 0
-            found = self.failure(st)
-            if found is None:
+            try:
+                code = self.step()
+            except Exception as e:  # noqa: BLE001 - the watchdog outlives what it cannot handle
+                _say(f"unexpected error, going on: {type(e).__name__}: {_one_line(e)}")
                 continue
-            if not _alive_and_ours(st):
-                # A stop removes the record right after the server is gone: give it a moment.
-                time.sleep(1.0)
-                if self.stopped(self.read(), self.pid):
-                    _say("the server was stopped; exiting")
-                    return 0
-            code = self.handle(st, *found)
             if code is not None:
                 return code
+
+    def step(self) -> int | None:
+        """One poll: None to go on watching, else the watchdog's exit code."""
+        st = self.read()
+        if st is None or self.stopped(st, self.pid):
+            _say("the server was stopped; exiting")
+            return 0
+        found = self.failure(st)
+        if found is None:
+            return None
+        if not _alive_and_ours(st):
+            # A stop removes the record right after the server is gone: give it a moment.
+            time.sleep(1.0)
+            if self.stopped(self.read(), self.pid):
+                _say("the server was stopped; exiting")
+                return 0
+        return self.handle(st, *found)
 
     def handle(self, st: ServerState, what: str, dead: dict[str, list[int]]) -> int | None:
         """Apply the policy to the failure `what` of server `st`: None to go on watching."""
