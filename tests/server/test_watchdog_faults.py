@@ -36,7 +36,9 @@ def sdtk(*args: str, env: dict[str, str] | None = None, timeout: float = 300) ->
 
 
 def deploy(workdir: Path, **env: str) -> Path:
-    r = sdtk("deploy", RECIPE, "--workdir", str(workdir), "--detach", "--auto-ports", "--no-validate", env=env)
+    r = sdtk(
+        "deploy", RECIPE, "--workdir", str(workdir), "--detach", "--auto-ports", "--no-validate", env=env
+    )
     assert r.returncode == 0, r.stderr
     return workdir / "tiny-baseline"
 
@@ -120,7 +122,9 @@ def test_a_frozen_stub_is_reported_restarted_and_its_stream_ends_with_an_error(t
         try:
             code, report = status(dep)
             t_status = time.monotonic() - t0
-            assert code != 0 and "'tensorrt_llm'" in report["message"] and "frozen" in report["message"], report
+            assert code != 0 and "'tensorrt_llm'" in report["message"] and "frozen" in report["message"], (
+                report
+            )
             assert str(stub) in report["message"]
             seen = {report["state"]}
             while thread.is_alive() and time.monotonic() - t0 < 30:

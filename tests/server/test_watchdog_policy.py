@@ -92,7 +92,9 @@ def fake_server(tmp_path, request):
         model_py.write_text(code)
         stub = tmp_path / "bin" / "triton_python_backend_stub"
         stub.symlink_to(sys.executable)
-        code = f"import subprocess, time; subprocess.Popen([{str(stub)!r}, {str(model_py)!r}]); time.sleep(120)"
+        code = (
+            f"import subprocess, time; subprocess.Popen([{str(stub)!r}, {str(model_py)!r}]); time.sleep(120)"
+        )
     key = "k3y"
     argv = [str(exe), "-c", code, "--model-repository=/repo", "--http-port=18000",
             "--grpc-port=18001", "--metrics-port=18002",
@@ -184,7 +186,9 @@ def test_status_of_a_restart_and_of_a_crash_loop(tmp_path):
     """What the watchdog records while it restarts and after it gave up, as `status` says it
     (a live "watchdog": this test process does not pass for one, so a sleeping one is started)."""
     wd = tmp_path / "dep"
-    dog = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "toolkit.server.watchdog"])
+    dog = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "-m", "toolkit.server.watchdog"]
+    )
     try:
         _record(wd, status="restarting", watchdog_pid=dog.pid, restart_why="10:00:00 the stub died",
                 restart_errors=2, restart_error="http port 1 is in use", next_restart_at=time.time() + 30)  # fmt: skip
@@ -217,7 +221,12 @@ def test_the_first_failures_log_is_never_pruned(tmp_path):
         watchdog.keep_log(st, keep=3, first=first)
         time.sleep(0.01)  # distinct mtimes
     kept = sorted(p.name for p in logs.glob("tritonserver.*.log"))
-    assert kept == ["tritonserver.100.log", "tritonserver.107.log", "tritonserver.108.log", "tritonserver.109.log"]
+    assert kept == [
+        "tritonserver.100.log",
+        "tritonserver.107.log",
+        "tritonserver.108.log",
+        "tritonserver.109.log",
+    ]
 
 
 @pytest.mark.parametrize("fake_server", ["tensorrt_llm"], indirect=True)

@@ -383,7 +383,7 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
         st = rebuild_state(workdir, f"{state_path(workdir)} is missing")
     if st is None:
         return ServerStatus("stopped", workdir, f"no server recorded in {state_path(workdir)}")
-    st, unwritten = _noted(workdir, st)
+    st, unsaved = _noted(workdir, st)
     base: dict[str, Any] = dict(
         workdir=workdir,
         pid=st.pid,
@@ -410,7 +410,7 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
             **base,
         )
     if st.status == "restarting" or (st.status == "starting" and st.restart_why):
-        return _restarting(st, supervised, base, unwritten)
+        return _restarting(st, supervised, base, unsaved)
     if not _alive_and_ours(st):
         left = _leftovers(st)
         why = "is gone" if not procs.alive(st.pid) else "now belongs to another program"
@@ -491,11 +491,11 @@ def _noted(workdir: str, st: ServerState) -> tuple[ServerState, str]:
     return replace(st, **fields), error
 
 
-def _restarting(st: ServerState, supervised: bool, base: dict[str, Any], unwritten: str = "") -> ServerStatus:
+def _restarting(st: ServerState, supervised: bool, base: dict[str, Any], unsaved: str = "") -> ServerStatus:
     """The status of a server its watchdog is restarting (or was, until the watchdog died)."""
     failed = f"failed {st.restart_errors} times: {st.restart_error}; " if st.restart_errors else ""
     msg = f"{failed}after {st.restart_why}"
-    msg += f"; the watchdog cannot write {state_path(st.workdir)} ({unwritten})" if unwritten else ""
+    msg += f"; the watchdog cannot write {state_path(st.workdir)} ({unsaved})" if unsaved else ""
     if st.status == "starting":
         msg += f"; the new server (pid {st.pid}) is starting"
     elif (wait := st.next_restart_at - time.time()) > 0:
