@@ -28,6 +28,7 @@ def test_every_mode_backend_pair_has_a_cell():
         ("medusa", True, False),
         ("lookahead", True, False),
         ("ngram", False, True),
+        ("sa", False, True),  # SA: the PyTorch backend's, 1.3 line
     ],
 )
 def test_support(mode, engine, llmapi):
