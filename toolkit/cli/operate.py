@@ -23,11 +23,10 @@ workdir_option = click.option(
 def status(workdir: Path | None, as_json: bool) -> None:
     """Is the deployment's server running, ready, and are all its Python stubs alive? Exits 1
     if not."""
-    from toolkit.dynamo.launch import is_dynamo
     from toolkit.server.state import find_deployment, server_status
 
     wd = find_deployment(workdir)
-    if is_dynamo(wd):
+    if _dynamo_at(wd):
         from toolkit.dynamo.status import dynamo_status
 
         st = dynamo_status(wd)
@@ -36,6 +35,18 @@ def status(workdir: Path | None, as_json: bool) -> None:
     emit(st.to_dict(), as_json, lambda: click.echo(f"{st.state}: {st.message}"))
     if not st.healthy:
         raise click.exceptions.Exit(1)
+
+
+def _dynamo_at(wd: Path) -> bool:
+    """The deployment in `wd` is a Dynamo one; False for an unreadable record with nothing
+    running (toolkit.server.state: `status` reports it, `stop` removes it)."""
+    from toolkit.dynamo.launch import is_dynamo
+    from toolkit.server.state import RecordUnreadable
+
+    try:
+        return is_dynamo(wd)
+    except RecordUnreadable:
+        return False
 
 
 @cli.command()
@@ -59,20 +70,25 @@ def logs(workdir: Path | None, lines: int | None, follow: bool) -> None:
 @click.option(
     "--grace", default=15.0, show_default=True, type=float, help="Seconds between SIGTERM and SIGKILL."
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also stop every server and watchdog of the workdir that its lock or the process table "
+    "shows, recorded or not (for a damaged or missing state.json).",
+)
 @json_option
-def stop(workdir: Path | None, grace: float, as_json: bool) -> None:
-    """Stop the deployment's server (and its Python backend stubs)."""
+def stop(workdir: Path | None, grace: float, force: bool, as_json: bool) -> None:
+    """Stop the deployment's server (and its Python backend stubs) and its watchdog."""
     from dataclasses import asdict
 
-    from toolkit.dynamo.launch import is_dynamo
     from toolkit.server.state import find_deployment, stop_server
 
     wd = find_deployment(workdir)
-    if is_dynamo(wd):  # a SIGKILLed supervisor leaves its Dynamo processes behind
+    if _dynamo_at(wd):  # a SIGKILLed supervisor leaves its Dynamo processes behind
         from toolkit.dynamo.status import kill_orphans
 
         kill_orphans(wd)
-    res = stop_server(wd, grace=grace)
+    res = stop_server(wd, grace=grace, force=force)
     emit(asdict(res), as_json, lambda: click.echo(res.message))
 
 
@@ -85,7 +101,8 @@ def restart(model: str, workdir: Path | None, as_json: bool) -> None:
     others serving, through Triton's model-control API and the deployment's key."""
     from dataclasses import asdict
 
-    from toolkit.server.state import find_deployment, restart_model
+    from toolkit.server.modelcontrol import restart_model
+    from toolkit.server.state import find_deployment
 
     res = restart_model(find_deployment(workdir), model)
     emit(asdict(res), as_json, lambda: click.echo(res.message))
