@@ -61,7 +61,9 @@ def removal_fix(mode: str) -> str:
     """The fix-it where a release removed the engine path: what to use instead, and, for a mode that
     has no other GPU path, the last release that still has it."""
     instead = INSTEAD_OF_ENGINE.get(mode, "see `sdtk compat`")
-    return instead if info(mode).llmapi.supported else f"{instead}; {KEEP_ENGINE}; or backend: reference (CPU)"
+    return (
+        instead if info(mode).llmapi.supported else f"{instead}; {KEEP_ENGINE}; or backend: reference (CPU)"
+    )
 
 
 @dataclass(frozen=True)

@@ -186,3 +186,20 @@ def test_dry_run_of_an_unknown_container_says_what_is_unverified_and_what_it_pro
     assert out["image"] == "nvcr.io/nvidia/tritonserver:26.10-trtllm-python-py3"
     assert set(out["unverified"]) == set(FACTS["26.07"].facts())
     assert all(row["ok"] for row in out["rows"])
+
+
+@pytest.mark.parametrize(
+    ("version", "engine"), [("1.1.0", True), ("1.2.0rc2", True), ("1.2.1", True), ("1.3.0", False), ("1.3.0rc24", False)]
+)
+def test_selftest_plans_the_engine_path_through_1_2_only(version, engine):
+    """The engine path ships through 1.2.x (deprecated, NVIDIA/TensorRT-LLM PR #11723) and is gone in
+    the 1.3 line (PRs #15907, #15918); a 1.2 pre-release is a 1.2. The llmapi rows are there on all."""
+    from toolkit.selftest.run import engine_notes
+
+    backends = {b for _, b in plan_modes(version)}
+    assert ("engine" in backends) is engine and "llmapi" in backends
+    notes = " ".join(engine_notes(version))
+    if version.startswith("1.2"):
+        assert "#11723" in notes
+    if version.startswith("1.3"):
+        assert "#15907" in notes and "EAGLE-3, NGram and SA" in notes

@@ -31,8 +31,8 @@ from toolkit._fs import atomic_write
 from toolkit.build import engine, llmapi, preflight, reference
 from toolkit.build.context import EXAMPLES_ENV, BuildContext
 from toolkit.build.preflight import PASSED, SKIPPED, CheckResult
-from toolkit.checks import WARNING
 from toolkit.build.steps import Step, StepRecord, execute, render_script
+from toolkit.checks import WARNING
 from toolkit.errors import CompatError, PreflightError
 from toolkit.hub import Resolved, hub_settings, resolve
 from toolkit.recipe import MODE_SOURCES, Recipe, load_recipe

@@ -35,7 +35,10 @@ from toolkit.server.state import server_status, stop_server
 from toolkit.validate import validate_deployment
 
 STEPS = ("build", "deploy", "validate", "bench", "stop")
-WOULD_RUN = "1.1.0"  # the TensorRT-LLM of the newest verified NGC container (toolkit/containers/images.py)
+# The TensorRT-LLM the CPU twin stands in for without TensorRT-LLM: 1.1.0, the newest release whose
+# contract fixture the twin is checked against (tests/contracts/trtllm-1.1.json). The newest verified
+# NGC container carries 1.2.1 (toolkit.containers.images.DEFAULT_TRTLLM, 26.07).
+WOULD_RUN = "1.1.0"
 
 
 @dataclass

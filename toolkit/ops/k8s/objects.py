@@ -152,7 +152,11 @@ def _image(recipe: Recipe, opts: K8sOptions) -> tuple[str, str | None, str]:
     if opts.image:
         carried = images.trtllm_version_of(opts.image)
         if carried is not None:
-            return opts.image, carried, f"given with --image (carries TensorRT-LLM {carried}; {images.SOURCE})"
+            return (
+                opts.image,
+                carried,
+                f"given with --image (carries TensorRT-LLM {carried}; {images.SOURCE})",
+            )
         tag = images.container_of(opts.image)
         what = (
             f"container {tag} is not in sdtk's verified table, so which TensorRT-LLM it carries is unverified"
