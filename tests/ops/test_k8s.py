@@ -422,7 +422,7 @@ def test_image_table_pins_trtllm_versions_to_ngc_containers():
     # the 1.3 line ships only in NVIDIA's Dynamo container so far (server issue #8805)
     with pytest.raises(UsageError, match="no verified NGC Triton container") as e:
         images.image_for("1.3.0")
-    assert "--image" in e.value.hint
+    assert "--image" in e.value.hint and "1.2.1 (26.07) is the newest" in str(e.value) and "#8805" in str(e.value)
 
 
 def test_image_choice_drives_the_backend_check():

@@ -76,9 +76,17 @@ def image_for(trtllm_version: str | None = None) -> str:
     tag = TRTLLM_TO_CONTAINER.get(key)
     if tag is None:
         known = ", ".join(TRTLLM_TO_CONTAINER)
+        newest = max(TRTLLM_TO_CONTAINER, key=release.release)
+        later = (
+            f"; {newest} ({TRTLLM_TO_CONTAINER[newest]}) is the newest a verified container carries, and the "
+            "1.3 line ships only in NVIDIA's Dynamo container so far (triton-inference-server/server issue #8805)"
+            if release.release(version) > release.release(newest)
+            else ""
+        )
         raise UsageError(
-            f"no verified NGC Triton container for TensorRT-LLM {version} (verified: {known})",
-            hint="pass --image explicitly, e.g. nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3",
+            f"no verified NGC Triton container for TensorRT-LLM {version} (verified: {known}){later}",
+            hint="pass --image explicitly, e.g. nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3; sdtk then "
+            "says the image's TensorRT-LLM version is unverified and renders for the recipe's",
         )
     return f"{REGISTRY}:{tag}-{SUFFIX}"
 
