@@ -221,3 +221,24 @@ def test_probing_a_container_tree(monkeypatch, tmp_path):
     assert "none found" in (f.tritonserver.unverified or "")
     with pytest.raises(UsageError, match="yy.mm"):
         containers.layout(container="latest")
+
+
+def test_the_1_1_fixture_cites_the_triton_release_of_container_25_12():
+    """Triton 2.64.0 is container 25.12 and 2.65.0 is 26.01 (server build.py DEFAULT_TRITON_VERSION_MAP at
+    v2.64.0 / v2.65.0); the 1.1 fixture once cited "Triton 2.65.0 (25.12 …)". Its llmapi perf-metric
+    facts now cite tensorrtllm_backend docs/llmapi.md at r25.12, lines 37-40 and the sample response."""
+    text = (HERE / "trtllm-1.1.json").read_text(encoding="utf-8")
+    assert "2.65.0 (25.12" not in text and "triton-inference-server-2650" not in text
+    assert "docs/llmapi.md at r25.12 (5419275; container 25.12 = Triton 2.64.0" in text
+    for tag, container in (("v2.64.0", "25.12"), ("v2.65.0", "26.01")):
+        commit = {"v2.64.0": FACTS["25.12"].sources["server_build"].commit,
+                  "v2.65.0": FACTS["26.01"].sources["server_build"].commit}[tag]  # fmt: skip
+        build_py = _upstream("triton-inference-server/server", commit or "", "build.py")
+        if build_py is None:
+            pytest.skip("triton-inference-server/server is not mirrored here")
+        assert f'"release_version": "{tag[1:]}",\n    "triton_container_version": "{container}"' in build_py
+    doc = _upstream("triton-inference-server/tensorrtllm_backend", "5419275f0e9830ca7083ddab1651eaa10c66636f", "docs/llmapi.md")
+    if doc is not None:
+        lines = doc.splitlines()
+        assert "sampling_param_return_perf_metrics" in lines[36] and "sampling_param_return_perf_metrics" in lines[39]
+        assert '"acceptance_rate"' in lines[45] and '"total_draft_tokens"' in lines[59]
