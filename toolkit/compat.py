@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from toolkit import containers
 from toolkit.containers import probe, release
 from toolkit.errors import CompatError
 from toolkit.modes import (
@@ -52,9 +53,13 @@ INSTEAD_OF_ENGINE: dict[str, str] = {
     EAGLE: "use mode: eagle3 on backend llmapi (an EAGLE-3 head; the 1.3 line converts Eagle configs to "
     f"Eagle3), or {_NO_DRAFT_MODEL}",
 }
-KEEP_ENGINE = (
-    "or keep backend: engine on TensorRT-LLM 1.2.x (NGC tritonserver:26.07-trtllm-python-py3, deprecated)"
-)
+
+
+def keep_engine() -> str:
+    """Where the engine path still runs: the newest known container whose TensorRT-LLM has it."""
+    last = [c for c in containers.all_facts().values() if release.below(c.trtllm_version.value, ENGINE_MAX)]
+    where = f" (NGC {last[-1].image} carries {last[-1].trtllm_version.value}, deprecated)" if last else ""
+    return f"or keep backend: engine on TensorRT-LLM < {ENGINE_MAX}{where}"
 
 
 def removal_fix(mode: str) -> str:
@@ -62,7 +67,7 @@ def removal_fix(mode: str) -> str:
     has no other GPU path, the last release that still has it."""
     instead = INSTEAD_OF_ENGINE.get(mode, "see `sdtk compat`")
     return (
-        instead if info(mode).llmapi.supported else f"{instead}; {KEEP_ENGINE}; or backend: reference (CPU)"
+        instead if info(mode).llmapi.supported else f"{instead}; {keep_engine()}; or backend: reference (CPU)"
     )
 
 

@@ -148,7 +148,7 @@ def test_engine_path_is_refused_on_1_3_with_the_cited_removal_and_a_fix_it(mode,
     assert "PR #15907" in str(e.value) and "PR #15918" in str(e.value)
     assert all(word in e.value.hint for word in instead), e.value.hint
     if mode in ("medusa", "lookahead", "eagle"):  # no other GPU path: say where it still runs
-        assert "1.2.x" in e.value.hint and "reference" in e.value.hint
+        assert "TensorRT-LLM < 1.3 (NGC nvcr.io/nvidia/tritonserver:26.07" in e.value.hint and "reference" in e.value.hint
 
 
 def test_compat_columns_per_release_line():
