@@ -14,7 +14,7 @@ import re
 from importlib import metadata
 from pathlib import Path, PurePosixPath
 
-from toolkit.containers import ContainerFacts, Fact, Layout, Source, newest
+from toolkit.containers import PATH_FACTS, ContainerFacts, Fact, Layout, Source, newest
 
 REGISTRY = "nvcr.io/nvidia/tritonserver"
 SUFFIX = "trtllm-python-py3"
@@ -132,9 +132,7 @@ def unknown(tag: str, why: str, *, root: Path | None, inside: bool) -> Layout:
     or under `root`)."""
     base = newest()
     probing = inside or root is not None
-    facts = {n: _path_fact(n, tag, base, root, probing) for n in (
-        "python", "examples_dir", "all_models_dir", "scripts_dir", "inflight_batcher_llm_dir", "llmapi_model_py",
-        "tritonserver", "backends_dir", "tensorrtllm_backend_dir", "python_backend_dir")}  # fmt: skip
+    facts = {n: _path_fact(n, tag, base, root, probing) for n in PATH_FACTS}
     facts["engine_path"] = _engine_fact(tag, base, facts["tensorrtllm_backend_dir"], root, probing)
     facts["trtllm_version"] = _trtllm_fact(tag, base, root, inside)
     py = base.python_version
