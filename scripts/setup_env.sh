@@ -22,4 +22,13 @@ else
   .venv/bin/python -m pip install -q "torch==2.13.0"
 fi
 .venv/bin/python -m pip install -q -e ".[reference,server,bench,ops,dev,train]"
+
+# NVIDIA Dynamo for `sdtk deploy --target dynamo` (docs/dynamo.md); SDTK_DYNAMO=0 skips it.
+# The `dynamo` extra holds ai-dynamo 1.6.1's requirements; ai-dynamo itself goes in with --no-deps
+# because on Python 3.11-3.13 it requires aisimulate==0.13.0, a placeholder sdist that downloads
+# from a host pip cannot reach. ai-dynamo-runtime 1.6.1 pins pydantic<=2.13.5 (sdtk needs >=2.6).
+if [ "${SDTK_DYNAMO:-1}" != "0" ]; then
+  .venv/bin/python -m pip install -q -e ".[dynamo]"
+  .venv/bin/python -m pip install -q --no-deps "ai-dynamo==1.6.1"
+fi
 echo "$want" > "$stamp"

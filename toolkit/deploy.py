@@ -150,7 +150,7 @@ def _server(
     )
 
 
-TARGETS = ("local", "k8s", "slurm")
+TARGETS = ("local", "k8s", "slurm", "dynamo")
 
 
 def deploy(
@@ -173,6 +173,8 @@ def deploy(
     namespace: str = "default",
     image: str | None = None,
     replicas: int = 1,
+    workers: int = 1,
+    router_mode: str = "round-robin",
 ) -> DeployResult:
     """Deploy `recipe` on `target`.
 
@@ -186,7 +188,24 @@ def deploy(
     server dies: foreground, this process does it (default `stop`: stop and raise); detached, a
     watchdog process started beside the server does it (default `none` here: no watchdog; the
     CLI's default is `restart`).
+
+    dynamo: Dynamo's frontend and `workers` workers behind `router_mode` (toolkit.dynamo.launch).
     """
+    if target == "dynamo":
+        return _deploy_dynamo(
+            recipe,
+            deployment_dir(recipe, workdir),
+            backend=backend,
+            workers=workers,
+            router_mode=router_mode,
+            detach=detach,
+            auto_ports=auto_ports,
+            validate=validate,
+            ready_timeout=ready_timeout,
+            on_failure=on_failure or ("restart" if detach else "stop"),
+            progress=progress,
+            on_ready=on_ready,
+        )
     if target != "local":
         return render_target(
             recipe, target, out=out, workdir=workdir, namespace=namespace, image=image, replicas=replicas
@@ -220,6 +239,37 @@ def deploy(
         )
 
 
+def _deploy_dynamo(
+    recipe: Recipe, root: Path, *, on_ready: Callable[[DeployResult], None] | None, **kw: Any
+) -> DeployResult:
+    """`deploy(target=dynamo)`: toolkit.dynamo.launch, its result as a DeployResult."""
+    from toolkit.dynamo.launch import deploy_dynamo
+
+    def ready(plan: Any, info: dict[str, Any]) -> DeployResult:
+        result = DeployResult(
+            recipe=recipe.display_name,
+            backend=plan.backend,
+            mode=recipe.mode,
+            workdir=root,
+            model_repo=root / "dynamo",
+            model=plan.model,
+            entry_kind="openai",
+            decoupled=True,
+            pid=info.get("pid"),
+            http_url=plan.http_url,
+            metrics_url=f"{plan.http_url}/metrics",
+            command=plan.frontend.argv,
+            validation=info.get("validation"),
+            ready_seconds=info.get("ready_seconds"),
+            target="dynamo",
+        )
+        if on_ready is not None:
+            on_ready(result)
+        return result
+
+    return deploy_dynamo(recipe, root, save_recipe=_save_recipe, on_ready=ready, **kw)
+
+
 def render_target(
     recipe: Recipe,
     target: str,
@@ -234,7 +284,7 @@ def render_target(
     from toolkit.errors import UsageError
     from toolkit.repo.render import entry_point
 
-    if target not in TARGETS[1:]:
+    if target not in ("k8s", "slurm"):
         raise UsageError(f"target must be one of {', '.join(TARGETS)}, not '{target}'")
     if out is None:
         raise UsageError(f"--target {target} needs --out DIR")
@@ -542,20 +592,21 @@ def plan_deploy(
 
 def _repository_lines(recipe: Recipe, backend: str) -> list[str]:
     """What --dry-run says of the repository render would write."""
-    from toolkit.repo.render import bls_instance_count
+    from toolkit.repo.render import bls_instance_count, bls_is_entry
 
     if recipe.repository_layout(backend) != "inflight_batcher_llm":
         return []
     n = bls_instance_count(recipe, recipe.build.max_batch_size)
+    if recipe.serving.bls_instance_count:
+        why = "serving.bls_instance_count"
+    elif bls_is_entry(recipe):
+        why = "the engine's max_batch_size"
+    else:
+        why = "the ensemble is the entry model"
     return [
-        f"tensorrt_llm_bls: {n} instance(s) ("
-        + (
-            "serving.bls_instance_count"
-            if recipe.serving.bls_instance_count
-            else "the engine's max_batch_size"
-        )
-        + "; tensorrtllm_backend docs/model_config.md: as many BLS instances as the engine's max batch "
-        "size, so that concurrent requests do not queue)"
+        f"tensorrt_llm_bls: {n} instance(s) ({why}; tensorrtllm_backend docs/model_config.md: as many BLS "
+        "instances as the engine's max batch size when the BLS is used instead of the ensemble, so that "
+        "concurrent requests do not queue)"
     ]
 
 
@@ -563,8 +614,9 @@ def _plan_notes(backend: str, launch: Any) -> list[str]:
     notes = []
     if backend == "llmapi":
         notes.append(
-            "llmapi: one tritonserver, no mpirun; the LLM API starts the tensor/pipeline-parallel workers "
-            "(tensorrtllm_backend docs/llmapi.md)"
+            "llmapi: one tritonserver, no mpirun; the LLM API starts the tensor/pipeline-parallel workers. "
+            "Upstream's launch_triton_server.py wraps it in `mpirun -n 1` unless --no-mpi (tensorrtllm_backend "
+            "docs/llmapi.md); whether the bare launch differs on a GPU is unverified (docs/runbooks/deploy.md)"
         )
     if launch.multi_model:
         ids = {role: list(v) for role, v in launch.gpu_ids.items()}

@@ -79,6 +79,7 @@ def spawn(
     hint: str | None = None,
     pass_fds: Sequence[int] = (),
     secrets: Sequence[str] = (),
+    new_session: bool = True,
 ) -> subprocess.Popen:
     """Start a long-running process (a server) and return at once.
 
@@ -86,7 +87,8 @@ def spawn(
     stdout and stderr into `log_path` after a first line with the redacted command. The caller
     waits for it and stops it (`kill_group`). `pass_fds`: descriptors the process inherits (the
     workdir lock, toolkit.server.lock); every other one is closed. `secrets`: arguments'
-    values that the log's first line shows as ***."""
+    values that the log's first line shows as ***. `new_session=False` keeps the process in the
+    caller's process group (a supervisor's children, stopped with it)."""
     argv = [str(a) for a in argv]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     shown = redact(" ".join(argv))
@@ -103,7 +105,7 @@ def spawn(
                 stderr=subprocess.STDOUT,
                 env=dict(env) if env is not None else None,
                 cwd=cwd,
-                start_new_session=True,
+                start_new_session=new_session,
                 close_fds=True,
                 pass_fds=tuple(pass_fds),
             )

@@ -125,8 +125,11 @@ class Traffic:
 
     def _body(self, prompt: str, max_tokens: int, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {"text_input": prompt, self.max_key: max_tokens}
+        # The completion only: the deployment's default may keep the prompt (serving.exclude_input_in_output).
         if self.llmapi:
             body["sampling_param_exclude_input_from_output"] = True
+        else:
+            body["exclude_input_in_output"] = True
         if stream:
             body[self.stream_key] = True
         return body

@@ -153,14 +153,23 @@ def test_tune_redeploy_schedule_and_overlay(fake_measure, tmp_path):
     assert t.max_concurrency == 4
     assert t.best["draft_len"] == 3
     assert t.overlay == {"speculative": {"max_draft_len": 3}}
-    assert t.llmapi_fragment["speculative_config"]["draft_len_schedule"] == {1: 3, 2: 2, 4: 1, 16: 0}
-    assert t.llmapi_fragment["speculative_config"]["max_concurrency"] == 4
+    # For TensorRT-LLM: the same schedule, keyed at each run's first and last concurrency, so that
+    # 1.2 (lower bounds) and 1.3 (upper bounds, PR #10860) both read sdtk's {1: 3, 2: 2, 4: 1, 16: 0}
+    # up to the largest level; max_concurrency is not written beside it (1.3 refuses both).
+    frag = t.llmapi_fragment["speculative_config"]
+    assert frag == {"max_draft_len": 3, "draft_len_schedule": {1: 3, 2: 2, 3: 2, 4: 1, 15: 1, 16: 0}}
+    from toolkit.build.llmapi_schema import read_lower_bounds, read_upper_bounds, validate
+
+    for read in (read_lower_bounds, read_upper_bounds):
+        assert [read(frag["draft_len_schedule"], c) for c in (1, 2, 3, 4, 8, 15, 16)] == [3, 2, 2, 1, 1, 1, 0]
+    for version in ("1.2.1", "1.3.0"):
+        validate(version, {"decoding_type": "NGram", **frag})
     assert t.prediction_error == pytest.approx(0.1, abs=0.02)
     overlay = yaml.safe_load(t.overlay_path.read_text())
     assert overlay == {"speculative": {"max_draft_len": 3}}
     assert "--set speculative.max_draft_len=3" in t.overlay_path.read_text()
-    frag = yaml.safe_load((tmp_path / "llmapi-speculative.yaml").read_text())
-    assert frag["speculative_config"]["draft_len_schedule"] == {1: 3, 2: 2, 4: 1, 16: 0}
+    written = (tmp_path / "llmapi-speculative.yaml").read_text()
+    assert yaml.safe_load(written) == {"speculative_config": frag} and "1.3 (upper bounds)" in written
     assert {p.name for p in t.report_files} >= {"tune.json", "tune.csv", "recipe-overlay.yaml", "tune.txt"}
     load_recipe("tiny-draft-target", t.best["overrides"])  # the overlay is a valid recipe change
     assert "best per concurrency" in render(t)

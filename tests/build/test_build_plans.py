@@ -291,22 +291,35 @@ def test_llmapi_tree_fields_need_1_1(make_recipe, tmp_path, monkeypatch):
 
 
 def test_llmapi_load_aware_fields_1_2(make_recipe, tmp_path, monkeypatch):
-    """Stand-in TRT-LLM 1.2.0: max_concurrency and draft_len_schedule go into speculative_config as
-    DecodingBaseConfig fields (upstream tensorrt_llm/llmapi/llm_args.py; schedule keys are batch
-    sizes, entry 1 = max_draft_len, NVIDIA/TensorRT-LLM PR #8194), sorted as upstream sorts them."""
+    """Stand-in TRT-LLM 1.2.0: the recipe's schedule and max_concurrency become one
+    `draft_len_schedule` in speculative_config (never both fields: 1.3's llm_args.py @0004396 makes
+    them mutually exclusive, and whether 1.2.x does is unverified), keyed at the first and last batch
+    size of each run, so that upstream's lower-bound reading (1.2-era `validate_draft_len_schedule_and_sort`:
+    "batch_size >= 4 uses draft_len=2") and PR #10860's upper-bound reading both give sdtk's lengths
+    at every batch size 1..max_batch_size; 1.1 has neither field."""
     from toolkit.build import PreflightFailed
+    from toolkit.build.llmapi_schema import read_lower_bounds, read_upper_bounds
 
     activate(make_standins(tmp_path / "s12", "1.2.0"), monkeypatch)
     spec = {
         "mode": "ngram",
         "max_draft_len": 4,
         "draft_len_schedule": {8: 0, 1: 4, 4: 2},
-        "max_concurrency": 16,
+        "max_concurrency": 6,
     }
-    _, extra, model = _llmapi(make_recipe, "ngram", speculative=spec)
+    limits = {"max_batch_size": 10, "max_input_len": 64, "max_seq_len": 128, "max_num_tokens": 256}
+    _, extra, model = _llmapi(make_recipe, "ngram", speculative=spec, build=limits)
     sc = extra["speculative_config"]
-    assert sc["draft_len_schedule"] == {1: 4, 4: 2, 8: 0} and list(sc["draft_len_schedule"]) == [1, 4, 8]
-    assert sc["max_concurrency"] == 16 and model["speculative_config"] == sc
+    # sdtk: 1-3 -> 4, 4-6 -> 2, above max_concurrency 6 -> off
+    assert sc["draft_len_schedule"] == {1: 4, 3: 4, 4: 2, 6: 2, 7: 0, 10: 0}
+    assert "max_concurrency" not in sc and model["speculative_config"] == sc
+    want = [4, 4, 4, 2, 2, 2, 0, 0, 0, 0]
+    for read in (read_lower_bounds, read_upper_bounds):
+        assert [read(sc["draft_len_schedule"], b) for b in range(1, 11)] == want
+    only = {"mode": "ngram", "max_draft_len": 4, "max_concurrency": 6}
+    _, extra, _ = _llmapi(make_recipe, "ngram", speculative=only, build=limits)
+    assert extra["speculative_config"]["max_concurrency"] == 6
+    assert "draft_len_schedule" not in extra["speculative_config"]
     activate(make_standins(tmp_path / "s11", "1.1.0"), monkeypatch)
     with pytest.raises(PreflightFailed) as e:
         build(make_recipe("ngram", backend="llmapi", speculative=spec), progress=quiet)

@@ -22,14 +22,27 @@ from pathlib import Path
 import pytest
 import yaml
 from google.protobuf import text_format
+from packaging.version import Version
 from tritonclient.grpc import model_config_pb2
 
 from tests.repo.conftest import engines_for, llmapi_options, make_recipe
-from toolkit.build import build
+from toolkit.build import build, llmapi_schema
+from toolkit.modes.core import ENGINE_MAX
 from toolkit.repo import render_repository
 
 HERE = Path(__file__).parent
-VERSIONS = {"0.19": "0.19.0", "0.20": "0.20.0", "1.0": "1.0.0", "1.1": "1.1.0"}
+VERSIONS = {
+    "0.19": "0.19.0",
+    "0.20": "0.20.0",
+    "1.0": "1.0.0",
+    "1.1": "1.1.0",
+    "1.2": "1.2.1",
+    "1.3": "1.3.0",
+}
+ENGINE_VERSIONS = ["0.19", "0.20", "1.0", "1.1", "1.2"]  # 1.3 removed the engine path (PRs #15907, #15918)
+LLMAPI_VERSIONS = ["1.0", "1.1", "1.2", "1.3"]
+# Versions whose engine path sdtk plans (its engine-path policy, toolkit.modes.core.ENGINE_MAX).
+ENGINE_PLANNED = [v for v in ENGINE_VERSIONS if Version(VERSIONS[v]) < Version(ENGINE_MAX)]
 ENGINE_MODES = ["none", "draft_target", "medusa", "eagle", "lookahead"]
 LLMAPI_MODES = ["none", "draft_target", "eagle3", "ngram"]
 
@@ -111,14 +124,19 @@ def test_fixture_names_its_sources(version):
     facts = fixture(version)
     assert facts["trtllm_version"] == version
     for where in facts["sources"].values():
-        assert "/" in where and any(w in where for w in ("tag", "commit", "@", "era"))
-    assert set(facts["models"]) == {
-        "tensorrt_llm", "ensemble", "preprocessing", "postprocessing", "tensorrt_llm_bls", "llmapi_tensorrt_llm"
-    }  # fmt: skip
+        assert "/" in where and any(w in where for w in ("tag", "commit", "@", "era", "PR #"))
+    engine = {"tensorrt_llm", "ensemble", "preprocessing", "postprocessing", "tensorrt_llm_bls"}
+    want = {"llmapi_tensorrt_llm"} | (engine if version in ENGINE_VERSIONS else set())
+    assert set(facts["models"]) == want
+    if version == "1.2":  # the C++ backend of 1.2 is a deprecated leftover whose template is not pinned
+        assert all(
+            "UNVERIFIED" in facts["sources"]["engine_models"] and facts["models"][m]["unverified"]
+            for m in engine
+        )
 
 
 @pytest.mark.parametrize("mode", ENGINE_MODES)
-@pytest.mark.parametrize("version", sorted(VERSIONS))
+@pytest.mark.parametrize("version", ENGINE_VERSIONS)
 def test_engine_repository_matches_its_version(version, mode, tmp_path):
     facts = fixture(version)
     recipe = make_recipe("engine", mode, trtllm_version=VERSIONS[version])
@@ -159,7 +177,7 @@ def test_llmapi_facts_state_their_standing_at_the_tag(version):
 
 
 @pytest.mark.parametrize("mode", LLMAPI_MODES)
-@pytest.mark.parametrize("version", ["1.0", "1.1"])
+@pytest.mark.parametrize("version", LLMAPI_VERSIONS)
 def test_llmapi_repository_matches_its_version(version, mode, tmp_path):
     facts = fixture(version)
     recipe = make_recipe("llmapi", mode, trtllm_version=VERSIONS[version])
@@ -173,7 +191,7 @@ def test_llmapi_repository_matches_its_version(version, mode, tmp_path):
     )
     cfg = _cfg(r.path / "tensorrt_llm/config.pbtxt")
     check_model(cfg, facts["models"]["llmapi_tensorrt_llm"], "llmapi")
-    absent = set(facts["models"]["llmapi_tensorrt_llm"]["at_tag"]["absent"])
+    absent = set(facts["models"]["llmapi_tensorrt_llm"].get("at_tag", {}).get("absent", {}))
     assert not absent & {t.name for t in cfg.input}, "inputs added after the tag are rendered"
     model = yaml.safe_load((r.path / "tensorrt_llm/1/model.yaml").read_text())
     assert set(model["triton_config"]) <= set(facts["llmapi_options"]["triton_config"])
@@ -193,7 +211,7 @@ def planned_recipe(backend: str, mode: str, version: str, tmp_path: Path):
 
 
 @pytest.mark.parametrize("mode", ENGINE_MODES)
-@pytest.mark.parametrize("version", sorted(VERSIONS))
+@pytest.mark.parametrize("version", ENGINE_PLANNED)
 def test_engine_build_plan_uses_known_flags(version, mode, tmp_path):
     facts = fixture(version)["trtllm_build"]
     recipe = planned_recipe("engine", mode, version, tmp_path)
@@ -208,8 +226,10 @@ def test_engine_build_plan_uses_known_flags(version, mode, tmp_path):
 
 
 @pytest.mark.parametrize("mode", LLMAPI_MODES)
-@pytest.mark.parametrize("version", ["1.0", "1.1"])
+@pytest.mark.parametrize("version", LLMAPI_VERSIONS)
 def test_llmapi_build_plan_uses_known_options(version, mode, tmp_path):
+    """Every rendered option is one the version's fixture lists; from 1.2 on, the rendered
+    speculative_config also passes the version's stand-in of LLM()'s check (llmapi_schema)."""
     facts = fixture(version)["llmapi_options"]
     recipe = planned_recipe("llmapi", mode, version, tmp_path)
     result = build(recipe, workdir=tmp_path, dry_run=True, progress=lambda _m: None)
@@ -217,10 +237,43 @@ def test_llmapi_build_plan_uses_known_options(version, mode, tmp_path):
         options = yaml.safe_load(result.llmapi[name])
         top = set(options) - {"triton_config"}
         assert top <= set(facts["top_level"]), sorted(top - set(facts["top_level"]))
+        assert set(options.get("triton_config", {})) <= set(facts["triton_config"])
         spec = options.get("speculative_config")
         if spec is not None:
             known = facts["speculative_config"][spec["decoding_type"]]
             assert set(spec) <= set(known), sorted(set(spec) - set(known))
+            if version in ("1.2", "1.3"):
+                llmapi_schema.validate(VERSIONS[version], spec)
+    flag = facts.get("speculative_config_rules", {}).get(
+        "trtllm_serve_options_flag", "--extra_llm_api_options"
+    )
+    assert flag in result.llmapi["serve_command"]
+
+
+@pytest.mark.parametrize("version", ["1.2", "1.3"])
+def test_speculative_config_standin_matches_its_fixture(version):
+    """The stand-in (toolkit/build/llmapi_schema.py) declares exactly the fixture's fields per
+    decoding type, and the fixture's rules (schedule reading, exclusivity, cut-off names,
+    eagle3_one_model, serve flag, unverified facts) are the stand-in's."""
+    facts = fixture(version)["llmapi_options"]
+    line = llmapi_schema.line(VERSIONS[version])
+    assert line is not None and line.name == version
+    for kind, fields in facts["speculative_config"].items():
+        assert line.field_names(kind) == set(fields), kind
+    rules = facts["speculative_config_rules"]
+    assert rules["draft_len_schedule_keys"] == line.schedule_keys
+    assert rules["acceptance_cutoffs"] == list(line.cutoffs)
+    assert rules["eagle3_one_model"] is line.eagle3_one_model
+    assert rules["trtllm_serve_options_flag"] == line.serve_flag
+    assert (rules["max_concurrency_with_draft_len_schedule"] == "mutually exclusive") is line.exclusive_limit
+    assert rules["unverified"] == list(line.unverified) and rules["source"] == line.source
+    if version == "1.3":
+        assert not {"Medusa", "Lookahead"} & set(facts["speculative_config"])
+        assert {"SA", "PARD", "MTP", "DFlash", "DSpark", "AUTO"} <= set(facts["speculative_config"])
+        assert "eagle3_one_model" not in facts["speculative_config"]["Eagle3"]
+        sa = facts["sa_config"]
+        assert set(sa["fields"]) == set(llmapi_schema.SAEnhancerConfig.model_fields)
+        assert all("sa_config" in facts["speculative_config"][k] for k in sa["on"])
 
 
 REPO = HERE.parents[1]
@@ -266,7 +319,7 @@ def _normalized(path: Path, engine_dir: Path) -> model_config_pb2.ModelConfig:
 
 
 @pytest.mark.parametrize("mode", TWIN_MODES)
-@pytest.mark.parametrize("version", [*sorted(VERSIONS), None])
+@pytest.mark.parametrize("version", [*ENGINE_VERSIONS, None])
 def test_twin_renders_the_gpu_repository(version, mode, tmp_path):
     """The reference backend serves exactly the repository the engine path renders for the declared
     TensorRT-LLM version: every config.pbtxt is the same ModelConfig (V's input names, outputs,
@@ -283,7 +336,9 @@ def test_twin_renders_the_gpu_repository(version, mode, tmp_path):
                 cfg = json.loads((path / "config.json").read_text())
                 cfg["version"] = VERSIONS[version] if version else "1.2.0"  # newest: 1.2's contract
                 (path / "config.json").write_text(json.dumps(cfg))
-        r = render_repository(recipe, engines, tmp_path / backend / "repo", backend=backend, tokenizer_dir="/tok")
+        r = render_repository(
+            recipe, engines, tmp_path / backend / "repo", backend=backend, tokenizer_dir="/tok"
+        )
         repos[backend] = (r, tmp_path / backend / "engines")
     (eng, eng_dir), (ref, ref_dir) = repos["engine"], repos["reference"]
     assert eng.models == ref.models and eng.entry_model == ref.entry_model and eng.decoupled == ref.decoupled
@@ -294,7 +349,9 @@ def test_twin_renders_the_gpu_repository(version, mode, tmp_path):
         if name in llm_models:
             assert (e.backend, f.backend) == ("tensorrtllm", "python"), name
             f.backend = e.backend
-        assert e == f, f"{name}: the twin's config.pbtxt differs from the engine path's for {version or 'newest'}"
+        assert e == f, (
+            f"{name}: the twin's config.pbtxt differs from the engine path's for {version or 'newest'}"
+        )
     for rel in ref.files:
         model = rel.split("/", 1)[0]
         if rel.endswith(".py") and model not in llm_models:

@@ -5,7 +5,9 @@ e2e_grpc_speculative_decoding_client.py, inflight_batcher_llm_client.py, tensorr
 
 Cells: the engine path's modes on the twin (none, draft-target, Medusa, lookahead; the twin has no
 EAGLE-1/2) at 0.19, 0.20, 1.0, 1.1 and the newest contract; the llmapi path's (none, EAGLE-3, n-gram,
-draft-target) at 1.0 and 1.1. What a version changes is the rendered repository, so cells whose
+draft-target) at 1.0, 1.1, 1.2.1 and 1.3.0 (1.3: the llmapi late inputs, lora_* and image_url; the
+EAGLE-3 cells of 1.2.1 and 1.3.0 with a draft-length schedule, rendered for both versions' reading
+of its keys and read back by the twin). What a version changes is the rendered repository, so cells whose
 repositories are identical (every config.pbtxt the same ModelConfig, every model file the same
 bytes: e.g. 0.20, 1.0 and 1.1 share tensorrt_llm's contract) share one deployment, and the test
 asserts that identity: one server per distinct repository, one at a time.
@@ -38,7 +40,7 @@ from toolkit.recipe import load_recipe
 pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
 
 ENGINE_VERSIONS = ["0.19.0", "0.20.0", "1.0.0", "1.1.0", None]  # None: the newest contract
-LLMAPI_VERSIONS = ["1.0.0", "1.1.0"]
+LLMAPI_VERSIONS = ["1.0.0", "1.1.0", "1.2.1", "1.3.0"]
 ENGINE_MODES = {"none": "tiny-baseline", "draft_target": "tiny-draft-target", "medusa": "tiny-medusa",
                 "lookahead": "tiny-lookahead"}  # fmt: skip
 LLMAPI_MODES = {"none": "tiny-baseline", "eagle3": "tiny-eagle3-llmapi", "ngram": "tiny-ngram-llmapi",
@@ -59,6 +61,9 @@ def _recipe(layout: str, mode: str, version: str | None) -> Any:
         overrides.append(f"trtllm_version={version}")
     if layout == "llmapi":
         overrides += ["serving.repository=llmapi", "serving.decoupled=true"]
+        if mode == "eagle3" and version in ("1.2.1", "1.3.0"):
+            # sdtk's meaning: batch 1-2 -> 3, 3+ -> 1 (1.2 and 1.3 read a map's keys differently)
+            overrides.append("speculative.draft_len_schedule=[{max_batch: 2, draft_len: 3}, {draft_len: 1}]")
     if mode == "draft_target" and layout != "llmapi":
         # e2e_grpc_speculative_decoding_client.py reads the prompt back from output_ids.
         overrides.append("serving.exclude_input_in_output=false")
@@ -199,6 +204,12 @@ def _check_inflight(result: Any, mode: str, version: str | None) -> None:
         assert 0 < len(tokens) <= TOKENS
 
 
+def _model_yaml(result: Any) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load((Path(result.model_repo) / result.model / "1" / "model.yaml").read_text())
+
+
 def _tokenizer(result: Any) -> Any:
     from transformers import AutoTokenizer
 
@@ -206,10 +217,23 @@ def _tokenizer(result: Any) -> Any:
     return AutoTokenizer.from_pretrained(params["tokenizer_dir"]["string_value"])
 
 
-def _check_llmapi(result: Any) -> None:
+def _check_llmapi(result: Any, mode: str, version: str | None) -> None:
+    from toolkit.build.llmapi_schema import read_lower_bounds, read_upper_bounds
     from toolkit.client import TritonClient
+    from toolkit.repo.versions import LLMAPI_LATE_INPUTS
 
     model = result.model
+    names = {i["name"] for i in _config(result, model)["input"]}
+    late = set(LLMAPI_LATE_INPUTS)
+    assert (late <= names) if version == "1.3.0" else not (late & names), sorted(names)
+    spec = _model_yaml(result).get("speculative_config") or {}
+    if mode == "eagle3" and version in ("1.2.1", "1.3.0"):
+        sched = spec["draft_len_schedule"]
+        assert "max_concurrency" not in spec
+        assert ("eagle3_one_model" in spec) == (version == "1.2.1")
+        top = _model_yaml(result)["max_batch_size"]
+        for read in (read_lower_bounds, read_upper_bounds):
+            assert [read(sched, b) for b in range(1, top + 1)] == [3, 3] + [1] * (top - 2), sched
     body = {"text_input": PROMPT, "sampling_param_max_tokens": TOKENS}  # upstream docs/llmapi.md's request
     r = httpx.post(f"{result.http_url}/v2/models/{model}/generate", json=body, timeout=60)
     assert r.status_code == 200, r.text
@@ -232,7 +256,7 @@ def test_cell(matrix, layout, mode, version, request):
         # same server answered that cell's requests; sending them again would prove nothing new.
         return
     if layout == "llmapi":
-        _check_llmapi(result)
+        _check_llmapi(result, mode, version)
     else:
         _check_inflight(result, mode, version)
 

@@ -112,6 +112,78 @@ def test_engine_draft_target_runs_in_orchestrator_mode():
     assert "--load-model=tensorrt_llm_draft" not in plan.script  # one process: no explicit ranks
 
 
+def _srun_line(script: str) -> list[str]:
+    joined = script.replace("\\\n", " ")
+    line = next(ln for ln in joined.splitlines() if ln.startswith("srun "))
+    return shlex.split(line.split(">", 1)[0])
+
+
+def test_engine_draft_target_srun_runs_mpirun_in_one_task(tmp_path):
+    """Orchestrator mode spawns its workers with MPI_Comm_spawn (tensorrtllm_backend v0.19.0
+    docs/llama_multi_instance.md 314-322) and launch_triton_server.py always starts it under
+    `mpirun -n 1` (v0.19.0 scripts/launch_triton_server.py 154-158); PMIx under Slurm has no
+    MPI_Comm_spawn (pyxis FAQ). So the task is `srun --mpi=none`, one task, running mpirun itself."""
+    recipe = load_recipe("llama-3.3-70b-draft-target", ["backend=engine"])
+    plan = plan_slurm(recipe, workdir="/lustre/w", container_image=NGC)
+    assert plan.launcher == "srun" and plan.topology.multi_model
+    srun = _srun_line(plan.script)
+    assert "--mpi=none" in srun and "--mpi=pmix" not in srun
+    assert "--ntasks=1" in srun and "--nodes=1" in srun
+    assert sbatch_options(plan.script)["ntasks-per-node"] == "1"
+    body = rank_script(plan.script).replace("\\\n", " ")
+    assert "SLURM_PROCID" not in body  # one task, no per-rank dispatch
+    (cmd,) = [ln.strip() for ln in body.splitlines() if ln.strip().startswith("exec ")]
+    argv = shlex.split(cmd)[1:]
+    assert argv[:5] == ["mpirun", "--allow-run-as-root", "-n", "1", "/opt/tritonserver/bin/tritonserver"]
+    assert argv == plan.argv and plan.rank_argvs == [plan.argv]
+    assert "export TRTLLM_ORCHESTRATOR=1" in plan.script
+    assert "export TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES=1" in plan.script
+
+
+def test_llmapi_srun_runs_trtllm_llmapi_launch_in_every_task():
+    """Upstream's Slurm launch of the LLM-API model (tensorrtllm_backend r25.12 docs/llmapi.md 99-105):
+    `srun --ntasks-per-node=N --mpi=pmix --container-image=... trtllm-llmapi-launch
+    /opt/tritonserver/bin/tritonserver --model-repository ...`; trtllm-llmapi-launch (TensorRT-LLM
+    tensorrt_llm/llmapi/trtllm-llmapi-launch) serves on SLURM_PROCID 0 and makes the other tasks
+    the LLM API's MPI workers, so there is one task per GPU of the model and one command for all."""
+    recipe = load_recipe("llama-3.1-8b-eagle3", ["parallel.tp=2"])
+    plan = plan_slurm(recipe, workdir="/lustre/w", container_image=NGC)
+    assert plan.topology.backend == "llmapi" and plan.launcher == "srun"
+    srun = _srun_line(plan.script)
+    assert "--mpi=pmix" in srun and "--ntasks-per-node=2" in srun and "--nodes=1" in srun
+    opts = sbatch_options(plan.script)
+    assert (opts["nodes"], opts["ntasks-per-node"], opts["gpus-per-node"]) == ("1", "2", "2")
+    body = rank_script(plan.script).replace("\\\n", " ")
+    (cmd,) = [ln.strip() for ln in body.splitlines() if ln.strip().startswith("exec ")]
+    argv = shlex.split(cmd)[1:]
+    assert argv[:2] == ["trtllm-llmapi-launch", "/opt/tritonserver/bin/tritonserver"]
+    assert argv[1:] == plan.argv and "mpirun" not in argv
+    assert "--model-repository=/lustre/w/llama-3.1-8b-eagle3/triton_repo" in argv
+
+
+def test_orchestrator_task_script_runs_mpirun(tmp_path):
+    """The rendered job, run: srun (a stand-in that runs the task script as task 0) reaches mpirun
+    with the orchestrator env set, not a bare tritonserver."""
+    recipe = load_recipe("llama-3.3-70b-draft-target", ["backend=engine"])
+    work = tmp_path / "work"
+    (work / recipe.display_name / "triton_repo").mkdir(parents=True)
+    (path,) = render_slurm(recipe, out_dir=tmp_path, workdir=str(work), container_image=NGC)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _fake_bin(bin_dir, "scontrol", 'echo "node001"')
+    _fake_bin(bin_dir, "srun", 'echo "srun: $*"; SLURM_PROCID=0 exec "${@: -2:1}" "${@: -1}"')
+    _fake_bin(bin_dir, "mpirun", 'echo "mpirun: $* orchestrator=$TRTLLM_ORCHESTRATOR"; exit 0')
+    _fake_bin(bin_dir, "curl", "exit 7")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "7"}
+    env.pop("SLURM_JOB_NODELIST", None)
+    r = subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1  # the stand-in mpirun exits at once: "exited ... before it was ready"
+    log = (work / recipe.display_name / "slurm" / "triton-7.log").read_text()
+    assert "srun: --mpi=none --nodes=1 --ntasks=1" in log
+    assert "mpirun: --allow-run-as-root -n 1 /opt/tritonserver/bin/tritonserver" in log
+    assert "orchestrator=1" in log
+
+
 def test_bad_options(recipe_tp8_pp2):
     with pytest.raises(UsageError, match="absolute path"):
         plan_slurm(recipe_tp8_pp2, workdir="relative/dir")

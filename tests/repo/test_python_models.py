@@ -352,6 +352,21 @@ def test_bls_draft_target_loop_is_lossless_and_counts_the_whole_request(
     assert spec["last_token_time_ns"][0, 0] >= spec["first_token_time_ns"][0, 0]
 
 
+@pytest.mark.parametrize("name", ["seed", "random_seed"])
+def test_bls_passes_the_seed_to_every_draft_call(bls_module, pb, name):
+    """The draft samples with the request's seed under the name tensorrt_llm declares at the
+    deployment's version: `random_seed` up to TensorRT-LLM 0.19 (tensorrtllm_backend v0.19.0
+    inflight_batcher_llm/src/utils.h reads `random_seed`), `seed` from 0.20 (14c3afe)."""
+    bls = make_bls(bls_module)
+    pb.CALLS.clear()
+    list(bls(request(max_tokens=8, num_draft_tokens=2, **{name: 7})))
+    drafts = [c[1] for c in pb.CALLS if c[0] == "tensorrt_llm_draft"]
+    targets = [c[1] for c in pb.CALLS if c[0] == "tensorrt_llm"]
+    assert drafts and targets
+    assert all(int(d[name].reshape(-1)[0]) == 7 for d in drafts), [sorted(d) for d in drafts]
+    assert all(int(t[name].reshape(-1)[0]) == 7 for t in targets)
+
+
 def _accepted(call_inputs) -> int:
     """How many of a target call's draft tokens the fake target's greedy choice agrees with."""
     draft = call_inputs["draft_input_ids"].reshape(-1).tolist()

@@ -98,7 +98,8 @@ def test_engine_parameters_carry_recipe_and_engine_values(render):
     assert p["gpt_model_type"] == "inflight_fused_batching"
     assert p["batch_scheduler_policy"] == "guaranteed_no_evict"
     assert p["kv_cache_free_gpu_mem_fraction"] == "0.9"
-    assert p["exclude_input_in_output"] == "True" and p["enable_kv_cache_reuse"] == "False"
+    # upstream's default (tensorrtllm_backend v0.19.0 docs/model_config.md line 117: default false)
+    assert p["exclude_input_in_output"] == "False" and p["enable_kv_cache_reuse"] == "False"
     assert p["max_beam_width"] == "1" and p["FORCE_CPU_ONLY_INPUT_TENSORS"] == "no"
     assert p["executor_worker_path"] == "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
     assert p["tokenizer_dir"] == "/models/tokenizer"
@@ -173,6 +174,37 @@ def test_draft_target_wiring(render, backend):
     # One BLS instance per sequence the engine batches (tensorrtllm_backend docs/model_config.md,
     # tensorrt_llm_bls: "set the number of model instances to the maximum batch size").
     assert [g.count for g in cfgs["tensorrt_llm_bls"].instance_group] == [cfgs["tensorrt_llm"].max_batch_size]
+
+
+@pytest.mark.parametrize(
+    ("backend", "mode"), [("engine", "none"), ("engine", "medusa"), ("reference", "lookahead")]
+)
+def test_bls_beside_the_ensemble_runs_one_instance(render, backend, mode):
+    """Upstream's rule (tensorrtllm_backend docs/model_config.md line 210, r25.12, tensorrt_llm_bls):
+    max-batch-size instances "when using the BLS model instead of the ensemble". Where the ensemble is
+    the entry model the BLS is a side door: one instance, not max_batch_size idle Python stubs."""
+    result = render(backend, mode)
+    assert result.entry_kind == "ensemble"
+    cfgs = configs(result.path)
+    assert cfgs["tensorrt_llm"].max_batch_size == 6
+    assert [g.count for g in cfgs["tensorrt_llm_bls"].instance_group] == [1]
+    explicit = render(backend, mode, sections={"serving": {"bls_instance_count": 3}})
+    assert [g.count for g in configs(explicit.path)["tensorrt_llm_bls"].instance_group] == [3]
+
+
+@pytest.mark.parametrize("backend", ["engine", "reference"])
+def test_draft_target_turns_kv_cache_reuse_on_for_both_models(render, backend):
+    """TensorRT-LLM examples/draft_target_model/README.md @11925f6 fills both tensorrt_llm and
+    tensorrt_llm_draft with `enable_kv_cache_reuse:True` ("we need KV-Cache reuse in this approach");
+    the other modes keep the backend's default (off) unless the recipe says otherwise."""
+    cfgs = configs(render(backend, "draft_target").path)
+    assert params(cfgs["tensorrt_llm"])["enable_kv_cache_reuse"] == "True"
+    assert params(cfgs["tensorrt_llm_draft"])["enable_kv_cache_reuse"] == "True"
+    off = configs(
+        render(backend, "draft_target", sections={"serving": {"enable_kv_cache_reuse": False}}).path
+    )
+    assert params(off["tensorrt_llm"])["enable_kv_cache_reuse"] == "False"
+    assert params(configs(render(backend, "none").path)["tensorrt_llm"])["enable_kv_cache_reuse"] == "False"
 
 
 def test_non_draft_bls_has_no_draft_model(render):
@@ -411,6 +443,36 @@ def test_llmapi_model_py_is_copied_from_trtllm_dir(render, tmp_path, monkeypatch
     assert result.missing == [] and not any("TRTLLM_DIR" in w for w in result.warnings)
     assert (result.path / "tensorrt_llm" / "1" / "model.py").read_text().startswith("# NVIDIA")
     assert (result.path / "tensorrt_llm" / "1" / "helpers.py").is_file()
+
+
+def test_dry_run_of_the_lookahead_recipe_plans_one_bls_instance(tmp_path):
+    """The qwen lookahead recipe (max_batch_size 32) serves through the ensemble: its dry run plans one
+    tensorrt_llm_bls instance, not 32 idle stubs (docs/model_config.md line 210, r25.12: max batch size
+    "when using the BLS model instead of the ensemble")."""
+    from click.testing import CliRunner
+
+    from toolkit.cli import cli
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes/qwen2.5-coder-7b-lookahead.yaml"
+    args = ["deploy", str(recipe), "--dry-run", "--json", "--workdir", str(tmp_path / "wd")]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    (line,) = json.loads(r.stdout)["repository"]
+    assert line.startswith("tensorrt_llm_bls: 1 instance(s) (the ensemble is the entry model"), line
+
+
+def test_runbook_names_the_triton_images_all_models_dir(render, monkeypatch):
+    """The tritonserver:*-trtllm-python-py3 image copies TensorRT-LLM's triton_backend/all_models to
+    /app/all_models only (tensorrtllm_backend r25.12 @5419275 dockerfile/Dockerfile.triton.trt_llm_backend
+    184-189: /app/{scripts,all_models,client,tools,examples}); /app/tensorrt_llm/triton_backend/all_models
+    is TensorRT-LLM's own release image (docker/Dockerfile.multi, tritonrelease stage)."""
+    monkeypatch.delenv("TRTLLM_DIR", raising=False)
+    result = render("llmapi", "none")
+    assert result.missing == ["tensorrt_llm/1/model.py"]
+    text = " ".join((result.path / RUNBOOK).read_text().split())
+    triton = text.split("`tritonserver:<yy.mm>-trtllm-python-py3` containers ship", 1)[1].split(";", 1)[0]
+    assert "`/app/all_models/llmapi/tensorrt_llm/1/`" in triton and "/app/tensorrt_llm/" not in triton
+    assert "TensorRT-LLM's own release image has it at `/app/tensorrt_llm/triton_backend/all_models/" in text
 
 
 # --------------------------------------------------------------------------- strictness and atomicity

@@ -73,7 +73,8 @@ def _all_at(
     concurrency: int, url: str, prompts: list[str], extra: dict[str, Any] | None = None
 ) -> dict[str, str]:
     def one(prompt: str) -> str:
-        body = {"text_input": prompt, "max_tokens": NEW_TOKENS, **(extra or {})}
+        # The completion only (the deployment's default keeps the prompt, as upstream's).
+        body = {"text_input": prompt, "max_tokens": NEW_TOKENS, "exclude_input_in_output": True, **(extra or {})}
         return _post(url, body)["text_output"]
 
     with ThreadPoolExecutor(concurrency) as pool:

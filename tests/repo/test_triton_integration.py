@@ -119,6 +119,9 @@ def _serve(tmp: Path, tiny: Path, mode: str, spec: dict[str, Any], decoupled: bo
 
 
 def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    # The completion only, as sdtk's own clients ask (the deployment's default keeps the prompt,
+    # upstream's default for exclude_input_in_output).
+    body = {"exclude_input_in_output": True, **body}
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
     try:
         with urllib.request.urlopen(req, timeout=300) as r:  # noqa: S310 - our own server

@@ -638,8 +638,9 @@ def write_tune_reports(result: TuneResult, out_dir: Path) -> list[Path]:
     if result.llmapi_fragment:
         head = (
             f"# sdtk tune {stamp}: TensorRT-LLM LLM-API speculative_config fragment (model.yaml / --config):\n"
-            "# draft_len_schedule maps concurrency to draft length (0 = speculation off);\n"
-            "# max_concurrency turns speculation off above it.\n"
+            "# draft_len_schedule maps concurrency to draft length (0 = speculation off), with a key at\n"
+            "# the first and the last concurrency of each run: TensorRT-LLM 1.2 (keys are lower bounds)\n"
+            "# and 1.3 (upper bounds) read it alike; above its largest key, 1.3 does not speculate.\n"
         )
         paths.append(
             atomic_write(

@@ -306,7 +306,8 @@ def _preflight(ctx: BuildContext, runtime: CheckResult, say: Progress) -> list[C
     if ctx.backend == "engine":
         results += engine.check_converter(ctx)
         results.append(engine.check_trtllm_build(ctx))
-    if ctx.backend == "llmapi":
+    if ctx.recipe.repository_layout(ctx.backend) == "llmapi":
+        # the twin of the llmapi layout writes the same LLM-API options: the same version check
         results.append(llmapi.check_fields(ctx))
     for r in results:
         if r.status != PASSED:

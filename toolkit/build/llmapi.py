@@ -32,12 +32,14 @@ names; `DraftTarget` is the documented YAML spelling in every version.
 The docs run DraftTarget and NGram with `disable_overlap_scheduler: true`.
 
 Load-aware speculation: `max_concurrency` and `draft_len_schedule` are `DecodingBaseConfig` fields of
-the later llm_args.py (shared/reference/trtllm-speculative.md §2.1 "New base fields"), written into
-`speculative_config` as the recipe gives them (the schedule's keys are batch sizes). The schedule
-came with NVIDIA/TensorRT-LLM PR #8194 (Oct 2025: NGram and two-model drafters), PR #10860 (Jan
-2026: one-model EAGLE-3) and PR #12262 (Mar 2026: the other algorithms), all after the 1.1 branch,
-so sdtk writes them only for the 1.2+ field names and refuses them for 1.0/1.1. Validation mirrors
-upstream's `validate_draft_len_schedule_and_sort` (toolkit.modes.load_aware.LoadAware).
+the later llm_args.py (PR #8194, Oct 2025; PR #10860; PR #12262), after the 1.1 branch, so sdtk
+refuses them for 1.0/1.1. From 1.2 on, what is written follows the declared line's stand-in
+(toolkit/build/llmapi_schema.py): the recipe's schedule (sdtk's meaning, toolkit.modes.load_aware)
+as a map keyed at the first and last batch size of each run of equal draft lengths, which 1.2
+(keys are lower bounds) and 1.3 (upper bounds, PR #10860) read alike; `max_concurrency` folded into
+it when both are set (1.3 makes them mutually exclusive); the acceptance cut-offs under the line's
+names; `use_rejection_sampling` on 1.3 only; `eagle3_one_model` only where the line declares it.
+`check_fields` runs the rendered speculative_config through the line's stand-in.
 """
 
 from __future__ import annotations
@@ -45,16 +47,19 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import yaml
 from packaging.version import Version
 
 from toolkit import __version__, modes
+from toolkit.build import llmapi_schema
 from toolkit.build.configs import build_config, pretrained_config
 from toolkit.build.context import SPEC_MODE_NAMES, BuildContext
 from toolkit.build.preflight import FAILED, PASSED, CheckResult
 from toolkit.build.steps import Step
 from toolkit.modes import LlmapiCall
+from toolkit.modes.load_aware import render_schedule
 from toolkit.shellsafe import comment
 
 EXTRA_OPTIONS = "extra_llm_api_options.yaml"
@@ -148,21 +153,85 @@ def _mode_config(ctx: BuildContext) -> dict | None:
     )
 
 
-def speculative_config(ctx: BuildContext) -> dict | None:
-    """The mode's speculative_config plus the recipe's max_concurrency / draft_len_schedule."""
-    cfg = _mode_config(ctx)
+def _load_aware(ctx: BuildContext, cfg: dict) -> None:
+    """The recipe's load-aware knobs, in the version's field names (never max_concurrency together
+    with draft_len_schedule: 1.3 refuses that, and 1.2.x may)."""
     s = ctx.recipe.speculative
-    if cfg is not None:
-        limit: int | None = getattr(s, "max_concurrency", None)
-        schedule: dict[int, int] | None = getattr(s, "draft_len_schedule", None)
-        if limit is not None:
-            cfg["max_concurrency"] = limit
-        if schedule is not None:
-            cfg["draft_len_schedule"] = dict(schedule)
+    line = llmapi_schema.line(ctx.version)
+    limit: int | None = getattr(s, "max_concurrency", None)
+    schedule: dict[int, int] | None = getattr(s, "draft_len_schedule", None)
+    if schedule is not None:
+        cfg["draft_len_schedule"] = render_schedule(schedule, limit, ctx.recipe.build.max_batch_size)
+    elif limit is not None:
+        cfg["max_concurrency"] = limit
+    if line is None:
+        return
+    window, threshold = line.cutoffs
+    knobs = {
+        window: getattr(s, "acceptance_window", None),
+        threshold: getattr(s, threshold, None),
+        "use_rejection_sampling": getattr(s, "use_rejection_sampling", None) if line.name != "1.2" else None,
+    }
+    cfg.update({k: v for k, v in knobs.items() if v is not None})
+
+
+def speculative_config(ctx: BuildContext) -> dict | None:
+    """The mode's speculative_config plus the recipe's load-aware knobs, for the version's schema."""
+    cfg = _mode_config(ctx)
+    if cfg is None:
+        return None
+    line = llmapi_schema.line(ctx.version)
+    if line is not None and not line.eagle3_one_model and cfg.get("decoding_type") in ("Eagle3", "Eagle"):
+        # 1.3: the two-model EAGLE-3 path is gone (PRs #17366, #18721) and Eagle3DecodingConfig has
+        # no eagle3_one_model field (1.3.0rc27 API page); one-model is what runs.
+        cfg.pop("eagle3_one_model", None)
+    _load_aware(ctx, cfg)
     return cfg
 
 
+def _version_refusals(ctx: BuildContext) -> list[str]:
+    """Recipe knobs the declared version has no field for, each with what to do instead."""
+    s = ctx.recipe.speculative
+    line = llmapi_schema.line(ctx.version)
+    name = line.name if line is not None else ctx.version
+    out = []
+    if line is None or line.name == "1.2":
+        if getattr(s, "use_rejection_sampling", None) is not None:
+            out.append(f"speculative.use_rejection_sampling: TensorRT-LLM {name} has no such field (1.3 has)")
+        if getattr(s, "acceptance_rate_threshold", None) is not None:
+            out.append(
+                f"speculative.acceptance_rate_threshold: TensorRT-LLM {name} has no such field; "
+                "did you mean acceptance_length_threshold (an average acceptance length, not a rate)?"
+            )
+    if (line is None or line.name != "1.2") and getattr(s, "acceptance_length_threshold", None) is not None:
+        out.append(
+            f"speculative.acceptance_length_threshold: TensorRT-LLM {name} has no such field; did you mean "
+            "acceptance_rate_threshold (a rate in [0, 1], 1.3)?"
+        )
+    if line is None and getattr(s, "acceptance_window", None) is not None:
+        out.append(f"speculative.acceptance_window needs TensorRT-LLM >= 1.2 ({name} has no such field)")
+    if (
+        line is not None
+        and not line.eagle3_one_model
+        and "eagle3_one_model" in s.model_fields_set
+        and getattr(s, "eagle3_one_model", True) is False
+    ):
+        out.append(
+            f"speculative.eagle3_one_model: false: TensorRT-LLM {name} removed the two-model EAGLE-3 path "
+            "(PRs #17366, #18721); drop the field (one-model runs)"
+        )
+    return out
+
+
+def unverified(ctx: BuildContext) -> tuple[str, ...]:
+    """What sdtk could not verify about the declared version's LLM-API facts."""
+    line = llmapi_schema.line(ctx.version)
+    return line.unverified if line is not None else ()
+
+
 def check_fields(ctx: BuildContext) -> CheckResult:
+    """The recipe's fields against the declared version, then the rendered speculative_config
+    against that version's stand-in (toolkit.build.llmapi_schema)."""
     s = ctx.recipe.speculative
     sc = schema(ctx)
     used = [f for f in modes.info(s.mode).llmapi_fields_since_1_1 if getattr(s, f) not in (None, False)]
@@ -183,7 +252,40 @@ def check_fields(ctx: BuildContext) -> CheckResult:
             f"{ctx.version} has no such field)",
             "drop those fields, or plan for trtllm_version 1.1 or newer",
         )
-    return CheckResult("llmapi-fields", PASSED, sc.why)
+    refused = _version_refusals(ctx)
+    if refused:
+        return CheckResult(
+            "llmapi-fields", FAILED, "; ".join(refused), "drop them, or declare a version that has them"
+        )
+    return _check_standin(ctx, sc.why)
+
+
+def _check_standin(ctx: BuildContext, why: str) -> CheckResult:
+    line = llmapi_schema.line(ctx.version)
+    spec = speculative_config(ctx)
+    if line is None:
+        return CheckResult("llmapi-fields", PASSED, why)
+    if spec is not None:
+        try:
+            llmapi_schema.validate(ctx.version, spec)
+        except llmapi_schema.StandinError as e:
+            if getattr(ctx.recipe.speculative, "llmapi_check", "refuse") == "refuse":
+                return CheckResult(
+                    "llmapi-fields",
+                    FAILED,
+                    f"{e} ({line.source})",
+                    "fix the recipe; if your TensorRT-LLM build accepts this, set speculative.llmapi_check: warn",
+                )
+            ctx.notes.append(
+                f"speculative_config not accepted by the {line.name} stand-in (llmapi_check: warn): {e}"
+            )
+    ctx.notes.append(
+        f"TensorRT-LLM {ctx.version or 'newest'}: LLM-API facts from {line.source}; unverified: "
+        + "; ".join(line.unverified)
+    )
+    return CheckResult(
+        "llmapi-fields", PASSED, f"{why}; speculative_config accepted by the {line.name} stand-in"
+    )
 
 
 def llm_args(ctx: BuildContext) -> dict:
@@ -260,13 +362,19 @@ def _dump(header: list[str], data: dict) -> str:
 SERVE_OPTIONS_FLAG = "--extra_llm_api_options"
 
 
+def serve_flag(ctx: BuildContext) -> str:
+    """`--config` where the version's docs prefer it (1.3 line), else `--extra_llm_api_options`."""
+    line = llmapi_schema.line(ctx.version)
+    return line.serve_flag if line is not None else SERVE_OPTIONS_FLAG
+
+
 def serve_argv(ctx: BuildContext) -> list[str]:
     s = ctx.recipe.serving
     return [
         "trtllm-serve",
         model_ref(ctx),
         "--backend", "pytorch",
-        SERVE_OPTIONS_FLAG, str(ctx.engines / "target" / EXTRA_OPTIONS),
+        serve_flag(ctx), str(ctx.engines / "target" / EXTRA_OPTIONS),
         "--host", s.host,
         "--port", str(s.http_port),
     ]  # fmt: skip
@@ -280,6 +388,10 @@ def files(ctx: BuildContext) -> dict[str, str]:
         f"({ctx.version_source})",
         f"field names: {sc.why}",
     ]
+    line = llmapi_schema.line(ctx.version)
+    if line is not None:
+        header.append(f"checked against sdtk's TensorRT-LLM {line.name} stand-in ({line.source})")
+        header += [f"unverified for {line.name}: {u}" for u in line.unverified]
     extra = _dump([*header, "use: " + shlex.join(serve_argv(ctx))], llm_args(ctx))
     triton = _dump(
         [*header, "Triton llmapi model: all_models/llmapi/tensorrt_llm/1/model.yaml"], model_yaml(ctx)
@@ -311,3 +423,40 @@ def plan(ctx: BuildContext) -> list[Step]:
             inputs=inputs,
         )
     ]
+
+
+@dataclass
+class _RecipeOnly:
+    """What check_fields reads of a BuildContext, from the recipe alone (no source is resolved):
+    the draft or head is named as the recipe names it."""
+
+    recipe: Any
+    version: str | None
+    notes: list[str]
+
+    @property
+    def sources(self) -> dict[str, Any]:
+        return {role: src for role, src in self.recipe.models if src is not None}
+
+    def source_arg(self, role: str) -> str:
+        src = self.sources[role]
+        return str(src.path or src.repo)
+
+
+def check_recipe(recipe: Any, version: str | None) -> list[str]:
+    """`sdtk build`'s llmapi-fields check for a recipe whose build runs elsewhere (k8s, Slurm):
+    the speculative_config the build will render for `version`, through the version's stand-in.
+    Raises PreflightFailed on a refusal; returns the notes (what is unverified for the version)."""
+    from toolkit.build.preflight import raise_failures
+
+    shim = _RecipeOnly(recipe, version, [])
+    result = check_fields(shim)  # type: ignore[arg-type]
+    raise_failures([result])
+    spec = speculative_config(shim)  # type: ignore[arg-type]
+    if spec is not None and llmapi_schema.line(version) is not None:
+        shim.notes.insert(
+            0,
+            f"speculative_config that sdtk build renders in the pod for TensorRT-LLM {version or 'newest'} "
+            f"(accepted by sdtk's stand-in of its check): {json.dumps(spec, sort_keys=False)}",
+        )
+    return shim.notes

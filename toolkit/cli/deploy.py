@@ -23,10 +23,20 @@ def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, in
 @click.argument("recipe")
 @click.option(
     "--target",
-    type=click.Choice(["local", "k8s", "slurm"]),
+    type=click.Choice(["local", "k8s", "slurm", "dynamo"]),
     default="local",
     show_default=True,
-    help="local: launch tritonserver here; k8s/slurm: render manifests or an sbatch script into --out.",
+    help="local: launch tritonserver here; k8s/slurm: render manifests or an sbatch script into --out; "
+    "dynamo: NVIDIA Dynamo's OpenAI frontend and --workers workers here (docs/dynamo.md).",
+)
+@click.option(
+    "--workers", default=1, show_default=True, type=int, help="dynamo: workers behind the frontend."
+)
+@click.option(
+    "--router-mode",
+    default="round-robin",
+    show_default=True,
+    help="dynamo: the frontend's router (round-robin, random, power-of-two, least-loaded, ...).",
 )
 @click.option("--backend", type=backends(), help="Overrides `backend`.")
 @click.option(
@@ -75,6 +85,8 @@ def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, in
 def deploy(
     recipe: str,
     target: str,
+    workers: int,
+    router_mode: str,
     backend: str | None,
     workdir: Path | None,
     render_only: bool,
@@ -108,6 +120,21 @@ def deploy(
         on_failure = "restart"
     if on_failure is None:
         on_failure = "restart" if detach else "stop"
+    if dry_run and target == "dynamo":
+        from toolkit.deploy import deployment_dir
+        from toolkit.dynamo.launch import make_plan
+
+        dplan = make_plan(
+            r,
+            deployment_dir(r, workdir),
+            backend=backend,
+            workers=workers,
+            router_mode=router_mode,
+            auto_ports=auto_ports,
+            dry_run=True,
+        )
+        emit(dplan.to_dict(), as_json, lambda: click.echo(dplan.script(), nl=False))
+        return
     if dry_run and target == "local":
         from toolkit.deploy import plan_deploy
 
@@ -147,6 +174,8 @@ def deploy(
         namespace=namespace,
         image=image,
         replicas=replicas,
+        workers=workers,
+        router_mode=router_mode,
     )
     if result.files:  # --target k8s | slurm
         paths = [str(p) for p in result.files]

@@ -23,9 +23,16 @@ workdir_option = click.option(
 def status(workdir: Path | None, as_json: bool) -> None:
     """Is the deployment's server running, ready, and are all its Python stubs alive? Exits 1
     if not."""
+    from toolkit.dynamo.launch import is_dynamo
     from toolkit.server.state import find_deployment, server_status
 
-    st = server_status(find_deployment(workdir))
+    wd = find_deployment(workdir)
+    if is_dynamo(wd):
+        from toolkit.dynamo.status import dynamo_status
+
+        st = dynamo_status(wd)
+    else:
+        st = server_status(wd)
     emit(st.to_dict(), as_json, lambda: click.echo(f"{st.state}: {st.message}"))
     if not st.healthy:
         raise click.exceptions.Exit(1)
@@ -57,9 +64,15 @@ def stop(workdir: Path | None, grace: float, as_json: bool) -> None:
     """Stop the deployment's server (and its Python backend stubs)."""
     from dataclasses import asdict
 
+    from toolkit.dynamo.launch import is_dynamo
     from toolkit.server.state import find_deployment, stop_server
 
-    res = stop_server(find_deployment(workdir), grace=grace)
+    wd = find_deployment(workdir)
+    if is_dynamo(wd):  # a SIGKILLed supervisor leaves its Dynamo processes behind
+        from toolkit.dynamo.status import kill_orphans
+
+        kill_orphans(wd)
+    res = stop_server(wd, grace=grace)
     emit(asdict(res), as_json, lambda: click.echo(res.message))
 
 
@@ -114,6 +127,12 @@ def _client_target(url: str | None, workdir: Path | None, protocol: str) -> tupl
     help="Correctness gate: require text identical to the baseline (no near-tie allowance; "
     "docs/correctness.md).",
 )
+@click.option(
+    "--openai",
+    is_flag=True,
+    help="--url speaks the OpenAI API (/v1/completions, /v1/chat/completions), e.g. a Dynamo frontend "
+    "(a `--target dynamo` deployment under --workdir is recognized without it).",
+)
 @json_option
 def validate(
     url: str | None,
@@ -123,6 +142,7 @@ def validate(
     baseline_url: str | None,
     max_tokens: int,
     strict: bool,
+    openai: bool,
     as_json: bool,
 ) -> None:
     """Validate a served deployment: metadata, HTTP + gRPC smoke, correctness gate, acceptance."""
@@ -131,6 +151,9 @@ def validate(
 
     grpc_url, served = None, None
     rec = load_recipe(recipe) if recipe else None
+    if openai or (not url and _is_dynamo(workdir)):
+        _validate_openai(url, workdir, model, rec, max_tokens, strict, as_json)
+        return
     if url:
         http_url = url
     else:
@@ -165,11 +188,77 @@ def validate(
         update_state(*served, validation="passed")
 
 
+def _is_dynamo(workdir: Path | None) -> bool:
+    from toolkit.dynamo.launch import is_dynamo
+    from toolkit.server.state import find_deployment
+
+    return is_dynamo(find_deployment(workdir))
+
+
+def _infer_openai(
+    prompt, url, workdir, model, stream: bool, max_tokens: int, temperature, as_json: bool
+) -> None:
+    """`sdtk infer` over /v1/completions (toolkit.client.openai_api)."""
+    from dataclasses import asdict
+
+    from toolkit.client.openai_api import OpenAIClient, OpenAIResponse
+
+    if not url:
+        _, st = _running_deployment(workdir)
+        url, model = st.http_url, model or st.model_name
+    if not model:
+        raise UsageError("--protocol openai --url needs --model (the served model name)")
+    params = {"temperature": temperature} if temperature is not None else {}
+    with OpenAIClient(url, model) as c:
+        if stream:
+            resp = OpenAIResponse(text="")
+            body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0} | params
+            for piece in c.stream("/v1/completions", body, resp, chat=False):
+                if not as_json:
+                    click.echo(piece, nl=False)
+            if not as_json:
+                click.echo()
+        else:
+            resp = c.complete(prompt, max_tokens, **params)
+            if not as_json:
+                click.echo(resp.text)
+    if as_json:
+        emit(asdict(resp), True)
+
+
+def _validate_openai(url, workdir, model, rec, max_tokens: int, strict: bool, as_json: bool) -> None:
+    """`sdtk validate` over the OpenAI API (toolkit.dynamo.check)."""
+    from toolkit.dynamo.check import validate_openai
+
+    served = None
+    if not url:
+        from toolkit.deploy import load_deployed_recipe
+
+        wd, st = _running_deployment(workdir)
+        url, model = st.http_url, model or st.model_name
+        rec, served = rec or load_deployed_recipe(wd), (wd, st.pid)
+    if not model:
+        raise UsageError("--openai --url needs --model (the served model name)")
+    report = validate_openai(http_url=url, model=model, recipe=rec, max_tokens=max_tokens, strict=strict)
+    emit(report.to_dict(), as_json, lambda: print_table(f"validation of '{model}' at {url}", report.checks))
+    report.raise_if_failed()
+    if served is not None:
+        from toolkit.server.state import update_state
+
+        update_state(*served, validation="passed")
+
+
 @cli.command()
 @click.argument("prompt")
 @click.option("--url", help="Server URL. Default: the running deployment under --workdir.")
 @workdir_option
-@click.option("--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
+@click.option(
+    "--protocol",
+    type=click.Choice(["http", "grpc", "openai"]),
+    default="http",
+    show_default=True,
+    help="openai: /v1/completions (a --target dynamo deployment under --workdir uses it by default).",
+)
 @click.option("--model", help="Model to call (default: the deployment's entry model, else 'ensemble').")
 @click.option("--stream", is_flag=True, help="Stream tokens as they are generated.")
 @click.option("--max-tokens", default=64, show_default=True, type=int)
@@ -191,6 +280,9 @@ def infer(
     """Send one generation request to a served model and print the text and acceptance stats."""
     from toolkit.client import TritonClient
 
+    if protocol == "openai" or (not url and _is_dynamo(workdir)):
+        _infer_openai(prompt, url, workdir, model, stream, max_tokens, temperature, as_json)
+        return
     target, state_model = _client_target(url, workdir, protocol)
     params: dict = {"exclude_input_in_output": True, "return_perf_metrics": True}
     counted = {"return_num_output_tokens": True}  # output_tokens in --json, where the model counts

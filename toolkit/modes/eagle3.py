@@ -78,7 +78,11 @@ class Eagle3(LoadAware):
         ge=1,
         description="Tree size budget; max_draft_len ≤ it ≤ top_k*max_draft_len for dynamic trees.",
     )
-    eagle3_one_model: bool = Field(True, description="TRT-LLM one-model EAGLE-3 (default and faster).")
+    eagle3_one_model: bool = Field(
+        True,
+        description="TRT-LLM one-model EAGLE-3 (default and faster). Written up to TensorRT-LLM 1.2; the 1.3 "
+        "line has no such field (two-model path removed), so it is left out there and `false` is refused.",
+    )
     layers_to_capture: list[int] | None = Field(
         None,
         description="Target layers whose outputs feed the head (TRT-LLM/ModelOpt convention: outputs of "

@@ -5,9 +5,21 @@ on the first node and is the only one with ports; ranks > 0 load the TensorRT-LL
 explicitly and each rank gets its own Python-backend shm prefix (toolkit.server.plan).
 
 Two launchers:
-- `srun` (default with a container image): `srun --mpi=pmix` starts one task per rank; a small
-  rank script picks the rank's tritonserver command by SLURM_PROCID. With pyxis, the tasks run in
-  `--container-image` with the workdir mounted at the same path.
+- `srun` (default with a container image): a small task script that srun runs in every task. With
+  pyxis, the tasks run in `--container-image` with the workdir mounted at the same path. What a
+  task runs depends on the launch:
+  - leader mode (engine, one rank per GPU): `srun --mpi=pmix`, one task per rank; the script picks
+    the rank's tritonserver command by SLURM_PROCID.
+  - orchestrator mode (engine draft-target, TRTLLM_ORCHESTRATOR=1): one task, `srun --mpi=none`,
+    that runs the local launch's `mpirun --allow-run-as-root -n 1 tritonserver ...` itself. The
+    orchestrator spawns its workers with MPI_Comm_spawn (tensorrtllm_backend v0.19.0
+    docs/llama_multi_instance.md 314-322), which PMIx under Slurm does not provide (pyxis FAQ), and
+    launch_triton_server.py always starts it under `mpirun -n 1` (v0.19.0 scripts/launch_triton_server.py
+    154-158); so the task brings its own Open MPI runtime instead of a bare tritonserver.
+  - llmapi: `srun --mpi=pmix`, one task per GPU of the model (tp×pp), each running
+    `trtllm-llmapi-launch tritonserver ...`: rank 0 serves, the others become the LLM API's MPI
+    workers (tensorrtllm_backend r25.12 docs/llmapi.md 99-105; TensorRT-LLM
+    tensorrt_llm/llmapi/trtllm-llmapi-launch picks the role by SLURM_PROCID).
 - `mpirun` (default on bare metal): the same `mpirun` argv sdtk runs locally; Open MPI takes the
   nodes from the Slurm allocation.
 
@@ -35,6 +47,8 @@ if TYPE_CHECKING:
     from toolkit.recipe import Recipe
 
 Launcher = Literal["srun", "mpirun"]  # plans report "direct" for a bare-metal single rank
+# TensorRT-LLM's launcher for the LLM API under Slurm (installed with the tensorrt_llm wheel, on PATH).
+LLMAPI_LAUNCH = "trtllm-llmapi-launch"
 
 
 @dataclass
@@ -43,7 +57,7 @@ class SlurmPlan:
     topology: Topology
     launcher: str
     argv: list[str]  # the leader-mode command (mpirun, or a single tritonserver)
-    rank_argvs: list[list[str]]  # each rank's tritonserver argv
+    rank_argvs: list[list[str]]  # each Slurm task's command (srun), or each rank's tritonserver argv
     script: str
     notes: list[str] = field(default_factory=list)
 
@@ -117,14 +131,30 @@ def plan_slurm(
         metrics_port=sv.metrics_port,
         tritonserver=exe,
     )
-    ranks = rank_commands(argv)
     if how == "mpirun" and argv[0] != "mpirun":
         how = "direct"  # one rank: a plain tritonserver, as the local how runs it
     notes = list(topo.notes)
-    if topo.multi_model and how == "srun":
-        # Orchestrator mode: one process that spawns the ranks itself (MPI_Comm_spawn).
-        notes.append("orchestrator mode spawns its own ranks: one Slurm task, on one node")
-    srun = ["srun", "--mpi=pmix", f"--nodes={topo.nodes}", f"--ntasks-per-node={topo.ranks_per_node}"]
+    step = _srun_step(topo) if how == "srun" else "ranks"
+    tasks_per_node = topo.ranks_per_node
+    if step == "orchestrator":
+        # The whole mpirun argv in one task: the orchestrator's MPI_Comm_spawn needs mpirun's runtime.
+        ranks = [list(argv)]
+        srun = ["srun", "--mpi=none", "--nodes=1", "--ntasks=1"]
+        notes.append(
+            "orchestrator mode spawns its workers with MPI_Comm_spawn, which PMIx under Slurm does not "
+            "provide: one Slurm task (srun --mpi=none) runs `mpirun -n 1 tritonserver`, on one node"
+        )
+    elif step == "llmapi":
+        tasks_per_node = max(1, topo.gpus)
+        ranks = [[LLMAPI_LAUNCH, *argv] for _ in range(tasks_per_node)]
+        srun = ["srun", "--mpi=pmix", "--nodes=1", f"--ntasks-per-node={tasks_per_node}"]
+        notes.append(
+            f"llmapi: {tasks_per_node} Slurm task(s), each `{LLMAPI_LAUNCH} tritonserver`: rank 0 serves, "
+            "the others are the LLM API's MPI workers (tensorrtllm_backend r25.12 docs/llmapi.md)"
+        )
+    else:
+        ranks = rank_commands(argv)
+        srun = ["srun", "--mpi=pmix", f"--nodes={topo.nodes}", f"--ntasks-per-node={tasks_per_node}"]
     if container_image:
         mounts = [f"{workdir}:{workdir}", *(container_mounts or [])]
         srun += [f"--container-image={container_image}", f"--container-mounts={','.join(mounts)}"]
@@ -143,7 +173,7 @@ def plan_slurm(
         launcher_line=how + (f" in {container_image} (pyxis)" if container_image else ""),
         job_name=name,
         nodes=topo.nodes,
-        ranks_per_node=topo.ranks_per_node,
+        ranks_per_node=tasks_per_node,
         gpus_per_node=topo.gpus_in_node,
         time_limit=time_limit,
         # Slurm does not create the --output directory: use the workdir, which must exist.
@@ -161,12 +191,23 @@ def plan_slurm(
         env=topo.launch.env,
         launcher=how,
         ranks=len(ranks),
+        step=step,
         rank_cmds=rank_cmds,
         rank_tag=heredoc_tag("\n".join(rank_cmds), "RANKS"),
         srun_cmd=srun_cmd,
         command=shell_join(argv),
     )
     return SlurmPlan(recipe_name, topo, how, argv, ranks, script, notes)
+
+
+def _srun_step(topo: Topology) -> str:
+    """What each srun task runs: "ranks" (leader mode: task i is rank i's tritonserver),
+    "orchestrator" (one task running the mpirun launch) or "llmapi" (trtllm-llmapi-launch in every task)."""
+    if topo.multi_model:
+        return "orchestrator"
+    if topo.backend == "llmapi":
+        return "llmapi"
+    return "ranks"
 
 
 def render_slurm(recipe: Recipe, *, out_dir: Path | str, **options: Any) -> list[Path]:

@@ -259,16 +259,29 @@ class Serving(_Strict):
     bls_instance_count: int | None = Field(
         None,
         ge=1,
-        description="tensorrt_llm_bls instances; default: the engine's max batch size, as upstream's "
-        "docs/model_config.md asks, so that concurrent requests do not queue behind one instance.",
+        description="tensorrt_llm_bls instances; default: the engine's max batch size where the BLS is the "
+        "entry model (draft-target), as upstream's docs/model_config.md asks \"when using the BLS model "
+        'instead of the ensemble", so that concurrent requests do not queue; 1 where the ensemble is.',
     )
     model_instance_count: int = Field(1, ge=1, description="Reference backend: instances of the LLM model.")
     kv_cache_free_gpu_mem_fraction: float = Field(0.9, gt=0, le=1)
-    enable_kv_cache_reuse: bool = False
+    enable_kv_cache_reuse: bool | None = Field(
+        None,
+        description="KV-cache (block) reuse. Default: on for draft-target, whose draft and target re-read "
+        'the same prefix every round (TensorRT-LLM examples/draft_target_model/README.md @11925f6: "we '
+        'need KV-Cache reuse in this approach", set on both models), off for the other modes.',
+    )
     enable_chunked_context: bool = False
     batching_strategy: Literal["inflight_fused_batching", "v1"] = "inflight_fused_batching"
     batch_scheduler_policy: Literal["guaranteed_no_evict", "max_utilization"] = "guaranteed_no_evict"
-    exclude_input_in_output: bool = True
+    exclude_input_in_output: bool = Field(
+        False,
+        description="The models' default when a request does not send exclude_input_in_output: false "
+        "returns the prompt with the completion, as upstream's default (tensorrtllm_backend v0.19.0 "
+        "docs/model_config.md line 117) and as e2e_grpc_speculative_decoding_client.py needs (it reads the "
+        "draft tokens after the prompt in output_ids). sdtk's own clients send true where they want the "
+        "completion only.",
+    )
     normalize_log_probs: bool | None = Field(
         None,
         description="tensorrt_llm parameter normalize_log_probs. Default (unset): the backend's, true: "
@@ -356,6 +369,8 @@ class Recipe(_Strict):
     @model_validator(mode="after")
     def _sources_match_mode(self) -> Recipe:
         mode = self.speculative.mode
+        if self.serving.enable_kv_cache_reuse is None:  # the mode's default (see its description)
+            self.serving.enable_kv_cache_reuse = modes.info(mode).two_model
         layout = self.serving.repository
         if layout == "llmapi" and self.backend == "engine":
             raise FieldError("serving.repository", "llmapi needs backend llmapi or reference, not engine")

@@ -173,13 +173,22 @@ def _spec_params(recipe: Recipe, backend: str, role: str) -> dict[str, str]:
 
 
 def bls_instance_count(recipe: Recipe, engine_max_batch_size: int) -> int:
-    """tensorrt_llm_bls instances: serving.bls_instance_count, else the engine's max batch size.
+    """tensorrt_llm_bls instances: serving.bls_instance_count, else the engine's max batch size where
+    the BLS is the entry model (draft-target), else 1.
 
-    tensorrtllm_backend docs/model_config.md (tensorrt_llm_bls): "When using the BLS model instead of
-    the ensemble, you should set the number of model instances to the maximum batch size supported
-    by the TRT engine to allow concurrent request execution." A non-decoupled BLS instance serves one
-    request at a time, so fewer instances queue the rest."""
-    return recipe.serving.bls_instance_count or engine_max_batch_size
+    tensorrtllm_backend docs/model_config.md line 210 (r25.12, tensorrt_llm_bls): "When using the BLS
+    model instead of the ensemble, you should set the number of model instances to the maximum batch
+    size supported by the TRT engine to allow concurrent request execution." A non-decoupled BLS
+    instance serves one request at a time, so fewer instances queue the rest; where the ensemble is
+    the entry model, the BLS is a side door and max-batch-size instances would be idle stubs."""
+    if recipe.serving.bls_instance_count:
+        return recipe.serving.bls_instance_count
+    return engine_max_batch_size if bls_is_entry(recipe) else 1
+
+
+def bls_is_entry(recipe: Recipe) -> bool:
+    """Whether the BLS is the model clients call (draft-target: its loop lives in the BLS)."""
+    return modes.info(recipe.mode).two_model
 
 
 def _gpu_device_ids(recipe: Recipe, role: str) -> str:
@@ -239,7 +248,8 @@ def _llm_context(
         "stats_check_period_ms": "",
         "iter_stats_max_iterations": "",
         "request_stats_max_iterations": "",
-        "enable_kv_cache_reuse": pybool(s.enable_kv_cache_reuse),
+        # None only on a Serving built outside a Recipe: the recipe resolves the mode's default.
+        "enable_kv_cache_reuse": pybool(bool(s.enable_kv_cache_reuse)),
         "normalize_log_probs": "" if s.normalize_log_probs is None else pybool(s.normalize_log_probs),
         "enable_chunked_context": pybool(s.enable_chunked_context),
         "gpu_device_ids": _gpu_device_ids(recipe, engine.role),

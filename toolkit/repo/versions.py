@@ -8,8 +8,12 @@ contract fixtures under tests/contracts/ hold the full tensor lists.
 |---|---|---|---|
 | tensorrt_llm min-length input | `min_length` | `min_tokens` | `min_tokens` |
 | tensorrt_llm seed input | `random_seed` | `seed` | `seed` |
-| `return_num_{input,output}_tokens` / `num_*_tokens` | no | no (unverified for 1.0/1.1) | yes |
-| llmapi `image_url`, `lora_*` inputs (`llmapi_late_inputs`) | – | no (also 1.2) | yes (≥ 1.3 / not declared) |
+| `return_num_{input,output}_tokens` / `num_*_tokens` | no | no (unverified for 1.0/1.1) | yes (1.2: unverified, tests/contracts/trtllm-1.2.json) |
+| llmapi `image_url`, `lora_*` inputs (`llmapi_late_inputs`) | – | no (also 1.2) | yes (≥ 1.3 / not declared; which 1.3.0rc: unverified) |
+
+A pre-release is read as its release line (`1.3.0rc24` is a 1.3, `1.2.0rc8` a 1.2). The 1.3 line has
+no C++ `tensorrt_llm` model (NVIDIA/TensorRT-LLM PR #15907); its facts are the llmapi model's
+(tests/contracts/trtllm-1.3.json).
 
 Sources: triton-inference-server/tensorrtllm_backend tag v0.19.0 `inflight_batcher_llm/src/utils.h`
 (`minLength = "min_length"`, `randomSeed = "random_seed"`) and
@@ -65,17 +69,24 @@ def _parse(version: str | None) -> Version | None:
         return None
 
 
+def _line(v: Version) -> tuple[int, int]:
+    """The release line (major, minor): a pre-release belongs to its line (`1.3.0rc24` is a 1.3,
+    `1.2.0rc8`, the 26.03 container's pin, a 1.2), where `Version("1.3.0rc24") < Version("1.3")`."""
+    major, minor = (*v.release, 0)[:2]
+    return major, minor
+
+
 def tensor_names(version: str | None) -> TensorNames:
     """The `tensorrt_llm` (C++ backend) input names TensorRT-LLM `version` reads (None: newest)."""
     v = _parse(version)
-    if v is not None and v < Version("0.20"):
+    if v is not None and _line(v) < (0, 20):
         return TensorNames(
             "min_length",
             "random_seed",
             False,
             f"TensorRT-LLM {version}: min_length/random_seed (v0.19.0 utils.h)",
         )
-    if v is not None and v < Version("1.2"):
+    if v is not None and _line(v) < (1, 2):
         return TensorNames(
             "min_tokens", "seed", False, f"TensorRT-LLM {version}: min_tokens/seed, no num_*_tokens (14c3afe)"
         )
@@ -97,7 +108,7 @@ def llmapi_late_inputs(version: str | None) -> bool:
     LLMAPI_LATE_INPUTS. Which release first ships them is unverified, so only an undeclared (newest)
     or >= 1.3 version gets them."""
     v = _parse(version)
-    return v is None or v >= Version("1.3")
+    return v is None or _line(v) >= (1, 3)
 
 
 def engine_version(config: dict) -> str | None:

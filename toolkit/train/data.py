@@ -227,7 +227,8 @@ def _endpoint_generator(where: str, target: Path) -> Callable[[str, int], Exampl
     client = TritonClient(url, protocol="http", model=model)
 
     def gen(text: str, max_new: int) -> Example:
-        r = client.generate(text, max_new, temperature=0.0)
+        # The completion only, whatever the deployment's serving.exclude_input_in_output default.
+        r = client.generate(text, max_new, temperature=0.0, exclude_input_in_output=True)
         ids = [int(i) for i in tok(text)["input_ids"]]
         full = [int(i) for i in tok(text + r.text)["input_ids"]]
         out = (

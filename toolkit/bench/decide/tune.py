@@ -10,7 +10,9 @@ Two ways to change the draft length:
 
 Measured speedups (paired bootstrap, as in `compare`) are set against `plan`'s predictions,
 and the best settings become a recipe overlay plus a TRT-LLM `draft_len_schedule`
-({concurrency: draft_len}, 0 = off) and `max_concurrency` (written by toolkit.bench.report).
+({concurrency: draft_len}, 0 = off; keys are the first concurrency each length applies to) and
+`max_concurrency` (written by toolkit.bench.report); the LLM-API fragment renders that schedule so
+that TensorRT-LLM 1.2 and 1.3 read it alike (toolkit.modes.load_aware.render_schedule).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from toolkit.bench.proposers import DRAFT_MODEL_MODES, has_draft_model, is_chain
 from toolkit.bench.results import Cell, LevelComparison, TuneResult
 from toolkit.errors import UsageError
 from toolkit.modes import CHAIN_MODES, MODE_SOURCES
+from toolkit.modes.load_aware import render_schedule
 
 if TYPE_CHECKING:
     from toolkit.bench.measure.workloads import Workload
@@ -235,11 +238,14 @@ def finish(result: TuneResult, resamples: int, seed: int, plan_result: PlanResul
         result.overlay = _overlay(cfg["overrides"])
         sched = valid_schedule(result.schedule)
         if chain and sched is not None:
+            # For TensorRT-LLM itself: one draft_len_schedule (never with max_concurrency, which
+            # 1.3 refuses beside it) that 1.2 (keys: lower bounds) and 1.3 (upper bounds, PR
+            # #10860) read as sdtk's schedule up to the largest concurrency measured.
+            largest = max(max(result.concurrency), max(sched))
             result.llmapi_fragment = {
                 "speculative_config": {
                     "max_draft_len": sched[1],
-                    "draft_len_schedule": sched,
-                    "max_concurrency": result.max_concurrency,
+                    "draft_len_schedule": render_schedule(sched, None, largest),
                 }
             }
 

@@ -239,6 +239,11 @@ def _notes(ctx: Context) -> list[str]:
             f"HF_HOME={MODELS_MOUNT}/.cache/huggingface on the volume); the startup probe allows "
             f"{opts.startup_timeout_s}s"
         )
+        # The pod's `sdtk build` renders the LLM-API options: check them for the version now (a
+        # refusal raises before a file is written) and say what is unverified for it.
+        from toolkit.build import llmapi
+
+        notes += llmapi.check_recipe(ctx.recipe, ctx.recipe.trtllm_version)
     if backend == "reference":
         notes.append("backend reference runs on CPU: no GPUs are requested")
     if opts.http_proxy:

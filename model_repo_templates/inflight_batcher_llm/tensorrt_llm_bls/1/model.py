@@ -131,8 +131,9 @@ LLM_OUTPUTS = (
     "total_draft_tokens",
 )
 KV_OUTPUTS = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks")
-# The draft model sees the ids and the sampling settings only.
-DRAFT_INPUTS = ("end_id", "pad_id", "temperature", "runtime_top_k", "runtime_top_p", "seed")
+# The draft model sees the ids and the sampling settings only. The seed under either name: the one
+# this BLS's config declares is tensorrt_llm's at the same version (random_seed up to 0.19).
+DRAFT_INPUTS = ("end_id", "pad_id", "temperature", "runtime_top_k", "runtime_top_p", "seed", "random_seed")
 # Inputs the draft-target loop sets itself on every target call.
 LOOP_INPUTS = (
     "input_ids",

@@ -9,6 +9,8 @@ included, and `triton_config`). This model reads model.yaml as LLM() would take 
 - `speculative_config`: `decoding_type` Eagle3/Eagle (+ `speculative_model[_dir]`, `max_draft_len`,
   `eagle_choices`, `eagle3_layers_to_capture`), NGram (`max_matching_ngram_size`, `is_use_oldest`, ...)
   or DraftTarget (`speculative_model[_dir]`): the runtime speculates inside this one model;
+  `max_concurrency` and `draft_len_schedule` bound its draft length by the batch (a schedule only
+  where TensorRT-LLM 1.2's and 1.3's readings of its keys agree, see `load_aware`);
 - `triton_config`: `decoupled` and `max_batch_size` (0), copied into the model config by
   `auto_complete_config` as upstream does.
 
@@ -117,10 +119,44 @@ def model_yaml() -> dict:
     return data
 
 
-def speculative_section(spec: dict | None) -> tuple[dict, str | None, str | None]:
+def _read(schedule: dict, batch: int, upper: bool) -> int:
+    keys = [k for k in schedule if (k >= batch if upper else k <= batch)]
+    return schedule[(min if upper else max)(keys)] if keys else 0
+
+
+def load_aware(spec: dict, max_batch: int) -> dict:
+    """`max_concurrency` and `draft_len_schedule` as sdtk's speculative section takes them. A
+    schedule is taken only where TensorRT-LLM 1.2's reading (keys are lower bounds) and 1.3's
+    (upper bounds, PR #10860) give the same draft length at every batch size 1..max_batch, as sdtk
+    renders it (toolkit/build/llmapi.py render_schedule); model.yaml does not say which version
+    reads it, so any other schedule is refused rather than read one way."""
+    out: dict = {}
+    if spec.get("max_concurrency") is not None:
+        out["max_concurrency"] = int(spec["max_concurrency"])
+    schedule = spec.get("draft_len_schedule")
+    if schedule:
+        schedule = {int(k): int(v) for k, v in schedule.items()}
+        for batch in range(1, max(max_batch, 1) + 1):
+            if _read(schedule, batch, False) != _read(schedule, batch, True):
+                raise ValueError(
+                    f"speculative_config.draft_len_schedule {schedule} means draft length "
+                    f"{_read(schedule, batch, False)} at batch size {batch} to TensorRT-LLM 1.2 (keys are lower "
+                    f"bounds) but {_read(schedule, batch, True)} to 1.3 (upper bounds); give each run of equal "
+                    "lengths a key at its first and its last batch size (sdtk build writes it so)"
+                )
+        out["draft_len_schedule"] = dict(sorted(schedule.items()))
+    return out
+
+
+def speculative_section(spec: dict | None, max_batch: int = 1) -> tuple[dict, str | None, str | None]:
     """LLM-API speculative_config → (sdtk speculative section, EAGLE-3 head dir, draft dir)."""
     if not spec:
         return {"mode": "none"}, None, None
+    section, head, draft = _section(spec)
+    return {**section, **load_aware(spec, max_batch)}, head, draft
+
+
+def _section(spec: dict) -> tuple[dict, str | None, str | None]:
     kind = spec.get("decoding_type")
     model = spec.get("speculative_model") or spec.get("speculative_model_dir")
     n = spec.get("max_draft_len")
@@ -148,7 +184,9 @@ def load_runtime(args: dict):
     from toolkit.reference import ReferenceRuntime
     from toolkit.reference.runtime import parse_speculative
 
-    spec, head, draft = speculative_section(args.get("speculative_config"))
+    spec, head, draft = speculative_section(
+        args.get("speculative_config"), int(args.get("max_batch_size") or 1)
+    )
     runtime = ReferenceRuntime.load(
         target=Path(args["model"]),
         draft=Path(draft) if draft else None,

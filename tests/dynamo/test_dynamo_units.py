@@ -1,0 +1,215 @@
+"""The parts of the Dynamo target that run without ai-dynamo: the processes' commands and
+environment, the supervisor (with stand-in child processes), the OpenAI client's stream parsing,
+status's /proc address reading, and the worker's token handling. The real deployment is
+tests/dynamo/test_dynamo_deploy.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from toolkit import runner
+from toolkit.client.errors import ClientError
+from toolkit.client.openai_api import _events
+from toolkit.dynamo import plan as dplan
+from toolkit.dynamo.status import _hex_addr, listeners
+from toolkit.errors import UsageError
+from toolkit.recipe import load_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = ROOT / "recipes" / "tiny-eagle3.yaml"
+
+
+def _plan(tmp_path: Path, workers: int = 2, router: str = "round-robin") -> dplan.DynamoPlan:
+    recipe = load_recipe(str(RECIPE))
+    return dplan.plan_dynamo(
+        recipe,
+        tmp_path / "tiny-eagle3",
+        backend="reference",
+        engine_dir=tmp_path / "engines" / "target",
+        model_path=ROOT / "models" / "tiny" / "target",
+        workers=workers,
+        http_port=8123,
+        worker_metrics_ports=[9001, 9002, 9003][:workers],
+        router_mode=router,
+        python="python3",
+    )
+
+
+def test_frontend_and_worker_commands(tmp_path):
+    p = _plan(tmp_path)
+    assert p.frontend.argv == [
+        "python3", "-m", "dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", "8123",
+        "--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq",
+        "--router-mode", "round-robin", "--namespace", "sdtk",
+    ]  # fmt: skip
+    assert [w.name for w in p.workers] == ["worker-0", "worker-1"]
+    w1 = p.workers[1].argv
+    assert w1[:3] == ["python3", "-m", "toolkit.dynamo.worker"]
+    assert w1[w1.index("--metrics-port") + 1] == "9002"
+    assert w1[w1.index("--served-model-name") + 1] == "tiny-eagle3"  # the recipe's name, not 'ensemble'
+    # The tiny tokenizer has no chat template: the frontend would refuse the model without one.
+    assert w1[w1.index("--chat-template") + 1] == str(dplan.TEMPLATE)
+    assert p.workers[1].metrics_url == "http://127.0.0.1:9002/metrics"
+    env = p.frontend.env
+    assert env["HOME"].startswith(str(tmp_path / "tiny-eagle3" / "dynamo"))
+    assert env["DYN_FILE_KV"] == str(tmp_path / "tiny-eagle3" / "dynamo" / "discovery")
+    for key in (
+        "DYN_TCP_RPC_HOST",
+        "DYN_EVENT_PLANE_HOST",
+        "DYN_TCP_RESPONSE_STREAM_HOST",
+        "DYN_SYSTEM_HOST",
+    ):
+        assert env[key] == "127.0.0.1"
+
+
+def test_plan_round_trips_and_prints_every_command(tmp_path):
+    p = _plan(tmp_path, workers=3)
+    again = dplan.DynamoPlan.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert again == p
+    script = p.script()
+    for proc in p.processes:
+        assert proc.line() + " &" in script
+    assert script.endswith("wait\n")
+
+
+def test_trtllm_workers_take_the_llmapi_yaml(tmp_path):
+    recipe = load_recipe(str(RECIPE))
+    p = dplan.plan_dynamo(
+        recipe,
+        tmp_path,
+        backend="llmapi",
+        engine_dir=tmp_path / "engines" / "target",
+        model_path="/models/target",
+        workers=1,
+        http_port=8000,
+        worker_metrics_ports=[0],
+        python="python3",
+    )
+    yaml_path = str(tmp_path / "engines" / "target" / "extra_llm_api_options.yaml")
+    # ai-dynamo 1.6.1 dynamo/trtllm/backend_args.py 44-56 (--model, --served-model-name), 164-170
+    # (--extra-engine-args).
+    assert p.workers[0].argv == [
+        "python3", "-m", "dynamo.trtllm", "--model", "/models/target", "--served-model-name", "tiny-eagle3",
+        "--extra-engine-args", yaml_path, "--namespace", "sdtk",
+    ]  # fmt: skip
+    assert p.engine_yaml == yaml_path
+
+
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [("round_robin", "did you mean 'round-robin'"), ("kv", "KV events"), ("fastest", "must be one of")],
+)
+def test_router_mode_refused(tmp_path, mode, says):
+    with pytest.raises(UsageError, match=says):
+        _plan(tmp_path, router=mode)
+
+
+def test_workers_must_be_positive(tmp_path):
+    with pytest.raises(UsageError, match="at least 1"):
+        _plan(tmp_path, workers=0)
+
+
+def _wait(cond, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_supervisor_restarts_a_dead_process_and_stops_its_group(tmp_path):
+    """Stand-in children (python sleeping) instead of Dynamo's processes: what is under test is
+    the supervisor's own behaviour."""
+    root = tmp_path / "dep"
+    (root / "dynamo").mkdir(parents=True)
+    p = _plan(tmp_path, workers=1)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    p.frontend.argv, p.workers[0].argv = list(sleeper), list(sleeper)
+    p.frontend.log, p.workers[0].log = str(root / "logs" / "f.log"), str(root / "logs" / "w.log")
+    (root / "dynamo" / dplan.PLAN_FILE).write_text(json.dumps(p.to_dict()))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    sup = runner.spawn(
+        [sys.executable, "-m", dplan.SUPERVISOR_MODULE, str(root)], log_path=root / "logs" / "s.log", env=env
+    )
+    record = root / "dynamo" / dplan.PROCESSES_FILE
+
+    def procs() -> dict:
+        try:
+            return json.loads(record.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    try:
+        _wait(lambda: len([n for n, v in procs().items() if v["alive"]]) == 2)
+        first = procs()["worker-0"]["pid"]
+        assert os.getpgid(first) == sup.pid  # in the supervisor's group: `sdtk stop` kills it with it
+        os.kill(first, signal.SIGKILL)
+        _wait(lambda: procs()["worker-0"]["restarts"] == 1 and procs()["worker-0"]["pid"] != first)
+        assert "exited -9" in procs()["worker-0"]["failures"][-1]
+        pids = [v["pid"] for v in procs().values()]
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(timeout=20) == 0
+        for pid in pids:
+            _wait(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid))
+    finally:
+        runner.kill_pgroup(sup.pid)
+        sup.wait()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_sse_events():
+    lines = iter(
+        [
+            ": comment",
+            'data: {"choices": [{"text": "a"}]}',
+            "",
+            'data: {"choices": [{"text": "b", "finish_reason": "length"}]}',
+            "data: [DONE]",
+            'data: {"choices": [{"text": "never"}]}',
+        ]
+    )
+    assert [e["choices"][0]["text"] for e in _events(lines)] == ["a", "b"]
+    with pytest.raises(ClientError, match="error in stream"):
+        list(_events(iter(['data: {"error": "boom"}'])))
+
+
+def test_proc_net_addresses():
+    assert _hex_addr("0100007F:1F90") == "127.0.0.1:8080"
+    assert _hex_addr("00000000:0050") == "0.0.0.0:80"
+    assert _hex_addr("00000000000000000000000001000000:0050") == "::1:80"
+
+
+def test_listeners_of_this_process():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert f"127.0.0.1:{port}" in listeners([os.getpid()]).get(os.getpid(), [])
+
+
+def test_special_prefix_and_finish_reason():
+    from transformers import AutoTokenizer
+
+    from toolkit.dynamo.worker import finish_reason, special_prefix
+
+    tok = AutoTokenizer.from_pretrained(str(ROOT / "models" / "tiny" / "target"))
+    assert special_prefix(tok) == [tok.bos_token_id]
+    assert (finish_reason("eos", False), finish_reason("length", False), finish_reason("eos", True)) == (
+        "stop",
+        "length",
+        "cancelled",
+    )

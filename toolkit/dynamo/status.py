@@ -1,0 +1,134 @@
+"""`sdtk status` of a Dynamo deployment: the supervisor (state.json), the frontend's model list,
+each process alive or dead (with its restarts), and every TCP listener of the deployment that is
+not on loopback, named."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import time
+from pathlib import Path
+
+from toolkit.dynamo.launch import processes
+from toolkit.dynamo.plan import PLAN_FILE, SUBDIR, DynamoPlan
+from toolkit.server import procs
+from toolkit.server.state import ServerStatus, http_ok, read_state, server_status
+
+
+def _hex_addr(text: str) -> str:
+    """/proc/net/tcp{,6} 'AABBCCDD:PORT' → 'a.b.c.d:port'."""
+    addr, port = text.rsplit(":", 1)
+    raw = bytes.fromhex(addr)
+    if len(raw) == 4:
+        ip = ipaddress.ip_address(raw[::-1])
+    else:  # four little-endian 32-bit words
+        ip = ipaddress.ip_address(b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4)))
+    return f"{ip}:{int(port, 16)}"
+
+
+def listeners(pids: list[int]) -> dict[int, list[str]]:
+    """pid → the TCP addresses it listens on."""
+    owner: dict[str, int] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if link.startswith("socket:["):
+                        owner[link[8:-1]] = pid
+    out: dict[int, list[str]] = {}
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/net/{name}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) >= 10 and f[3] == "0A" and f[9] in owner:
+                out.setdefault(owner[f[9]], []).append(_hex_addr(f[1]))
+    return out
+
+
+def not_loopback(pids: dict[str, int]) -> list[str]:
+    """'<process> listens on <addr>' for every listener of `pids` (name → pid) off loopback."""
+    found = listeners(list(pids.values()))
+    names = {pid: name for name, pid in pids.items()}
+    out = []
+    for pid, addrs in sorted(found.items()):
+        for addr in addrs:
+            host = addr.rsplit(":", 1)[0]
+            if not ipaddress.ip_address(host).is_loopback:
+                out.append(f"{names[pid]} listens on {addr}")
+    return out
+
+
+def dynamo_status(root: Path | str, timeout: float = 2.0) -> ServerStatus:
+    """As toolkit.server.state.server_status, for the supervisor of a Dynamo deployment."""
+    import httpx
+
+    base = server_status(root, timeout)
+    st = read_state(root)
+    if st is None or base.state in ("dead", "stopped"):
+        return base
+    plan = DynamoPlan.from_dict(json.loads((Path(root) / SUBDIR / PLAN_FILE).read_text()))
+    record = processes(root)
+    alive = {n: int(p["pid"]) for n, p in record.items() if p.get("pid") and procs.alive(int(p["pid"]))}
+    dead = sorted(n for n in record if n not in alive)
+    try:
+        models = httpx.get(f"{plan.http_url}/v1/models", timeout=timeout).json().get("data", [])
+        listed = plan.model in [m.get("id") for m in models]
+    except (httpx.HTTPError, ValueError, AttributeError):
+        listed = False
+    restarts = {n: int(p.get("restarts", 0)) for n, p in record.items() if p.get("restarts")}
+    metrics = {n: str(p["metrics_url"]) for n, p in record.items() if p.get("metrics_url")}
+    loading = sorted(n for n, url in metrics.items() if n in alive and not http_ok(url, timeout))
+    parts = [
+        f"{n} pid {alive[n]}" + (" (loading)" if n in loading else "") if n in alive else f"{n} DEAD"
+        for n in record
+    ]
+    if restarts:
+        parts.append("restarted: " + ", ".join(f"{n} ×{k}" for n, k in sorted(restarts.items())))
+    failures = [f for p in record.values() for f in p.get("failures", [])]
+    if dead:
+        state = "unhealthy"
+        msg = f"dead: {', '.join(dead)}; the supervisor (pid {st.pid}) restarts them unless --on-failure says not"
+    elif st.status == "starting" or not record or loading:
+        state = "starting"
+        msg = f"supervisor pid {st.pid} is starting " + (", ".join(loading) if loading else "the deployment")
+    elif not listed:
+        state, msg = "unhealthy", f"the frontend at {plan.http_url} does not list '{plan.model}'"
+    else:
+        state = "running"
+        msg = f"serving '{plan.model}' at {plan.http_url}/v1 with {len(plan.workers)} worker(s), router {plan.router_mode}"
+    msg += "; " + "; ".join(parts)
+    off = not_loopback(alive)
+    msg += "; off loopback: " + ("; ".join(off) if off else "nothing")
+    base.state, base.message, base.live, base.ready, base.model_ready = state, msg, listed, listed, listed
+    base.restarts = sum(restarts.values())
+    base.failures = failures
+    base.dead_stubs = {n: [] for n in dead}
+    base.uptime_s = max(0.0, time.time() - st.started_at)
+    return base
+
+
+def kill_orphans(root: Path | str) -> list[int]:
+    """When the supervisor is gone but processes of its group live on (it was SIGKILLed), SIGKILL
+    them: toolkit.server.state's stop only cleans up a dead server's group members that look like
+    Triton's. Only processes of the recorded group whose command names a Dynamo module are
+    touched. Returns their pids."""
+    import signal
+
+    st = read_state(root)
+    if st is None or procs.same_process(st.pid, st.start_ticks, st.executable):
+        return []
+    killed = []
+    for pid in procs.group_members(st.pgid):
+        if any("dynamo" in a for a in procs.cmdline(pid)[:3]):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+    for pid in killed:
+        procs.wait_gone(pid, 5.0)
+    return killed
