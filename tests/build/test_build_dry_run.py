@@ -73,15 +73,17 @@ def test_vicuna_medusa_engine_runbook():
         "--max_batch_size 4",
     ):
         assert line in s, line  # fmt: skip
-    assert r.trtllm_version == "1.1.0" and r.version_source == "recipe"
+    # the recipe declares 1.2.1 (26.07): the engine path runs, deprecated (NVIDIA/TensorRT-LLM PR #11723)
+    assert r.trtllm_version == "1.2.1" and r.version_source == "recipe"
+    assert "WARNING: TensorRT-LLM 1.2.1: the engine path" in s and "PR #11723" in s
 
 
 def test_eagle3_recipe_field_names_follow_the_declared_version():
     """TensorRT-LLM 1.1's llm_args knows only `decoding_type: Eagle` (+ eagle3_one_model) and
-    `speculative_model_dir`; 1.2 names it Eagle3. recipes/llama-3.1-8b-eagle3.yaml declares 1.1.0, the
-    newest version a verified NGC container carries (25.12, Triton's compatibility matrix)."""
+    `speculative_model_dir`; 1.2 names it Eagle3. recipes/llama-3.1-8b-eagle3.yaml declares 1.2.1, the
+    newest version a verified NGC container carries (26.07, Triton's compatibility matrix)."""
     path = REPO / "recipes/llama-3.1-8b-eagle3.yaml"
-    r11 = build(path, dry_run=True, progress=quiet)
+    r11 = build(load_recipe(path, ["trtllm_version=1.1.0"]), dry_run=True, progress=quiet)
     spec11 = yaml.safe_load(r11.llmapi["extra_llm_api_options"])["speculative_config"]
     assert spec11 == {"decoding_type": "Eagle", "max_draft_len": 3, "speculative_model_dir": "${EAGLE_HEAD_DIR}",
                       "eagle3_one_model": True}  # fmt: skip

@@ -39,9 +39,12 @@ def test_compat_cells_derive_from_the_registry():
     assert compat.cell("medusa", "engine").families == ("llama", "qwen2", "mixtral")
     assert compat.cell("eagle3", "llmapi").trtllm_name == "Eagle3"
     assert compat.cell("none", "engine").trtllm_name is None
-    assert (compat.cell("ngram", "llmapi").min_version, compat.cell("lookahead", "engine").max_version) == (
+    # the engine path: deprecated from 1.2 (NVIDIA/TensorRT-LLM PR #11723), gone in the 1.3 line (#15907)
+    lookahead = compat.cell("lookahead", "engine")
+    assert (compat.cell("ngram", "llmapi").min_version, lookahead.deprecated_from, lookahead.max_version) == (
         "1.0",
         "1.2",
+        "1.3",
     )
     assert len(compat.matrix()) == 3 * len(modes.REGISTRY)
 

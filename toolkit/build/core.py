@@ -32,6 +32,7 @@ from toolkit.build import engine, llmapi, preflight, reference
 from toolkit.build.context import EXAMPLES_ENV, BuildContext
 from toolkit.build.preflight import PASSED, SKIPPED, CheckResult
 from toolkit.build.steps import Step, StepRecord, execute, render_script
+from toolkit.checks import WARNING
 from toolkit.errors import CompatError, PreflightError
 from toolkit.hub import Resolved, hub_settings, resolve
 from toolkit.recipe import MODE_SOURCES, Recipe, load_recipe
@@ -288,13 +289,15 @@ def _preflight(ctx: BuildContext, runtime: CheckResult, say: Progress) -> list[C
     """Every preflight check, each reported unless it passed; PreflightFailed if any failed."""
     results: list[CheckResult] = [runtime]
     try:
+        warned: tuple[str, ...] = ()
         if ctx.backend != "reference":
-            compat.check_recipe(
+            warned = compat.check_recipe(
                 ctx.recipe,
                 installed_version=ctx.installed_version,
                 family=ctx.sources["target"].facts.model_type,
-            )
-        results.append(CheckResult("backend", PASSED, ctx.why))
+            ).warnings
+        # A deprecated path (the engine path on TensorRT-LLM 1.2.x) runs, with a warning.
+        results.append(CheckResult("backend", WARNING if warned else PASSED, ctx.why))
     except CompatError as e:
         results.append(CheckResult("backend", preflight.FAILED, str(e), e.hint))
     results += preflight.check_sources(ctx, _needs(ctx))

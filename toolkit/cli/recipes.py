@@ -216,8 +216,9 @@ def generate(
 @click.option("--backend", type=backends(auto=False))
 @json_option
 def compat(mode: str | None, backend: str | None, as_json: bool) -> None:
-    """Print the support matrix: mode × backend × TensorRT-LLM versions × model families."""
-    from toolkit.compat import matrix
+    """Print the support matrix: mode × backend × TensorRT-LLM versions (a column per release line:
+    yes, deprecated, no) × model families."""
+    from toolkit.compat import COLUMNS, matrix, versions_note
 
     cells = matrix(mode, backend)
     emit(
@@ -225,16 +226,17 @@ def compat(mode: str | None, backend: str | None, as_json: bool) -> None:
         as_json,
         lambda: _table(
             "speculative decoding support",
-            ["mode", "backend", "ok", "TRT-LLM", "families", "name", "why / fix"],
+            ["mode", "backend", "ok", "TRT-LLM", *COLUMNS, "families", "name", "why / fix"],
             [
                 [
                     c.mode,
                     c.backend,
                     "yes" if c.supported else "no",
                     c.version_range() if c.supported else "-",
+                    *(c.at(line) for line in COLUMNS),
                     ",".join(c.families) if c.families else "any",
                     c.trtllm_name or "-",
-                    c.reason + (f" | fix: {c.fix}" if not c.supported else ""),
+                    c.reason + (f" | fix: {c.fix}" if not c.supported else "") + versions_note(c),
                 ]
                 for c in cells
             ],
