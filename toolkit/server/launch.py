@@ -37,16 +37,15 @@ from toolkit.server.foreground import LogFollower, signals_ignored, signals_inte
 from toolkit.server.lock import WorkdirLock
 from toolkit.server.plan import LaunchPlan, LaunchSite
 from toolkit.server.ports import PORT_FIELDS, PortInUseError, Ports, auto_ports, check_free
+from toolkit.server.record import REPO_KEY_HEADER, connect_host
 from toolkit.server.startup import (
     Health,
     ServerStartError,
     check_launch_path,
     check_workdir_free,
-    connect_host,
     model_control_args,
 )
 from toolkit.server.state import (
-    REPO_KEY_HEADER,
     ServerState,
     dead_stubs,
     default_log_path,

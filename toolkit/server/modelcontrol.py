@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from toolkit.errors import ServerError
+from toolkit.server.record import REPO_KEY_HEADER
 from toolkit.server.state import (
-    REPO_KEY_HEADER,
     ServerState,
     _alive_and_ours,
     python_stubs,

@@ -23,13 +23,14 @@ from typing import Any
 
 from toolkit.server import procs
 from toolkit.server.lock import lock_path
-from toolkit.server.startup import REPO_KEY_HEADER, connect_host
-from toolkit.server.state import (
+from toolkit.server.record import (
+    REPO_KEY_HEADER,
     WATCHDOG_MODULE,
     ServerState,
+    connect_host,
     default_log_path,
-    python_stubs,
 )
+from toolkit.server.stubcheck import stubs_by_model
 
 SERVER_NAMES = ("tritonserver", "mpirun")  # what leads a server's process group
 _SHM = "shm-region-prefix-name="  # the Python backend's /dev/shm prefix (toolkit.server.plan)
@@ -160,7 +161,7 @@ def rebuild_state(workdir: Path | str, why: str) -> ServerState | None:
         executable=os.path.basename(argv[0]),
         status="ready",
         shm_prefix=shm,
-        stubs=python_stubs(pid),
+        stubs=stubs_by_model(procs.group_members(pid)),
         repo_key=key,
         watchdog_pid=watchdogs[0] if watchdogs else None,
         watchdog_policy=policy,
