@@ -7,6 +7,7 @@ repository's Python models run inside NVIDIA's container, which need not have sd
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import queue
@@ -207,11 +208,43 @@ def error_response(
     return pb_utils.InferenceResponse(output_tensors=[], error=error)
 
 
-def failure(what: str, e: Exception) -> pb_utils.InferenceResponse:
-    """The error response for exception `e` raised while serving `what`."""
+def is_exhausted(e: BaseException) -> bool:
+    """Whether `e` says the process ran out of memory or threads (an address-space limit, the
+    OOM edge): a fault of the server at that moment, not of the request."""
+    return isinstance(e, MemoryError) or (
+        isinstance(e, RuntimeError) and str(e).startswith("can't start new thread")
+    )
+
+
+def failure(what: str, e: BaseException) -> pb_utils.InferenceResponse:
+    """The error response for exception `e` raised while serving `what`. A dead model or an
+    exhausted process is UNAVAILABLE (retry later: HTTP 503 over KServe infer), a refusal
+    INVALID_ARG (400), anything else INTERNAL."""
     if isinstance(e, Cancelled):
         return error_response(f"{what}: request cancelled", cancelled=True)
+    if is_exhausted(e):
+        return error_response(
+            f"{what}: the model's process is out of memory or threads ({type(e).__name__}: {e}); "
+            "this request failed, retry it",
+            down=True,
+        )
     return error_response(f"{what}: {e}", bad=isinstance(e, BadRequest), down=isinstance(e, ModelDown))
+
+
+def last_word(sender, what: str, e: BaseException) -> bool:
+    """End a request with an error response through its `sender`, as the FINAL response, after
+    sending its answer failed with `e` (no memory for it, or the client has gone). Retried once
+    after a garbage collection (an error response needs little memory); False when nothing could
+    be sent."""
+    final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+    for attempt in range(2):
+        try:
+            sender.send(failure(what, e), flags=final)
+            return True
+        except Exception:  # noqa: BLE001 - the client may have gone: nothing else to tell it
+            if attempt == 0:
+                gc.collect()
+    return False
 
 
 def is_bad_request(error) -> bool:
@@ -240,6 +273,52 @@ def send_all(sender, outputs, what: str) -> None:
         sender.send(failure(what, e), flags=final)
         return
     sender.send(flags=final)
+
+
+# --------------------------------------------------------------------------- fault injection
+#
+# A test seam, off unless the variable is set in the server's environment (the stubs inherit it):
+#   SDTK_FAULT_INJECT="thread_start:N,alloc:M"
+# makes the N-th request thread a model starts fail as CPython's Thread.start() fails in an
+# exhausted address space (RuntimeError: can't start new thread), and the M-th response a model
+# allocates fail with MemoryError, each once (counted per model instance from its load; a site may
+# be named several times). tests/stress/test_served_faults.py uses it to prove that such a
+# request fails alone and the server serves on.
+
+FAULT_ENV = "SDTK_FAULT_INJECT"
+FAULT_SITES = {"thread_start": RuntimeError, "alloc": MemoryError}
+FAULT_WORDS = {"thread_start": "can't start new thread", "alloc": "cannot allocate the response"}
+
+
+class Faults:
+    """The faults SDTK_FAULT_INJECT asks for; `check(site)` raises at the chosen calls."""
+
+    def __init__(self, spec: str = ""):
+        self._at: dict[str, set[int]] = {}
+        self._count: dict[str, int] = {}
+        self._lock = threading.Lock()
+        for item in (s.strip() for s in spec.split(",")):
+            if not item:
+                continue
+            site, _, n = item.partition(":")
+            if site not in FAULT_SITES or not n.isdigit() or int(n) < 1:
+                raise ValueError(
+                    f"{FAULT_ENV}={spec!r}: {item!r} is not SITE:N with SITE one of "
+                    f"{', '.join(FAULT_SITES)} and N >= 1"
+                )
+            self._at.setdefault(site, set()).add(int(n))
+
+    @classmethod
+    def from_env(cls) -> Faults:
+        return cls(os.environ.get(FAULT_ENV, ""))
+
+    def check(self, site: str) -> None:
+        if site not in self._at:
+            return
+        with self._lock:
+            n = self._count[site] = self._count.get(site, 0) + 1
+        if n in self._at[site]:
+            raise FAULT_SITES[site](f"{FAULT_WORDS[site]} (injected by {FAULT_ENV}: {site}:{n})")
 
 
 # --------------------------------------------------------------------------- stub health
