@@ -148,6 +148,33 @@ def stop_at(tokens: list[int], stops: list[list[int]], start: int = 0) -> int | 
 BLS_LOOP = "sdtk_bls_loop"
 
 
+# A request parameter sdtk's BLS sets on its decoupled sub-requests of the reference model: a
+# failure after the first response then comes back in-band, as a `fault_chunk`. Triton 2.51 loses
+# an error response sent after a decoupled BLS sub-request's first response (with the FINAL flag
+# the whole stream hangs; without it, the stream ends as if complete: measured with
+# SDTK_FAULT_INJECT alloc faults, 5 of 5 errors lost through the BLS, 3 of 3 delivered to a
+# direct generate_stream client), while data responses arrive.
+BLS_STREAM = "sdtk_bls_stream"
+
+
+def fault_chunk(message: str) -> dict[str, np.ndarray]:
+    """A response that says the request failed: `sequence_length` -n (no real response has a
+    negative length) and the message's n UTF-8 bytes as `output_ids`."""
+    data = message.encode("utf-8")[:4096]
+    return {
+        "output_ids": np.frombuffer(data, dtype=np.uint8).astype(np.int32).reshape(1, 1, len(data)),
+        "sequence_length": np.array([[-len(data)]], dtype=np.int32),
+    }
+
+
+def fault_of(outputs: dict[str, np.ndarray]) -> str | None:
+    """The message of a `fault_chunk`, or None for any other response."""
+    length = outputs.get("sequence_length")
+    if length is None or length.size == 0 or int(length.reshape(-1)[0]) >= 0 or "output_ids" not in outputs:
+        return None
+    return outputs["output_ids"].reshape(-1).astype(np.uint8).tobytes().decode("utf-8", errors="replace")
+
+
 def request_parameters(request) -> dict:
     """A request's parameters (JSON from Triton); {} when it has none."""
     text = request.parameters() if hasattr(request, "parameters") else ""
@@ -181,7 +208,12 @@ class Cancelled(Exception):
     """The client cancelled the request (or went away): stop generating."""
 
 
-class ModelDown(RuntimeError):
+class Unavailable(RuntimeError):
+    """The server cannot serve the request now (a model it calls failed midway, its process
+    ran out of memory or threads): sent as UNAVAILABLE, a fault of the server, to retry."""
+
+
+class ModelDown(Unavailable):
     """A model this one calls has lost its Python backend stub (killed, crashed): Triton 2.51
     never answers the requests that stub held, and fails later ones with "Stub process ... is not
     healthy". Sent as UNAVAILABLE, which Triton's HTTP frontend answers with 503 (a server fault,
@@ -228,7 +260,7 @@ def failure(what: str, e: BaseException) -> pb_utils.InferenceResponse:
             "this request failed, retry it",
             down=True,
         )
-    return error_response(f"{what}: {e}", bad=isinstance(e, BadRequest), down=isinstance(e, ModelDown))
+    return error_response(f"{what}: {e}", bad=isinstance(e, BadRequest), down=isinstance(e, Unavailable))
 
 
 def last_word(sender, what: str, e: BaseException) -> bool:

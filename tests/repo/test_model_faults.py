@@ -46,8 +46,21 @@ def ended_once(request) -> None:
     assert flags.count(FINAL) == 1 and flags[-1] == FINAL, request.sender.sent
 
 
+def error_of(request):
+    """The request's one error; decoupled, it is followed by the empty FINAL response only."""
+    errors = [
+        (i, r.error()) for i, (r, _) in enumerate(request.sender.sent) if r is not None and r.has_error()
+    ]
+    assert len(errors) == 1, request.sender.sent
+    i, error = errors[0]
+    assert request.sender.sent[i + 1 :] in ([], [(None, FINAL)]), request.sender.sent
+    return error
+
+
 def streamed_tokens(request) -> list[int]:
-    return [t for r, _ in request.sender.sent if r is not None and not r.has_error() for t in toks(r.as_dict())]
+    return [
+        t for r, _ in request.sender.sent if r is not None and not r.has_error() for t in toks(r.as_dict())
+    ]
 
 
 def test_a_request_whose_thread_cannot_start_fails_alone(served, pb):
@@ -55,7 +68,7 @@ def test_a_request_whose_thread_cannot_start_fails_alone(served, pb):
     first, second, third = (pb.Request(llm_request([0, 5], 6, streaming=True)) for _ in range(3))
     assert model.execute([first, second, third]) is None  # never raises: two were handed over
     assert model.wait_idle(timeout=10)
-    error = second.sender.sent[0][0].error()
+    error = error_of(second)
     assert "can't start new thread" in error.message() and error.code() == pb.TritonError.UNAVAILABLE
     assert second.sender.polls == 0  # the Responder never saw its sender
     ended_once(second)
@@ -73,10 +86,11 @@ def test_a_chunk_that_cannot_be_allocated_ends_its_stream_with_an_error(served, 
     model.execute([cut])
     assert model.wait_idle(timeout=10)
     ended_once(cut)
-    *chunks, (last, _) = cut.sender.sent
-    assert len(chunks) == 1 and not chunks[0][0].has_error()  # the first chunk, then nothing but the error
-    assert last is not None and "out of memory" in last.error().message()
-    assert last.error().code() == pb.TritonError.UNAVAILABLE
+    error = error_of(cut)
+    assert "out of memory" in error.message() and error.code() == pb.TritonError.UNAVAILABLE
+    sent = streamed_tokens(cut)  # the first chunk, then nothing but the error
+    assert len([r for r, _ in cut.sender.sent if r is not None and not r.has_error()]) == 1
+    assert 0 < len(sent) < 8 and sent == greedy([0, 5], 8)[: len(sent)]
     other = pb.Request(llm_request([0, 5], 8, streaming=True))
     model.execute([other])
     assert model.wait_idle(timeout=10)
@@ -92,7 +106,7 @@ def test_a_single_response_that_cannot_be_allocated_is_an_error(served, pb):
     model.execute([ok])
     assert model.wait_idle(timeout=10)
     ended_once(failed)
-    assert "cannot allocate the response" in failed.sender.sent[0][0].error().message()
+    assert "cannot allocate the response" in error_of(failed).message()
     ended_once(ok)
     assert toks(ok.sender.sent[0][0].as_dict()) == greedy([0, 5], 3)
 
@@ -104,7 +118,7 @@ def test_a_failing_cancel_probe_ends_its_request_and_the_responder_lives(served,
     model.execute([broken])
     assert model.wait_idle(timeout=10)
     ended_once(broken)
-    assert "division by zero" in broken.sender.sent[-1][0].error().message()
+    assert "division by zero" in error_of(broken).message()
     monkeypatch.undo()
     assert model.responder.thread.is_alive()
 
@@ -137,3 +151,39 @@ def test_fault_spec_is_checked(ref_module):
     for bad in ("alloc", "alloc:0", "disk:1", "alloc:x"):
         with pytest.raises(ValueError, match="SDTK_FAULT_INJECT"):
             ref_module.st.Faults(bad)
+
+
+def test_a_bls_stream_gets_its_failure_in_band(served, ref_module, pb, monkeypatch):
+    """A sub-request of sdtk's BLS (request parameter st.BLS_STREAM) gets a failure after its
+    first chunk as a fault chunk, a data response (Triton 2.51 loses such an error response on
+    its way back to a BLS), which the BLS turns into its own error."""
+    model = served(faults="alloc:2")
+    cut = pb.Request(llm_request([0, 5], 8, streaming=True))
+    monkeypatch.setattr(cut, "parameters", lambda: '{"sdtk_bls_stream": true}', raising=False)
+    model.execute([cut])
+    assert model.wait_idle(timeout=10)
+    ended_once(cut)
+    assert not any(r is not None and r.has_error() for r, _ in cut.sender.sent)
+    fault = ref_module.st.fault_of(cut.sender.sent[-2][0].as_dict())
+    assert (
+        fault is not None and "cannot allocate the response" in fault and fault.startswith("tensorrt_llm: ")
+    )
+
+
+def test_the_bls_turns_a_fault_chunk_into_an_unavailable_error(load_model, pb):
+    bls = load_model("inflight_batcher_llm/tensorrt_llm_bls/1/model.py")
+    st = bls.st
+    ok = {
+        "output_ids": st.np.array([[[3, 4]]], st.np.int32),
+        "sequence_length": st.np.array([[2]], st.np.int32),
+    }
+    assert st.fault_of(ok) is None
+    chunks = (ok, st.fault_chunk("tensorrt_llm: no memory ✗"))
+    responses = [pb.InferenceResponse([pb.Tensor(k, v) for k, v in d.items()]) for d in chunks]
+    got = []
+    with pytest.raises(st.Unavailable, match="tensorrt_llm: tensorrt_llm: no memory ✗"):
+        for tensors in bls._outputs("tensorrt_llm", responses):
+            got.append(tensors)
+    assert len(got) == 1
+    error = st.failure("tensorrt_llm_bls", st.Unavailable("x")).error()
+    assert error.code() == pb.TritonError.UNAVAILABLE

@@ -254,7 +254,7 @@ class Responder(Sink):
         self.faults = faults if faults is not None else st.Faults()
         self._flushed = 0.0
         self.outbox: queue.Queue = queue.Queue()
-        # key -> (sender, stop Event, cancel probe, request id, single response)
+        # key -> (sender, stop Event, cancel probe, request id, single response, in-band faults)
         self.flight: dict[int, tuple] = {}
         self.last: dict[int, dict] = {}  # a `single` request's latest output, sent with its end
         self.stopped: set[int] = set()  # keys a `stop` request cancelled
@@ -263,10 +263,11 @@ class Responder(Sink):
         self.thread = threading.Thread(target=self._loop, name="sdtk-reference-respond", daemon=True)
         self.thread.start()
 
-    def start(self, sender, work, request_id: str = "", single: bool = False) -> None:
+    def start(self, sender, work, request_id: str = "", single: bool = False, inband: bool = False) -> None:
         """Run `work(cancelled)` (an iterable of output dicts) in its own thread; stream its
         outputs through `sender` (`single`: only the last, as the request's one response).
-        `request_id`: what a `stop` request names to cancel it.
+        `request_id`: what a `stop` request names to cancel it; `inband`: a failure is sent as
+        a st.fault_chunk (sdtk's BLS asks for it: Triton 2.51 loses its errors, see `_fail`).
 
         The sender goes to the loop thread only once the request's thread runs: when the thread
         cannot start (RuntimeError "can't start new thread" in an exhausted address space) this
@@ -294,7 +295,7 @@ class Responder(Sink):
             threading.Thread(target=run, name=f"sdtk-reference-request-{key}", daemon=True).start()
             # is_cancelled() at most every CANCEL_CHECK_S, never in a request's first CANCEL_CHECK_S.
             probe = st.every(st.CANCEL_CHECK_S, sender.is_cancelled)
-            self.outbox.put(("open", key, (sender, stop, probe, request_id, single)))
+            self.outbox.put(("open", key, (sender, stop, probe, request_id, single, inband)))
             handed.append(True)
         finally:
             go.set()
@@ -330,13 +331,13 @@ class Responder(Sink):
             if self.metrics is not None:
                 self.metrics.record(value)
         elif kind == "cancel":
-            for k, (_, stop, _, request_id, _) in self.flight.items():
+            for k, (_, stop, _, request_id, _, _) in self.flight.items():
                 if request_id == value:
                     stop.set()
                     self.stopped.add(k)
         elif kind is not None and key in self.flight:
             self._deliver(kind, key, value)
-        for k, (_, stop, probe, _, _) in list(self.flight.items()):
+        for k, (_, stop, probe, *_) in list(self.flight.items()):
             if stop.is_set():
                 continue
             try:
@@ -354,7 +355,7 @@ class Responder(Sink):
         """One output ("out"), or the end ("final", "error") of request `key`. A chunk that cannot
         be sent (no memory for it, or the client has gone) stops the generation, and the request
         then ends with that error: a stream cut short is never closed as if it were complete."""
-        sender, stop, _, _, single = self.flight[key]
+        sender, stop, _, _, single, inband = self.flight[key]
         if kind == "out":
             if single:
                 self.last[key] = value
@@ -373,25 +374,42 @@ class Responder(Sink):
         failed = self.failed.pop(key, None)
         stopped = key in self.stopped
         self.stopped.discard(key)
+        if failed is None and kind == "error" and not (stopped and isinstance(value, st.Cancelled)):
+            failed = value
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         try:
             if failed is not None:
-                sender.send(st.failure(self.name, failed), flags=final)
+                self._fail(sender, failed, single, inband)
             elif kind == "final" and single:
                 response = (
-                    self._response(out) if out is not None else st.failure(self.name, RuntimeError("no output"))
+                    self._response(out)
+                    if out is not None
+                    else st.failure(self.name, RuntimeError("no output"))
                 )
                 sender.send(response, flags=final)
-            elif kind == "final":
-                sender.send(flags=final)
-            elif stopped and isinstance(value, st.Cancelled):
-                # Ended by a `stop` request: a plain final response, as TensorRT-LLM's backend
-                # ends a cancelled request (the caller, a BLS, reads to the end).
-                sender.send(flags=final)
             else:
-                sender.send(st.failure(self.name, value), flags=final)
+                # Complete, or ended by a `stop` request: a plain final response, as TensorRT-LLM's
+                # backend ends a cancelled request (the caller, a BLS, reads to the end).
+                sender.send(flags=final)
         except Exception as e:  # noqa: BLE001 - e.g. no memory for the response: end it with the error
             st.last_word(sender, self.name, e)
+
+    def _fail(self, sender, e: BaseException, single: bool, inband: bool) -> None:
+        """End a request with the error `e`. Not decoupled, one response carries the error and
+        the FINAL flag. Decoupled, the error goes out as a response of its own, then an empty
+        FINAL: Triton 2.51 loses an error response sent after the first response of a decoupled
+        BLS sub-request, and with it the FINAL flag it carries (the BLS then waits for ever).
+        For sdtk's BLS (`inband`) the error is a data response (st.fault_chunk), which arrives."""
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if single:
+            sender.send(st.failure(self.name, e), flags=final)
+            return
+        if inband:
+            message = st.failure(self.name, e).error().message()
+            sender.send(st.response(st.fault_chunk(message)))
+        else:
+            sender.send(st.failure(self.name, e))
+        sender.send(flags=final)
 
     def idle(self) -> bool:
         return not self.flight and self.outbox.empty()
@@ -866,7 +884,11 @@ class TritonPythonModel:
             try:
                 handed = self._hand_over(request) or handed
             except Exception as e:  # noqa: BLE001 - this request alone fails
-                print(f"sdtk {self.name}: a request failed before it started: {e!r}", file=sys.stderr, flush=True)
+                print(
+                    f"sdtk {self.name}: a request failed before it started: {e!r}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if not self._answer(request, e) and not handed:
                     raise  # nothing could answer it: Triton ends the batch with this error
         return None
@@ -901,6 +923,7 @@ class TritonPythonModel:
             lambda cancelled, inputs=inputs: self.generate(inputs, cancelled),
             request_id,
             single=not self.decoupled,
+            inband=bool(st.request_parameters(request).get(st.BLS_STREAM)),
         )
         return True
 

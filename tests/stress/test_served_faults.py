@@ -1,0 +1,90 @@
+"""A request whose thread or memory runs out fails alone, on the real Triton.
+
+The reference `tensorrt_llm` model is made to fail through its test seam, SDTK_FAULT_INJECT
+(model_repo_templates/_common/sdtk_triton.py `Faults`), set in the environment the server and
+its stubs inherit: the 2nd request's thread does not start (as `RuntimeError: can't start new
+thread` under an address-space limit, which made tritonserver 2.51 segfault in
+TRITONBACKEND_ResponseFactoryIsCancelled), and the 8th response cannot be allocated
+(MemoryError); through sdtk's BLS the latter comes back in-band (st.fault_chunk).
+Five concurrent BLS streams: exactly those two requests end with an error event
+naming the fault, the others complete with the text they give alone, and the server (same pid,
+same stubs) serves on.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import pytest
+from triton_support import live_deployment
+
+from tests.stress.conftest import RECIPES, diagnosis
+from toolkit.recipe import load_recipe
+from toolkit.server import procs
+from toolkit.server.state import python_stubs
+
+pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
+STREAMS = 5
+BODY = {"text_input": "def fib(n):", "max_tokens": 48, "stream": True}
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:  # the server and its stubs inherit it
+        mp.setenv("SDTK_FAULT_INJECT", "thread_start:2,alloc:8")
+        cm = live_deployment(
+            load_recipe(str(RECIPES / "tiny-baseline.yaml")), tmp_path_factory.mktemp("faulty")
+        )
+        result = cm.__enter__()
+    try:
+        yield result
+    finally:
+        cm.__exit__(None, None, None)
+
+
+def stream(url: str, out: list) -> None:
+    """One generate_stream request: its text, and its error event or exception (None: complete)."""
+    text, error = "", None
+    try:
+        with httpx.Client(timeout=60) as c, c.stream("POST", url, json=BODY) as r:
+            for line in r.iter_lines():
+                if line.startswith("data:"):
+                    event = json.loads(line[5:])
+                    if "error" in event:
+                        error = event["error"]
+                    else:
+                        text += event.get("text_output", "")
+    except Exception as e:  # noqa: BLE001 - recorded: a cut connection is a failure too
+        error = repr(e)
+    out.append((text, error))
+
+
+def test_failed_thread_and_allocation_fail_their_requests_alone(faulty):
+    model = "tensorrt_llm_bls"
+    url = f"{faulty.http_url}/v2/models/{model}/generate_stream"
+    stubs = python_stubs(faulty.pid)
+    results: list = []
+    clients = [threading.Thread(target=stream, args=(url, results)) for _ in range(STREAMS)]
+    for c in clients:
+        c.start()
+    for c in clients:
+        c.join(timeout=120)
+    assert len(results) == STREAMS, diagnosis(faulty)
+    errors = sorted(e for _, e in results if e is not None)
+    assert len(errors) == 2, (errors, diagnosis(faulty))
+    assert any("can't start new thread" in e for e in errors), errors
+    assert any("cannot allocate the response" in e for e in errors), errors
+    assert all("out of memory or threads" in e for e in errors), errors
+    # the server serves on: same process, same stubs, and the complete streams gave the full text
+    alone: list = []
+    stream(url, alone)
+    assert alone[0][1] is None, alone
+    complete = [t for t, e in results if e is None]
+    assert complete == [alone[0][0]] * (STREAMS - 2)
+    assert procs.alive(faulty.pid) and python_stubs(faulty.pid) == stubs, diagnosis(faulty)
+    r = httpx.post(
+        f"{faulty.http_url}/v2/models/{model}/generate", json={**BODY, "stream": False}, timeout=120
+    )
+    assert r.status_code == 200 and r.json()["text_output"] == alone[0][0], r.text
