@@ -114,7 +114,7 @@ def test_a_complete_stream_is_a_success():
 def test_a_cut_stream_raises_in_both_clients(ending):
     with triton_like(ending) as url:
         with TritonClient(url, model="m") as c, pytest.raises(ConnectionLost) as sync_error:
-            c.stream("x", max_tokens=2).response
+            list(c.stream("x", max_tokens=2))
 
         async def main() -> None:
             async with AsyncTritonClient(url, model="m") as c:
