@@ -13,7 +13,10 @@ same stubs) serves on.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
 import threading
 
 import httpx
@@ -88,3 +91,46 @@ def test_failed_thread_and_allocation_fail_their_requests_alone(faulty):
         f"{faulty.http_url}/v2/models/{model}/generate", json={**BODY, "stream": False}, timeout=120
     )
     assert r.status_code == 200 and r.json()["text_output"] == alone[0][0], r.text
+
+
+class KillAtFirstChunk:
+    """bench's HTTP endpoint, which SIGKILLs a stub once the first chunk has arrived."""
+
+    def __init__(self, endpoint, pid: int):
+        self.endpoint, self.pid = endpoint, pid
+        self.name, self.streams = endpoint.name, True
+
+    async def stream(self, prompt, **kw):
+        killed = False
+        async for chunk in self.endpoint.stream(prompt, **kw):
+            yield chunk
+            if not killed:
+                os.kill(self.pid, signal.SIGKILL)
+                killed = True
+
+
+def test_bench_counts_a_stream_cut_by_a_stub_death_as_failed(faulty):
+    """Last in the module: it kills the tensorrt_llm stub. The BLS stream it held ends with an
+    error event naming the dead model, and `sdtk bench`'s load generator records a failure."""
+    from toolkit.bench.measure.loadgen import Sampling, TritonEndpoint, run_request
+    from toolkit.bench.measure.workloads import Prompt
+
+    stub = python_stubs(faulty.pid)["tensorrt_llm"][0]
+
+    async def main():
+        endpoint = TritonEndpoint(faulty.http_url, model="tensorrt_llm_bls", protocol="http", timeout=60)
+        await endpoint.check()
+        try:
+            killer = KillAtFirstChunk(endpoint, stub)
+            return await run_request(
+                killer, 0, Prompt("import os\n", "code", 1000), seed=0, sampling=Sampling(), timeout=90
+            )
+        finally:
+            await endpoint.close()
+
+    rec = asyncio.run(main())
+    assert rec.error_kind == "server" and "'tensorrt_llm' is down" in (rec.error or ""), (
+        rec,
+        diagnosis(faulty),
+    )
+    assert len(rec.chunk_times) >= 1 and rec.end is None
