@@ -14,10 +14,15 @@ same stubs) serves on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -134,3 +139,35 @@ def test_bench_counts_a_stream_cut_by_a_stub_death_as_failed(faulty):
         diagnosis(faulty),
     )
     assert len(rec.chunk_times) >= 1 and rec.end is None
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str = "2M") -> Iterator[Path]:
+    """`path`, a tmpfs of `size` (root only): deploy fills it."""
+    path.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+        ).returncode
+    ):
+        pytest.skip("no right to mount a small file system here")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_a_full_disk_at_deploy_names_the_path_and_the_space_left(tmp_path):
+    with small_disk(tmp_path / "small") as small:
+        r = subprocess.run(
+            [sys.executable, "-m", "toolkit.cli", "deploy", str(RECIPES / "tiny-baseline.yaml"), "--workdir",
+             str(small), "--detach", "--auto-ports", "--no-validate", "--on-failure", "none"],
+            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    line = next(x for x in r.stderr.splitlines() if x.startswith("error:"))
+    assert f"no space left on the device while writing {small}/tiny-baseline/" in line, line
+    assert " free there now)" in line and ".incomplete" not in line, line
+    assert "free space on that file system, or pass another --workdir" in r.stderr
