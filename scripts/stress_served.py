@@ -537,7 +537,7 @@ def main() -> None:
         return
     if args.faults:
         with tempfile.TemporaryDirectory(prefix="sdtk-faults-") as tmp:
-            # issue 23's faults, then the served models' own (scripts/served_probes.py)
+            # the deployment's faults above, then the served models' own (scripts/served_probes.py)
             faults = {
                 name: run_faults(name, Path(tmp) / name)
                 + served_probes.run(name, Path(tmp) / f"{name}-served")
