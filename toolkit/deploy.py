@@ -120,6 +120,18 @@ def _save_recipe(recipe: Recipe, root: Path) -> None:
     atomic_write(root / RECIPE_FILE, json.dumps(data, indent=2))
 
 
+@contextlib.contextmanager
+def _disk_full_named(root: Path) -> Iterator[None]:
+    """A full disk while building, rendering or launching (ENOSPC, EDQUOT) is a DiskFull naming
+    the path being written and the space left, not an internal error."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in DISK_FULL_ERRNOS:
+            raise
+        raise DiskFull.from_oserror(e, root) from None
+
+
 def load_deployed_recipe(root: Path) -> Recipe | None:
     import json
 
@@ -218,18 +230,6 @@ def deploy(
             on_failure=on_failure or ("none" if detach else "stop"),
             burst=burst,
         )
-
-
-@contextlib.contextmanager
-def _disk_full_named(root: Path) -> Iterator[None]:
-    """A full disk while building, rendering or launching (ENOSPC, EDQUOT) is a DiskFull naming
-    the path being written and the space left, not an internal error."""
-    try:
-        yield
-    except OSError as e:
-        if e.errno not in DISK_FULL_ERRNOS:
-            raise
-        raise DiskFull.from_oserror(e, root) from None
 
 
 def render_target(
