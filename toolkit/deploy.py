@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolkit.errors import SdtkError
+from toolkit.errors import DISK_FULL_ERRNOS, DiskFull, SdtkError
 from toolkit.progress import Step, quiet, steps
 from toolkit.recipe import Recipe
 
@@ -120,6 +120,18 @@ def _save_recipe(recipe: Recipe, root: Path) -> None:
     atomic_write(root / RECIPE_FILE, json.dumps(data, indent=2))
 
 
+@contextlib.contextmanager
+def _disk_full_named(root: Path) -> Iterator[None]:
+    """A full disk while building, rendering or launching (ENOSPC, EDQUOT) is a DiskFull naming
+    the path being written and the space left, not an internal error."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in DISK_FULL_ERRNOS:
+            raise
+        raise DiskFull.from_oserror(e, root) from None
+
+
 def load_deployed_recipe(root: Path) -> Recipe | None:
     import json
 
@@ -218,7 +230,7 @@ def deploy(
         check_launch_path(root, "workdir")
     # One deploy per deployment directory, refused before anything is built or rendered; the
     # server inherits the lock (toolkit.server.lock), this process drops its copy on return.
-    with WorkdirLock.acquire(root, f"sdtk deploy {recipe.display_name}") as lock:
+    with WorkdirLock.acquire(root, f"sdtk deploy {recipe.display_name}") as lock, _disk_full_named(root):
         check_workdir_free(root)
         return _deploy(
             recipe,
