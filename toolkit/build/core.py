@@ -157,6 +157,8 @@ def _resolve_sources(ctx: BuildContext, progress: Progress) -> None:
     for role in _roles(ctx.recipe):
         src = getattr(ctx.recipe.models, role)
         level = _fetch_level(ctx, role)
+        if src.gguf is not None and not ctx.dry_run:
+            level = "full"  # a GGUF file is converted here, on this machine: nothing is downloaded
         progress(f"resolving {role} {src.describe()} ({'cache only' if hub_settings().offline else level})")
         r: Resolved = resolve(src, role=role, recipe=ctx.recipe, fetch=level)  # type: ignore[arg-type]
         where = (
@@ -165,6 +167,9 @@ def _resolve_sources(ctx: BuildContext, progress: Progress) -> None:
             else f"unresolved: {r.reason}"
         )
         progress(f"  {role}: {where}; facts from {r.facts.source}")
+        if r.provenance is not None:
+            progress(f"  {role}: {r.provenance.note}")
+            ctx.notes.append(f"{role}: {r.provenance.note}")
         ctx.sources[role] = r
 
 

@@ -151,6 +151,9 @@ def build_cmd(
     else:
         for role, path in result.outputs.items():
             click.echo(f"{role}: {path}")
+        for src in result.sources:
+            if src.get("provenance"):
+                click.echo(f"{src['role']} weights: {src['provenance']['note']}")
 
 
 # --------------------------------------------------------------------------- generate
