@@ -156,6 +156,8 @@ def validate(
 
     def human() -> None:
         print_table(f"validation of '{report.model}' at {report.http_url}", report.checks)
+        for note in report.notes:
+            click.echo(note)
 
     emit(report.to_dict(), as_json, human)
     report.raise_if_failed()

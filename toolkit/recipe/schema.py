@@ -19,7 +19,6 @@ from pydantic import (
 )
 
 from toolkit import modes
-from toolkit.hub import gguf as gguf_source
 from toolkit.modes.draft_target import DraftTarget
 from toolkit.modes.eagle import Eagle
 from toolkit.modes.eagle3 import Eagle3
@@ -27,6 +26,7 @@ from toolkit.modes.lookahead import Lookahead
 from toolkit.modes.medusa import Medusa
 from toolkit.modes.ngram import NGram
 from toolkit.modes.none import NoSpeculation
+from toolkit.recipe import gguf_source
 from toolkit.schema import FieldError, Strict, clip, no_controls
 
 MODES = modes.MODES
@@ -110,7 +110,8 @@ class ModelSource(_Strict):
     @field_validator("gguf")
     @classmethod
     def _gguf(cls, v: str | None) -> str | None:
-        return gguf_source.check_spelling(v) if _no_controls(v, "gguf") is not None else v
+        v = _no_controls(v, "gguf")
+        return gguf_source.check_spelling(v) if v is not None else None
 
     @model_validator(mode="after")
     def _one_of(self) -> ModelSource:
@@ -309,6 +310,12 @@ class Serving(_Strict):
         True, description="Preprocessing: add BOS etc. like the tokenizer's default."
     )
     skip_special_tokens: bool = True
+    chat_template: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Send sdtk's own prompts (validate's gate, bench workloads, plan's probe, the demo) "
+        "through the tokenizer's chat template as one user turn, as a chat client would. auto: when the "
+        "tokenizer has a template; on: require one; off: send prompts as written.",
+    )
 
     @field_validator("host")
     @classmethod
