@@ -62,6 +62,7 @@ __all__ = [
     "cache_root",
     "check_spelling",
     "checkpoint_dir",
+    "current",
     "ensure_converted",
     "locate",
     "provenance_of",
@@ -74,6 +75,8 @@ if TYPE_CHECKING:
     from toolkit.recipe import Recipe
 
 STAMP = "sdtk-gguf.json"
+# Bumped when the conversion changes what it writes: a stamp of another version is converted again.
+CONVERTER = 2
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class Provenance:
     architecture: str | None = None
     name: str | None = None  # general.name
     seconds: float | None = None  # the conversion's wall time
+    converter: int = CONVERTER
 
     @property
     def note(self) -> str:
@@ -162,13 +166,11 @@ def ensure_converted(
     conversion stamped with the file's sha256. Raises ModelError."""
     file = locate(spec, base)
     dest = checkpoint_dir(file)
-    stamped = provenance_of(dest)
-    if stamped is not None and stamped.sha256 == dest.name:
+    if current(dest):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     with _lock(dest.parent / f"{dest.name}.lock"):
-        stamped = provenance_of(dest)  # another process may have finished it meanwhile
-        if stamped is not None and stamped.sha256 == dest.name:
+        if current(dest):  # another process may have finished it meanwhile
             return dest
         quant, arch, name = read_header(file)
         if say is not None:
@@ -188,6 +190,12 @@ def ensure_converted(
         if say is not None:
             say(f"converted in {prov.seconds:.0f} s: {prov.note}")
     return dest
+
+
+def current(dest: Path) -> bool:
+    """Whether `dest` holds a finished conversion by this converter of the file its name hashes."""
+    stamped = provenance_of(dest)
+    return stamped is not None and stamped.sha256 == dest.name and stamped.converter == CONVERTER
 
 
 def _convert(file: Path, out: Path) -> None:
@@ -210,6 +218,9 @@ def _convert(file: Path, out: Path) -> None:
     except (OSError, ValueError, RuntimeError, KeyError) as e:
         raise ModelError(f"transformers cannot load {file}: {e.__class__.__name__}: {e}") from None
     _special_tokens_from_header(tok, file)
+    # As the original SmolLM2 tokenizer_config.json has it; transformers ignores it for BPE and
+    # warns at every load when it is true.
+    tok.clean_up_tokenization_spaces = False
     model.save_pretrained(str(out))
     tok.save_pretrained(str(out))
 

@@ -173,18 +173,18 @@ def _resolve_gguf(spec: str, base: Path | None, role: str, fetch: Fetch) -> Reso
     r = Resolved(role=role, ref=spec)
     try:
         path = gguf.checkpoint_dir(gguf.locate(spec, base))
-        done = gguf.provenance_of(path)
+        done = gguf.current(path)
         if fetch == "full":
             path = gguf.ensure_converted(spec, base)
     except ModelError as e:
         r.reason = str(e) + (f" ({e.hint})" if e.hint else "")
         return r
-    r.provenance = gguf.provenance_of(path)
+    r.provenance = gguf.provenance_of(path) if gguf.current(path) else None
     if r.provenance is None:
         r.reason = f"not converted yet (sdtk build converts it into {path})"
         return r
     r.path, r.weights = path, has_weights(path)
-    r.how = "gguf cache" if done is not None else "gguf conversion"
+    r.how = "gguf cache" if done else "gguf conversion"
     return r
 
 
