@@ -90,7 +90,7 @@ class Provenance:
     architecture: str | None = None
     name: str | None = None  # general.name
     seconds: float | None = None  # the conversion's wall time
-    converter: int = CONVERTER
+    converter: int = 1  # the converter that wrote it (stamps before this field were version 1)
 
     @property
     def note(self) -> str:
@@ -180,7 +180,9 @@ def ensure_converted(
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             _convert(file, tmp)
-            prov = Provenance(str(file), spec, dest.name, quant, arch, name, round(time.monotonic() - t0, 1))
+            prov = Provenance(
+                str(file), spec, dest.name, quant, arch, name, round(time.monotonic() - t0, 1), CONVERTER
+            )
             atomic_write(tmp / STAMP, json.dumps(prov.to_dict(), indent=2) + "\n")
             if dest.exists():  # an unstamped leftover: never reused
                 shutil.rmtree(dest)

@@ -84,6 +84,7 @@ class Resolved:
     facts: ModelFacts = field(default_factory=lambda: ModelFacts(source="none"))
     tokenizer: TokenizerFacts | None = None
     provenance: gguf.Provenance | None = None  # a GGUF source's conversion
+    convert_to: Path | None = None  # a GGUF source not converted yet: where `sdtk build` converts it
 
     @property
     def resolved(self) -> bool:
@@ -181,7 +182,7 @@ def _resolve_gguf(spec: str, base: Path | None, role: str, fetch: Fetch) -> Reso
         return r
     r.provenance = gguf.provenance_of(path) if gguf.current(path) else None
     if r.provenance is None:
-        r.reason = f"not converted yet (sdtk build converts it into {path})"
+        r.reason, r.convert_to = f"not converted yet (sdtk build converts it into {path})", path
         return r
     r.path, r.weights = path, has_weights(path)
     r.how = "gguf cache" if done else "gguf conversion"
