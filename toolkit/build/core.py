@@ -157,9 +157,13 @@ def _resolve_sources(ctx: BuildContext, progress: Progress) -> None:
     for role in _roles(ctx.recipe):
         src = getattr(ctx.recipe.models, role)
         level = _fetch_level(ctx, role)
-        if src.gguf is not None and not ctx.dry_run:
-            level = "full"  # a GGUF file is converted here, on this machine: nothing is downloaded
-        progress(f"resolving {role} {src.describe()} ({'cache only' if hub_settings().offline else level})")
+        how = "cache only" if hub_settings().offline else level
+        if src.gguf is not None:  # converted here, on this machine: nothing is downloaded
+            level = "metadata" if ctx.dry_run else "full"
+            how = (
+                "a GGUF file: converted once, then from sdtk's cache" if not ctx.dry_run else "GGUF, dry run"
+            )
+        progress(f"resolving {role} {src.describe()} ({how})")
         r: Resolved = resolve(src, role=role, recipe=ctx.recipe, fetch=level)  # type: ignore[arg-type]
         where = (
             f"{r.path}" + (f" @ {r.commit[:12]}" if r.commit else "")
