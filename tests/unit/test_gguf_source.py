@@ -112,3 +112,7 @@ def test_chat_template_switch():
     on = chat.for_tokenizer(tok, "auto")
     assert on.applied and on.render("hi") == "<u>hi</u><a>"
     assert not chat.for_tokenizer(tok, "off").applied
+    # A template that writes the BOS a tokenizer adds anyway (Llama 3's) leaves it to the tokenizer.
+    tok.chat_template = "{{ bos_token }}{% for m in messages %}<u>{{ m['content'] }}</u>{% endfor %}<a>"
+    adds_bos = tok("a")["input_ids"][0] == tok.bos_token_id
+    assert chat.for_tokenizer(tok).render("hi") == ("" if adds_bos else tok.bos_token) + "<u>hi</u><a>"

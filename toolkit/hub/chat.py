@@ -30,15 +30,24 @@ class ChatFormat:
     applied: bool
     why: str
     tokenizer: Any = field(default=None, repr=False, compare=False)
+    # Text the template writes that tokenizing adds again: a template that starts with the BOS
+    # token's text (Llama 3's `<|begin_of_text|>`) for a tokenizer that adds BOS itself. Chat
+    # frontends tokenize rendered text without special tokens; the deployment's preprocessing adds
+    # them (serving.add_special_tokens), so the rendered text leaves the BOS out.
+    drop_prefix: str = ""
 
     def render(self, prompt: str) -> str:
         """The text a chat client sends for `prompt` as one user turn (unchanged when not applied)."""
         if not self.applied:
             return prompt
-        text = self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        text = str(
+            self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
         )
-        return str(text)
+        if self.drop_prefix and text.startswith(self.drop_prefix):
+            text = text[len(self.drop_prefix) :]
+        return text
 
     def render_all(self, prompts: list[str] | tuple[str, ...]) -> list[str]:
         return [self.render(p) for p in prompts]
@@ -63,13 +72,24 @@ def for_tokenizer(tokenizer: Any, setting: str = "auto", *, where: str = "the to
         return ChatFormat(False, "serving.chat_template: off")
     has = bool(getattr(tokenizer, "chat_template", None))
     if has:
-        return ChatFormat(True, f"{where}'s template, serving.chat_template: {setting}", tokenizer)
+        return ChatFormat(
+            True, f"{where}'s template, serving.chat_template: {setting}", tokenizer, _added_bos(tokenizer)
+        )
     if setting == "on":
         raise ModelError(
             f"serving.chat_template is 'on' but {where} has no chat template",
             hint="set serving.chat_template: auto or off, or use a tokenizer that ships a template",
         )
     return ChatFormat(False, f"auto: {where} has no chat template")
+
+
+def _added_bos(tokenizer: Any) -> str:
+    """The BOS token's text when tokenizing adds it by itself, else ""."""
+    bos, bos_id = getattr(tokenizer, "bos_token", None), getattr(tokenizer, "bos_token_id", None)
+    if not bos or bos_id is None:
+        return ""
+    ids = tokenizer("a")["input_ids"]
+    return str(bos) if ids and ids[0] == bos_id else ""
 
 
 def tokenizer_dir(recipe: Recipe) -> Path | None:
