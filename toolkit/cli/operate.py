@@ -196,6 +196,8 @@ def validate(
 
     def human() -> None:
         print_table(f"validation of '{report.model}' at {report.http_url}", report.checks)
+        for note in report.notes:
+            click.echo(note)
 
     emit(report.to_dict(), as_json, human)
     report.raise_if_failed()
@@ -281,6 +283,12 @@ def _validate_openai(url, workdir, model, rec, max_tokens: int, strict: bool, as
 @click.option("--max-tokens", default=64, show_default=True, type=int)
 @click.option("--temperature", type=float)
 @click.option("--num-draft-tokens", type=int, help="Draft-target BLS only: draft tokens per step (0 = off).")
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="Send PROMPT as written. Default: through the deployment's chat template when its recipe "
+    "applies one (serving.chat_template), as a chat client would; never with --url.",
+)
 @json_option
 def infer(
     prompt: str,
@@ -292,6 +300,7 @@ def infer(
     max_tokens: int,
     temperature: float | None,
     num_draft_tokens: int | None,
+    raw: bool,
     as_json: bool,
 ) -> None:
     """Send one generation request to a served model and print the text and acceptance stats."""
@@ -301,6 +310,14 @@ def infer(
         _infer_openai(prompt, url, workdir, model, stream, max_tokens, temperature, as_json)
         return
     target, state_model = _client_target(url, workdir, protocol)
+    if not (url or raw) and prompt:
+        from toolkit.deploy import load_deployed_recipe
+        from toolkit.hub import chat
+
+        fmt = chat.for_recipe(load_deployed_recipe(_running_deployment(workdir)[0]))
+        prompt = fmt.render(prompt)
+        if not as_json and fmt.applied:
+            click.echo(f"[{fmt.label}]", err=True)
     params: dict = {"exclude_input_in_output": True, "return_perf_metrics": True}
     counted = {"return_num_output_tokens": True}  # output_tokens in --json, where the model counts
     if temperature is not None:
