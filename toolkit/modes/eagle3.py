@@ -41,7 +41,7 @@ INFO = ModeInfo(
     chain=True,
     engine_name="eagle3",
     # Accepted spellings: "Eagle3" (1.2+) and "Eagle" (1.0/1.1-era llm_args.py from_dict, kept as an
-    # alias later; gpu-paths-audit.md row 13). Which one is written: toolkit.build.llmapi.schema_for.
+    # alias later: NVIDIA/TensorRT-LLM llm_args.py, PR #10124). Which one: toolkit.build.llmapi.schema_for.
     llmapi_types=("Eagle3", "Eagle"),
     llmapi_fields_since_1_1=(
         "eagle_choices",
