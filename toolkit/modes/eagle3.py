@@ -57,7 +57,7 @@ INFO = ModeInfo(
     llmapi=Support(
         True,
         # No decoding_type here: it depends on the version (Eagle up to 1.1, Eagle3 from 1.2), and
-        # toolkit.build.llmapi.schema_for names it where the plan is written (issue 22, finding 4).
+        # toolkit.build.llmapi.schema_for names it where the plan is written, as the YAML does.
         "speculative_config (EAGLE-3); verified pairs include Llama-3.1-8B, Llama-4 Maverick, gpt-oss, Qwen3",
     ),
     reference=batched(
