@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Does the draft-target BLS serve concurrent requests side by side? (issue 22, finding 3)
+"""Does the draft-target BLS serve concurrent requests side by side? (`bls_instance_count`)
 
 The draft-target loop runs in tensorrt_llm_bls, which is not decoupled (as upstream's example), so
 a BLS instance serves one request at a time. Upstream's docs/model_config.md: "set the number of

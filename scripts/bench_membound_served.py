@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The memory-bound twin served: every mode's A/B against the padded baseline (issue 27), and
+"""The memory-bound twin served: every mode's A/B against the padded baseline, and
 optionally `sdtk plan`'s prediction for the same recipe beside it.
 
 For each speculative RECIPE (default: the tiny-*-membound recipes): `sdtk bench --compare
@@ -237,7 +237,7 @@ def main() -> int:
     section = "\n".join(
         [
             start,
-            "## The memory-bound twin, served: every mode against the padded baseline (issue 27)"
+            "## The memory-bound twin, served: every mode against the padded baseline"
             + (", and plan's prediction" if args.plan else ""),
             "",
             f"- machine: {cpu_model()}, {os.cpu_count()} cores; load average {load0:.1f} before, "

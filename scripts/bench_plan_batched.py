@@ -281,7 +281,7 @@ def main() -> int:
     section = "\n".join(
         [
             start,
-            "## Plan against the in-flight batcher in process: the cost model's error apart from the serving path's (issue 27)",
+            "## Plan against the in-flight batcher in process: the cost model's error apart from the serving path's",
             "",
             f"- machine: {cpu_model()}, {os.cpu_count()} cores; load average {load0:.1f} before, {load1:.1f} after",
             f"- date: {started:%Y-%m-%d %H:%M} UTC",

@@ -40,9 +40,9 @@ START, END = "<!-- bench_reference:start -->", "<!-- bench_reference:end -->"
 # --inflate N (the memory-bound twin) writes its own section.
 TWIN_START, TWIN_END = "<!-- bench_reference_membound:start -->", "<!-- bench_reference_membound:end -->"
 GAMMA = 4  # draft length for draft-target, n-gram and both HF baselines alike
-# The shipped recipes' own settings (issue 27's goals name them), loaded from recipes/.
+# The shipped recipes' own settings (the goals below name them), loaded from recipes/.
 SHIPPED = {"draft_target": "tiny-draft-target", "ngram": "tiny-ngram"}
-# Goals per ratio (issue 27): reference draft-target ÷ HF assisted ≥ 1.5, shipped n-gram ÷ HF
+# Goals per ratio: reference draft-target ÷ HF assisted ≥ 1.5, shipped n-gram ÷ HF
 # prompt lookup ≥ 1.3; the other n-gram lines keep the earlier 1.2.
 GOALS = {"assisted": 1.5, "shipped ngram": 1.3}
 

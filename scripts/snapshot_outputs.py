@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Everything sdtk renders, for every bundled recipe and backend × target, written under OUT so that
-two trees can be compared with `diff -r` (issue 24: a restructuring must leave them byte-identical).
+two trees can be compared with `diff -r` (a restructuring must leave them byte-identical).
 
     python scripts/snapshot_outputs.py /tmp/before
     ... change the code ...

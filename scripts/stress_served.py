@@ -17,7 +17,7 @@ Per recipe: deploy (detached, free ports), warm up, then `--requests` mixed requ
     .venv/bin/python scripts/stress_served.py --bls-repro naive    # the upstream crash, reproduced
     .venv/bin/python scripts/stress_served.py --faults --recipes tiny-draft-target tiny-eagle3
 
-`--faults` breaks one deployment per recipe on purpose (issue 23) and prints a table: fault,
+`--faults` breaks one deployment per recipe on purpose (a killed stub, a read-only workdir, ...) and prints a table: fault,
 expected, observed, time to detect, time to recover (written into docs/benchmarks.md too); the
 served models' own probes (an address-space limit, injected thread and allocation failures, a
 stream cut by a stub death as `sdtk bench` counts it) come from scripts/served_probes.py.
@@ -324,7 +324,7 @@ def _long_request(url: str, repo: Path, model: str) -> tuple[threading.Thread, d
 
 
 def run_faults(name: str, workdir: Path) -> list[dict]:
-    """Break one deployment of `name` in every way of issue 23; one row per fault. The deployment
+    """Break one deployment of `name` in every way `_run_faults` knows; one row per fault. The deployment
     is stopped whatever happens."""
     try:
         return _run_faults(name, workdir)
@@ -529,7 +529,7 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     ap.add_argument("--bls-repro", choices=("naive", "fixed"), help="run the minimal BLS reproduction only")
     ap.add_argument(
-        "--faults", action="store_true", help="break a deployment per recipe on purpose (issue 23)"
+        "--faults", action="store_true", help="break a deployment per recipe on purpose (fault table)"
     )
     args = ap.parse_args()
     if args.bls_repro:

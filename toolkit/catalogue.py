@@ -8,7 +8,7 @@ names where its numbers come from; the output of `sdtk build` says when these nu
 Sources, per entry:
 - the model's Hugging Face `config.json` (read through copies of it in public code where the
   hub itself was out of reach; the copy is named), and
-- `shared/reference/trtllm-speculative.md` / `speculative-algorithms.md` for the speculative heads.
+- for the speculative heads, the upstream code that defines their shapes (named per entry).
 
 Parameter counts are the published totals; `tests/build/test_hub.py` checks that
 `hub.estimate_parameters` reproduces them from the architecture numbers.
@@ -126,8 +126,8 @@ _ENTRIES: dict[str, dict[str, Any]] = {
         "eos_token_id": 2,
         "cite": "huggingface.co/lmsys/vicuna-7b-v1.3 config.json",
     },
-    # yuhuili/EAGLE3-LLaMA3.1-Instruct-8B: shared/reference/speculative-algorithms.md §3
-    # (verified via SafeAILab/EAGLE traineagle3/config.json and SpecForge llama3-8B-eagle3.json;
+    # yuhuili/EAGLE3-LLaMA3.1-Instruct-8B (verified via SafeAILab/EAGLE @cb7e084
+    # eagle/traineagle3/config.json and SpecForge llama3-8B-eagle3.json;
     # the hub file itself unverified): one decoder layer, draft vocab 32000, fp16.
     "yuhuili/eagle3-llama3.1-instruct-8b": {
         "architecture": "LlamaForCausalLM",
@@ -144,7 +144,7 @@ _ENTRIES: dict[str, dict[str, Any]] = {
         "dtype": "float16",
         "tie_word_embeddings": False,
         "head_kind": EAGLE3,
-        "cite": "shared/reference/speculative-algorithms.md §3 (EAGLE traineagle3/config.json)",
+        "cite": "SafeAILab/EAGLE @cb7e084 eagle/traineagle3/config.json",
     },
     # yuhuili/EAGLE-Vicuna-7B-v1.3: the EAGLE-1 head that TRT-LLM examples/eagle/README.md pairs
     # with lmsys/vicuna-7b-v1.3; one LLaMA decoder layer at the base's width (hidden 4096,

@@ -1,7 +1,8 @@
 """The support matrix: speculative mode × backend × TensorRT-LLM version × model family.
 
-Facts come from `shared/reference/trtllm-speculative.md` (§0, §1, §2.1, §4) and
-`shared/reference/stack-2026.md` (§2):
+Facts come from NVIDIA/TensorRT-LLM (`tensorrt_llm/commands/build.py`, `tensorrt_llm/llmapi/llm_args.py`
+`supports_backend` per version, `docs/source/legacy/tensorrt-backend-removal.md` @335107a) and the PRs
+named below:
 - the engine path (`trtllm-build`, Triton `tensorrtllm` C++ backend) ships through TRT-LLM 1.2.x,
   deprecated on 1.2.x (NVIDIA/TensorRT-LLM PR #11723), removed in the 1.3 line (PRs #15907, #15918),
   and is the only home of Medusa, Lookahead and EAGLE-1/2: on 1.3 they have no GPU path;

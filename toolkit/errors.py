@@ -1,9 +1,19 @@
-"""One error hierarchy. Exceptions carry data; the CLI turns them into one line plus a hint."""
+"""One error hierarchy. Exceptions carry data; the CLI turns them into one line plus a hint.
+
+Each error whose meaning a builtin exception already names also subclasses it, as huggingface_hub's
+`errors.py` does (`HfHubHTTPError(HTTPError, OSError)`), so that a caller's `except ValueError`,
+`except TimeoutError` or `except OSError` catches sdtk's error too: a bad recipe value or flag is a
+ValueError, a missing program a FileNotFoundError, an unusable workdir an OSError, a missing extra a
+ModuleNotFoundError, and in toolkit.client a timeout a TimeoutError and a lost server a
+ConnectionError. SdtkError comes first in each base list, so the message, hint and exit code are
+sdtk's. The OSError ones are built with the message alone: their `errno` is None.
+"""
 
 from __future__ import annotations
 
 import difflib
 import errno
+import importlib.util
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -42,13 +52,13 @@ class SdtkError(Exception):
         return self.message
 
 
-class UsageError(SdtkError):
+class UsageError(SdtkError, ValueError):
     """Bad flags or arguments that click itself cannot catch."""
 
     exit_code = 2
 
 
-class RecipeError(SdtkError):
+class RecipeError(SdtkError, ValueError):
     """A recipe that cannot be loaded or does not validate."""
 
     def __init__(
@@ -68,7 +78,7 @@ class RecipeError(SdtkError):
         super().__init__(prefix + message, hint=hint)
 
 
-class CompatError(SdtkError):
+class CompatError(SdtkError, ValueError):
     """A mode/backend/version/family combination the support matrix rules out."""
 
     def __init__(self, message: str, *, mode: str, backend: str, hint: str | None = None):
@@ -99,12 +109,55 @@ class StepFailed(SdtkError):
         super().__init__(f"step '{step}' failed with exit code {returncode}{where}", hint=hint)
 
 
-class ToolNotFound(SdtkError):
+class ToolNotFound(SdtkError, FileNotFoundError):
     """An external program sdtk needs is missing."""
 
     def __init__(self, tool: str, *, hint: str | None = None):
         self.tool = tool
         super().__init__(f"'{tool}' was not found", hint=hint)
+
+
+# The pyproject extra that installs each optional package, by import name (pyproject.toml's
+# [project.optional-dependencies]; `dynamo` is checked by toolkit.dynamo.launch itself).
+EXTRA_OF = {
+    "torch": "reference",
+    "transformers": "reference",
+    "safetensors": "reference",
+    "tokenizers": "reference",
+    "pytriton": "server",
+    "matplotlib": "bench",
+    "kubernetes_validate": "ops",
+    "modelopt": "train",
+    "accelerate": "train",
+    "datasets": "train",
+    "pyarrow": "train",
+}
+
+
+class MissingExtra(SdtkError, ModuleNotFoundError):
+    """An optional package is not installed: names the extra that installs it and the command."""
+
+    def __init__(self, module: str, extra: str):
+        self.module = module
+        self.extra = extra
+        super().__init__(
+            f"the `{extra}` extra is not installed (no module named '{module}')",
+            hint=f"pip install 'sdtk[{extra}]', or scripts/setup_env.sh (a .venv with every extra)",
+        )
+        self.name = module  # ModuleNotFoundError's attribute: the module that was not found
+
+    @classmethod
+    def from_import_error(cls, e: ModuleNotFoundError) -> MissingExtra | None:
+        """The MissingExtra for a missing package that an extra installs, else None."""
+        top = (e.name or "").partition(".")[0]
+        return cls(top, EXTRA_OF[top]) if top in EXTRA_OF else None
+
+
+def require_extra(extra: str) -> None:
+    """MissingExtra, before any work starts, when a package of `extra` is not importable."""
+    for module, owner in EXTRA_OF.items():
+        if owner == extra and importlib.util.find_spec(module) is None:
+            raise MissingExtra(module, extra)
 
 
 class ModelError(SdtkError):
@@ -131,7 +184,7 @@ class TieProneCheckpoint(ModelError):
         )
 
 
-class GenerationError(SdtkError):
+class GenerationError(SdtkError, ValueError):
     """A generation request that cannot be served as asked (empty prompt, too long, ...)."""
 
 
@@ -146,7 +199,7 @@ class ServerError(SdtkError):
         super().__init__(message, hint=hint)
 
 
-class WorkdirError(SdtkError):
+class WorkdirError(SdtkError, OSError):
     """A deployment directory sdtk cannot use: unwritable (read-only, no permission, not a
     directory), or held by another deploy or server (`holder_pid`)."""
 

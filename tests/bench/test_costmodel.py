@@ -16,7 +16,8 @@ TABLE_1 = [
     (0.9, 10, 6.86, 1.60),
 ]
 
-# Optimal γ* (speedup) from Thm 3.8: shared/reference/speculative-algorithms.md §1.
+# Optimal γ* (speedup): argmax over γ of Thm 3.8's S = (1−α^{γ+1}) / ((1−α)(γc+1)), Leviathan et al.,
+# arXiv 2211.17192 §3.5 (found numerically there; these values are derived, not a table of the paper).
 OPTIMAL = {
     0.01: [(7, 2.30), (9, 2.97), (14, 4.23), (24, 7.49)],
     0.05: [(4, 1.92), (6, 2.35), (8, 3.09), (13, 4.67)],

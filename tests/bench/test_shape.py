@@ -1,4 +1,4 @@
-"""bench's shape (issue 24): `decide` is pure functions over measurements, every measurement goes
+"""bench's shape: `decide` is pure functions over measurements, every measurement goes
 through one `measure_side`, a side carries its recipe parsed once, progress is a Step as
 everywhere in sdtk, and no bench module or function outgrows the house limits."""
 

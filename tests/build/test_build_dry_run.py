@@ -115,11 +115,11 @@ def test_eagle3_recipe_field_names_follow_the_declared_version():
     ("version", "written"), [("1.0.0", "Eagle"), ("1.1.0", "Eagle"), ("1.2.0", "Eagle3"), (None, "Eagle3")]
 )
 def test_eagle3_runbook_text_names_the_decoding_type_it_writes(version, written):
-    """Issue 22, finding 4: for 1.1 the runbook said `decoding_type Eagle3` (toolkit/modes.py's reason,
-    in the `backend:` header line) while the YAML it writes says `Eagle`. The 1.1-era
+    """For 1.1 the runbook once said `decoding_type Eagle3` (the mode's compatibility reason, in the
+    `backend:` header line) while the YAML it writes says `Eagle`. The 1.1-era
     NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py `DecodingBaseConfig.from_dict` accepts `Eagle`
     ("Eagle3" raises "Invalid decoding type"); `Eagle3` arrived on the 1.2 line (PR #10124), with `Eagle`
-    kept as an alias (shared/reference/gpu-paths-audit.md row 13). Every `decoding_type` the runbook
+    kept as an alias (the 1.1-era and later `llm_args.py`). Every `decoding_type` the runbook
     names, in comments and in the files it writes, is the one in the YAML."""
     import re
 

@@ -1,7 +1,9 @@
 """Golden plans: the exact converter / trtllm-build argv and llmapi YAML for every mode × backend.
 
-Facts asserted come from shared/reference/trtllm-speculative.md (§1.4-1.7 engine flags, §2.1-2.2
-speculative_config). Every test that runs a TensorRT-LLM binary runs a stand-in (standins.py).
+Facts asserted come from NVIDIA/TensorRT-LLM: the engine flags from `examples/medusa/README.md` and
+`convert_checkpoint.py` @b93e14c, `examples/eagle/README.md` @585c756 and `convert_checkpoint.py`
+@65b31db, `examples/draft_target_model/README.md` @567239f, `examples/lookahead/README.md` @83ab45a;
+`speculative_config` from `tensorrt_llm/llmapi/llm_args.py` (per release line, toolkit.build.llmapi_schema). Every test that runs a TensorRT-LLM binary runs a stand-in (standins.py).
 """
 
 from __future__ import annotations

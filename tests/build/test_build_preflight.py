@@ -191,7 +191,7 @@ def test_memory_formula():
     assert est["parts"]["target_weights"] == 2 * 8_030_261_248
 
 
-# --------------------------------------------------------------------------- converter scripts (issue 22, finding 2)
+# --------------------------------------------------------------------------- converter scripts (where the container keeps them)
 
 
 def test_a_missing_converter_fails_and_says_where_it_looked(make_recipe, standins, monkeypatch, tmp_path):

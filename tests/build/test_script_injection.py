@@ -1,4 +1,4 @@
-"""Generated build runbooks cannot be injected (issue 12, deliverable 1).
+"""Generated build runbooks cannot be injected.
 
 Each hostile string names the directory that holds the checkpoints, the recipe and the workdir,
 so it runs through every model path, output path and comment of each backend's runbook. The

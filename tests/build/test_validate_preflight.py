@@ -1,4 +1,4 @@
-"""`recipes validate` refuses what `build` refuses, and a dry run refuses missing paths (issue 12)."""
+"""`recipes validate` refuses what `build` refuses, and a dry run refuses missing paths."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`sdtk selftest --dry-run --container-root DIR`, per container (issue 22, deliverable 4).
+"""`sdtk selftest --dry-run --container-root DIR`, per container (its layout facts).
 
 Stand-in for the container: a directory tree built from `containers/<yy.mm>.json` with empty files at
 the recorded paths (TensorRT-LLM and the NGC images are not available here). The dry run must print
@@ -108,7 +108,7 @@ def test_container_root_needs_dry_run(tmp_path):
 
 
 def test_deploy_dry_run_shows_the_converter_under_app_examples(tmp_path):
-    """Issue 22 "done when": `sdtk deploy recipes/llama-3.3-70b-draft-target.yaml --backend engine --dry-run`
+    """`sdtk deploy recipes/llama-3.3-70b-draft-target.yaml --backend engine --dry-run`
     shows the converter under /app/examples (tensorrtllm_backend dockerfile/Dockerfile.triton.trt_llm_backend
     @r25.12: `WORKDIR /app`, `COPY --from=tensorrt_llm_code /workspace/tensorrt_llm/examples examples`)."""
     repo = Path(__file__).resolve().parents[2]
@@ -127,7 +127,7 @@ def test_deploy_dry_run_shows_the_converter_under_app_examples(tmp_path):
 
 
 def test_deploy_dry_run_shows_one_bls_instance_per_batch_slot(tmp_path):
-    """Issue 22 "done when": the dry run shows `bls_instance_count` equal to the engine's max batch size
+    """The dry run shows `bls_instance_count` equal to the engine's max batch size
     (tensorrtllm_backend docs/model_config.md, tensorrt_llm_bls: "When using the BLS model instead of the
     ensemble, you should set the number of model instances to the maximum batch size supported by the
     TRT engine to allow concurrent request execution."), and the rendered BLS config has that count."""

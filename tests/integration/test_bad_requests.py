@@ -1,4 +1,4 @@
-"""Requests to a live deployment are refused with a 4xx naming the input (issue 12, deliverables 4, 5).
+"""Requests to a live deployment are refused with a 4xx naming the input.
 
 tiny-draft-target on the real embedded Triton (build.max_input_len 512, max_seq_len 1024) serves
 both entry points: the BLS (draft-target loop) and the ensemble (the reference tensorrt_llm model),

@@ -1,4 +1,4 @@
-"""The LLM-API Triton model's contract served on CPU (issue 13, deliverable 3).
+"""The LLM-API Triton model's contract served on CPU.
 
 The recipes tiny-eagle3-llmapi / tiny-ngram-llmapi render the same config.pbtxt and model.yaml as the
 llmapi backend, served by sdtk's reference llmapi model on the real embedded Triton. Requests go over

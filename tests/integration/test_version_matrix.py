@@ -262,7 +262,7 @@ def test_cell(matrix, layout, mode, version, request):
 
 
 def test_reverting_finding_1_fails_as_triton_fails_on_a_gpu(tmp_path):
-    """Mutation proof of issue 22 finding 1. Stands for the upstream fact that Triton core refuses a
+    """Mutation proof of the BLS asking < 1.2 models only for outputs they declare. Stands for the upstream fact that Triton core refuses a
     request for an output the model does not declare ("unexpected inference output",
     triton-inference-server/core src/infer_request.cc `Normalize`), and that TensorRT-LLM < 1.2's
     tensorrt_llm declares no `num_input_tokens` / `num_output_tokens` (tests/contracts/trtllm-1.1.json,

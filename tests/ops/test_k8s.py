@@ -206,7 +206,7 @@ def test_reference_backend_requests_no_gpus_and_pins_local_paths():
 
 
 def test_http_proxy_sidecar_caps_bodies_and_refuses_form_encoded_ones(recipe_tp8, tmp_path):
-    """Issue 23, finding 1: one large form-encoded body kills tritonserver (server#5840,
+    """One large form-encoded body kills tritonserver (server#5840,
     libevhtp#118), so the Service's http port reaches Triton through nginx, which refuses such
     bodies and caps the size. Without the proxy the objects are the same, less the sidecar."""
     plan = plan_k8s(recipe_tp8, replicas=1, http_proxy_max_body="8m")
@@ -238,7 +238,7 @@ def test_http_proxy_sidecar_caps_bodies_and_refuses_form_encoded_ones(recipe_tp8
 
 
 def test_liveness_probe_runs_the_status_stub_check_on_its_own(recipe_tp8, tmp_path):
-    """Issue 23, finding 3: the probe's script is toolkit/server/stubcheck.py (what `sdtk status`
+    """The liveness probe's script is toolkit/server/stubcheck.py (what `sdtk status`
     uses), shipped in the ConfigMap, and it runs without sdtk: isolated (-I), from another
     directory, it fails for a Python model without a live stub and passes for a repository
     without Python models. (tests/stress/test_faults.py runs it against a killed stub.)"""

@@ -10,7 +10,7 @@ import pytest
 
 from toolkit.ops import spec_metrics as sm
 
-pc = pytest.importorskip("prometheus_client", reason="prometheus-client is not installed (the ops extra)")
+pc = pytest.importorskip("prometheus_client", reason="prometheus-client (a dependency of sdtk) is not installed")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from toolkit.client.errors import ResponseTimeout, ServerUnreachable  # noqa: E402

@@ -1,4 +1,4 @@
-"""Slurm and Kubernetes scripts cannot be injected (issue 12, deliverable 1).
+"""Slurm and Kubernetes scripts cannot be injected.
 
 A hostile string names the workdir (Slurm), the models mount (Kubernetes; the constant is
 pointed at a sandbox for the test), the tritonserver executable, the container image and the

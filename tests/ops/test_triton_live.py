@@ -16,7 +16,7 @@ from toolkit.ops import metric_names
 
 pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
 
-pc = pytest.importorskip("prometheus_client", reason="prometheus-client is not installed (the ops extra)")
+pc = pytest.importorskip("prometheus_client", reason="prometheus-client (a dependency of sdtk) is not installed")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 

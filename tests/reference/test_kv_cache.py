@@ -1,4 +1,4 @@
-"""The reference runtime's preallocated KV cache (issue 27, lever 2) against transformers' own."""
+"""The reference runtime's preallocated KV cache (part of the leaner speculative step) against transformers' own."""
 
 from __future__ import annotations
 

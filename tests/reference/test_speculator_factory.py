@@ -1,4 +1,4 @@
-"""Issue 24: the reference runtime asks the mode's home for its speculator
+"""One home per mode: the reference runtime asks the mode's home for its speculator
 (toolkit/modes/<mode>.py `reference_speculator`); an unknown mode is an error, not EAGLE-3."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The tables below are transcribed from NVIDIA/TensorRT-LLM
 triton_backend/all_models/inflight_batcher_llm/*/config.pbtxt (tensorrt_llm 0c8de69,
 preprocessing 08dc37e, postprocessing 89fd9b7, tensorrt_llm_bls 0193dbd, ensemble 2a9abd9) and
-shared/reference/triton-trtllm-backend.md, independently of the templates: every input's name,
+triton-inference-server/tensorrtllm_backend all_models/inflight_batcher_llm/ @c2e65b8, independently of the templates: every input's name,
 data type, dims, optional flag, reshape and ragged batching; every output; the parameter keys;
 the ensemble wiring. `${logits_datatype}` is TYPE_FP32; `${encoder_input_features_data_type}`
 follows the engine dtype (float16 in these stand-in engines); `${prompt_embedding_table_data_type}`

@@ -1,4 +1,5 @@
-"""The GPU paths against upstream facts (issue 13, findings 1-9).
+"""The GPU paths against upstream facts (an audit of the engine and llmapi paths; each test names its
+upstream source).
 
 TensorRT-LLM and the NGC container cannot exist here: engines are stand-in config.json files
 (tests/repo/conftest.py), tritonserver is the NGC path, and nothing is launched. Each test asserts
@@ -53,7 +54,7 @@ def container(monkeypatch):
     return set_version
 
 
-# --------------------------------------------------------------------------- finding 1 (+8)
+# --------------------------------------------------------------------------- draft-target with TP: one orchestrator
 
 
 def test_engine_draft_target_tp4_launches_one_orchestrator_with_a_pool_per_gpu(tmp_path, container):
@@ -86,7 +87,7 @@ def test_engine_draft_target_tp4_launches_one_orchestrator_with_a_pool_per_gpu(t
         "TRTLLM_ORCHESTRATOR": "1",
         "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES": "1",
     }
-    # finding 8: each model gets its own device list, as upstream fills gpu_device_ids per model
+    # each model gets its own device list, as upstream fills gpu_device_ids per model
     # (`gpu_device_ids:${TARGET_DEVICE_IDS}` / `${DRAFT_DEVICE_IDS}`).
     assert _params(_cfg(r.path / "tensorrt_llm/config.pbtxt"))["gpu_device_ids"] == "0,1,2,3"
     assert _params(_cfg(r.path / "tensorrt_llm_draft/config.pbtxt"))["gpu_device_ids"] == "0"
@@ -113,7 +114,7 @@ def test_engine_leader_mode_keeps_a_rank_per_gpu():
     assert launch_world_size("engine", "draft_target", 4) == 1
 
 
-# --------------------------------------------------------------------------- finding 8
+# --------------------------------------------------------------------------- the draft's own TP and devices
 
 
 def test_draft_gets_its_own_tp_and_devices(tmp_path):
@@ -149,7 +150,7 @@ def test_device_lists_must_match_the_model_sizes():
         make_recipe("engine", "draft_target", parallel={"tp": 2, "target_device_ids": [0, 0]})
 
 
-# --------------------------------------------------------------------------- finding 2
+# --------------------------------------------------------------------------- llmapi: one tritonserver, no mpirun
 
 
 def test_llmapi_tp4_is_one_tritonserver_without_mpirun(tmp_path, container):
@@ -172,7 +173,7 @@ def test_llmapi_tp4_is_one_tritonserver_without_mpirun(tmp_path, container):
     assert f"--model-repository={r.path}" in argv
 
 
-# --------------------------------------------------------------------------- finding 4
+# --------------------------------------------------------------------------- llmapi model.py in the NGC layout
 
 
 def test_llmapi_model_py_is_found_in_the_ngc_layout(tmp_path, monkeypatch):
@@ -226,7 +227,7 @@ def test_llmapi_missing_model_names_every_place_looked(tmp_path, monkeypatch):
     assert "/app/all_models/llmapi/tensorrt_llm/1/" in (r.path / "RUNBOOK.md").read_text()
 
 
-# --------------------------------------------------------------------------- finding 3
+# --------------------------------------------------------------------------- llmapi request inputs
 
 
 def _llmapi_info(tmp_path):
@@ -308,7 +309,7 @@ def test_ensemble_request_is_unchanged(tmp_path):
     }
 
 
-# --------------------------------------------------------------------------- finding 5
+# --------------------------------------------------------------------------- pinned versions and containers
 
 
 def test_pinned_versions_have_a_verified_container():
@@ -327,7 +328,7 @@ def test_pinned_versions_have_a_verified_container():
     assert images.image_for("1.2.1") == "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
 
 
-# --------------------------------------------------------------------------- finding 6
+# --------------------------------------------------------------------------- llmapi model.yaml does not batch
 
 
 def test_llmapi_model_yaml_does_not_batch(tmp_path):
@@ -342,7 +343,7 @@ def test_llmapi_model_yaml_does_not_batch(tmp_path):
     assert model["max_batch_size"] == recipe.build.max_batch_size  # the LLM's in-flight batch
 
 
-# --------------------------------------------------------------------------- finding 7
+# --------------------------------------------------------------------------- C++ backend input names per version
 
 
 @pytest.mark.parametrize(
@@ -386,7 +387,7 @@ def test_engine_config_version_wins_over_the_recipe(tmp_path):
     assert "random_seed" in {i.name for i in _cfg(r.path / "tensorrt_llm/config.pbtxt").input}
 
 
-# --------------------------------------------------------------------------- finding 9
+# --------------------------------------------------------------------------- trtllm-serve options flag
 
 
 def test_trtllm_serve_options_flag():

@@ -1,4 +1,4 @@
-"""One launch, wherever it is written down (issue 24): every bundled recipe, rendered for every
+"""One launch, wherever it is written down: every bundled recipe, rendered for every
 backend and target, launches the same tritonserver ranks with the same flags and environment in
 
 - the local launch (`sdtk deploy`: the argv and env `TritonServer.start` hands to the runner),

@@ -1,4 +1,4 @@
-"""RUNBOOK.md commands survive hostile repository paths (issue 12, deliverable 1).
+"""RUNBOOK.md commands survive hostile repository paths.
 
 The repository is rendered into a directory named by each hostile string; every bash block of
 RUNBOOK.md must parse (`bash -n`), and the commands must hand the path to their tool as one

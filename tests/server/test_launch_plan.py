@@ -1,6 +1,6 @@
 """The launch plan's one argv builder (toolkit.server.plan): mpirun leader-mode / orchestrator
-commands, against the reference's description of launch_triton_server.py
-(/work/shared/reference/triton-trtllm-backend.md §3)."""
+commands, against upstream's launch_triton_server.py (triton-inference-server/tensorrtllm_backend
+scripts/launch_triton_server.py @c2e65b8; newer in NVIDIA/TensorRT-LLM triton_backend/ @0a2e2c1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Paths Triton's Python backend cannot start stubs from (issue 23, finding 6).
+"""Paths Triton's Python backend cannot start stubs from.
 
 python_backend r24.10 (Triton 2.51) starts every stub with `bash -c` on its paths unquoted, so a
 workdir with a space or a quote never gets its stubs (`bash: …: No such file or directory`, and

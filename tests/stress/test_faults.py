@@ -1,4 +1,4 @@
-"""Faults on a served deployment (issue 23): racing deploys, a read-only workdir, a Python
+"""Faults on a served deployment: racing deploys, a read-only workdir, a Python
 backend stub killed mid-request.
 
 One tiny-draft-target deployment (its BLS, decoupled, calls `tensorrt_llm` through BLS) is made

@@ -104,7 +104,7 @@ def test_deploy_killed_before_ready_leaves_no_orphan(tmp_path):
     again = sdtk("deploy", RECIPE, "--workdir", str(tmp_path), "--detach", "--auto-ports", "--no-validate")
     assert again.returncode != 0 and str(st["pid"]) in again.stderr
     assert log.stat().st_size >= size
-    # Once the orphan is READY, status says its validation never finished (issue 23, finding 4)...
+    # Once the orphan is READY, status says its validation never finished (a deploy killed mid-validation)...
     wait_for(lambda: "unvalidated" in sdtk("status", "--workdir", str(dep)).stdout, 120, "READY")
     report = json.loads(sdtk("status", "--workdir", str(dep), "--json").stdout)
     assert report["validation"] == "unfinished" and f"(pid {st['owner_pid']}) is gone" in report["message"]
@@ -119,7 +119,7 @@ def test_deploy_killed_before_ready_leaves_no_orphan(tmp_path):
     assert not list(Path("/dev/shm").glob(st["shm_prefix"] + "*"))
 
 
-HANG_DEADLINE_S = 5.0  # issue 23: "no fault hangs a client beyond 5 s"
+HANG_DEADLINE_S = 5.0  # the fault suite's promise: no fault hangs a client beyond 5 s
 
 
 def kill_mid_ensemble_stream(st: dict) -> tuple[float, dict]:
@@ -179,8 +179,8 @@ def test_supervised_deploy_exits_on_a_dead_stub(tmp_path):
 def test_detached_deploys_watchdog_ends_held_requests_and_restarts_the_server(tmp_path):
     """`sdtk deploy --detach` (default `--on-failure restart`): its watchdog ends the requests a
     dead stub held through the ensemble within seconds, brings the server back on the same
-    ports with the same greedy outputs, does the same for a crashed server (the form-encoded
-    request of issue 23, finding 1), records both for `status`, and leaves with `sdtk stop`."""
+    ports with the same greedy outputs, does the same for a crashed server (the large
+    form-encoded request that segfaults Triton, server#5840), records both for `status`, and leaves with `sdtk stop`."""
     r = sdtk(
         "deploy", RECIPE, "--workdir", str(tmp_path), "--detach", "--auto-ports", "--no-validate", "--json"
     )

@@ -1,4 +1,4 @@
-"""Data parallel training under `torchrun` (issue 25: multi-GPU by torchrun and DDP), run on CPU with
+"""Data parallel training under `torchrun` (multi-GPU by torchrun and DDP), run on CPU with
 torch.distributed's gloo backend: a stand-in for the multi-GPU launch (the same code path, NCCL and
 CUDA placement aside, which need GPUs).
 

@@ -53,7 +53,8 @@ def test_dry_run_memory_estimate_from_config_facts(monkeypatch):
     # Llama-3.1-8B: 8,030,261,248 parameters (the hub's safetensors index), bf16
     assert facts["target"]["parameters"] == 8_030_261_248
     assert mem["target weights"] == round(8_030_261_248 * 2 / 1024**3, 2)
-    # the head: yardstick = the published EAGLE3-LLaMA3.1-Instruct-8B shapes (shared/reference §3):
+    # the head: yardstick = the published EAGLE3-LLaMA3.1-Instruct-8B shapes (SafeAILab/EAGLE @cb7e084
+    # eagle/traineagle3/config.json and cnets.py; ModelOpt's EAGLE_MODELOPT_TO_OFFICIAL):
     # fc [4096, 12288], q/k/v read 8192, mlp 14336, lm_head [32000, 4096]
     h = 4096
     published = 4096 * 12288 + 8192 * 4096 + 2 * 8192 * 1024 + 4096 * 4096 + 3 * h * 14336 + 4 * h + 32000 * h

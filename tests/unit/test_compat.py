@@ -1,4 +1,4 @@
-"""Support-matrix cells and backend resolution, against trtllm-speculative.md §0-§4."""
+"""Support-matrix cells and backend resolution, against the upstream facts toolkit/compat.py cites."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 24: one home per mode. A mode plug-in (toolkit/modes/<mode>.py) carries its ModeInfo,
+"""One home per mode. A mode plug-in (toolkit/modes/<mode>.py) carries its ModeInfo,
 its recipe class and every hook; registration refuses one that lacks any; factories raise on an
 unknown mode; nothing outside toolkit/modes/ branches on a mode's recipe class; and the MTP
 walkthrough in docs/contributing.md names every file such a mode touches."""
@@ -81,7 +81,7 @@ def test_factories_raise_on_an_unknown_mode():
 
 
 def test_no_isinstance_on_a_mode_class_outside_the_modes_package():
-    """The done-when of issue 24 (`git grep 'isinstance(.*(Lookahead|Medusa|Eagle|DraftTarget|NGram)'`)."""
+    """No mode-class dispatch outside the modes package (`git grep 'isinstance(.*(Lookahead|Medusa|Eagle|DraftTarget|NGram)'`)."""
     pattern = re.compile(r"isinstance\(.*(Lookahead|Medusa|Eagle|DraftTarget|NGram)")
     found = [
         f"{p.relative_to(ROOT)}:{n}"

@@ -1,4 +1,4 @@
-"""Issue 14 (layout of issue 24): a mode's name is spelled out in its home, the toolkit/modes/
+"""A mode's name is spelled out in its home, the toolkit/modes/
 package, and in that mode's runtime module (toolkit/reference/<mode>.py) only; everything else asks the registry (ModeInfo attributes) or
 uses its constants, so adding or renaming a mode touches one place."""
 

@@ -1,4 +1,4 @@
-"""Bounded recipe loading (issue 12, deliverables 2 and 5 for recipes).
+"""Bounded recipe loading.
 
 Hostile files fail with one line and little memory: billion laughs, 50,000-deep nesting, huge
 values. The subprocess timeout is only a hang guard; nothing here asserts a duration.

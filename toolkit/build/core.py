@@ -444,7 +444,7 @@ def runbook(ctx: BuildContext, steps: list[Step], results: list[CheckResult]) ->
     ]
     if ctx.backend == "engine":
         header.append(f"converter scripts: {ex.path} ({ex.why})")
-    if ctx.backend == "llmapi":  # the field names written below, from the same table (issue 22, finding 4)
+    if ctx.backend == "llmapi":  # the field names written below, from the same table as the YAML's
         header.append(f"speculative_config field names: {llmapi.schema(ctx).why}")
     if skipped:
         header.append("preflight checks skipped in this plan (rerun without --dry-run to check them):")

@@ -1,6 +1,6 @@
 """The engine backend (TensorRT-LLM ≤ 1.1): convert_checkpoint.py, then trtllm-build.
 
-Commands follow shared/reference/trtllm-speculative.md §1 and the upstream examples:
+Commands follow NVIDIA/TensorRT-LLM `tensorrt_llm/commands/build.py` (1.x) and the upstream examples:
 - converters: `examples/models/core/{llama,qwen}/convert_checkpoint.py` (`--model_dir --output_dir
   --dtype --tp_size --pp_size --workers`); `examples/medusa/convert_checkpoint.py` adds
   `--medusa_model_dir --num_medusa_heads --max_medusa_token_len` (and `--model_type` for qwen2/mixtral;

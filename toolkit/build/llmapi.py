@@ -5,8 +5,8 @@ Writes, into `engines/target/`:
   (and `trtllm-bench`), with `speculative_config`;
 - `model.yaml` for Triton's `all_models/llmapi/tensorrt_llm/1/` (keys `model`, `backend: pytorch`,
   `tensor_parallel_size`, `pipeline_parallel_size`, `triton_config{max_batch_size: 0, decoupled}`, and
-  the same LLM arguments; every key but triton_config goes to `LLM(**args)`,
-  shared/reference/triton-trtllm-backend.md §5);
+  the same LLM arguments; every key but triton_config goes to `LLM(**args)`:
+  NVIDIA/TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/1/model.py @044a90d);
 - `config.json` in the engine-directory layout of docs/contracts.md, with an `llmapi` section.
 
 Field names by TensorRT-LLM version (see `schema_for`):

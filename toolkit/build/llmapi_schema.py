@@ -13,9 +13,9 @@ Sources (read 2026-12-07; the file at the release tags could not be read here: t
 snapshot is over the 500 MiB fetch limit, so each line names the state it was transcribed from):
 - 1.2 line: an undated `llm_args.py` from before PR #10860 (lower-bound draft_len_schedule,
   `acceptance_window` / `acceptance_length_threshold`, `Eagle3DecodingConfig(EagleDecodingConfig)`
-  with `eagle3_one_model`, `MTPDecodingConfig.num_nextn_predict_layers`, PARD), the state
-  shared/reference/stack-2026.md §3 describes for 1.2.x; that the 1.2.1 tag has exactly it: UNVERIFIED.
-- 1.3 line: `llm_args.py` @0004396 (shared/reference/stack-2026.md §3, methods-2026.md §1-3):
+  with `eagle3_one_model`, `MTPDecodingConfig.num_nextn_predict_layers`, PARD), the state of the 1.2.x release line; that the
+  1.2.1 tag has exactly it: UNVERIFIED.
+- 1.3 line: NVIDIA/TensorRT-LLM `tensorrt_llm/llmapi/llm_args.py` @0004396 (and the 1.3.0rc27 API pages):
   upper-bound draft_len_schedule (PR #10860, merged 2026-03-13), `max_concurrency` and
   `draft_len_schedule` mutually exclusive, cut-offs `acceptance_rate_window_size` /
   `acceptance_rate_threshold` in [0, 1], `use_rejection_sampling`, SA (standalone, and the
@@ -250,7 +250,7 @@ class Base13(_Upstream):
             raise ValueError("max_concurrency and draft_len_schedule are mutually exclusive")
         if self.use_rejection_sampling and getattr(self, "sa_config", None) is not None:
             # An explicit True with sa_config is kept by validate_rejection_sampling_config so that
-            # TorchLlmArgs.validate_speculative_config rejects the combination (methods-2026.md §1).
+            # TorchLlmArgs.validate_speculative_config rejects the combination (its docstring, llm_args.py @0004396).
             raise ValueError("use_rejection_sampling cannot be combined with sa_config")
         return self
 

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from toolkit import __version__, checks
-from toolkit.errors import SdtkError
+from toolkit.errors import MissingExtra, SdtkError
 from toolkit.log import install_handler
 from toolkit.server.foreground import last_stop_signal, signals_interrupt
 
@@ -120,6 +120,10 @@ class SdtkGroup(click.Group):
         except Exception as e:  # a bug: still one line unless debugging
             if _debug():
                 traceback.print_exc()
+            # An optional package's lazy import (torch, modelopt, matplotlib, ...): name its extra.
+            missing = MissingExtra.from_import_error(e) if isinstance(e, ModuleNotFoundError) else None
+            if missing is not None:
+                raise _Reported(missing, missing.exit_code, missing.hint) from None
             raise _Reported(
                 f"internal error: {e.__class__.__name__}: {e}",
                 70,

@@ -1,4 +1,5 @@
-"""Client-side errors. All are ServerError subclasses, so the CLI reports them with their hint."""
+"""Client-side errors. All are ServerError subclasses, so the CLI reports them with their hint; a
+lost server is also a ConnectionError and a timeout a TimeoutError (toolkit.errors)."""
 
 from __future__ import annotations
 
@@ -27,13 +28,13 @@ class ClientError(ServerError):
         super().__init__(message, hint=hint)
 
 
-class ServerUnreachable(ClientError):
+class ServerUnreachable(ClientError, ConnectionError):
     """Nothing answers at the server's address (connection refused, DNS, no route)."""
 
 
-class ConnectionLost(ClientError):
+class ConnectionLost(ClientError, ConnectionError):
     """The server closed the connection or died while a response was in flight."""
 
 
-class ResponseTimeout(ClientError):
+class ResponseTimeout(ClientError, TimeoutError):
     """No (next) response arrived within the client's timeout."""

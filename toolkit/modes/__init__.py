@@ -12,7 +12,8 @@ Everything that lists modes derives from `REGISTRY`: the recipe's mode names and
 hooks, or `info(name)`'s facts); nothing outside this package branches on a mode's recipe class.
 docs/contributing.md walks through adding one.
 
-Upstream facts: /work/shared/reference/trtllm-speculative.md and gpu-paths-audit.md.
+Upstream facts: each mode module cites the NVIDIA/TensorRT-LLM files (examples/<mode>/README.md,
+tensorrt_llm/llmapi/llm_args.py) it follows.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ INFO = ModeInfo(
     chain=True,
     engine_name="eagle3",
     # Accepted spellings: "Eagle3" (1.2+) and "Eagle" (1.0/1.1-era llm_args.py from_dict, kept as an
-    # alias later; gpu-paths-audit.md row 13). Which one is written: toolkit.build.llmapi.schema_for.
+    # alias later: NVIDIA/TensorRT-LLM llm_args.py, PR #10124). Which one: toolkit.build.llmapi.schema_for.
     llmapi_types=("Eagle3", "Eagle"),
     llmapi_fields_since_1_1=(
         "eagle_choices",
@@ -57,7 +57,7 @@ INFO = ModeInfo(
     llmapi=Support(
         True,
         # No decoding_type here: it depends on the version (Eagle up to 1.1, Eagle3 from 1.2), and
-        # toolkit.build.llmapi.schema_for names it where the plan is written (issue 22, finding 4).
+        # toolkit.build.llmapi.schema_for names it where the plan is written, as the YAML does.
         "speculative_config (EAGLE-3); verified pairs include Llama-3.1-8B, Llama-4 Maverick, gpt-oss, Qwen3",
     ),
     reference=batched(

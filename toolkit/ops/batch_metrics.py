@@ -1,5 +1,6 @@
 """The reference runtime's in-flight batching on Triton's /metrics, under the names TensorRT-LLM's
-backend uses (custom_metrics_reporter.cc; shared/reference/triton-trtllm-backend.md §4), so the
+backend uses (inflight_batcher_llm/src/custom_metrics_reporter/custom_metrics_reporter.cc,
+triton-inference-server/tensorrtllm_backend @c2e65b8), so the
 same dashboards, alerts and HPA metric (`request_type="waiting"`) work on a CPU deployment:
 
 - `nv_trt_llm_request_metrics{request_type=active|max|scheduled|context|waiting}`;

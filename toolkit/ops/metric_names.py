@@ -8,8 +8,9 @@ Sources:
   summary_latencies=true`); tests/ops/test_triton_live.py re-checks them against that server.
 - TRITON_GPU and TRITON_CACHE: Triton docs/user_guide/metrics.md (triton-inference-server/server
   @067c1e9), "GPU Metrics" (DCGM; absent on CPU-only servers) and "Response Cache Metrics".
-- TRTLLM: the TensorRT-LLM backend's custom_metrics_reporter.cc, as listed in
-  shared/reference/triton-trtllm-backend.md §4 (engine backend only; no speculative-decoding family).
+- TRTLLM: the TensorRT-LLM backend's custom_metrics_reporter.cc (triton-inference-server/
+  tensorrtllm_backend @c2e65b8; NVIDIA/TensorRT-LLM triton_backend/ @0d5352f): engine backend only; no
+  speculative-decoding family.
 - SDTK: toolkit.ops.spec_metrics, toolkit.ops.monitor and toolkit.ops.batch_metrics (the
   reference backend also exports nv_trt_llm_request_metrics and nv_trt_llm_general_metrics).
 """

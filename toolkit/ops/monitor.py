@@ -58,7 +58,7 @@ def _prometheus() -> Any:
     except ImportError:
         raise ToolNotFound(
             "prometheus-client",
-            hint="pip install 'sdtk[ops]' (or pip install prometheus-client)",
+            hint="pip install prometheus-client (a dependency of sdtk: reinstall sdtk)",
         ) from None
     return prometheus_client
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from toolkit import hub
 from toolkit._fs import atomic_write
-from toolkit.errors import SdtkError, UsageError
+from toolkit.errors import SdtkError, UsageError, require_extra
 from toolkit.modes import DRAFT_TARGET, EAGLE3, MEDUSA
 from toolkit.progress import Step, quiet
 from toolkit.recipe import load_recipe, load_yaml, resolve_recipe_path
@@ -108,6 +108,8 @@ def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quie
             f"train-draft trains {', '.join(TRAINABLE)} so far; {rpath.name} uses mode {mode}",
             hint="use a recipe with an EAGLE-3 head, Medusa heads or a draft model",
         )
+    require_extra("reference")  # torch and transformers: the target, self-distillation, the probes
+    require_extra("train")  # ModelOpt and accelerate, checked before minutes of distillation
     target = _target_dir(rec)
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)

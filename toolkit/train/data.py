@@ -61,7 +61,7 @@ def _load_hf_dir(path: Path) -> tuple[str, list[TrainPrompt]]:
     except ImportError:
         raise UsageError(
             f"{path} is a directory: reading a Hugging Face dataset needs the `datasets` package",
-            hint="pip install datasets, or pass a .jsonl of prompts",
+            hint="pip install 'sdtk[train]' (it holds `datasets`), or pass a .jsonl of prompts",
         ) from None
     try:
         ds = datasets.load_from_disk(str(path))

@@ -32,7 +32,8 @@ from toolkit.train import data as data_mod
 from toolkit.train.api import TrainOptions
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}
-TTT_STEPS = 4  # ModelOpt's EAGLE-3 training-time test unrolls 4 draft steps (shared/reference §3)
+# ModelOpt's EAGLE-3 training-time test unrolls 4 draft steps (TensorRT-Model-Optimizer @5a4242f)
+TTT_STEPS = 4
 HEAD_BYTES_PER_PARAM = 16  # fp32 weight + fp32 grad + AdamW exp_avg + exp_avg_sq
 GIB = 1024**3
 

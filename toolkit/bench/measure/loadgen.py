@@ -278,6 +278,8 @@ async def run_request(
         if sink is not None:
             sink.append(rec)
         raise
+    except ServerError as e:  # the client's own errors, its ResponseTimeout (a TimeoutError) included
+        rec.error, rec.error_kind = f"{type(e).__name__}: {e}", classify(e)
     except asyncio.TimeoutError:
         rec.error, rec.error_kind = f"no complete response within {timeout:g}s", "timeout"
     except Exception as e:  # noqa: BLE001 - every failure is recorded, none escapes

@@ -8,7 +8,7 @@ Definitions (all times in seconds, on the client's monotonic clock):
   contributes k gaps of Δ/k; the k−1 extra tokens of the first chunk arrive with the first
   token (k−1 gaps of 0). So a request with N tokens has exactly N−1 gaps that sum to
   (last token − first token), and multi-token chunks (speculative steps) are not counted
-  as one long gap, the mistake of peer-tools §(b)15.
+  as one long gap, the mistake ray-project/llmperf PR #99 and kubernetes-sigs/inference-perf PR #410 fix.
 - chunk interval: the gap between consecutive token-carrying chunks, whatever they carry
   (chunk-level inter-arrival); the per-token ITL above divides it by the chunk's k.
 - TPOT = (e2e − TTFT) / (N − 1); undefined for N ≤ 1.
