@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from toolkit import modes
 from toolkit.build.context import SPEC_MODE_NAMES
 from toolkit.recipe import Recipe, parse_recipe
 from toolkit.resources import templates_dir
@@ -40,7 +41,6 @@ _SPECS: dict[str, dict[str, Any]] = {
     "ngram": {"mode": "ngram", "max_draft_len": 4, "max_matching_ngram_size": 3},
 }
 _SOURCES = {"draft_target": "draft", "medusa": "medusa_heads", "eagle": "eagle_head", "eagle3": "eagle_head"}
-LLMAPI_TYPES = {"draft_target": "DraftTarget", "eagle3": "Eagle3", "ngram": "NGram"}
 
 
 def make_recipe(backend: str, mode: str, **sections: Any) -> Recipe:
@@ -123,7 +123,7 @@ def llmapi_options(recipe: Recipe) -> dict[str, Any]:
     }
     if recipe.mode != "none":
         spec: dict[str, Any] = {
-            "decoding_type": LLMAPI_TYPES[recipe.mode],
+            "decoding_type": modes.info(recipe.mode).llmapi_types[0],  # the registry's first spelling
             "max_draft_len": recipe.speculative.draft_len,
         }
         if recipe.mode == "draft_target":
