@@ -80,7 +80,10 @@ class DgdPlan:
         for comp, argv in self.commands.items():
             lines += [f"# --- component {comp}", shlex.join(argv)]
         for key, text in self.engine_yamls.items():
-            lines += [f"# --- {ENGINE_DIR}/{key} (ConfigMap {self.name}-engine, key {key})", text.rstrip("\n")]
+            lines += [
+                f"# --- {ENGINE_DIR}/{key} (ConfigMap {self.name}-engine, key {key})",
+                text.rstrip("\n"),
+            ]
         return "\n".join(lines) + "\n"
 
 
@@ -174,7 +177,9 @@ def plan_dgd(
 
     K8sOptions(namespace=namespace, image=image)  # the same checks as the Triton render
     if workers < 1 or prefill_workers < 1:
-        raise UsageError(f"--workers and --prefill-workers must be at least 1, not {workers}/{prefill_workers}")
+        raise UsageError(
+            f"--workers and --prefill-workers must be at least 1, not {workers}/{prefill_workers}"
+        )
     if router_mode not in ROUTER_MODES:
         guess = did_you_mean(router_mode, list(ROUTER_MODES))
         raise UsageError(
@@ -184,7 +189,9 @@ def plan_dgd(
     args, model, notes = engine_args(recipe, progress=progress)
     name = k8s_name(recipe.display_name)
     img = image or IMAGE
-    served = recipe.serving.model_name if "model_name" in recipe.serving.model_fields_set else recipe.display_name
+    served = (
+        recipe.serving.model_name if "model_name" in recipe.serving.model_fields_set else recipe.display_name
+    )
     roles = {"prefill": prefill_workers, "decode": workers} if disagg else {"worker": workers}
     max_seq = recipe.build.max_seq_len
     yamls = {
@@ -285,7 +292,7 @@ def _notes_md(plan: DgdPlan, checked: list[str]) -> str:
         "```bash",
         "export NAMESPACE=dynamo-system",
         f"export RELEASE_VERSION={DYNAMO_VERSION}",
-        '# CRDs: releases that publish a separate chart (ai-dynamo/dynamo install-k8s.sh) install it first',
+        "# CRDs: releases that publish a separate chart (ai-dynamo/dynamo install-k8s.sh) install it first",
         'helm fetch "https://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-crds-${RELEASE_VERSION}.tgz" \\',
         '  && helm upgrade -i dynamo-crds "dynamo-crds-${RELEASE_VERSION}.tgz" --namespace default',
         'helm fetch "https://helm.ngc.nvidia.com/nvidia/ai-dynamo/charts/dynamo-platform-${RELEASE_VERSION}.tgz"',

@@ -225,11 +225,15 @@ def _dgd(obj: dict, version: str, name: str) -> str:
     components = obj["spec"].get("components", [])
     names = [c["name"].lower() for c in components]
     if len(set(names)) != len(names):  # the CRD's CEL rule on spec.components
-        raise ManifestError("DynamoGraphDeployment", name, "component names must be unique case-insensitively")
+        raise ManifestError(
+            "DynamoGraphDeployment", name, "component names must be unique case-insensitively"
+        )
     for c in components:
         if "podTemplate" in c:
             _pod_template(copy.deepcopy(c["podTemplate"]), version, f"{name}-{c['name'].lower()}")
-    return f"DynamoGraphDeployment v1beta1 schema (dynamographdeployment_types.go) + core PodTemplate {version}"
+    return (
+        f"DynamoGraphDeployment v1beta1 schema (dynamographdeployment_types.go) + core PodTemplate {version}"
+    )
 
 
 def validate_manifest(obj: dict, k8s_version: str = DEFAULT_K8S_VERSION) -> str:

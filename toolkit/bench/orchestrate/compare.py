@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from toolkit.bench.decide import compare as compare_mod
 from toolkit.bench.errors import BenchAborted
 from toolkit.bench.measure import replay as replay_mod
+from toolkit.bench.measure.metrics import merged_counts
 from toolkit.bench.measure.records import BenchResult, LevelResult
 from toolkit.bench.measure.workloads import Workload
 from toolkit.bench.options import RunOptions
@@ -163,6 +164,7 @@ def _added(
         sorted([*last.records, *add.records], key=lambda r: r.index),
         last.duration + add.duration,
         last.partial or add.partial,
+        merged_counts(last.server_acceptance, add.server_acceptance),
     )
     return _joined(
         dataclasses.replace(before, levels=before.levels[:-1]), dataclasses.replace(more, levels=[level])
