@@ -72,7 +72,13 @@ def test_aggregated_render_validates_and_mounts_the_engine_yaml(recipe, tmp_path
     ]
     front = _main(comps["frontend"])
     assert front["image"] == IMAGE == "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:1.6.1"
-    assert front["command"] + front["args"] == ["python3", "-m", "dynamo.frontend", "--router-mode", "round-robin"]
+    assert front["command"] + front["args"] == [
+        "python3",
+        "-m",
+        "dynamo.frontend",
+        "--router-mode",
+        "round-robin",
+    ]
     worker = _main(comps["worker"])
     assert worker["command"] + worker["args"] == [
         "python3", "-m", "dynamo.trtllm",
@@ -81,7 +87,12 @@ def test_aggregated_render_validates_and_mounts_the_engine_yaml(recipe, tmp_path
         "--extra-engine-args", "/sdtk/engine/worker.yaml",
     ]  # fmt: skip
     assert worker["volumeMounts"] == [
-        {"name": "engine", "mountPath": "/sdtk/engine/worker.yaml", "subPath": "worker.yaml", "readOnly": True}
+        {
+            "name": "engine",
+            "mountPath": "/sdtk/engine/worker.yaml",
+            "subPath": "worker.yaml",
+            "readOnly": True,
+        }
     ]
     assert comps["worker"]["podTemplate"]["spec"]["volumes"] == [
         {"name": "engine", "configMap": {"name": cm["metadata"]["name"]}}
