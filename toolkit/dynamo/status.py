@@ -10,6 +10,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from toolkit.dynamo.launch import processes
 from toolkit.dynamo.plan import PLAN_FILE, SUBDIR, DynamoPlan
@@ -118,7 +119,7 @@ def dynamo_status(root: Path | str, timeout: float = 2.0) -> ServerStatus:
     return base
 
 
-def _last_failure(entry: dict) -> str:
+def _last_failure(entry: dict[str, Any]) -> str:
     """'exited -9 at 2026-12-07 18:00:00' from a processes.json entry's last failure."""
     failures = entry.get("failures") or []
     if not failures:
