@@ -212,30 +212,15 @@ def deploy(
             on_ready=on_ready,
         )
     if target == "k8s" and engine == "dynamo":
-        from toolkit.dynamo.k8s import plan_dgd, write_dgd
-
-        if out is None:
-            raise UsageError("--target k8s needs --out DIR")
-        dgd = plan_dgd(
+        return _render_dgd(
             recipe,
+            out,
             namespace=namespace,
             image=image,
             workers=workers,
             prefill_workers=prefill_workers,
             disagg=disagg,
             router_mode=router_mode,
-        )
-        return DeployResult(
-            recipe=recipe.display_name,
-            backend="llmapi",
-            mode=recipe.mode,
-            workdir=out,
-            model_repo=out,
-            model=dgd.served_name,
-            entry_kind="openai",
-            decoupled=True,
-            target="k8s",
-            files=write_dgd(dgd, out),
         )
     if engine != "triton":
         raise UsageError(f"--engine {engine} goes with --target k8s only (--target dynamo runs Dynamo here)")
@@ -301,6 +286,27 @@ def _deploy_dynamo(
         return result
 
     return deploy_dynamo(recipe, root, save_recipe=_save_recipe, on_ready=ready, **kw)
+
+
+def _render_dgd(recipe: Recipe, out: Path | None, **kw: Any) -> DeployResult:
+    """`deploy(target=k8s, engine=dynamo)`: a DynamoGraphDeployment under `out` (toolkit.dynamo.k8s)."""
+    from toolkit.dynamo.k8s import plan_dgd, write_dgd
+
+    if out is None:
+        raise UsageError("--target k8s needs --out DIR")
+    dgd = plan_dgd(recipe, **kw)
+    return DeployResult(
+        recipe=recipe.display_name,
+        backend="llmapi",
+        mode=recipe.mode,
+        workdir=out,
+        model_repo=out,
+        model=dgd.served_name,
+        entry_kind="openai",
+        decoupled=True,
+        target="k8s",
+        files=write_dgd(dgd, out),
+    )
 
 
 def render_target(

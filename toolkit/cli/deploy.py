@@ -160,15 +160,8 @@ def deploy(
     if dry_run and target == "k8s" and engine == "dynamo":
         from toolkit.dynamo.k8s import plan_dgd
 
-        dgd = plan_dgd(
-            r,
-            namespace=namespace,
-            image=image,
-            workers=workers,
-            prefill_workers=prefill_workers,
-            disagg=disagg,
-            router_mode=router_mode,
-        )
+        dgd = plan_dgd(r, namespace=namespace, image=image, workers=workers, prefill_workers=prefill_workers,
+                       disagg=disagg, router_mode=router_mode)  # fmt: skip
         emit(dgd.to_dict(), as_json, lambda: click.echo(dgd.script(), nl=False))
         return
     if dry_run and target == "local":
