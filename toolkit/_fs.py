@@ -38,16 +38,38 @@ def atomic_path(path: Path | str, *, tmp_name: str | None = None) -> Iterator[Pa
             tmp.unlink()
 
 
-def atomic_write(path: Path | str, data: str | bytes, *, mode: int | None = None) -> Path:
-    """Write `data` (text as UTF-8) to `path` atomically; `mode` sets its permissions."""
+def atomic_write(
+    path: Path | str, data: str | bytes, *, mode: int | None = None, durable: bool = False
+) -> Path:
+    """Write `data` (text as UTF-8) to `path` atomically; `mode` sets its permissions.
+
+    `durable`, for a record that several processes rewrite (a server's state.json): the
+    temporary file is this process's own (`<name>.<pid>.incomplete`, so two writers never write
+    into one file), and it is fsynced before the rename and the directory after it, so a crash
+    or a power cut leaves the old record or the new one, never an empty file. On a full disk
+    the write raises OSError and the old file is left as it was."""
     path = Path(path)
-    with atomic_path(path) as tmp:
-        if isinstance(data, bytes):
-            tmp.write_bytes(data)
-        else:
-            tmp.write_text(data, encoding="utf-8")
-        if mode is not None:
-            tmp.chmod(mode)
+    tmp_name = f"{path.name}.{os.getpid()}{INCOMPLETE}" if durable else None
+    with atomic_path(path, tmp_name=tmp_name) as tmp:
+        raw = data if isinstance(data, bytes) else data.encode("utf-8")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if mode is not None else 0o666)
+        try:
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view) :]
+            if mode is not None:
+                os.fchmod(fd, mode)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    if durable:
+        with contextlib.suppress(OSError):
+            dfd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
     return path
 
 

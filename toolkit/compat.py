@@ -1,28 +1,74 @@
 """The support matrix: speculative mode × backend × TensorRT-LLM version × model family.
 
-Facts come from `shared/reference/trtllm-speculative.md` (§0, §1, §2.1, §4):
-- the engine path (`trtllm-build`, Triton `tensorrtllm` C++ backend) exists up to TRT-LLM 1.1.x
-  (1.2 removal unverified) and is the only home of Medusa, Lookahead and EAGLE-1/2;
+Facts come from `shared/reference/trtllm-speculative.md` (§0, §1, §2.1, §4) and
+`shared/reference/stack-2026.md` (§2):
+- the engine path (`trtllm-build`, Triton `tensorrtllm` C++ backend) ships through TRT-LLM 1.2.x,
+  deprecated on 1.2.x (NVIDIA/TensorRT-LLM PR #11723), removed in the 1.3 line (PRs #15907, #15918),
+  and is the only home of Medusa, Lookahead and EAGLE-1/2: on 1.3 they have no GPU path;
 - the PyTorch/LLM-API path starts at 1.0 and is the only home of EAGLE-3 and NGram;
 - draft-target exists on both;
 - the reference backend (sdtk's PyTorch implementation) runs everything, without TRT-LLM.
+Versions compare on the release tuple (toolkit.containers.release): 1.2.0rc2 is a 1.2.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from typing import TYPE_CHECKING
 
-from packaging.version import Version
-
+from toolkit import containers
+from toolkit.containers import probe, release
 from toolkit.errors import CompatError
-from toolkit.modes import EAGLE, ENGINE_MAX, LLMAPI_MIN, REGISTRY, ModeInfo, info
+from toolkit.modes import (
+    DRAFT_TARGET,
+    EAGLE,
+    ENGINE_MAX,
+    LLMAPI_MIN,
+    LOOKAHEAD,
+    MEDUSA,
+    NONE,
+    REGISTRY,
+    ModeInfo,
+    info,
+)
+from toolkit.modes.core import ENGINE_DEPRECATED, ENGINE_DEPRECATION, ENGINE_REMOVAL
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
 
 GPU_BACKENDS = ("engine", "llmapi")
+# The release lines `sdtk compat` shows a column for.
+COLUMNS = ("1.1", "1.2", "1.3")
+
+# What to use instead of a mode's engine path (removed in the 1.3 line). SA: the suffix-automaton
+# drafter, `decoding_type: SA` (and the `sa_config` enhancer) of the 1.3 line's llm_args.py.
+_NO_DRAFT_MODEL = (
+    "mode: ngram (NGram) or SA (the 1.3 line's suffix-automaton drafter), which need no draft model"
+)
+INSTEAD_OF_ENGINE: dict[str, str] = {
+    NONE: "use backend: llmapi (TensorRT-LLM's PyTorch backend serves the target alone)",
+    DRAFT_TARGET: "use backend: llmapi (decoding_type DraftTarget), with the same draft model",
+    MEDUSA: f"use mode: eagle3 on backend llmapi (an EAGLE-3 head: `sdtk train-draft`), or {_NO_DRAFT_MODEL}",
+    LOOKAHEAD: f"use {_NO_DRAFT_MODEL}, on backend llmapi",
+    EAGLE: "use mode: eagle3 on backend llmapi (an EAGLE-3 head; the 1.3 line converts Eagle configs to "
+    f"Eagle3), or {_NO_DRAFT_MODEL}",
+}
+
+
+def keep_engine() -> str:
+    """Where the engine path still runs: the newest known container whose TensorRT-LLM has it."""
+    last = [c for c in containers.all_facts().values() if release.below(c.trtllm_version.value, ENGINE_MAX)]
+    where = f" (NGC {last[-1].image} carries {last[-1].trtllm_version.value}, deprecated)" if last else ""
+    return f"or keep backend: engine on TensorRT-LLM < {ENGINE_MAX}{where}"
+
+
+def removal_fix(mode: str) -> str:
+    """The fix-it where a release removed the engine path: what to use instead, and, for a mode that
+    has no other GPU path, the last release that still has it."""
+    instead = INSTEAD_OF_ENGINE.get(mode, "see `sdtk compat`")
+    return (
+        instead if info(mode).llmapi.supported else f"{instead}; {keep_engine()}; or backend: reference (CPU)"
+    )
 
 
 @dataclass(frozen=True)
@@ -33,6 +79,7 @@ class Cell:
     trtllm_name: str | None  # engine: --speculative_decoding_mode; llmapi: decoding_type
     min_version: str | None  # inclusive
     max_version: str | None  # exclusive
+    deprecated_from: str | None  # inclusive: supported, with a deprecation warning
     families: tuple[str, ...] | None  # HF model_type values; None = any
     reason: str
     fix: str
@@ -44,9 +91,20 @@ class Cell:
         hi = f"<{self.max_version}" if self.max_version else ""
         return ",".join(x for x in (lo, hi) if x) or "any"
 
+    def at(self, line: str) -> str:
+        """yes | deprecated | no, for one release line ("1.2") or version."""
+        if not self.supported:
+            return "no"
+        if self.backend == "reference":
+            return "yes"
+        if problems(self, line, None):
+            return "no"
+        return "deprecated" if warnings(self, line) else "yes"
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["versions"] = self.version_range()
+        d["by_version"] = {line: self.at(line) for line in COLUMNS}
         return d
 
 
@@ -54,14 +112,36 @@ def _cell(m: ModeInfo, backend: str) -> Cell:
     """A mode × backend cell, from the mode's registry entry (toolkit.modes)."""
     sup = m.support(backend)
     if not sup.supported:
-        return Cell(m.name, backend, False, None, None, None, None, sup.reason, sup.fix)
+        return Cell(m.name, backend, False, None, None, None, None, None, sup.reason, sup.fix)
     if backend == "engine":
         name = m.engine_name if m.name != "none" else None
-        return Cell(m.name, backend, True, name, None, ENGINE_MAX, sup.families, sup.reason, sup.fix)
+        return Cell(
+            m.name,
+            backend,
+            True,
+            name,
+            None,
+            ENGINE_MAX,
+            ENGINE_DEPRECATED,
+            sup.families,
+            sup.reason,
+            sup.fix,
+        )
     if backend == "llmapi":
         name = m.llmapi_types[0] if m.llmapi_types else None
-        return Cell(m.name, backend, True, name, LLMAPI_MIN, None, sup.families, sup.reason, sup.fix)
-    return Cell(m.name, backend, True, None, None, None, None, sup.reason, sup.fix)
+        return Cell(
+            m.name,
+            backend,
+            True,
+            name,
+            sup.min_version or LLMAPI_MIN,
+            None,
+            None,
+            sup.families,
+            sup.reason,
+            sup.fix,
+        )
+    return Cell(m.name, backend, True, None, None, None, None, None, sup.reason, sup.fix)
 
 
 # Per backend, the supported modes first.
@@ -87,45 +167,69 @@ def matrix(mode: str | None = None, backend: str | None = None) -> list[Cell]:
 
 def installed_trtllm_version() -> str | None:
     """The installed tensorrt_llm version, from package metadata (importing it costs seconds)."""
-    for dist in ("tensorrt_llm", "tensorrt-llm"):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
+    return probe.installed_trtllm_version()
 
 
 def problems(c: Cell, version: str | None, family: str | None) -> list[str]:
-    """Why `c` does not apply to this version/family; empty when it does."""
+    """Why `c` does not apply to this version/family; empty when it does. Versions compare on the
+    release tuple (1.2.0rc2 is a 1.2, 1.3.0rc24 a 1.3)."""
     out = []
     if not c.supported:
         return [c.reason]
     if version is not None and c.backend != "reference":
-        v = Version(version)
-        if c.min_version and v < Version(c.min_version):
+        if c.min_version and release.below(version, c.min_version):
             out.append(
                 f"TensorRT-LLM {version} is older than {c.min_version}, the first with the {c.backend} path"
             )
-        if c.max_version and v >= Version(c.max_version):
-            out.append(
-                f"TensorRT-LLM {version} no longer has the {c.backend} path (trtllm-build; verified only up to "
-                f"1.1.x)"
-            )
+        if c.max_version and release.at_least(version, c.max_version):
+            gone = f": {ENGINE_REMOVAL}" if c.backend == "engine" else ""
+            out.append(f"TensorRT-LLM {version} has no {c.backend} path{gone}")
     if family is not None and c.families is not None and family not in c.families:
         out.append(f"model family '{family}' is not supported ({c.fix or c.reason})")
     return out
 
 
+def warnings(c: Cell, version: str | None) -> list[str]:
+    """What is deprecated about running `c` on this TensorRT-LLM version (empty: nothing)."""
+    if version is None or c.deprecated_from is None or not c.supported:
+        return []
+    if release.at_least(version, c.deprecated_from) and not (
+        c.max_version and release.at_least(version, c.max_version)
+    ):
+        return [
+            f"TensorRT-LLM {version}: {ENGINE_DEPRECATION}; {INSTEAD_OF_ENGINE.get(c.mode, 'see `sdtk compat`')}"
+        ]
+    return []
+
+
+def versions_note(c: Cell) -> str:
+    """For `sdtk compat`'s why column: where a supported cell is deprecated or removed, the cited
+    reason and the fix-it ("" for a cell with neither)."""
+    if not c.supported or c.deprecated_from is None:
+        return ""
+    return (
+        f" | {c.deprecated_from}: deprecated (NVIDIA/TensorRT-LLM PR #11723); {c.max_version}: removed "
+        f"(PRs #15907, #15918): {removal_fix(c.mode)}"
+    )
+
+
+def removed(c: Cell, version: str | None) -> bool:
+    """The version is past the cell's last release line (the engine path on 1.3)."""
+    return bool(version and c.supported and c.max_version and release.at_least(version, c.max_version))
+
+
 def check(mode: str, backend: str, version: str | None = None, family: str | None = None) -> Cell:
-    """The cell for (mode, backend); raises CompatError naming the reason and the fix."""
+    """The cell for (mode, backend); raises CompatError naming the reason and the fix (on a release
+    that removed the backend, what to use instead)."""
     c = cell(mode, backend)
     found = problems(c, version, family)
     if found:
+        fix = removal_fix(mode) if removed(c, version) else c.fix
         raise CompatError(
             f"speculative.mode '{mode}' on backend '{backend}': " + "; ".join(found),
             mode=mode,
             backend=backend,
-            hint=c.fix or "see `sdtk compat`",
+            hint=fix or "see `sdtk compat`",
         )
     return c
 
@@ -135,7 +239,8 @@ class Resolution:
     backend: str
     version: str | None
     version_source: str  # "installed", "recipe", "none"
-    why: str
+    why: str  # ends with the deprecation warnings, when there are any
+    warnings: tuple[str, ...] = ()
 
 
 def resolve_backend(
@@ -164,23 +269,29 @@ def resolve_backend(
 
     if requested != "auto":
         c = check(mode, requested, version, family)
-        return Resolution(
-            requested, version, source, f"backend '{requested}' requested; {c.reason} ({vtext})"
-        )
+        return _resolved(c, version, source, f"backend '{requested}' requested; {c.reason} ({vtext})")
 
     rejected = []
     for backend in ("llmapi", "engine"):
         c = cell(mode, backend)
         found = problems(c, version, family)
         if not found:
-            return Resolution(backend, version, source, f"auto → {backend}: {c.reason} ({vtext})")
+            return _resolved(c, version, source, f"auto → {backend}: {c.reason} ({vtext})")
         rejected.append(f"{backend}: {'; '.join(found)}")
+    fix = removal_fix(mode) if removed(cell(mode, "engine"), version) else None
     raise CompatError(
         f"backend auto found no TensorRT-LLM backend for mode '{mode}' ({vtext}): " + " | ".join(rejected),
         mode=mode,
         backend="auto",
-        hint="use backend: reference for CPU, or a TensorRT-LLM version that has this mode (see `sdtk compat`)",
+        hint=fix
+        or "use backend: reference for CPU, or a TensorRT-LLM version that has this mode (see `sdtk compat`)",
     )
+
+
+def _resolved(c: Cell, version: str | None, source: str, why: str) -> Resolution:
+    warned = tuple(warnings(c, version))
+    text = why + "".join(f"; WARNING: {w}" for w in warned)
+    return Resolution(c.backend, version, source, text, warned)
 
 
 def check_recipe(

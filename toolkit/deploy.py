@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolkit.errors import SdtkError, UsageError
+from toolkit.errors import DISK_FULL_ERRNOS, DiskFull, SdtkError, UsageError
 from toolkit.progress import Step, quiet, steps
 from toolkit.recipe import Recipe
 
@@ -53,6 +53,9 @@ class DeployResult:
     watchdog_pid: int | None = None  # a detached deploy's watchdog (toolkit.server.watchdog)
     target: str = "local"  # local | k8s | slurm (TARGETS)
     files: list[Path] = field(default_factory=list)  # k8s / slurm: what was written, to apply or submit
+    # Where the target's weights came from when they are not the checkpoint's own (a GGUF's
+    # dequantized conversion: toolkit.hub.gguf's provenance note); None otherwise.
+    weights: str | None = None
 
     @property
     def model_name(self) -> str:
@@ -76,6 +79,7 @@ class DeployResult:
             "ready_seconds": self.ready_seconds,
             "validation": self.validation,
             "watchdog_pid": self.watchdog_pid,
+            "weights": self.weights,
         } | ({"target": self.target, "files": [str(p) for p in self.files]} if self.target != "local" else {})
 
 
@@ -118,6 +122,18 @@ def _save_recipe(recipe: Recipe, root: Path) -> None:
         "recipe": recipe.model_dump(mode="json"),
     }
     atomic_write(root / RECIPE_FILE, json.dumps(data, indent=2))
+
+
+@contextlib.contextmanager
+def _disk_full_named(root: Path) -> Iterator[None]:
+    """A full disk while building, rendering or launching (ENOSPC, EDQUOT) is a DiskFull naming
+    the path being written and the space left, not an internal error."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in DISK_FULL_ERRNOS:
+            raise
+        raise DiskFull.from_oserror(e, root) from None
 
 
 def load_deployed_recipe(root: Path) -> Recipe | None:
@@ -236,7 +252,7 @@ def deploy(
         check_launch_path(root, "workdir")
     # One deploy per deployment directory, refused before anything is built or rendered; the
     # server inherits the lock (toolkit.server.lock), this process drops its copy on return.
-    with WorkdirLock.acquire(root, f"sdtk deploy {recipe.display_name}") as lock:
+    with WorkdirLock.acquire(root, f"sdtk deploy {recipe.display_name}") as lock, _disk_full_named(root):
         check_workdir_free(root)
         return _deploy(
             recipe,
@@ -383,6 +399,10 @@ def _deploy(
         model=rendered.entry_model,
         entry_kind=rendered.entry_kind,
         decoupled=rendered.decoupled,
+        weights=next(
+            (s["provenance"]["note"] for s in built.sources if s["role"] == "target" and s.get("provenance")),
+            None,
+        ),
     )
     if render_only:
         return result

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import errno
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -154,3 +156,52 @@ class WorkdirError(SdtkError):
         self.path = Path(path)
         self.holder_pid = holder_pid
         super().__init__(message, hint=hint)
+
+
+# What a write fails with when its file system has no room (ENOSPC) or its user no quota (EDQUOT).
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskFull(WorkdirError):
+    """A write that found no space left: names the path it was writing and the space free on
+    that file system now."""
+
+    def __init__(self, path: Path | str, *, free: int | None, hint: str | None = None):
+        self.free = free
+        room = f"{_size(free)} free there now" if free is not None else "its free space unknown"
+        super().__init__(
+            f"no space left on the device while writing {path} ({room})",
+            path=path,
+            hint=hint
+            or "free space on that file system, or pass another --workdir; the same command then "
+            "goes on from what was written (finished build steps are not redone)",
+        )
+
+    @classmethod
+    def from_oserror(cls, e: OSError, fallback: Path | str) -> DiskFull:
+        """For an OSError whose errno is in DISK_FULL_ERRNOS: the path it names (the
+        destination of a copy), else `fallback`."""
+        path = Path(str(e.filename2 or e.filename or fallback))
+        if path.name.endswith(".incomplete"):  # an atomic write's temporary (toolkit._fs)
+            path = path.with_name(path.name.removesuffix(".incomplete"))
+        return cls(path, free=free_bytes(path))
+
+
+def free_bytes(path: Path) -> int | None:
+    """Bytes free to this user on the file system of `path` (or of its nearest existing parent)."""
+    for candidate in (path, *path.parents):
+        try:
+            return shutil.disk_usage(candidate).free
+        except OSError:
+            continue
+    return None
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"

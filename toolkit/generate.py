@@ -16,7 +16,12 @@ def _offline() -> bool:
 
 
 def resolve_model(recipe: Recipe, source: ModelSource, what: str) -> Path:
-    """A local directory for `source`: its `path`, or the hub snapshot (downloaded unless HF_HUB_OFFLINE)."""
+    """A local directory for `source`: its `path`, a GGUF file's conversion (made now unless the
+    cache holds it: toolkit.hub.gguf), or the hub snapshot (downloaded unless HF_HUB_OFFLINE)."""
+    if source.gguf is not None:
+        from toolkit.hub import gguf
+
+        return gguf.ensure_converted(source.gguf, recipe.base_dir, say=_say)
     local = recipe.local_path(source)
     if local is not None:
         return local
@@ -34,6 +39,12 @@ def resolve_model(recipe: Recipe, source: ModelSource, what: str) -> Path:
         raise ModelError(
             f"cannot fetch {what} '{source.describe()}': {e.__class__.__name__}: {e}", hint=hint
         ) from None
+
+
+def _say(message: str) -> None:
+    from toolkit.progress import steps
+
+    steps("generate")(message)
 
 
 # Loaded runtimes by (model paths, speculative section): validation and benchmarks call

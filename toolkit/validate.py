@@ -23,6 +23,7 @@ from toolkit.client import TritonClient
 from toolkit.errors import SdtkError, ServerError
 from toolkit.gate import TIE_MARGIN, Divergence, Scorer, judge
 from toolkit.generate import _runtime, reference_dtype, run_generate
+from toolkit.hub import chat, gguf
 from toolkit.progress import Step, steps
 from toolkit.recipe import Recipe
 
@@ -57,6 +58,9 @@ class ValidationReport:
     # The gate's findings: every divergence (ties included), the rule and where log-probs came from.
     divergences: list[dict[str, Any]] = field(default_factory=list)
     gate: dict[str, Any] = field(default_factory=dict)
+    # How the prompts were sent (toolkit.hub.chat) and, for a GGUF target, where its weights came from.
+    chat_template: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -193,12 +197,21 @@ def validate_deployment(
     progress: Step | None = _stderr,
     strict: bool = False,
 ) -> ValidationReport:
-    """`strict`: the correctness gate requires identical text (no tie allowance)."""
+    """`strict`: the correctness gate requires identical text (no tie allowance). The prompts go
+    through the recipe's chat template when it applies one (serving.chat_template), as a chat
+    client's would; the baseline and the gate see the same rendered text."""
+    fmt = chat.for_recipe(recipe)
+    prompts = fmt.render_all(prompts)
     with TritonClient(http_url, protocol="http", model=model) as http:
         info = http.model_info()
         entry_kind = "bls" if "num_draft_tokens" in info.inputs else "ensemble"
         desc, baseline = _baseline_fn(recipe, entry_kind, baseline_url, model, max_tokens, http)
         report = ValidationReport(model=model, http_url=http_url, grpc_url=grpc_url, baseline=desc)
+        report.chat_template = fmt.to_dict()
+        report.notes = [fmt.label] + [n for n in (gguf.weights_note(recipe),) if n]
+        for note in report.notes:
+            if progress:
+                progress(f"validate: {note}")
         report.add("server", *_server_check(http.url), progress)
         report.add(
             "model",

@@ -7,6 +7,7 @@ repository's Python models run inside NVIDIA's container, which need not have sd
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import queue
@@ -147,6 +148,33 @@ def stop_at(tokens: list[int], stops: list[list[int]], start: int = 0) -> int | 
 BLS_LOOP = "sdtk_bls_loop"
 
 
+# A request parameter sdtk's BLS sets on its decoupled sub-requests of the reference model: a
+# failure after the first response then comes back in-band, as a `fault_chunk`. Triton 2.51 loses
+# an error response sent after a decoupled BLS sub-request's first response (with the FINAL flag
+# the whole stream hangs; without it, the stream ends as if complete: measured with
+# SDTK_FAULT_INJECT alloc faults, 5 of 5 errors lost through the BLS, 3 of 3 delivered to a
+# direct generate_stream client), while data responses arrive.
+BLS_STREAM = "sdtk_bls_stream"
+
+
+def fault_chunk(message: str) -> dict[str, np.ndarray]:
+    """A response that says the request failed: `sequence_length` -n (no real response has a
+    negative length) and the message's n UTF-8 bytes as `output_ids`."""
+    data = message.encode("utf-8")[:4096]
+    return {
+        "output_ids": np.frombuffer(data, dtype=np.uint8).astype(np.int32).reshape(1, 1, len(data)),
+        "sequence_length": np.array([[-len(data)]], dtype=np.int32),
+    }
+
+
+def fault_of(outputs: dict[str, np.ndarray]) -> str | None:
+    """The message of a `fault_chunk`, or None for any other response."""
+    length = outputs.get("sequence_length")
+    if length is None or length.size == 0 or int(length.reshape(-1)[0]) >= 0 or "output_ids" not in outputs:
+        return None
+    return outputs["output_ids"].reshape(-1).astype(np.uint8).tobytes().decode("utf-8", errors="replace")
+
+
 def request_parameters(request) -> dict:
     """A request's parameters (JSON from Triton); {} when it has none."""
     text = request.parameters() if hasattr(request, "parameters") else ""
@@ -180,7 +208,12 @@ class Cancelled(Exception):
     """The client cancelled the request (or went away): stop generating."""
 
 
-class ModelDown(RuntimeError):
+class Unavailable(RuntimeError):
+    """The server cannot serve the request now (a model it calls failed midway, its process
+    ran out of memory or threads): sent as UNAVAILABLE, a fault of the server, to retry."""
+
+
+class ModelDown(Unavailable):
     """A model this one calls has lost its Python backend stub (killed, crashed): Triton 2.51
     never answers the requests that stub held, and fails later ones with "Stub process ... is not
     healthy". Sent as UNAVAILABLE, which Triton's HTTP frontend answers with 503 (a server fault,
@@ -207,11 +240,43 @@ def error_response(
     return pb_utils.InferenceResponse(output_tensors=[], error=error)
 
 
-def failure(what: str, e: Exception) -> pb_utils.InferenceResponse:
-    """The error response for exception `e` raised while serving `what`."""
+def is_exhausted(e: BaseException) -> bool:
+    """Whether `e` says the process ran out of memory or threads (an address-space limit, the
+    OOM edge): a fault of the server at that moment, not of the request."""
+    return isinstance(e, MemoryError) or (
+        isinstance(e, RuntimeError) and str(e).startswith("can't start new thread")
+    )
+
+
+def failure(what: str, e: BaseException) -> pb_utils.InferenceResponse:
+    """The error response for exception `e` raised while serving `what`. A dead model or an
+    exhausted process is UNAVAILABLE (retry later: HTTP 503 over KServe infer), a refusal
+    INVALID_ARG (400), anything else INTERNAL."""
     if isinstance(e, Cancelled):
         return error_response(f"{what}: request cancelled", cancelled=True)
-    return error_response(f"{what}: {e}", bad=isinstance(e, BadRequest), down=isinstance(e, ModelDown))
+    if is_exhausted(e):
+        return error_response(
+            f"{what}: the model's process is out of memory or threads ({type(e).__name__}: {e}); "
+            "this request failed, retry it",
+            down=True,
+        )
+    return error_response(f"{what}: {e}", bad=isinstance(e, BadRequest), down=isinstance(e, Unavailable))
+
+
+def last_word(sender, what: str, e: BaseException) -> bool:
+    """End a request with an error response through its `sender`, as the FINAL response, after
+    sending its answer failed with `e` (no memory for it, or the client has gone). Retried once
+    after a garbage collection (an error response needs little memory); False when nothing could
+    be sent."""
+    final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+    for attempt in range(2):
+        try:
+            sender.send(failure(what, e), flags=final)
+            return True
+        except Exception:  # noqa: BLE001 - the client may have gone: nothing else to tell it
+            if attempt == 0:
+                gc.collect()
+    return False
 
 
 def is_bad_request(error) -> bool:
@@ -240,6 +305,52 @@ def send_all(sender, outputs, what: str) -> None:
         sender.send(failure(what, e), flags=final)
         return
     sender.send(flags=final)
+
+
+# --------------------------------------------------------------------------- fault injection
+#
+# A test seam, off unless the variable is set in the server's environment (the stubs inherit it):
+#   SDTK_FAULT_INJECT="thread_start:N,alloc:M"
+# makes the N-th request thread a model starts fail as CPython's Thread.start() fails in an
+# exhausted address space (RuntimeError: can't start new thread), and the M-th response a model
+# allocates fail with MemoryError, each once (counted per model instance from its load; a site may
+# be named several times). tests/stress/test_served_faults.py uses it to prove that such a
+# request fails alone and the server serves on.
+
+FAULT_ENV = "SDTK_FAULT_INJECT"
+FAULT_SITES = {"thread_start": RuntimeError, "alloc": MemoryError}
+FAULT_WORDS = {"thread_start": "can't start new thread", "alloc": "cannot allocate the response"}
+
+
+class Faults:
+    """The faults SDTK_FAULT_INJECT asks for; `check(site)` raises at the chosen calls."""
+
+    def __init__(self, spec: str = ""):
+        self._at: dict[str, set[int]] = {}
+        self._count: dict[str, int] = {}
+        self._lock = threading.Lock()
+        for item in (s.strip() for s in spec.split(",")):
+            if not item:
+                continue
+            site, _, n = item.partition(":")
+            if site not in FAULT_SITES or not n.isdigit() or int(n) < 1:
+                raise ValueError(
+                    f"{FAULT_ENV}={spec!r}: {item!r} is not SITE:N with SITE one of "
+                    f"{', '.join(FAULT_SITES)} and N >= 1"
+                )
+            self._at.setdefault(site, set()).add(int(n))
+
+    @classmethod
+    def from_env(cls) -> Faults:
+        return cls(os.environ.get(FAULT_ENV, ""))
+
+    def check(self, site: str) -> None:
+        if site not in self._at:
+            return
+        with self._lock:
+            n = self._count[site] = self._count.get(site, 0) + 1
+        if n in self._at[site]:
+            raise FAULT_SITES[site](f"{FAULT_WORDS[site]} (injected by {FAULT_ENV}: {site}:{n})")
 
 
 # --------------------------------------------------------------------------- stub health

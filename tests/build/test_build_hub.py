@@ -20,8 +20,10 @@ def _hub_ids() -> set[str]:
     for p in (REPO / "recipes").glob("*.yaml"):
         models = yaml.safe_load(p.read_text()).get("models", {})
         for v in models.values():
-            repo = v if isinstance(v, str) else v.get("repo")
-            if repo and not repo.startswith((".", "/", "~")):
+            repo = ModelSource.model_validate(
+                v
+            ).repo  # the schema's shorthand: paths and GGUF files have none
+            if repo:
                 ids.add(repo)
     return ids
 

@@ -212,9 +212,11 @@ def test_a_missing_converter_fails_and_says_where_it_looked(make_recipe, standin
 
 
 def test_converter_default_is_the_container_layout(make_recipe, standins, monkeypatch):
-    """Without $TRTLLM_EXAMPLES_DIR the scripts are looked for where tritonserver:25.12-trtllm-python-py3
-    has them: /app/examples (tensorrtllm_backend dockerfile/Dockerfile.triton.trt_llm_backend @r25.12:
-    `WORKDIR /app`, `COPY --from=tensorrt_llm_code /workspace/tensorrt_llm/examples examples`)."""
+    """Without $TRTLLM_EXAMPLES_DIR the scripts are looked for where the newest container carrying the
+    recipe's TensorRT-LLM 1.1.0 has them: tritonserver:26.02-trtllm-python-py3 (Triton's compatibility
+    matrix @r26.07 lists 1.1.0 for 25.12-26.02), /app/examples (tensorrtllm_backend
+    dockerfile/Dockerfile.triton.trt_llm_backend @r26.02: `WORKDIR /app`,
+    `COPY --from=tensorrt_llm_code /workspace/tensorrt_llm/examples examples`)."""
     monkeypatch.delenv("TRTLLM_EXAMPLES_DIR")
     monkeypatch.delenv("NVIDIA_TRITON_SERVER_VERSION", raising=False)
     if __import__("pathlib").Path("/app/examples/models/core/medusa").exists():
@@ -223,7 +225,7 @@ def test_converter_default_is_the_container_layout(make_recipe, standins, monkey
         build(make_recipe("medusa", backend="engine"), progress=quiet)
     rec = _failed(e.value, "converter:target")
     assert "/app/examples/medusa/convert_checkpoint.py" in rec["detail"]
-    assert "container 25.12" in rec["detail"] and "r25.12" in rec["detail"]
+    assert "container 26.02" in rec["detail"] and "r26.02" in rec["detail"]
 
 
 def test_converter_resolves_against_a_container_root(make_recipe, monkeypatch, tmp_path):

@@ -350,3 +350,16 @@ def test_a_prerelease_is_its_release_line():
         and tensor_names("0.20.0rc1").min_tokens == "min_tokens"
     )
     assert llmapi_schema.line("1.3.0rc24") is llmapi_schema.LINE_1_3
+
+
+def test_the_sa_enhancer_is_rendered_on_1_3_and_refused_before(tmp_path):
+    """`speculative.sa_config` on EAGLE-3 becomes 1.3's `sa_config: {threshold, enable_global_pool}`
+    (SAEnhancerConfig, NVIDIA/TensorRT-LLM llm_args.py @0004396), accepted by the 1.3 stand-in; the 1.2
+    line has no enhancer, so a recipe that asks for it is refused, not silently rendered without it."""
+    _, r13 = plan(tmp_path / "a", "eagle3", "1.3.0", {"sa_config": {"threshold": 4}})
+    sc = rendered(r13)[0]["speculative_config"]
+    assert sc["sa_config"] == {"threshold": 4, "enable_global_pool": False}
+    llmapi_schema.validate("1.3.0", sc)
+    with pytest.raises(PreflightFailed, match="sa_config: TensorRT-LLM 1.2 has no SA enhancer") as e:
+        plan(tmp_path / "b", "eagle3", "1.2.1", {"sa_config": {"threshold": 4}})
+    assert e.value.check == "llmapi-fields"

@@ -65,7 +65,7 @@ def test_dry_run_resolves_every_path_of_each_container(tag, tmp_path):
         for p in row["paths"]:
             assert p["found"] and Path(p["host"]) == root / PurePosixPath(p["path"]).relative_to("/")
         resolved = {p["path"] for p in row["paths"]}
-        assert facts.tritonserver.value in resolved
+        assert facts.tritonserver.value in resolved and facts.python.value in resolved
         if row["backend"] == "engine":
             convs = [s["argv"] for s in row["steps"] if s["name"].startswith("convert-")]
             assert convs and all(a[0] == "python3" and a[1].startswith(examples + "/") for a in convs)
@@ -144,3 +144,62 @@ def test_deploy_dry_run_shows_one_bls_instance_per_batch_slot(tmp_path):
     assert f"#     tensorrt_llm_bls: {batch} instance(s)" in text.stdout
     r = CliRunner().invoke(cli, [*args, "--set", "serving.bls_instance_count=3", "--json"])
     assert "tensorrt_llm_bls: 3 instance(s) (serving.bls_instance_count" in json.loads(r.stdout)["repository"][0]
+
+
+def test_dry_run_of_26_07_resolves_every_path_from_its_facts(tmp_path):
+    """26.07 (tensorrtllm_backend r26.07, 3bc1153): TensorRT-LLM 1.2.1 (`ARG TENSORRTLLM_VER=1.2.1`), Python
+    in the /opt/venv-tritonserver venv (`python3.12 -m venv /opt/venv-tritonserver`), the engine path
+    still shipped and deprecated (NVIDIA/TensorRT-LLM PR #11723): its rows run, and the report says so."""
+    facts = FACTS["26.07"]
+    root = make_tree(tmp_path / "container", facts)
+    r = run("26.07", root)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["known"] and out["trtllm_version"] == "1.2.1"
+    assert out["image"] == "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
+    assert {b for _, b in plan_modes("1.2.1")} == {"engine", "llmapi"}
+    assert any("#11723" in n for n in out["notes"])
+    for row in out["rows"]:
+        python = next(p for p in row["paths"] if p["what"] == "python")
+        assert python["path"] == "/opt/venv-tritonserver/bin/python3" and python["found"]
+    assert set(out["unverified"]) == set(facts.unverified())  # the TensorRT-LLM tree's paths
+    text = CliRunner().invoke(cli, ["selftest", "--dry-run", "--container", "26.07", "--container-root", str(root)])
+    assert "path python: " + str(root / "opt/venv-tritonserver/bin/python3") in text.output
+    assert "unverified for 26.07: inflight_batcher_llm_dir" in text.output
+
+
+def test_dry_run_of_an_unknown_container_says_what_is_unverified_and_what_it_probes(tmp_path):
+    """26.10 has no facts file (the r26.08 compatibility matrix has no trtllm-python-py3 row past 26.07):
+    the dry run plans from 26.07's paths, says every fact is unverified, and names what it will probe.
+    Before, it exited 2 ("no layout facts")."""
+    r = CliRunner().invoke(cli, ["selftest", "--dry-run", "--container", "26.10"])
+    assert r.exit_code in (0, 1), r.output  # 1: this machine is not the container, its paths are missing
+    assert "UNVERIFIED for 26.10 (no facts file; every fact):" in r.output
+    assert "trtllm_version: no upstream facts for container 26.10; assumed 1.2.1, as in 26.07" in r.output
+    assert "inside the container sdtk probes /opt/venv-tritonserver/bin/python3, /usr/bin/python3" in r.output
+    # under --container-root, it probes that tree now: a 26.07-shaped tree resolves every path
+    root = make_tree(tmp_path / "container", FACTS["26.07"])
+    r = run("26.10", root)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["container"] == "26.10" and not out["known"] and out["probed"]
+    assert out["image"] == "nvcr.io/nvidia/tritonserver:26.10-trtllm-python-py3"
+    assert set(out["unverified"]) == set(FACTS["26.07"].facts())
+    assert all(row["ok"] for row in out["rows"])
+
+
+@pytest.mark.parametrize(
+    ("version", "engine"), [("1.1.0", True), ("1.2.0rc2", True), ("1.2.1", True), ("1.3.0", False), ("1.3.0rc24", False)]
+)
+def test_selftest_plans_the_engine_path_through_1_2_only(version, engine):
+    """The engine path ships through 1.2.x (deprecated, NVIDIA/TensorRT-LLM PR #11723) and is gone in
+    the 1.3 line (PRs #15907, #15918); a 1.2 pre-release is a 1.2. The llmapi rows are there on all."""
+    from toolkit.selftest.run import engine_notes
+
+    backends = {b for _, b in plan_modes(version)}
+    assert ("engine" in backends) is engine and "llmapi" in backends
+    notes = " ".join(engine_notes(version))
+    if version.startswith("1.2"):
+        assert "#11723" in notes
+    if version.startswith("1.3"):
+        assert "#15907" in notes and "EAGLE-3, NGram and SA" in notes

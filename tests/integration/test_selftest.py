@@ -65,7 +65,10 @@ def test_selftest_plan_with_trtllm():
     assert ("medusa", "engine") in v11 and ("eagle3", "llmapi") in v11 and ("none", "engine") in v11
     v09 = plan_modes("0.19.0")
     assert all(b == "engine" for _, b in v09)
-    assert all(b == "llmapi" for _, b in plan_modes("1.2.0"))
+    # the engine path ships through 1.2.x, deprecated (NVIDIA/TensorRT-LLM PR #11723; NGC 26.03-26.07), and
+    # the 1.3 line removed it (PRs #15907, #15918); 1.2.0rc2 is a 1.2
+    assert ("medusa", "engine") in plan_modes("1.2.0rc2") and ("medusa", "engine") in plan_modes("1.2.1")
+    assert all(b == "llmapi" for _, b in plan_modes("1.3.0"))
 
 
 def test_selftest_reports_the_failing_step_with_its_log_tail(tmp_path):

@@ -394,12 +394,8 @@ def test_every_bundled_recipe_renders_valid_manifests():
     rendered = 0
     for name, path in bundled_recipes().items():
         recipe = load_recipe(path)
-        try:
-            plan = plan_k8s(recipe)
-        except UsageError as e:
-            # TensorRT-LLM 1.2.x has no verified NGC container: the user must name an image.
-            assert "no verified NGC Triton container" in str(e), e
-            plan = plan_k8s(recipe, image="registry.example/sdtk-triton:1.2.0")
+        # every bundled recipe declares a version a verified NGC container carries (1.2.1: 26.07), or none
+        plan = plan_k8s(recipe)
         validate_all(plan.manifests + plan.monitoring)
         assert plan.name == k8s_name(name)
         rendered += 1
@@ -410,23 +406,31 @@ def test_every_bundled_recipe_renders_valid_manifests():
 
 
 def test_image_table_pins_trtllm_versions_to_ngc_containers():
-    assert images.image_for("1.1.0") == "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
+    """Triton's compatibility matrix (server docs/introduction/compatibility.md @r26.07, 819ee37):
+    1.1.0 in 25.12-26.02 (the newest wins), 1.2.0 in 26.03, 1.2.1 in 26.04-26.07."""
+    assert images.image_for("1.2.1") == "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
+    assert images.image_for("1.2.0") == "nvcr.io/nvidia/tritonserver:26.03-trtllm-python-py3"
+    assert images.image_for("1.1.0") == "nvcr.io/nvidia/tritonserver:26.02-trtllm-python-py3"
+    assert images.trtllm_version_of("nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3") == "1.1.0"
+    assert images.trtllm_version_of("nvcr.io/nvidia/tritonserver:26.05-trtllm-python-py3") == "1.2.1"
     assert images.image_for("1.0.0") == "nvcr.io/nvidia/tritonserver:25.10-trtllm-python-py3"
     assert images.image_for("0.21.0") == "nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3"
     assert images.trtllm_version_of("nvcr.io/nvidia/tritonserver:25.09-trtllm-python-py3") == "1.0.0"
     assert images.trtllm_version_of("my.registry/sdtk:1") is None
     for row in images.table():
         assert images.trtllm_version_of(row["image"]) == row["trtllm"]
+    # the 1.3 line ships only in NVIDIA's Dynamo container so far (server issue #8805)
     with pytest.raises(UsageError, match="no verified NGC Triton container") as e:
-        images.image_for("1.2.0")
-    assert "--image" in e.value.hint
+        images.image_for("1.3.0")
+    assert "--image" in e.value.hint and "1.2.1 (26.07) is the newest" in str(e.value) and "#8805" in str(e.value)
 
 
 def test_image_choice_drives_the_backend_check():
-    with pytest.raises(UsageError, match="TensorRT-LLM 1.2.0"):
-        plan_k8s(load_recipe("llama-3.1-8b-eagle3", ["trtllm_version=1.2.0"]))  # no verified container
-    eagle3 = load_recipe("llama-3.1-8b-eagle3")  # pins 1.1.0, which 25.12 carries (issue 13, finding 5)
-    assert plan_k8s(eagle3).image.endswith(":25.12-trtllm-python-py3")
+    with pytest.raises(UsageError, match="TensorRT-LLM 1.3.0"):
+        plan_k8s(load_recipe("llama-3.1-8b-eagle3", ["trtllm_version=1.3.0"]))  # no verified container
+    eagle3 = load_recipe("llama-3.1-8b-eagle3")  # pins 1.2.1, which 26.04-26.07 carry
+    assert plan_k8s(eagle3).image.endswith(":26.07-trtllm-python-py3")
+    assert "TensorRT-LLM 1.2.1" in plan_k8s(eagle3).image_why
     # 25.08 carries TensorRT-LLM 0.21.0, older than the LLM-API path EAGLE-3 needs
     with pytest.raises(CompatError):
         plan_k8s(eagle3, image="nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3")
@@ -477,3 +481,33 @@ def test_options_are_closed_and_the_layers_compose(tmp_path):
     assert objects.manifests == plan.manifests and objects.extras == {}
     assert list(plan.extras) == ["prometheus-adapter-values.yaml", "Dockerfile", "NOTES.md"]
     assert plan_k8s(rec, namespace="ns1", replicas=2).manifests == plan.manifests
+
+
+def test_notes_never_claim_a_version_the_image_is_not_known_to_carry(tmp_path):
+    """An --image whose tag is not in the verified table (26.11: no trtllm-python-py3 row in the matrix
+    at r26.07 or r26.08) is rendered for the recipe's version, and NOTES.md says that is unverified;
+    it used to say "(carries TensorRT-LLM <recipe version>)"."""
+    recipe = load_recipe("llama-3.1-8b-eagle3", ["trtllm_version=1.2.1"])
+    plan = plan_k8s(recipe, image="nvcr.io/nvidia/tritonserver:26.11-trtllm-python-py3")
+    notes = plan.extras["NOTES.md"]
+    assert "carries TensorRT-LLM" not in notes
+    assert "container 26.11 is not in sdtk's verified table" in notes
+    assert "rendered for the recipe's trtllm_version 1.2.1, which this image is not known to carry" in notes
+    custom = plan_k8s(recipe, image="registry.example/sdtk-triton:1")
+    assert "not an NGC trtllm-python-py3 image" in custom.image_why
+    assert "carries TensorRT-LLM" not in custom.image_why
+    verified = plan_k8s(recipe, image="nvcr.io/nvidia/tritonserver:26.05-trtllm-python-py3")
+    assert "carries TensorRT-LLM 1.2.1" in verified.image_why
+
+
+def test_engine_path_on_1_2_renders_with_a_deprecation_warning_and_1_3_is_refused():
+    """The engine path ships in 26.03-26.07 (TensorRT-LLM 1.2.x), deprecated (NVIDIA/TensorRT-LLM
+    PR #11723); the 1.3 line removed it (PRs #15907, #15918)."""
+    medusa = load_recipe("vicuna-7b-medusa")
+    plan = plan_k8s(medusa)
+    assert plan.image.endswith(":26.07-trtllm-python-py3") and plan.topology.backend == "engine"
+    assert "WARNING" in plan.extras["NOTES.md"] and "#11723" in plan.extras["NOTES.md"]
+    on_13 = load_recipe("vicuna-7b-medusa", ["trtllm_version=1.3.0"])
+    with pytest.raises(CompatError, match="#15907") as e:
+        plan_k8s(on_13, image="registry.example/sdtk-triton:1.3")
+    assert "#15918" in str(e.value) and "eagle3" in e.value.hint and "ngram" in e.value.hint

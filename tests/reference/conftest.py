@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from toolkit.modes.sa import SuffixAutomatonSpec  # noqa: E402
 from toolkit.recipe import DraftTarget, Eagle3, Lookahead, Medusa, NGram, NoSpeculation  # noqa: E402
 from toolkit.reference.prompts import PROMPTS  # noqa: E402
 from toolkit.trees import EAGLE_MC_SIM_7B_63, MEDUSA_MC_SIM_7B_63  # noqa: E402
@@ -82,6 +83,7 @@ def specs(runtime: Any) -> dict[str, Any]:
         "none": NoSpeculation(),
         "draft_target": DraftTarget(mode="draft_target", max_draft_len=4),
         "ngram": NGram(mode="ngram", max_draft_len=4, max_matching_ngram_size=3),
+        "sa": SuffixAutomatonSpec(mode="sa", max_draft_len=4),
         "lookahead": Lookahead(mode="lookahead", window=4, ngram=3, verification_set=4),
         "medusa": Medusa(mode="medusa", medusa_choices=[c for c in MEDUSA_MC_SIM_7B_63 if len(c) <= heads]),
         "eagle3_chain": Eagle3(mode="eagle3", max_draft_len=3),
@@ -89,4 +91,4 @@ def specs(runtime: Any) -> dict[str, Any]:
     }
 
 
-MODES = ["none", "draft_target", "ngram", "lookahead", "medusa", "eagle3_chain", "eagle3_tree"]
+MODES = ["none", "draft_target", "ngram", "sa", "lookahead", "medusa", "eagle3_chain", "eagle3_tree"]

@@ -95,7 +95,7 @@ def check(
 
 
 @pytest.mark.parametrize("setting", SETTINGS)
-@pytest.mark.parametrize("mode", ["eagle3_chain", "eagle3_tree", "ngram", "lookahead"])
+@pytest.mark.parametrize("mode", ["eagle3_chain", "eagle3_tree", "ngram", "sa", "lookahead"])
 def test_sample_and_match_keeps_the_target_distribution(
     mode: str, setting: str, runtime: Any, specs: dict[str, Any], hf_target: Any
 ) -> None:

@@ -21,7 +21,7 @@ CALLS: list[tuple[str, dict[str, np.ndarray]]] = []
 
 
 class TritonError:
-    UNKNOWN, INVALID_ARG, CANCELLED = 0, 3, 10
+    UNKNOWN, INVALID_ARG, UNAVAILABLE, CANCELLED = 0, 3, 4, 10
 
     def __init__(self, message: str, code: int = 0):
         self._message = message

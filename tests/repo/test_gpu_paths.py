@@ -312,8 +312,9 @@ def test_ensemble_request_is_unchanged(tmp_path):
 
 
 def test_pinned_versions_have_a_verified_container():
-    """Triton's release compatibility matrix: newest trtllm-python-py3 row 25.12 → TensorRT-LLM
-    1.1.0. Every bundled recipe that pins a version pins one a verified container carries."""
+    """Triton's release compatibility matrix (server docs/introduction/compatibility.md @r26.07, 819ee37):
+    newest trtllm-python-py3 row 26.07 → TensorRT-LLM 1.2.1. Every bundled recipe that pins a version pins
+    one a verified container carries."""
     from toolkit.containers import images
 
     pinned = {}
@@ -322,8 +323,8 @@ def test_pinned_versions_have_a_verified_container():
         if v is not None:
             pinned[path.name] = v
             assert images.image_for(v).endswith("-trtllm-python-py3"), path.name
-    assert pinned["llama-3.1-8b-eagle3.yaml"] == "1.1.0"
-    assert images.image_for("1.1.0") == "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
+    assert pinned["llama-3.1-8b-eagle3.yaml"] == "1.2.1"
+    assert images.image_for("1.2.1") == "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
 
 
 # --------------------------------------------------------------------------- finding 6

@@ -252,3 +252,31 @@ def test_reads_only_the_inputs_its_config_declares(pb, load_model, monkeypatch, 
     else:
         assert not set(LLMAPI_LATE_INPUTS) & declared
         assert not resp.has_error() and resp.as_dict()["text_output"].size == 1
+
+
+def test_a_request_whose_thread_cannot_start_fails_alone(pb, model, monkeypatch):
+    """Decoupled: the request whose thread cannot start (an exhausted address space) gets its own
+    error from execute(), which never raises (the Python backend would close the senders of the
+    requests already started); the others are served."""
+    mod, m = model
+    body = {"text_input": np.array([b"def fib(n):"], dtype=object),
+            "sampling_param_max_tokens": np.array([4], np.int32)}  # fmt: skip
+    first, failing, third = (_request(pb, body) for _ in range(3))
+    real_start, starts = mod.threading.Thread.start, []
+
+    def start(thread):
+        starts.append(thread)
+        if len(starts) == 2:
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(mod.threading.Thread, "start", start)
+        assert m.execute([first, failing, third]) is None
+    (response, flags), *more = failing.sender.sent
+    assert not more and flags == pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+    assert "can't start new thread" in response.error().message()
+    assert response.error().code() == pb.TritonError.UNAVAILABLE
+    for ok in (first, third):
+        assert not _finished(pb, ok)[-1][0].has_error()
+    assert starts[1] not in m._threads

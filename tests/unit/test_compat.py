@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from click.testing import CliRunner
 
 from toolkit import compat
 from toolkit.errors import CompatError
@@ -28,6 +31,7 @@ def test_every_mode_backend_pair_has_a_cell():
         ("medusa", True, False),
         ("lookahead", True, False),
         ("ngram", False, True),
+        ("sa", False, True),  # SA: the PyTorch backend's, 1.3 line
     ],
 )
 def test_support(mode, engine, llmapi):
@@ -52,7 +56,7 @@ def test_reference_runs_everything_but_eagle1():
 
 def test_versions():
     compat.check("medusa", "engine", "1.1.0")
-    with pytest.raises(CompatError, match="no longer has the engine path"):
+    with pytest.raises(CompatError, match="1.3.0 has no engine path"):
         compat.check("medusa", "engine", "1.3.0")
     compat.check("eagle3", "llmapi", "1.0.0")
     with pytest.raises(CompatError, match="older than 1.0"):
@@ -110,3 +114,63 @@ def test_engine_specific_rules():
 
 def test_installed_version_absent_here():
     assert compat.installed_trtllm_version() is None
+
+
+# --------------------------------------------------------------------------- the engine path per release line
+# NVIDIA/TensorRT-LLM PR #11723 (2026-02-25): DeprecationWarning in trtllm-build, convert_checkpoint.py and
+# LLM(backend="tensorrt"); NGC 26.03-26.07 carry 1.2.0/1.2.1 with the engine path still shipped.
+# PR #15907 (2026-07-03): the C++ backend and every TRT-engine template removed; PR #15918: the legacy TRT
+# Python modules removed (both on the 1.3.0rc line).
+
+
+@pytest.mark.parametrize("version", ["1.2.0rc2", "1.2.0", "1.2.1"])
+def test_engine_path_runs_on_1_2_with_a_cited_deprecation(version):
+    """1.2.0rc2 counts as a 1.2 (release tuple), not as a 1.1."""
+    for mode in ("none", "draft_target", "medusa", "lookahead", "eagle"):
+        c = compat.check(mode, "engine", version)
+        (warning,) = compat.warnings(c, version)
+        assert "PR #11723" in warning and version in warning
+    r = compat.resolve_backend("medusa", "auto", recipe_version=version)
+    assert r.backend == "engine" and r.warnings and "WARNING" in r.why and "#11723" in r.why
+    r = compat.resolve_backend("draft_target", "auto", recipe_version=version)
+    assert r.backend == "llmapi" and not r.warnings  # auto prefers the maintained path
+    assert not compat.warnings(compat.cell("medusa", "engine"), "1.1.0")
+
+
+@pytest.mark.parametrize(
+    ("mode", "instead"),
+    [("medusa", ("eagle3", "ngram", "SA")), ("lookahead", ("ngram", "SA")), ("eagle", ("eagle3", "ngram", "SA")),
+     ("draft_target", ("backend: llmapi", "DraftTarget")), ("none", ("backend: llmapi",))],
+)  # fmt: skip
+@pytest.mark.parametrize("version", ["1.3.0", "1.3.0rc24"])
+def test_engine_path_is_refused_on_1_3_with_the_cited_removal_and_a_fix_it(mode, instead, version):
+    with pytest.raises(CompatError) as e:
+        compat.check(mode, "engine", version)
+    assert "PR #15907" in str(e.value) and "PR #15918" in str(e.value)
+    assert all(word in e.value.hint for word in instead), e.value.hint
+    if mode in ("medusa", "lookahead", "eagle"):  # no other GPU path: say where it still runs
+        assert "TensorRT-LLM < 1.3 (NGC nvcr.io/nvidia/tritonserver:26.07" in e.value.hint and "reference" in e.value.hint
+
+
+def test_compat_columns_per_release_line():
+    assert compat.COLUMNS == ("1.1", "1.2", "1.3")
+    assert compat.cell("medusa", "engine").to_dict()["by_version"] == {"1.1": "yes", "1.2": "deprecated", "1.3": "no"}
+    assert compat.cell("eagle3", "llmapi").to_dict()["by_version"] == {"1.1": "yes", "1.2": "yes", "1.3": "yes"}
+    assert compat.cell("eagle3", "engine").to_dict()["by_version"] == {"1.1": "no", "1.2": "no", "1.3": "no"}
+    assert compat.cell("medusa", "reference").at("1.3") == "yes"
+    note = compat.versions_note(compat.cell("lookahead", "engine"))
+    assert "#11723" in note and "#15907" in note and "ngram" in note
+
+
+def test_compat_command_shows_the_1_2_and_1_3_columns():
+    from toolkit.cli import cli
+
+    r = CliRunner().invoke(cli, ["compat", "--mode", "medusa", "--json"])
+    assert r.exit_code == 0, r.output
+    engine = next(c for c in json.loads(r.output) if c["backend"] == "engine")
+    assert engine["by_version"]["1.2"] == "deprecated" and engine["by_version"]["1.3"] == "no"
+    assert engine["versions"] == "<1.3" and engine["deprecated_from"] == "1.2"
+    r = CliRunner().invoke(cli, ["compat", "--mode", "medusa"], terminal_width=250)
+    header = next(line for line in r.output.splitlines() if "backend" in line)
+    assert "1.1" in header and "1.2" in header and "1.3" in header
+    assert "deprecated" in r.output

@@ -16,15 +16,16 @@ def test_recipe_classes_match_the_registry():
     literals = [typing.get_args(cls.model_fields["mode"].annotation)[0] for cls in union]
     assert sorted(literals) == sorted(modes.MODES)
     assert recipe.MODES is modes.MODES and recipe.MODE_SOURCES is modes.MODE_SOURCES
-    assert recipe.LLMAPI_MODES == ("none", "draft_target", "eagle3", "ngram")
+    assert recipe.LLMAPI_MODES == ("none", "draft_target", "eagle3", "ngram", "sa")
 
 
 def test_tables_derive_from_the_registry():
     assert SPEC_MODE_NAMES is modes.SPEC_MODE_NAMES
     assert SPEC_MODE_NAMES["draft_target"] == "draft_tokens_external"
     assert SPEC_MODE_NAMES["lookahead"] == "lookahead_decoding"
-    assert LLMAPI_DECODING_TYPES == {"draft_target": ("DraftTarget",), "eagle3": ("Eagle3", "Eagle"), "ngram": ("NGram",)}
-    assert modes.CHAIN_MODES == ("draft_target", "eagle3", "ngram")
+    assert LLMAPI_DECODING_TYPES == {"draft_target": ("DraftTarget",), "eagle3": ("Eagle3", "Eagle"), "ngram": ("NGram",),
+                                     "sa": ("SA",)}  # fmt: skip
+    assert modes.CHAIN_MODES == ("draft_target", "eagle3", "ngram", "sa")
     from toolkit.bench.decide import plan, tune
 
     assert plan.CHAIN_MODES is tune.CHAIN_MODES is modes.CHAIN_MODES
@@ -38,9 +39,12 @@ def test_compat_cells_derive_from_the_registry():
     assert compat.cell("medusa", "engine").families == ("llama", "qwen2", "mixtral")
     assert compat.cell("eagle3", "llmapi").trtllm_name == "Eagle3"
     assert compat.cell("none", "engine").trtllm_name is None
-    assert (compat.cell("ngram", "llmapi").min_version, compat.cell("lookahead", "engine").max_version) == (
+    # the engine path: deprecated from 1.2 (NVIDIA/TensorRT-LLM PR #11723), gone in the 1.3 line (#15907)
+    lookahead = compat.cell("lookahead", "engine")
+    assert (compat.cell("ngram", "llmapi").min_version, lookahead.deprecated_from, lookahead.max_version) == (
         "1.0",
         "1.2",
+        "1.3",
     )
     assert len(compat.matrix()) == 3 * len(modes.REGISTRY)
 

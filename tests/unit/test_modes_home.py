@@ -12,6 +12,8 @@ from toolkit import modes
 ROOT = Path(__file__).resolve().parents[2]
 TOOLKIT = ROOT / "toolkit"
 NAMES = [m for m in modes.MODES if m != modes.NONE]  # "none" is also a plain word (fetch levels ...)
+# Quoted strings that spell a mode's name by coincidence: (file, name) -> why.
+COINCIDENCES = {("toolkit/bench/measure/workloads.py", "sa"): "a syllable of the synthetic prompts"}
 
 
 def test_a_mode_name_lives_in_modes_and_its_runtime_only():
@@ -23,17 +25,19 @@ def test_a_mode_name_lives_in_modes_and_its_runtime_only():
             for name in pattern.findall(line):
                 if rel.startswith("toolkit/modes/") or rel == f"toolkit/reference/{name}.py":
                     continue
+                if (rel, name) in COINCIDENCES:
+                    continue
                 found.append(f"{rel}:{n}: {line.strip()}")
     assert found == []
 
 
 def test_the_search_sees_what_it_should():
-    """The check above is not vacuous: toolkit/modes/core.py spells every name, and the mode list is
-    complete."""
+    """The check above is not vacuous: toolkit/modes/core.py or the mode's home spells every name,
+    and the mode list is complete."""
     text = (TOOLKIT / "modes" / "core.py").read_text(encoding="utf-8")
     for name in NAMES:
-        assert f'"{name}"' in text
-    assert set(NAMES) == {"draft_target", "eagle3", "eagle", "medusa", "lookahead", "ngram"}
+        assert f'"{name}"' in text or f'"{name}"' in (TOOLKIT / "modes" / f"{name}.py").read_text(encoding="utf-8")
+    assert set(NAMES) == {"draft_target", "eagle3", "eagle", "medusa", "lookahead", "ngram", "sa"}
 
 
 def test_constants_and_attributes_match_the_registry():

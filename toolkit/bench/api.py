@@ -19,7 +19,7 @@ from toolkit.bench.decide import tune as tune_mod
 from toolkit.bench.decide.predict import PlanResult
 from toolkit.bench.errors import BenchAborted
 from toolkit.bench.measure.loadgen import check_levels
-from toolkit.bench.measure.workloads import workload_for
+from toolkit.bench.measure.workloads import Workload, workload_for
 from toolkit.bench.options import RunOptions as RunOptions  # re-exported: the CLI builds one
 from toolkit.bench.orchestrate.compare import run_compare
 from toolkit.bench.orchestrate.plan import run_plan
@@ -29,6 +29,7 @@ from toolkit.bench.report import write_reports
 from toolkit.bench.results import ABResult, BenchResult, TuneResult
 from toolkit.bench.targets import DeployFn, deployment_recipe, load_recipe_any, resolve_side
 from toolkit.errors import UsageError
+from toolkit.hub import chat, gguf
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
@@ -85,12 +86,21 @@ def bench(
     check_levels(None if rate is not None else concurrency, rate)
     side = resolve_side(target, label="target", protocol=opts.protocol, model=model)
     side = dataclasses.replace(side, draft_len=draft_len or side.draft_len)
-    wl = workload_for(opts)
+    wl = as_sent(workload_for(opts), side.recipe)
     load = Load(None if rate is not None else concurrency, rate, num_draft_tokens=num_draft_tokens)
     return _reported(
         lambda: measure_side(side, wl, opts, load, deploy_fn=deploy_fn, label="bench"),
         opts.out_dir("bench", side.workdir),
     )
+
+
+def as_sent(wl: Workload, recipe: Recipe | None) -> Workload:
+    """The workload's prompts as a client of `recipe`'s deployment sends them: through the chat
+    template when the recipe applies one (serving.chat_template), with the report lines saying
+    so, and where a GGUF target's weights came from."""
+    fmt = chat.for_recipe(recipe)
+    notes = [fmt.label] + [n for n in (gguf.weights_note(recipe),) if n]
+    return wl.rendered(fmt.render, notes)
 
 
 def compare(
@@ -129,7 +139,7 @@ def compare(
         resolve_side(baseline, label="baseline", protocol=opts.protocol, model=baseline_model),
         resolve_side(speculative, label="speculative", protocol=opts.protocol, model=speculative_model),
     ]
-    wl = workload_for(opts)
+    wl = as_sent(workload_for(opts), sides[1].recipe or sides[0].recipe)
     if speculative_draft_len is not None:
         sides[1].draft_len = speculative_draft_len
     return _reported(
@@ -187,7 +197,7 @@ def plan(
     plan_mod.check_plan(gamma_max, probe_prompts, probe_tokens)
     plan_mod.check_concurrency(concurrency)
     rec = load_recipe_any(recipe, overrides)
-    wl = workload_for(opts)
+    wl = as_sent(workload_for(opts), rec)
     result = run_plan(
         rec,
         wl,
@@ -253,7 +263,7 @@ def tune(
         method, rec.mode, live=side.kind != "recipe", can_deploy=deploy_fn is not None
     )
     configs = tune_mod.sweep_configs(rec, draft_lens)
-    wl = workload_for(opts)
+    wl = as_sent(workload_for(opts), rec)
     result = tune_mod.new_result(
         side.describe(), rec, method, configs, wl, opts, levels=levels, resamples=resamples
     )

@@ -183,6 +183,7 @@ def render_bench(result: BenchResult) -> str:
         out.append(result.twin)
     if result.workload.get("synthetic"):
         out.append(SYNTHETIC_BANNER)
+    out += result.workload.get("notes", [])
     if not result.token_counts_exact:
         out.append(INEXACT_BANNER)
     cols, rows = bench_rows(result)
@@ -262,6 +263,7 @@ def render_compare(ab: ABResult) -> str:
     ]
     if ab.workload.get("synthetic"):
         out.append(SYNTHETIC_BANNER)
+    out += ab.workload.get("notes", [])
     if not ab.token_counts_exact:
         out.append(INEXACT_BANNER)
     cols, rows = compare_rows(ab)
@@ -422,6 +424,7 @@ def render_plan(p: PlanResult) -> str:
         )
         if pr.workload.get("synthetic"):
             out.append(SYNTHETIC_BANNER)
+        out += pr.workload.get("notes", [])
         line = f"  costs: plain step {t.t_base * 1e3:.2f} ms, κ={t.kappa:.3f} (verify-cost slope per extra token)"
         if t.c_forward is not None:
             line += f", c={t.c_forward:.3f} (draft ÷ target forward)"
@@ -529,6 +532,7 @@ def render_tune(t: TuneResult) -> str:
     out = [f"sdtk tune: {t.target}  workload {t.workload['name']}  method {t.method}"]
     if t.workload.get("synthetic"):
         out.append(SYNTHETIC_BANNER)
+    out += t.workload.get("notes", [])
     cols = (
         ["draft len"]
         + [f"c={c}" for c in t.concurrency]

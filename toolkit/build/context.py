@@ -111,6 +111,8 @@ class BuildContext:
         r = self.sources[role]
         if r.path is not None:
             return str(r.path)
+        if r.convert_to is not None:  # a GGUF file: where `sdtk build` converts it
+            return str(r.convert_to)
         var = re.sub(r"[^A-Z0-9]", "_", role.upper()) + "_DIR"
         if var not in self.script_vars:
             args = " ".join(shlex.quote(x) for x in (r.repo or r.ref, r.revision or "") if x)

@@ -32,6 +32,7 @@ from toolkit.build import engine, llmapi, preflight, reference
 from toolkit.build.context import EXAMPLES_ENV, BuildContext
 from toolkit.build.preflight import PASSED, SKIPPED, CheckResult
 from toolkit.build.steps import Step, StepRecord, execute, render_script
+from toolkit.checks import WARNING
 from toolkit.errors import CompatError, PreflightError
 from toolkit.hub import Resolved, hub_settings, resolve
 from toolkit.recipe import MODE_SOURCES, Recipe, load_recipe
@@ -157,7 +158,13 @@ def _resolve_sources(ctx: BuildContext, progress: Progress) -> None:
     for role in _roles(ctx.recipe):
         src = getattr(ctx.recipe.models, role)
         level = _fetch_level(ctx, role)
-        progress(f"resolving {role} {src.describe()} ({'cache only' if hub_settings().offline else level})")
+        how = "cache only" if hub_settings().offline else level
+        if src.gguf is not None:  # converted here, on this machine: nothing is downloaded
+            level = "metadata" if ctx.dry_run else "full"
+            how = (
+                "a GGUF file: converted once, then from sdtk's cache" if not ctx.dry_run else "GGUF, dry run"
+            )
+        progress(f"resolving {role} {src.describe()} ({how})")
         r: Resolved = resolve(src, role=role, recipe=ctx.recipe, fetch=level)  # type: ignore[arg-type]
         where = (
             f"{r.path}" + (f" @ {r.commit[:12]}" if r.commit else "")
@@ -165,6 +172,9 @@ def _resolve_sources(ctx: BuildContext, progress: Progress) -> None:
             else f"unresolved: {r.reason}"
         )
         progress(f"  {role}: {where}; facts from {r.facts.source}")
+        if r.provenance is not None:
+            progress(f"  {role}: {r.provenance.note}")
+            ctx.notes.append(f"{role}: {r.provenance.note}")
         ctx.sources[role] = r
 
 
@@ -302,13 +312,15 @@ def _preflight(ctx: BuildContext, runtime: CheckResult, say: Progress) -> list[C
     """Every preflight check, each reported unless it passed; PreflightFailed if any failed."""
     results: list[CheckResult] = [runtime]
     try:
+        warned: tuple[str, ...] = ()
         if ctx.backend != "reference":
-            compat.check_recipe(
+            warned = compat.check_recipe(
                 ctx.recipe,
                 installed_version=ctx.installed_version,
                 family=ctx.sources["target"].facts.model_type,
-            )
-        results.append(CheckResult("backend", PASSED, ctx.why))
+            ).warnings
+        # A deprecated path (the engine path on TensorRT-LLM 1.2.x) runs, with a warning.
+        results.append(CheckResult("backend", WARNING if warned else PASSED, ctx.why))
     except CompatError as e:
         results.append(CheckResult("backend", preflight.FAILED, str(e), e.hint))
     results += preflight.check_sources(ctx, _needs(ctx))

@@ -208,6 +208,11 @@ def _version_refusals(ctx: BuildContext) -> list[str]:
             f"speculative.acceptance_length_threshold: TensorRT-LLM {name} has no such field; did you mean "
             "acceptance_rate_threshold (a rate in [0, 1], 1.3)?"
         )
+    if (line is None or line.name == "1.2") and getattr(s, "sa_config", None) is not None:
+        out.append(
+            f"speculative.sa_config: TensorRT-LLM {name} has no SA enhancer (SAEnhancerConfig is in the 1.3 "
+            "line); drop it, or declare trtllm_version 1.3.0"
+        )
     if line is None and getattr(s, "acceptance_window", None) is not None:
         out.append(f"speculative.acceptance_window needs TensorRT-LLM >= 1.2 ({name} has no such field)")
     if (

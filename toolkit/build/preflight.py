@@ -62,6 +62,9 @@ def check_sources(ctx: BuildContext, needs: dict[str, str | None]) -> list[Check
         if r.resolved and (need != "weights" or r.weights):
             out.append(CheckResult(name, PASSED, f"{r.ref} → {where}; facts from {r.facts.source}"))
             continue
+        if r.convert_to is not None:  # a dry run: the build converts the GGUF file it found
+            out.append(CheckResult(name, SKIPPED, f"skipped (dry run: {r.ref} {r.reason})"))
+            continue
         if r.repo is None and not r.resolved:
             missing.append(f"models.{role} {r.ref} ({r.reason or 'no such directory'})")
             continue

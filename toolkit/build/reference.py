@@ -22,6 +22,11 @@ def _path(ctx: BuildContext, role: str) -> str | None:
     return str(r.path) if r.path is not None else ctx.source_arg(role)
 
 
+def _provenance(ctx: BuildContext, role: str) -> dict | None:
+    r = ctx.sources.get(role)
+    return r.provenance.to_dict() if r is not None and r.provenance is not None else None
+
+
 def engine_config(ctx: BuildContext, role: str) -> dict:
     spec = ctx.recipe.speculative.model_dump(mode="json")
     return {
@@ -37,6 +42,8 @@ def engine_config(ctx: BuildContext, role: str) -> dict:
             "eagle_head": _path(ctx, "eagle_head") if role == "target" else None,
             # The memory-bound twin: the runtime pads the target's MLP on load (toolkit.membound).
             "inflate": ctx.recipe.reference.inflate if role == "target" else 1,
+            # A GGUF source's conversion (file, sha256, quantization): reports print its note.
+            "provenance": _provenance(ctx, role),
             "speculative": spec,
         },
     }

@@ -184,6 +184,8 @@ def deploy(
                 f"http:     {data['http_url']}\ngrpc:     {data['grpc_url']}\nmetrics:  {data['metrics_url']}"
             )
             click.echo(f"repo:     {data['model_repo']}\npid:      {data['pid']}")
+            if data.get("weights"):
+                click.echo(f"weights:  {data['weights']}")
         sys.stdout.flush()
 
     result = run_deploy(

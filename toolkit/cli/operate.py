@@ -23,11 +23,10 @@ workdir_option = click.option(
 def status(workdir: Path | None, as_json: bool) -> None:
     """Is the deployment's server running, ready, and are all its Python stubs alive? Exits 1
     if not."""
-    from toolkit.dynamo.launch import is_dynamo
     from toolkit.server.state import find_deployment, server_status
 
     wd = find_deployment(workdir)
-    if is_dynamo(wd):
+    if _dynamo_at(wd):
         from toolkit.dynamo.status import dynamo_status
 
         st = dynamo_status(wd)
@@ -36,6 +35,18 @@ def status(workdir: Path | None, as_json: bool) -> None:
     emit(st.to_dict(), as_json, lambda: click.echo(f"{st.state}: {st.message}"))
     if not st.healthy:
         raise click.exceptions.Exit(1)
+
+
+def _dynamo_at(wd: Path) -> bool:
+    """The deployment in `wd` is a Dynamo one; False for an unreadable record with nothing
+    running (toolkit.server.state: `status` reports it, `stop` removes it)."""
+    from toolkit.dynamo.launch import is_dynamo
+    from toolkit.server.state import RecordUnreadable
+
+    try:
+        return is_dynamo(wd)
+    except RecordUnreadable:
+        return False
 
 
 @cli.command()
@@ -59,20 +70,25 @@ def logs(workdir: Path | None, lines: int | None, follow: bool) -> None:
 @click.option(
     "--grace", default=15.0, show_default=True, type=float, help="Seconds between SIGTERM and SIGKILL."
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also stop every server and watchdog of the workdir that its lock or the process table "
+    "shows, recorded or not (for a damaged or missing state.json).",
+)
 @json_option
-def stop(workdir: Path | None, grace: float, as_json: bool) -> None:
-    """Stop the deployment's server (and its Python backend stubs)."""
+def stop(workdir: Path | None, grace: float, force: bool, as_json: bool) -> None:
+    """Stop the deployment's server (and its Python backend stubs) and its watchdog."""
     from dataclasses import asdict
 
-    from toolkit.dynamo.launch import is_dynamo
     from toolkit.server.state import find_deployment, stop_server
 
     wd = find_deployment(workdir)
-    if is_dynamo(wd):  # a SIGKILLed supervisor leaves its Dynamo processes behind
+    if _dynamo_at(wd):  # a SIGKILLed supervisor leaves its Dynamo processes behind
         from toolkit.dynamo.status import kill_orphans
 
         kill_orphans(wd)
-    res = stop_server(wd, grace=grace)
+    res = stop_server(wd, grace=grace, force=force)
     emit(asdict(res), as_json, lambda: click.echo(res.message))
 
 
@@ -85,7 +101,8 @@ def restart(model: str, workdir: Path | None, as_json: bool) -> None:
     others serving, through Triton's model-control API and the deployment's key."""
     from dataclasses import asdict
 
-    from toolkit.server.state import find_deployment, restart_model
+    from toolkit.server.modelcontrol import restart_model
+    from toolkit.server.state import find_deployment
 
     res = restart_model(find_deployment(workdir), model)
     emit(asdict(res), as_json, lambda: click.echo(res.message))
@@ -179,6 +196,8 @@ def validate(
 
     def human() -> None:
         print_table(f"validation of '{report.model}' at {report.http_url}", report.checks)
+        for note in report.notes:
+            click.echo(note)
 
     emit(report.to_dict(), as_json, human)
     report.raise_if_failed()
@@ -264,6 +283,12 @@ def _validate_openai(url, workdir, model, rec, max_tokens: int, strict: bool, as
 @click.option("--max-tokens", default=64, show_default=True, type=int)
 @click.option("--temperature", type=float)
 @click.option("--num-draft-tokens", type=int, help="Draft-target BLS only: draft tokens per step (0 = off).")
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="Send PROMPT as written. Default: through the deployment's chat template when its recipe "
+    "applies one (serving.chat_template), as a chat client would; never with --url.",
+)
 @json_option
 def infer(
     prompt: str,
@@ -275,6 +300,7 @@ def infer(
     max_tokens: int,
     temperature: float | None,
     num_draft_tokens: int | None,
+    raw: bool,
     as_json: bool,
 ) -> None:
     """Send one generation request to a served model and print the text and acceptance stats."""
@@ -284,6 +310,14 @@ def infer(
         _infer_openai(prompt, url, workdir, model, stream, max_tokens, temperature, as_json)
         return
     target, state_model = _client_target(url, workdir, protocol)
+    if not (url or raw) and prompt:
+        from toolkit.deploy import load_deployed_recipe
+        from toolkit.hub import chat
+
+        fmt = chat.for_recipe(load_deployed_recipe(_running_deployment(workdir)[0]))
+        prompt = fmt.render(prompt)
+        if not as_json and fmt.applied:
+            click.echo(f"[{fmt.label}]", err=True)
     params: dict = {"exclude_input_in_output": True, "return_perf_metrics": True}
     counted = {"return_num_output_tokens": True}  # output_tokens in --json, where the model counts
     if temperature is not None:

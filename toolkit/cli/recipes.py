@@ -151,6 +151,9 @@ def build_cmd(
     else:
         for role, path in result.outputs.items():
             click.echo(f"{role}: {path}")
+        for src in result.sources:
+            if src.get("provenance"):
+                click.echo(f"{src['role']} weights: {src['provenance']['note']}")
 
 
 # --------------------------------------------------------------------------- generate
@@ -167,6 +170,12 @@ def build_cmd(
 @click.option("--top-k", default=0, show_default=True, type=int, help="0 = off.")
 @click.option("--top-p", default=1.0, show_default=True, type=float, help="1.0 = off.")
 @click.option("--seed", type=int, help="Sampling seed.")
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="Use PROMPT as written. Default: through the tokenizer's chat template when the recipe "
+    "applies one (serving.chat_template), as a served chat client would.",
+)
 @set_option
 @json_option
 def generate(
@@ -178,15 +187,23 @@ def generate(
     top_k: int,
     top_p: float,
     seed: int | None,
+    raw: bool,
     overrides: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Generate in process with the reference runtime (no server) and print acceptance statistics."""
     from toolkit.generate import run_generate
+    from toolkit.hub import chat, gguf
     from toolkit.recipe import load_recipe
 
+    rec = load_recipe(recipe, overrides)
+    if not raw and prompt:
+        fmt = chat.for_recipe(rec)
+        prompt = fmt.render(prompt)
+        if not as_json and fmt.applied:
+            click.echo(f"[{fmt.label}]", err=True)
     out = run_generate(
-        load_recipe(recipe, overrides),
+        rec,
         prompt,
         max_tokens,
         no_speculation=no_speculation,
@@ -206,6 +223,9 @@ def generate(
         f"(rate {st['acceptance_rate']:.2f}, length {st['acceptance_length']:.2f})",
         err=True,
     )
+    note = gguf.weights_note(rec)
+    if note:
+        click.echo(f"[{note}]", err=True)
 
 
 # --------------------------------------------------------------------------- compat
@@ -216,8 +236,9 @@ def generate(
 @click.option("--backend", type=backends(auto=False))
 @json_option
 def compat(mode: str | None, backend: str | None, as_json: bool) -> None:
-    """Print the support matrix: mode × backend × TensorRT-LLM versions × model families."""
-    from toolkit.compat import matrix
+    """Print the support matrix: mode × backend × TensorRT-LLM versions (a column per release line:
+    yes, deprecated, no) × model families."""
+    from toolkit.compat import COLUMNS, matrix, versions_note
 
     cells = matrix(mode, backend)
     emit(
@@ -225,16 +246,17 @@ def compat(mode: str | None, backend: str | None, as_json: bool) -> None:
         as_json,
         lambda: _table(
             "speculative decoding support",
-            ["mode", "backend", "ok", "TRT-LLM", "families", "name", "why / fix"],
+            ["mode", "backend", "ok", "TRT-LLM", *COLUMNS, "families", "name", "why / fix"],
             [
                 [
                     c.mode,
                     c.backend,
                     "yes" if c.supported else "no",
                     c.version_range() if c.supported else "-",
+                    *(c.at(line) for line in COLUMNS),
                     ",".join(c.families) if c.families else "any",
                     c.trtllm_name or "-",
-                    c.reason + (f" | fix: {c.fix}" if not c.supported else ""),
+                    c.reason + (f" | fix: {c.fix}" if not c.supported else "") + versions_note(c),
                 ]
                 for c in cells
             ],

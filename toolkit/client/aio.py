@@ -201,10 +201,14 @@ class AsyncTritonClient(ClientCore):
                 if r.status_code >= 400:
                     await r.aread()
                     common.check_http_status(r, self.url, self.model)
+                events = 0
                 async for line in r.aiter_lines():
                     data = common.parse_sse_line(line, self.url, self.model)
                     if data is not None:
+                        events += 1
                         yield data, False
+        if not events:  # a body cut before its first event (a cut mid-body raises above)
+            raise common.stream_ended_empty(self.url, self.model)
         yield {}, True
 
     async def _http_infer(self, info: ModelInfo, values: dict[str, Any], col: Collector) -> RawResponses:

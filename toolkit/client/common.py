@@ -127,6 +127,19 @@ def parse_sse_line(line: str, url: str, model: str) -> dict[str, Any] | None:
     return data
 
 
+def stream_ended_empty(url: str, model: str) -> ConnectionLost:
+    """A generate_stream body that ended before any event: Triton closes a stream that way when
+    the model's process dies or the server stops mid-request, never for an answered request
+    (sdtk's models and TensorRT-LLM's send at least one response per request)."""
+    return ConnectionLost(
+        f"the stream from {url} ended without any response: the server or the model failed mid-request",
+        url=url,
+        model=model,
+        protocol="http",
+        hint="did the server or a model's stub die? check `sdtk status` and `sdtk logs`",
+    )
+
+
 def grpc_error(e: BaseException, target: str, model: str, timeout: float, got_response: bool) -> ClientError:
     """tritonclient InferenceServerException / grpc.RpcError → a ClientError subclass."""
     status = ""

@@ -2,13 +2,21 @@
 
 One JSON file per container under `toolkit/data/containers/` (tests/contracts/containers links to the
 same folder) records, each fact with its upstream source:
-- the TensorRT-LLM and Python versions, the examples dir (convert_checkpoint.py scripts), the
-  `all_models` dirs and the llmapi `model.py`: triton-inference-server/tensorrtllm_backend
-  `dockerfile/Dockerfile.triton.trt_llm_backend` at the container's `r<yy.mm>` branch
-  (`WORKDIR /app … COPY …/examples examples`);
-- the `tritonserver` binary and the backends dir: triton-inference-server/server `build.py` at the
-  container's release tag (`WORKDIR /opt; COPY build/install tritonserver`).
+- the TensorRT-LLM version, the Python interpreter (the `/opt/venv-tritonserver` venv from 26.03),
+  the examples dir (convert_checkpoint.py scripts), the `all_models` dirs and the llmapi `model.py`:
+  triton-inference-server/tensorrtllm_backend `dockerfile/Dockerfile.triton.trt_llm_backend` at the
+  container's `r<yy.mm>` branch (`WORKDIR /app … COPY …/examples examples`);
+- the `tritonserver` binary, the backends dir and whether the engine path (the `tensorrtllm`
+  backend) ships: triton-inference-server/server `build.py` at the container's release tag
+  (`WORKDIR /opt; COPY build/install tritonserver`);
+- the Python and TensorRT-LLM versions NVIDIA states: server `docs/introduction/compatibility.md`
+  ("Container Name: trtllm-python-py3"), where the Dockerfile pins none or another one.
 A fact that could not be read at the container's tag carries `unverified` with the reason.
+
+A container without a facts file (a release newer than the newest known) is never silently given
+another container's facts: `layout()` marks every fact unverified, names the container whose paths
+it assumes, and, inside that container (or under `root`), reads the installed TensorRT-LLM version
+and probes the filesystem for each path (toolkit.containers.probe).
 
 Build, deploy and selftest resolve paths through `layout()`; `$TRTLLM_EXAMPLES_DIR`, `$TRTLLM_DIR`,
 `$TRITONSERVER` and `--tritonserver` still win over these facts. A `root` re-roots every container
@@ -24,9 +32,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path, PurePosixPath
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from toolkit.containers import release
 from toolkit.errors import UsageError
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "containers"
@@ -58,12 +67,21 @@ class Fact(_Closed):
         return self.unverified is None
 
 
+# The facts that are absolute in-container paths.
+PATH_FACTS = (
+    "python", "examples_dir", "all_models_dir", "scripts_dir", "inflight_batcher_llm_dir",
+    "llmapi_model_py", "tritonserver", "backends_dir", "tensorrtllm_backend_dir", "python_backend_dir",
+)  # fmt: skip
+
+
 class ContainerFacts(_Closed):
     container: str
     image: str
     sources: dict[str, Source]
     trtllm_version: Fact
     python_version: Fact
+    python: Fact  # the interpreter on PATH first (the venv's from 26.03)
+    engine_path: Fact  # "yes" | "no": the tensorrtllm (C++) backend and trtllm-build ship
     examples_dir: Fact
     all_models_dir: Fact
     scripts_dir: Fact
@@ -85,9 +103,9 @@ class ContainerFacts(_Closed):
                 raise ValueError(f"{name}: source '{f.source}' is not one of {sorted(self.sources)}")
             if f.unverified is None and self.sources[f.source].commit is None:
                 raise ValueError(f"{name}: verified, but its source was not read at a commit")
-        for name in ("examples_dir", "all_models_dir", "scripts_dir", "inflight_batcher_llm_dir",
-                     "llmapi_model_py", "tritonserver", "backends_dir", "tensorrtllm_backend_dir",
-                     "python_backend_dir"):  # fmt: skip
+        if self.engine_path.value not in ("yes", "no"):
+            raise ValueError(f"engine_path: '{self.engine_path.value}' is not yes or no")
+        for name in PATH_FACTS:
             if not PurePosixPath(getattr(self, name).value).is_absolute():
                 raise ValueError(f"{name}: '{getattr(self, name).value}' is not an absolute path")
         for key, f in self.converters.items():
@@ -109,15 +127,17 @@ class ContainerFacts(_Closed):
         return f"{s.repository} {s.path} {at}" + (f"; unverified: {f.unverified}" if f.unverified else "")
 
     def version(self) -> Version | None:
-        try:
-            return Version(self.trtllm_version.value)
-        except InvalidVersion:
-            return None
+        return release.parse(self.trtllm_version.value)
+
+    def unverified(self) -> dict[str, str]:
+        """Every fact that could not be checked for this container, with why."""
+        return {n: f.unverified for n, f in self.facts().items() if f.unverified is not None}
 
     def files(self) -> list[str]:
         """Every file a deployment in this container may run or copy (absolute, in-container)."""
         ex = PurePosixPath(self.examples_dir.value)
         return [
+            self.python.value,
             self.tritonserver.value,
             self.llmapi_model_py.value,
             *(str(ex / f.value) for f in self.converters.values()),
@@ -150,6 +170,8 @@ def all_facts() -> dict[str, ContainerFacts]:
 
 
 def get(tag: str) -> ContainerFacts:
+    """The facts of a known container; UsageError for one without a facts file (see `layout()`,
+    which marks such a container's facts unverified and probes it instead)."""
     known = all_facts()
     if tag not in known:
         raise UsageError(
@@ -157,6 +179,13 @@ def get(tag: str) -> ContainerFacts:
             hint="known containers: " + ", ".join(known) + " (toolkit/data/containers/)",
         )
     return known[tag]
+
+
+def check_tag(tag: str) -> str:
+    """`tag` when it is a container release name (<yy.mm>); UsageError otherwise."""
+    if not _TAG.match(tag):
+        raise UsageError(f"container '{tag}' is not a release name <yy.mm> (e.g. 26.07)")
+    return tag
 
 
 def newest() -> ContainerFacts:
@@ -170,28 +199,30 @@ def ngc_tritonserver() -> str:
 
 
 def for_version(trtllm_version: str | None) -> ContainerFacts | None:
-    """The newest container that carries TensorRT-LLM `trtllm_version` (major.minor.patch)."""
-    try:
-        want = Version(trtllm_version) if trtllm_version else None
-    except InvalidVersion:
-        return None
-    if want is None:
+    """The newest container that carries TensorRT-LLM `trtllm_version` (the same major.minor.patch:
+    a pre-release or build suffix on either side is ignored, see toolkit.containers.release)."""
+    if not trtllm_version or release.parse(trtllm_version) is None:
         return None
     found = [
         c
         for c in all_facts().values()
-        if (v := c.version()) is not None and v.release[:3] == want.release[:3]
+        if release.parse(c.trtllm_version.value) is not None
+        and release.same_release(c.trtllm_version.value, trtllm_version)
     ]
     return found[-1] if found else None
 
 
 @dataclass(frozen=True)
 class Layout:
-    """One container's facts, optionally re-rooted onto a directory tree, and why it was chosen."""
+    """One container's facts, optionally re-rooted onto a directory tree, and why it was chosen.
+    `known` is False for a container without a facts file: its facts are assumed (every one marked
+    unverified) and, where `probed`, checked against the container's filesystem."""
 
     facts: ContainerFacts
     why: str
     root: Path | None = None  # None: the real filesystem ("/")
+    known: bool = True
+    probed: bool = False  # the filesystem (and the installed TensorRT-LLM) was read
 
     @property
     def container(self) -> str:
@@ -213,15 +244,28 @@ class Layout:
         return PurePosixPath(self.facts.tritonserver.value)
 
     @property
+    def python(self) -> PurePosixPath:
+        return PurePosixPath(self.facts.python.value)
+
+    @property
     def llmapi_model_dir(self) -> PurePosixPath:
         return PurePosixPath(self.facts.llmapi_model_py.value).parent
 
     def converter(self, key: str) -> str:
         return self.facts.converters[key].value
 
+    def unverified(self) -> dict[str, str]:
+        """The facts not verified for this container, with why (all of them for an unknown one)."""
+        return self.facts.unverified()
+
     def describe(self) -> str:
         rooted = f", re-rooted at {self.root}" if self.root is not None else ""
-        return f"container {self.container} layout ({self.why}{rooted})"
+        if self.known:
+            return f"container {self.container} layout ({self.why}{rooted})"
+        return (
+            f"container {self.container}: NO FACTS in toolkit/data/containers/ ({self.why}{rooted}); "
+            f"{len(self.unverified())} fact(s) unverified"
+        )
 
 
 def layout(
@@ -229,13 +273,23 @@ def layout(
 ) -> Layout:
     """The container layout paths resolve against, in order: `container`; `$NVIDIA_TRITON_SERVER_VERSION`
     (set inside every Triton container); the newest container carrying `trtllm_version`; the newest
-    container known."""
+    container known.
+
+    A requested or running container without a facts file gets probed facts (toolkit.containers.probe):
+    never another container's facts without saying so."""
+    from toolkit.containers import probe
+
     r = Path(root).expanduser().resolve() if root is not None else None
-    if container:
-        return Layout(get(container), "requested", r)
     env = os.environ.get(CONTAINER_ENV, "").strip()
+    if container:
+        if container in all_facts():
+            return Layout(get(container), "requested", r)
+        inside = env == container
+        return probe.unknown(check_tag(container), "requested", root=r, inside=inside)
     if env in all_facts():
         return Layout(get(env), f"${CONTAINER_ENV}={env}", r)
+    if env and _TAG.match(env):
+        return probe.unknown(env, f"${CONTAINER_ENV}={env}", root=r, inside=True)
     by_version = for_version(trtllm_version)
     if by_version is not None:
         return Layout(by_version, f"ships TensorRT-LLM {by_version.trtllm_version.value}", r)
@@ -246,5 +300,5 @@ def layout(
         else "newest known"
     )
     if env:
-        why += f" (${CONTAINER_ENV}={env} has no facts)"
+        why += f" (${CONTAINER_ENV}={env} is not a release name)"
     return Layout(latest, why, r)

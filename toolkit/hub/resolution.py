@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from toolkit.errors import ModelError
+from toolkit.hub import gguf
 from toolkit.hub.inspection import ModelFacts, TokenizerFacts, inspect
 from toolkit.runner import redact
 
@@ -71,16 +73,18 @@ class Resolved:
     """One model source of a recipe, resolved (or not) to a local directory, and inspected."""
 
     role: str  # "target" | "draft" | "medusa_heads" | "eagle_head" | "tokenizer"
-    ref: str  # as written: hub id[@revision] or path
+    ref: str  # as written: hub id[@revision], path or GGUF file
     repo: str | None = None
     revision: str | None = None
     path: Path | None = None
     commit: str | None = None
-    how: str = "unresolved"  # "local path" | "hub cache" | "hub download" | "unresolved"
+    how: str = "unresolved"  # "local path" | "hub cache" | "hub download" | "gguf cache" | "gguf conversion" | "unresolved"
     reason: str | None = None  # why unresolved
     weights: bool = False  # weight files present in `path`
     facts: ModelFacts = field(default_factory=lambda: ModelFacts(source="none"))
     tokenizer: TokenizerFacts | None = None
+    provenance: gguf.Provenance | None = None  # a GGUF source's conversion
+    convert_to: Path | None = None  # a GGUF source not converted yet: where `sdtk build` converts it
 
     @property
     def resolved(self) -> bool:
@@ -105,6 +109,7 @@ class Resolved:
             "facts_source": self.facts.source,
             "facts": self.facts.to_dict(),
             "tokenizer": self.tokenizer.to_dict() if self.tokenizer else None,
+            "provenance": self.provenance.to_dict() if self.provenance else None,
         }
 
 
@@ -146,8 +151,12 @@ def resolve(
     fetch: "none" (cache or local only), "metadata" (also download config and tokenizer files,
     never weights) or "full" (download the whole snapshot). Offline (HF_HUB_OFFLINE=1) always
     means cache only. Never raises for a missing model: the record says why it is unresolved.
+    A GGUF source is converted (toolkit.hub.gguf) with fetch "full" only; otherwise an earlier
+    conversion is used if the cache has one.
     """
-    if source.path is not None:
+    if source.gguf is not None:
+        r = _resolve_gguf(source.gguf, recipe.base_dir if recipe is not None else None, role, fetch)
+    elif source.path is not None:
         p = recipe.local_path(source) if recipe is not None else Path(source.path).expanduser().resolve()
         r = Resolved(role=role, ref=source.describe())
         if p is not None and p.is_dir():
@@ -158,6 +167,25 @@ def resolve(
     else:
         r = _resolve_hub(source.repo or "", source.revision, role=role, fetch=fetch)
     inspect(r)
+    return r
+
+
+def _resolve_gguf(spec: str, base: Path | None, role: str, fetch: Fetch) -> Resolved:
+    r = Resolved(role=role, ref=spec)
+    try:
+        path = gguf.checkpoint_dir(gguf.locate(spec, base))
+        done = gguf.current(path)
+        if fetch == "full":
+            path = gguf.ensure_converted(spec, base)
+    except ModelError as e:
+        r.reason = str(e) + (f" ({e.hint})" if e.hint else "")
+        return r
+    r.provenance = gguf.provenance_of(path) if gguf.current(path) else None
+    if r.provenance is None:
+        r.reason, r.convert_to = f"not converted yet (sdtk build converts it into {path})", path
+        return r
+    r.path, r.weights = path, has_weights(path)
+    r.how = "gguf cache" if done else "gguf conversion"
     return r
 
 

@@ -56,12 +56,28 @@ ENGINE_MODE_FLAGS: dict[int, str] = {
 # Where a recipe runs: engine (trtllm-build + Triton's tensorrtllm backend), llmapi (TRT-LLM's
 # PyTorch backend), reference (sdtk's PyTorch implementation); auto picks one.
 BACKENDS = ("auto", "engine", "llmapi", "reference")
-ENGINE_MAX = "1.2"  # exclusive: verified through 1.1.x; 1.2 may have removed trtllm-build
+# The engine path (trtllm-build, Triton's C++ tensorrtllm backend, the inflight_batcher_llm templates)
+# per TensorRT-LLM release line, compared on the release tuple (toolkit.containers.release: 1.2.0rc2
+# is a 1.2): shipped through 1.1.x; shipped but deprecated on 1.2.x (NVIDIA/TensorRT-LLM PR #11723,
+# 2026-02-25: DeprecationWarning in trtllm-build, trtllm-refit, convert_checkpoint.py and
+# LLM(backend="tensorrt"); NGC 26.03-26.07 carry 1.2.0/1.2.1 with it); removed in the 1.3 line
+# (PR #15907, 2026-07-03: the C++ backend and every TRT-engine model-repository template; PR #15918:
+# the legacy TRT Python modules, BuildConfig, TrtLlmArgs and the runtime).
+ENGINE_DEPRECATED = "1.2"  # inclusive: the engine path warns from here on
+ENGINE_MAX = "1.3"  # exclusive: the first release line without the engine path
 LLMAPI_MIN = "1.0"
+ENGINE_DEPRECATION = (
+    "the engine path (trtllm-build, the tensorrtllm C++ backend) is deprecated since TensorRT-LLM 1.2 "
+    "(NVIDIA/TensorRT-LLM PR #11723) and removed in the 1.3 line"
+)
+ENGINE_REMOVAL = (
+    "the 1.3 line removed trtllm-build, the tensorrtllm C++ backend and every inflight_batcher_llm "
+    "template (NVIDIA/TensorRT-LLM PR #15907) and the legacy TRT Python modules (PR #15918)"
+)
 
 ENGINE_ONLY_FIX = (
-    "use backend: engine with TensorRT-LLM 1.1.x (NGC tritonserver:<yy.mm>-trtllm-python-py3), "
-    "or backend: reference on CPU"
+    "use backend: engine with TensorRT-LLM <= 1.2.x (NGC tritonserver:26.07-trtllm-python-py3 carries "
+    "1.2.1, the engine path deprecated), or backend: reference on CPU"
 )
 _REFERENCE = "sdtk's PyTorch implementation; CPU or any torch device"
 
@@ -78,6 +94,9 @@ class Support:
     reason: str
     fix: str = ""
     families: tuple[str, ...] | None = None  # HF model_type values it is limited to; None = any
+    # The first TensorRT-LLM release whose backend has the mode, where later than the backend's
+    # own first (LLMAPI_MIN); None: the backend's. toolkit.compat's cells read it.
+    min_version: str | None = None
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from toolkit.modes.core import (
 )
 from toolkit.modes.load_aware import LoadAware
 from toolkit.modes.medusa import check_tree
+from toolkit.modes.sa import SAEnhancerConfig, enhancer_config
 from toolkit.schema import FieldError
 
 if TYPE_CHECKING:
@@ -82,6 +83,11 @@ class Eagle3(LoadAware):
         True,
         description="TRT-LLM one-model EAGLE-3 (default and faster). Written up to TensorRT-LLM 1.2; the 1.3 "
         "line has no such field (two-model path removed), so it is left out there and `false` is refused.",
+    )
+    sa_config: SAEnhancerConfig | None = Field(
+        None,
+        description="The suffix-automaton enhancer (TensorRT-LLM SAEnhancerConfig, 1.3 line): where the "
+        "request's text repeats a suffix at least `threshold` tokens long, SA's draft replaces the head's.",
     )
     layers_to_capture: list[int] | None = Field(
         None,
@@ -178,6 +184,8 @@ def llmapi_config(spec: Eagle3, call: LlmapiCall) -> dict[str, Any] | None:
         cfg["max_total_draft_tokens"] = spec.max_total_draft_tokens
     if spec.layers_to_capture is not None:
         cfg["eagle3_layers_to_capture"] = sorted(spec.layers_to_capture)
+    if spec.sa_config is not None:
+        cfg["sa_config"] = enhancer_config(spec.sa_config)
     return cfg
 
 
@@ -198,7 +206,17 @@ def reference_speculator(spec: Eagle3, runtime: Any, sampling: Any, draft: Any) 
             hint="use a static tree (speculative.eagle_choices) or the default chain",
         )
     choices = spec.eagle_choices or [[0] * d for d in range(1, spec.max_draft_len + 1)]
-    return Eagle3Speculator(runtime.eagle3, tree_from_choices(choices))
+    speculator = Eagle3Speculator(runtime.eagle3, tree_from_choices(choices))
+    if spec.sa_config is None:
+        return speculator
+    if spec.eagle_choices is not None:
+        raise GenerationError(
+            "the SA enhancer replaces a chain; the reference runtime does not enhance an EAGLE-3 tree",
+            hint="drop speculative.eagle_choices or speculative.sa_config",
+        )
+    from toolkit.reference.sa import enhance
+
+    return enhance(speculator, spec.sa_config, spec.max_draft_len, runtime)
 
 
 def draft_forwards(draft_len: int) -> int:

@@ -4,6 +4,7 @@
   the modes' recipe classes, each from its home in toolkit/modes/);
 - `toolkit.recipe.loader`: hardened YAML loading, `--set` overrides, the bundled recipes, parsing;
 - `toolkit.recipe.explain`: pydantic's errors as dotted fields, allowed values and did-you-mean.
+- `toolkit.recipe.gguf_source`: how a recipe names a GGUF file, where it is, where its conversion goes.
 
 Every name is importable from `toolkit.recipe` as before the split. Importable without torch,
 tritonclient or tensorrt_llm.

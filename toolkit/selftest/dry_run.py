@@ -4,8 +4,14 @@ For the container's TensorRT-LLM (toolkit/data/containers/<yy.mm>.json) it plans
 backend) pairs `sdtk selftest` runs there, and for each prints the build steps' argv (the
 `sdtk build --dry-run` plan) and the tritonserver launch (`sdtk deploy --dry-run`), then resolves
 every container path the pair needs against a directory tree (`--container-root DIR`, default `/`):
-the converter scripts, `tritonserver`, the `tensorrtllm` and `python` backend dirs and the llmapi
-`model.py`. Nothing is built, written or launched; the checkpoints are empty stand-in directories.
+the Python interpreter (the `/opt/venv-tritonserver` venv from 26.03), the converter scripts,
+`tritonserver`, the `tensorrtllm` and `python` backend dirs and the llmapi `model.py`. Nothing is
+built, written or launched; the checkpoints are empty stand-in directories.
+
+Every report lists the facts that are unverified for the container. For a container without a facts
+file (newer than the newest known) that is every fact: the paths are the newest known container's,
+said so, and the report lists what sdtk probes inside the container (under `--container-root`, it
+probes that tree now).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from toolkit import progress as prog
 from toolkit.build import PreflightFailed, build
 from toolkit.deploy import plan_deploy
 from toolkit.errors import SdtkError
-from toolkit.selftest.run import plan_modes, selftest_recipe
+from toolkit.selftest.run import engine_notes, plan_modes, selftest_recipe
 
 
 @dataclass
@@ -56,6 +62,10 @@ class DryRun:
     layout: str  # why this container, and the root
     root: str
     rows: list[PlanRow]
+    known: bool = True  # False: no facts file; every fact assumed or probed
+    probed: bool = False
+    unverified: dict[str, str] = field(default_factory=dict)  # fact → why
+    notes: list[str] = field(default_factory=list)  # the engine path's deprecation or removal
 
     @property
     def ok(self) -> bool:
@@ -69,13 +79,24 @@ class DryRun:
             "trtllm_version": self.trtllm_version,
             "layout": self.layout,
             "root": self.root,
+            "known": self.known,
+            "probed": self.probed,
+            "unverified": dict(self.unverified),
+            "notes": list(self.notes),
             "rows": [r.to_dict() for r in self.rows],
         }
 
     def text(self) -> str:
         import shlex
 
-        out = [f"selftest dry run: {self.image} (TensorRT-LLM {self.trtllm_version}); {self.layout}", ""]
+        out = [f"selftest dry run: {self.image} (TensorRT-LLM {self.trtllm_version}); {self.layout}"]
+        out += [f"note: {n}" for n in self.notes]
+        if self.known:
+            out.append(f"unverified for {self.container}: {', '.join(self.unverified) or 'none'}")
+        else:
+            out.append(f"UNVERIFIED for {self.container} (no facts file; every fact):")
+            out += [f"  {name}: {why}" for name, why in self.unverified.items()]
+        out.append("")
         for r in self.rows:
             out.append(f"== {r.mode} ({r.backend}): {'ok' if r.ok else 'FAILED'}")
             for s in r.steps:
@@ -106,6 +127,7 @@ def _paths(lay: containers.Layout, backend: str, steps: list[dict[str, Any]]) ->
         for s in steps
         if s.get("argv") and s["argv"][0] == "python3" and s["argv"][1].endswith(".py")
     ]
+    wanted.insert(0, ("python", f.python.value))
     wanted.append(("tritonserver", f.tritonserver.value))
     wanted.append(("python backend", f.python_backend_dir.value))
     if backend == "engine":
@@ -126,7 +148,8 @@ def dry_run(
     modes: list[str] | None = None,
 ) -> DryRun:
     """Plan the self-test of one container (default: the one toolkit.containers.layout picks) and
-    resolve its paths under `root` (default: this machine's /)."""
+    resolve its paths under `root` (default: this machine's /). A container without a facts file is
+    planned from assumed facts, every one reported unverified (probed under `root` when given)."""
     lay = containers.layout(container=container, root=root)
     version = lay.facts.trtllm_version.value
     plan = plan_modes(version)
@@ -169,4 +192,8 @@ def dry_run(
         layout=lay.describe(),
         root=str(lay.host("/")),
         rows=rows,
+        known=lay.known,
+        probed=lay.probed,
+        unverified=lay.unverified(),
+        notes=engine_notes(version),
     )

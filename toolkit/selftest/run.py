@@ -21,6 +21,7 @@ from toolkit.build.llmapi import schema_for
 from toolkit.deploy import deploy
 from toolkit.errors import UsageError
 from toolkit.modes import DRAFT_TARGET, EAGLE3, LOOKAHEAD, LOOKAHEAD_FIELDS, MEDUSA, NGRAM, info
+from toolkit.modes.core import ENGINE_DEPRECATION, ENGINE_REMOVAL
 from toolkit.recipe import parse_recipe
 from toolkit.selftest.checkpoints import (
     CAPTURE,
@@ -34,7 +35,10 @@ from toolkit.server.state import server_status, stop_server
 from toolkit.validate import validate_deployment
 
 STEPS = ("build", "deploy", "validate", "bench", "stop")
-WOULD_RUN = "1.1.0"  # the TensorRT-LLM of the newest verified NGC container (toolkit/containers/images.py)
+# The TensorRT-LLM the CPU twin stands in for without TensorRT-LLM: 1.1.0, the newest release whose
+# contract fixture the twin is checked against (tests/contracts/trtllm-1.1.json). The newest verified
+# NGC container carries 1.2.1 (toolkit.containers.images.DEFAULT_TRTLLM, 26.07).
+WOULD_RUN = "1.1.0"
 
 
 @dataclass
@@ -150,17 +154,29 @@ def plan_modes(version: str | None) -> list[tuple[str, str]]:
     """(mode, backend) pairs to test: what the installed TensorRT-LLM supports; without it, what
     TensorRT-LLM 1.1 would run, on the reference backend (the engine path's modes behind the
     ensemble repository, the llmapi path's behind the llmapi one)."""
-    from packaging.version import Version
-
     if version is None:
         return [(m, "reference" if b == "engine" else REFERENCE_LLMAPI) for m, b in plan_modes(WOULD_RUN)]
-    out: list[tuple[str, str]] = []
-    v = Version(version)
-    if v < Version("1.2"):  # the engine path (trtllm-build) exists up to 1.1
-        out += [(m, "engine") for m in ("none", DRAFT_TARGET, MEDUSA, LOOKAHEAD)]
-    if v >= Version("1.0"):
-        out += [(m, "llmapi") for m in ("none", EAGLE3, NGRAM, DRAFT_TARGET)]
+    # The support matrix decides, on the release tuple: the engine path through 1.2.x (deprecated on
+    # 1.2.x), none on the 1.3 line; the llmapi path from 1.0.
+    out = [(m, "engine") for m in ("none", DRAFT_TARGET, MEDUSA, LOOKAHEAD)]
+    out += [(m, "llmapi") for m in ("none", EAGLE3, NGRAM, DRAFT_TARGET)]
     return [(m, b) for m, b in out if not compat.problems(compat.cell(m, b), version, "llama")]
+
+
+def engine_notes(version: str | None) -> list[str]:
+    """What the support matrix says about the engine path on this TensorRT-LLM: its deprecation
+    (1.2.x, NVIDIA/TensorRT-LLM PR #11723) or its removal (1.3, PRs #15907/#15918) and the fix-it."""
+    if version is None:
+        return []
+    engine = compat.cell("none", "engine")
+    if compat.removed(engine, version):
+        return [
+            f"TensorRT-LLM {version}: no engine-path rows ({ENGINE_REMOVAL}); Medusa, Lookahead and EAGLE-1/2 "
+            "have no GPU path here: EAGLE-3, NGram and SA (llmapi) replace them"
+        ]
+    if compat.warnings(engine, version):
+        return [f"TensorRT-LLM {version}: {ENGINE_DEPRECATION}; the engine rows below still run, deprecated"]
+    return []
 
 
 # --------------------------------------------------------------------------- run
@@ -293,7 +309,7 @@ def selftest(
             "llmapi backends instead (see would_run_with_trtllm)."
         )
     else:
-        note = f"TensorRT-LLM {version}: testing every mode it supports"
+        note = "; ".join([f"TensorRT-LLM {version}: testing every mode it supports", *engine_notes(version)])
     say(note)
     plan = plan_modes(version)
     if modes:

@@ -24,6 +24,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -36,16 +37,15 @@ from toolkit.server.foreground import LogFollower, signals_ignored, signals_inte
 from toolkit.server.lock import WorkdirLock
 from toolkit.server.plan import LaunchPlan, LaunchSite
 from toolkit.server.ports import PORT_FIELDS, PortInUseError, Ports, auto_ports, check_free
+from toolkit.server.record import REPO_KEY_HEADER, connect_host
 from toolkit.server.startup import (
     Health,
     ServerStartError,
     check_launch_path,
     check_workdir_free,
-    connect_host,
     model_control_args,
 )
 from toolkit.server.state import (
-    REPO_KEY_HEADER,
     ServerState,
     dead_stubs,
     default_log_path,
@@ -134,6 +134,10 @@ class TritonServer:
         # can reload one model, with Triton's model-repository API restricted to this key.
         self.repo_key: str | None = None
         self._record = True
+        # Fields every record of this server carries over (a watchdog's restart keeps its own),
+        # and whether a failed start leaves state.json to the one who restarts it (the watchdog).
+        self.record_extra: dict[str, Any] = {}
+        self.keep_record = False
         self.argv: list[str] = []
         self.started_at: float | None = None
         self.detached = False
@@ -262,7 +266,8 @@ class TritonServer:
     # ------------------------------------------------------------------ lifecycle
 
     def _check_workdir_free(self) -> None:
-        check_workdir_free(self.workdir)
+        if not self.keep_record:  # else its watchdog relaunches it: the record is its own
+            check_workdir_free(self.workdir)
 
     def _launch_once(self) -> None:
         if not self.model_repo.is_dir():
@@ -399,7 +404,7 @@ class TritonServer:
         """The record of this server; at READY it lists the Python backend stubs."""
         assert self._proc is not None
         st = procs.stat(self._proc.pid)
-        return ServerState(
+        record = ServerState(
             pid=self._proc.pid,
             pgid=self._proc.pid,  # start_new_session: the server leads its own group
             start_ticks=st.start_ticks if st else None,
@@ -428,6 +433,7 @@ class TritonServer:
             validation=self.validation,
             repo_key=self.repo_key or "",
         )
+        return replace(record, **self.record_extra)
 
     def health(self, timeout: float = 2.0) -> Health:
         base = self.http_url
@@ -604,7 +610,7 @@ class TritonServer:
         st = None
         with contextlib.suppress(ServerError):
             st = read_state(self.workdir)
-        if st is not None and st.pid == proc.pid:
+        if st is not None and st.pid == proc.pid and not self.keep_record:
             remove_state(self.workdir)
         self.detached = False
         self._release_lock()
@@ -636,7 +642,7 @@ class TritonServer:
             if on_failure == "none":
                 continue  # `sdtk status` reports it; `sdtk restart MODEL` brings it back
             if on_failure == "restart-model" and self.repo_key:
-                from toolkit.server.state import restart_model
+                from toolkit.server.modelcontrol import restart_model
 
                 for model in dead:
                     log.logger("server").warning(f"{stub_message(dead)}; reloading '{model}'\n{tail}")

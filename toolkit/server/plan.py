@@ -199,27 +199,21 @@ def container_version(trtllm_version: str | None = None) -> str | None:
     env = os.environ.get("NVIDIA_TRITON_SERVER_VERSION")
     if env:
         return env
-    from packaging.version import InvalidVersion, Version
-
-    from toolkit.containers import images
+    from toolkit.containers import images, release
 
     version = trtllm_version or images.DEFAULT_TRTLLM
-    try:
-        v = Version(version)
-    except InvalidVersion:
+    if release.parse(version) is None:
         return None
-    return images.TRTLLM_TO_CONTAINER.get(f"{v.major}.{v.minor}.{v.micro}")
+    return images.TRTLLM_TO_CONTAINER.get(".".join(map(str, release.release(version))))
 
 
 def newer_than(version: str | None, floor: str) -> bool:
-    from packaging.version import InvalidVersion, Version
+    """`version` is newer than `floor` on the release tuple (toolkit.containers.release)."""
+    from toolkit.containers import release
 
-    if not version:
+    if not version or release.parse(version) is None:
         return False
-    try:
-        return Version(version) > Version(floor)
-    except InvalidVersion:
-        return False
+    return release.release(version) > release.release(floor)
 
 
 def plan_launch(

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.errors import ServerError, WorkdirError
-from toolkit.server.state import REPO_KEY_HEADER, read_state, remove_state, server_status
+from toolkit.server.record import REPO_KEY_HEADER
+from toolkit.server.state import read_state, remove_state, server_status
 
 
 class ServerStartError(ServerError):
@@ -49,16 +50,6 @@ class Health:
     @property
     def ok(self) -> bool:
         return self.live and self.ready and self.model_ready
-
-
-def connect_host(host: str) -> str:
-    """The address a client on this machine uses to reach a server bound to `host`."""
-    h = host.strip("[]")
-    if h in ("", "0.0.0.0"):
-        return "127.0.0.1"
-    if h == "::":
-        return "[::1]"
-    return f"[{h}]" if ":" in h else h
 
 
 # What python_backend's stub launch survives in a path: it runs `bash -c` on the paths unquoted

@@ -27,70 +27,19 @@ from typing import Any
 from toolkit._fs import atomic_write
 from toolkit.errors import ServerError, WorkdirError
 from toolkit.server import crashsite, logscan, procs, stubcheck
+from toolkit.server.liveness import frozen, frozen_message
 from toolkit.server.lock import WorkdirLock
+from toolkit.server.note import unwritten
+from toolkit.server.record import (  # the record's data, re-exported
+    STATE_FILE,
+    WATCHDOG_MODULE,
+    ServerState,
+    default_log_path,
+    state_path,
+)
 from toolkit.server.workdir import DEFAULT_WORKDIR
 
-STATE_FILE = "state.json"
-REPO_KEY_HEADER = "sdtk-repo-key"  # the header that opens Triton's model-repository API
 STOP_LOCK_WAIT_S = 3.0  # how long `stop` waits for the workdir lock once the server is gone
-LOG_NAME = "tritonserver.log"
-WATCHDOG_MODULE = "toolkit.server.watchdog"  # `python -m` it: a detached deploy's watchdog
-
-
-def state_path(workdir: Path | str) -> Path:
-    return Path(workdir) / STATE_FILE
-
-
-def default_log_path(workdir: Path | str) -> Path:
-    return Path(workdir) / "logs" / LOG_NAME
-
-
-@dataclass
-class ServerState:
-    pid: int
-    pgid: int
-    start_ticks: int | None  # /proc/<pid>/stat starttime: guards against pid reuse
-    started_at: float  # time.time() at launch
-    http_url: str  # http://127.0.0.1:8000
-    grpc_url: str  # 127.0.0.1:8001 (what tritonclient.grpc takes)
-    metrics_url: str  # http://127.0.0.1:8002/metrics
-    model_name: str
-    model_repo: str
-    argv: list[str]
-    log_path: str
-    workdir: str
-    host: str = "127.0.0.1"
-    http_port: int = 0
-    grpc_port: int = 0
-    metrics_port: int = 0
-    executable: str = "tritonserver"  # name to look for in /proc/<pid>/cmdline
-    env: dict[str, str] = field(default_factory=dict)  # env vars sdtk set on top of the caller's
-    detached: bool = True  # False: a foreground server, owned by the sdtk process owner_pid
-    owner_pid: int | None = None
-    status: str = "ready"  # starting (spawned, not READY yet) | ready
-    shm_prefix: str = ""  # the Python backend's /dev/shm region prefix (removed by stop)
-    python_env: str = ""  # the Python backend's /tmp/python_env_* directory (removed by stop)
-    stubs: dict[str, list[int]] = field(default_factory=dict)  # model → stub pids at READY
-    restarts: int = 0  # server restarts by a supervising `sdtk deploy` or its watchdog
-    # `sdtk deploy`'s validation: pending (to run after READY) | passed | skipped | "" (unknown)
-    validation: str = ""
-    # The key of Triton's model-repository API (explicit model control; "" = launched without):
-    # kept only here, in a file readable by its owner alone.
-    repo_key: str = ""
-    model_restarts: dict[str, int] = field(default_factory=dict)  # `sdtk restart MODEL` counts
-    # The watchdog of a detached deploy (toolkit.server.watchdog): its pid and policy, and the
-    # failures it handled, newest last ("2026-12-04 10:00:00 <what>: <action>").
-    watchdog_pid: int | None = None
-    watchdog_policy: str = ""
-    failures: list[str] = field(default_factory=list)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ServerState:
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def find_deployment(workdir: Path | str | None, *, default: Path = DEFAULT_WORKDIR) -> Path:
@@ -123,9 +72,10 @@ def find_deployment(workdir: Path | str | None, *, default: Path = DEFAULT_WORKD
 
 
 def write_state(workdir: Path | str, state: ServerState) -> Path:
-    """Atomically, readable and writable by its owner only (it holds the repository key)."""
+    """Atomically and durably (toolkit._fs), readable and writable by its owner only (it holds
+    the repository key). A full disk raises OSError and leaves the old record as it was."""
     path = state_path(workdir)
-    return atomic_write(path, state.to_json(), mode=0o600)
+    return atomic_write(path, state.to_json(), mode=0o600, durable=True)
 
 
 def update_state(workdir: Path | str, pid: int, **changes: Any) -> bool:
@@ -133,24 +83,38 @@ def update_state(workdir: Path | str, pid: int, **changes: Any) -> bool:
     st = read_state(workdir)
     if st is None or st.pid != pid:
         return False
-    write_state(workdir, replace(st, **changes))
+    write_state(workdir, replace(st, **changes, rebuilt=""))
     return True
 
 
+class RecordUnreadable(ServerError):
+    """state.json cannot be read and no server of its workdir runs: nothing to rebuild it from."""
+
+
 def read_state(workdir: Path | str) -> ServerState | None:
+    """The record of `workdir`'s server; None when there is none. An unreadable one (garbage, an
+    empty file, a disk error) is rebuilt from what still says which server runs there: the
+    lock's server pid, the process table, launch.json (toolkit.server.recover; `rebuilt` says
+    why); RecordUnreadable when no server of the workdir runs."""
     path = state_path(workdir)
     try:
         data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        return ServerState.from_dict(data)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
-        raise ServerError(
-            f"{path} is unreadable: {e}", hint=f"delete it if no server runs from {workdir}"
-        ) from None
-    try:
-        return ServerState.from_dict(data)
-    except TypeError as e:
-        raise ServerError(f"{path} is not a server state file: {e}", hint=f"delete {path}") from None
+    except (OSError, ValueError, TypeError) as e:
+        why = f"{path} is unreadable: {e}"
+    from toolkit.server.recover import rebuild_state
+
+    st = rebuild_state(workdir, why)
+    if st is None:
+        raise RecordUnreadable(
+            f"{why}; no server of {workdir} runs (none holds its lock or runs from it)",
+            hint=f"`sdtk stop --workdir {workdir}` removes the record",
+        )
+    return st
 
 
 def remove_state(workdir: Path | str) -> None:
@@ -278,8 +242,10 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
 
 @dataclass
 class ServerStatus:
-    """What `sdtk status` reports. `state`: running | starting | unhealthy | unvalidated (serving,
-    but the deploy that started it died before its validation finished) | dead | stopped."""
+    """What `sdtk status` reports (only `running` exits 0). `state`: running | starting | unhealthy
+    (a stub died or is frozen, or no answer) | unvalidated (serving; the deploy that started it died
+    before its validation finished) | unsupervised (serving; its watchdog is gone) | restarting
+    (by its watchdog) | crash-loop (its watchdog gave up) | dead | stopped."""
 
     state: str
     workdir: str
@@ -306,7 +272,7 @@ class ServerStatus:
     @property
     def running(self) -> bool:
         """A process of the server runs (it may not be serving)."""
-        return self.state in ("running", "starting", "unhealthy")
+        return self.state in ("running", "starting", "unhealthy", "unvalidated", "unsupervised", "restarting")
 
     @property
     def healthy(self) -> bool:
@@ -340,9 +306,17 @@ def _crash(st: ServerState) -> str:
 def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
     """Read state.json, check that its pid is still our tritonserver, and ask it for health."""
     workdir = str(workdir)
-    st = read_state(workdir)
+    try:
+        st = read_state(workdir)
+    except RecordUnreadable as e:
+        return ServerStatus("stopped", workdir, f"{e}; {e.hint}")
+    if st is None:  # a server may run from it all the same (its record deleted by hand)
+        from toolkit.server.recover import rebuild_state
+
+        st = rebuild_state(workdir, f"{state_path(workdir)} is missing")
     if st is None:
         return ServerStatus("stopped", workdir, f"no server recorded in {state_path(workdir)}")
+    st, unsaved = _noted(workdir, st)
     base: dict[str, Any] = dict(
         workdir=workdir,
         pid=st.pid,
@@ -352,17 +326,40 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
         model_name=st.model_name,
         model_repo=st.model_repo,
         log_path=st.log_path,
+        restarts=st.restarts,
+        failures=list(st.failures),
+        watchdog=_watchdog_line(st),
     )
+    supervised = is_watchdog(st.watchdog_pid)
+    if st.status == "crash-loop":
+        first = (
+            f"; first failure: {st.first_failure} (log {st.first_failure_log})" if st.first_failure else ""
+        )
+        last = f"; last failure: {st.failures[-1]}" if st.failures else ""
+        return ServerStatus(
+            "crash-loop",
+            message=f"{st.restart_why}{first}{last}; fix the cause, then `sdtk stop --workdir "
+            f"{workdir}` and `sdtk deploy` again",
+            **base,
+        )
+    if st.status == "restarting" or (st.status == "starting" and st.restart_why):
+        return _restarting(st, supervised, base, unsaved)
     if not _alive_and_ours(st):
         left = _leftovers(st)
         why = "is gone" if not procs.alive(st.pid) else "now belongs to another program"
         extra = f" ({len(left)} of its processes are left)" if left else ""
-        return ServerStatus(
-            "dead",
-            message=f"the server recorded with pid {st.pid} {why}{extra}{_crash(st)}; `sdtk stop` cleans up",
-            processes=left,
-            **base,
-        )
+        gone = f"the server recorded with pid {st.pid} {why}{extra}{_crash(st)}"
+        if supervised and st.watchdog_policy in ("", "restart", "restart-model"):
+            return ServerStatus(
+                "restarting", message=f"{gone}; its watchdog (pid {st.watchdog_pid}) restarts it", **base
+            )
+        return ServerStatus("dead", message=f"{gone}; `sdtk stop` cleans up", processes=left, **base)
+    if frozen_now := frozen(st.pgid, st.pid):
+        msg = frozen_message(frozen_now)
+        if supervised:
+            msg += f"; its watchdog (pid {st.watchdog_pid}) restarts the server if it stays frozen"
+        msg += f"; or `kill -CONT {' '.join(str(p) for ps in frozen_now.values() for p in ps)}`"
+        return ServerStatus("unhealthy", message=msg, processes=procs.group_members(st.pgid), **base)
     live = http_ok(f"{st.http_url}/v2/health/live", timeout)
     ready = live and http_ok(f"{st.http_url}/v2/health/ready", timeout)
     model_ready = ready and http_ok(f"{st.http_url}/v2/models/{st.model_name}/ready", timeout)
@@ -400,8 +397,12 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
             f"pid {st.pid} runs but is not ready (live={live}, ready={ready}, "
             f"model '{st.model_name}' ready={model_ready}); see `sdtk logs`"
         )
-    if watchdog := _watchdog_line(st):
-        msg += f"; watchdog {watchdog}"
+    if st.rebuilt:
+        msg += f"; rebuilt its record ({st.rebuilt}) from the lock and the process table"
+    if base["watchdog"]:
+        msg += f"; watchdog {base['watchdog']}"
+        if state == "running" and not supervised:
+            state = "unsupervised"
     return ServerStatus(
         state,
         message=msg,
@@ -411,13 +412,31 @@ def server_status(workdir: Path | str, timeout: float = 2.0) -> ServerStatus:
         uptime_s=max(0.0, time.time() - st.started_at),
         processes=procs.group_members(st.pgid),
         dead_stubs=dead,
-        restarts=st.restarts,
         model_restarts=dict(st.model_restarts),
         validation=validation,
-        watchdog=watchdog,
-        failures=list(st.failures),
         **base,
     )
+
+
+def _noted(workdir: str, st: ServerState) -> tuple[ServerState, str]:
+    """The record as its live watchdog noted it when it could not write it (toolkit.server.note)."""
+    fields, error = unwritten(workdir, state_path(workdir)) if is_watchdog(st.watchdog_pid) else ({}, "")
+    return replace(st, **fields), error
+
+
+def _restarting(st: ServerState, supervised: bool, base: dict[str, Any], unsaved: str = "") -> ServerStatus:
+    """The status of a server its watchdog is restarting (or was, until the watchdog died)."""
+    failed = f"failed {st.restart_errors} times: {st.restart_error}; " if st.restart_errors else ""
+    msg = f"{failed}after {st.restart_why}"
+    msg += f"; the watchdog cannot write {state_path(st.workdir)} ({unsaved})" if unsaved else ""
+    if st.status == "starting":
+        msg += f"; the new server (pid {st.pid}) is starting"
+    elif (wait := st.next_restart_at - time.time()) > 0:
+        msg += f"; next try in {wait:.0f}s"
+    if not supervised:
+        gone = f"its watchdog (pid {st.watchdog_pid}) is gone: nothing brings the server back"
+        return ServerStatus("dead", message=f"{msg}; {gone}; `sdtk stop` cleans up", **base)
+    return ServerStatus("restarting", message=f"{msg}; watchdog pid {st.watchdog_pid}", **base)
 
 
 def is_watchdog(pid: int | None) -> bool:
@@ -531,19 +550,56 @@ def _kill_leftovers(st: ServerState) -> None:
         time.sleep(0.05)
 
 
-def stop_server(workdir: Path | str, grace: float = 15.0) -> StopResult:
+def stop_server(workdir: Path | str, grace: float = 15.0, *, force: bool = False) -> StopResult:
     """SIGTERM the recorded server, wait `grace` s, SIGKILL its process group (Python backend
-    stubs included), remove state.json. Safe to call when nothing runs.
+    stubs included), remove state.json. Safe to call when nothing runs. An unreadable record is
+    rebuilt from the lock and the process table (read_state) or, when no server runs, removed.
+    `force`: also stop every other server and watchdog of the workdir that the lock or the
+    process table shows (toolkit.server.recover), recorded or not.
     """
     workdir = str(workdir)
-    st = read_state(workdir)
-    if st is None:
-        return StopResult(workdir, False, None, True, f"no server recorded in {state_path(workdir)}")
-    stop_watchdog(st)  # first, so that it does not take this stop for a failure
+    try:
+        st = read_state(workdir)
+    except RecordUnreadable as e:
+        st, damaged = None, str(e)
+    else:
+        damaged = ""
+    if st is not None:
+        stop_watchdog(st)  # first, so that it does not take this stop for a failure
+        with contextlib.suppress(RecordUnreadable):
+            st = read_state(workdir) or st  # what the watchdog launched before it stopped
+        result = _stop_recorded(workdir, st, grace)
+    else:
+        result = StopResult(
+            workdir, False, None, True, damaged or f"no server recorded in {state_path(workdir)}"
+        )
+    if force or damaged or st is None:  # what no record names, found by the lock and /proc
+        result.message += _sweep(workdir, grace)
+    if damaged:
+        remove_state(workdir)
+        result.message += f"; removed the unreadable {state_path(workdir)}"
+    return result
+
+
+def _sweep(workdir: str, grace: float) -> str:
+    """Stop the watchdogs and servers of `workdir` that no record names; what was stopped."""
+    from toolkit.server.recover import servers_of, watchdogs_of
+
+    done = []
+    for pid in watchdogs_of(workdir):
+        procs.terminate_group(pid, None, 3.0)
+        done.append(f"watchdog pid {pid}")
+    for pid in servers_of(workdir):
+        procs.terminate_group(pid, pid, grace)
+        done.append(f"tritonserver pid {pid}")
+    return "; also stopped " + ", ".join(done) if done else ""
+
+
+def _stop_recorded(workdir: str, st: ServerState, grace: float) -> StopResult:
     ours = _alive_and_ours(st)
     graceful = True
     if ours:
-        with contextlib.suppress(ServerError):
+        with contextlib.suppress(ServerError, OSError):
             update_state(workdir, st.pid, status="stopping")
         graceful = procs.terminate_group(st.pid, st.pgid, grace)
     else:
@@ -560,89 +616,17 @@ def stop_server(workdir: Path | str, grace: float = 15.0) -> StopResult:
         with contextlib.suppress(WorkdirError):
             stack.enter_context(WorkdirLock.acquire(workdir, "sdtk stop", wait_s=STOP_LOCK_WAIT_S))
         remove_server_files(st.shm_prefix, st.python_env)
-        with contextlib.suppress(ServerError):
+        try:
             now = read_state(workdir)
-            if now is not None and now.pid == st.pid:  # not a newer deploy's record
-                remove_state(workdir)
+        except RecordUnreadable:
+            now = st  # damaged, and its server is gone: nothing to rebuild it from
+        if now is not None and now.pid == st.pid:  # not a newer deploy's record
+            remove_state(workdir)
+    rebuilt = f" (its record was rebuilt: {st.rebuilt})" if st.rebuilt else ""
     if not ours:
         msg = f"server pid {st.pid} was not running; removed {state_path(workdir)}"
     elif graceful:
-        msg = f"stopped tritonserver (pid {st.pid})"
+        msg = f"stopped tritonserver (pid {st.pid}){rebuilt}"
     else:
-        msg = f"tritonserver (pid {st.pid}) ignored SIGTERM for {grace:.0f}s and was killed"
+        msg = f"tritonserver (pid {st.pid}) ignored SIGTERM for {grace:.0f}s and was killed{rebuilt}"
     return StopResult(workdir, ours, st.pid, graceful, msg)
-
-
-@dataclass
-class RestartResult:
-    workdir: str
-    model: str
-    seconds: float
-    stubs: list[int]  # the model's new stub pids
-    restarts: int  # of this model, this one included
-    message: str
-
-
-def _repository(st: ServerState, action: str, timeout: float) -> tuple[int, str]:
-    """POST /v2/repository/<action> with the deployment's key: (HTTP status, body)."""
-    req = urllib.request.Request(
-        f"{st.http_url}/v2/repository/{action}",
-        data=b"{}",
-        method="POST",
-        headers={REPO_KEY_HEADER: st.repo_key, "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - our own server
-            return r.status, r.read().decode(errors="replace")
-    except urllib.error.HTTPError as e:
-        with e:
-            return e.code, e.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError) as e:
-        raise ServerError(f"no answer from {st.http_url}: {e}", hint="check `sdtk status`") from None
-
-
-def restart_model(workdir: Path | str, model: str, timeout: float = 600.0) -> RestartResult:
-    """Reload one model of a running deployment through Triton's model-control API (unload,
-    then load: a fresh stub; its dependents, e.g. the ensemble, follow), without touching the
-    others. Recorded in state.json (its new stubs, `model_restarts`)."""
-    from toolkit.errors import UsageError, did_you_mean
-
-    st = read_state(workdir)
-    if st is None or not _alive_and_ours(st):
-        raise ServerError(
-            f"no running server recorded in {state_path(workdir)}", hint="start it with `sdtk deploy`"
-        )
-    if not st.repo_key:
-        raise ServerError(
-            f"the server in {workdir} was launched without model control, so one model cannot be reloaded",
-            hint="redeploy (`sdtk stop`, then `sdtk deploy`); new deploys support `sdtk restart`",
-        )
-    models = sorted(p.parent.name for p in Path(st.model_repo).glob("*/config.pbtxt"))
-    if model not in models:
-        guess = did_you_mean(model, models)
-        raise UsageError(
-            f"no model '{model}' in {st.model_repo}" + (f"; did you mean '{guess}'?" if guess else ""),
-            hint="models: " + ", ".join(models),
-        )
-    t0 = time.monotonic()
-    for action in ("unload", "load"):
-        code, body = _repository(st, f"models/{model}/{action}", timeout)
-        if code != 200:
-            raise ServerError(
-                f"Triton refused to {action} '{model}' (HTTP {code}): {body[:300]}",
-                hint=f"see `sdtk logs --workdir {workdir}`",
-            )
-    stubs = python_stubs(st.pgid)
-    st = read_state(workdir) or st
-    counts = dict(st.model_restarts)
-    counts[model] = counts.get(model, 0) + 1
-    write_state(workdir, replace(st, stubs=stubs, model_restarts=counts))
-    seconds = time.monotonic() - t0
-    return RestartResult(
-        str(workdir),
-        model,
-        round(seconds, 2),
-        stubs.get(model, []),
-        counts[model],
-        f"restarted '{model}' in {seconds:.1f}s (restart {counts[model]})",
-    )

@@ -264,6 +264,10 @@ async def run_request(
     async def consume() -> None:
         async for c in endpoint.stream(prompt, seed=seed, sampling=sampling):
             chunks.append(c)
+        if not chunks:  # a stream cut before its first response is a failure, not an empty success
+            from toolkit.client import ConnectionLost
+
+            raise ConnectionLost(f"{endpoint.name}: the request ended without any response")
 
     try:
         await asyncio.wait_for(consume(), timeout)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -80,6 +81,9 @@ class Workload:
     prompts: list[Prompt]
     synthetic: bool = False
     warnings: list[str] = field(default_factory=list)
+    # What the reports print about how the prompts were sent: the chat-template line
+    # (toolkit.hub.chat) and, for a GGUF target, its weights' provenance (toolkit.hub.gguf).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def categories(self) -> list[str]:
@@ -107,6 +111,11 @@ class Workload:
         _check_max_tokens(max_tokens, "max_tokens")
         return replace(self, prompts=[replace(p, max_tokens=max_tokens) for p in self.prompts])
 
+    def rendered(self, render: Callable[[str], str], notes: list[str]) -> Workload:
+        """The same prompts as a client sends them (`render`: e.g. a chat template), with `notes`."""
+        prompts = [replace(p, text=render(p.text)) for p in self.prompts]
+        return replace(self, prompts=prompts, notes=[*self.notes, *notes])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -115,6 +124,7 @@ class Workload:
             "categories": self.categories,
             "synthetic": self.synthetic,
             "warnings": list(self.warnings),
+            "notes": list(self.notes),
         }
 
 

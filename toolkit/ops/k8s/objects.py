@@ -147,14 +147,29 @@ def build_objects(recipe: Recipe, opts: K8sOptions) -> K8sPlan:
 
 def _image(recipe: Recipe, opts: K8sOptions) -> tuple[str, str | None, str]:
     """(image, TensorRT-LLM version, why): an explicit image wins; its tag tells the version when it
-    is an NGC trtllm-python-py3 tag in the verified table."""
+    is an NGC trtllm-python-py3 tag in the verified table. Any other image is never said to carry a
+    version: the plan is rendered for the recipe's trtllm_version, and `why` says that is unverified."""
     if opts.image:
-        version = images.trtllm_version_of(opts.image) or recipe.trtllm_version
-        return (
-            opts.image,
-            version,
-            "given with --image" + (f" (carries TensorRT-LLM {version})" if version else ""),
+        carried = images.trtllm_version_of(opts.image)
+        if carried is not None:
+            return (
+                opts.image,
+                carried,
+                f"given with --image (carries TensorRT-LLM {carried}; {images.SOURCE})",
+            )
+        tag = images.container_of(opts.image)
+        what = (
+            f"container {tag} is not in sdtk's verified table, so which TensorRT-LLM it carries is unverified"
+            if tag
+            else "not an NGC trtllm-python-py3 image, so which TensorRT-LLM it carries is unverified"
         )
+        version = recipe.trtllm_version
+        target = (
+            f"rendered for the recipe's trtllm_version {version}, which this image is not known to carry"
+            if version
+            else "rendered for no particular TensorRT-LLM version"
+        )
+        return opts.image, version, f"given with --image; {what}; {target}"
     version = recipe.trtllm_version or images.DEFAULT_TRTLLM
     src = "the recipe's trtllm_version" if recipe.trtllm_version else "sdtk's default"
     why = f"NGC container for TensorRT-LLM {version} ({src}); table: {images.SOURCE}"

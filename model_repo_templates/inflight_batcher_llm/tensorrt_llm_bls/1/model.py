@@ -323,7 +323,12 @@ class Bls:
         requested = ["output_ids", "sequence_length", *LLM_OUTPUTS]
         # `cancelled`: the call stops the LLM request itself when the client has gone (a
         # decoupled call: `stop` with the sub-request's id, as TensorRT-LLM's backend takes it).
-        for out in self.call(self.target, llm, requested, self.decoupled, cancelled=self.cancelled):
+        # BLS_STREAM: sdtk's reference model then reports a failure after the first chunk
+        # in-band (a fault chunk), since Triton 2.51 loses such an error response.
+        stream_params = {st.BLS_STREAM: True} if self.decoupled else None
+        for out in self.call(
+            self.target, llm, requested, self.decoupled, stream_params, cancelled=self.cancelled
+        ):
             if stream and self.accumulate_tokens:  # one beam when streaming
                 so_far += _tokens_of(out)
                 text = self._text(so_far)
@@ -575,6 +580,9 @@ def _outputs(model: str, responses):
             kind = st.BadRequest if st.is_bad_request(response.error()) else RuntimeError
             raise kind(f"{model}: {response.error().message()}")
         tensors = {t.name(): t.as_numpy() for t in response.output_tensors()}
+        fault = st.fault_of(tensors)
+        if fault is not None:  # sdtk's reference model failed midway (st.BLS_STREAM)
+            raise st.Unavailable(f"{model}: {fault}")
         if tensors:
             yield tensors
 

@@ -498,14 +498,35 @@ class TritonPythonModel:
                 except Exception as e:
                     responses.append(_error(f"Error generating request: {e}", _code(e)))
             return responses
+        # A request whose thread cannot start (RuntimeError "can't start new thread" in an
+        # exhausted address space) is answered here, alone: an execute() that raises makes the
+        # Python backend close the sender of every request of the batch, under the threads of
+        # those already started.
         for request in requests:
             thread = threading.Thread(
                 target=self._serve, args=(request,), name="sdtk-reference-llmapi-request", daemon=True
             )
             with self._lock:
                 self._threads.add(thread)
-            thread.start()
+            try:
+                thread.start()
+            except Exception as e:  # noqa: BLE001 - this request alone fails
+                with self._lock:
+                    self._threads.discard(thread)
+                self._refuse(request, e)
         return None
+
+    @staticmethod
+    def _refuse(request, e: Exception) -> None:
+        """End a request that could not start with its error (UNAVAILABLE: retry later)."""
+        code = getattr(pb_utils.TritonError, "UNAVAILABLE", None)
+        try:
+            request.get_response_sender().send(
+                _error(f"Error generating request: out of threads or memory: {e}", code),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            )
+        except Exception as again:  # noqa: BLE001 - nothing more can be told to that client
+            print(f"sdtk: could not answer a request that failed to start: {again!r}", flush=True)
 
     def _serve(self, request) -> None:
         """One decoupled request, in its own thread: every response through its sender."""
