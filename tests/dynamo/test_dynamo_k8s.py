@@ -104,7 +104,8 @@ def test_aggregated_render_validates_and_mounts_the_engine_yaml(recipe, tmp_path
     assert agg["backend"] == "pytorch" and agg["max_seq_len"] == 8192 and agg["max_batch_size"] == 8
     notes = (tmp_path / "NOTES.md").read_text()
     assert "dynamo-platform" in notes and "helm" in notes and "## Unverified" in notes
-    assert "TensorRT-LLM 1.1.0" in notes  # the recipe's declared version, replaced by the image's
+    # the recipe's declared version, replaced by the image's
+    assert f"declares TensorRT-LLM {recipe.trtllm_version}; the Dynamo 1.6.1 image carries 1.3.0rc29" in notes
 
 
 def test_disaggregated_render_puts_the_same_speculation_on_prefill_and_decode(recipe, tmp_path):
