@@ -153,9 +153,11 @@ def test_the_schema_refuses_what_the_crd_refuses(recipe):
             validate_manifest(obj)
 
 
-def test_a_local_model_path_is_refused():
+def test_a_local_model_path_and_prefill_workers_without_disagg_are_refused(recipe):
     with pytest.raises(UsageError, match="local path"):
         plan_dgd(load_recipe(ROOT / "recipes" / "tiny-eagle3.yaml"))
+    with pytest.raises(UsageError, match="--prefill-workers goes with --disagg"):
+        plan_dgd(recipe, prefill_workers=2)
 
 
 def test_dry_run_prints_frontend_and_worker_commands_with_the_engine_yaml():

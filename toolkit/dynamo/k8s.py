@@ -176,6 +176,8 @@ def plan_dgd(
     from toolkit.ops.k8s import K8sOptions, k8s_name
 
     K8sOptions(namespace=namespace, image=image)  # the same checks as the Triton render
+    if prefill_workers != 1 and not disagg:
+        raise UsageError("--prefill-workers goes with --disagg (aggregated workers do their own prefill)")
     if workers < 1 or prefill_workers < 1:
         raise UsageError(
             f"--workers and --prefill-workers must be at least 1, not {workers}/{prefill_workers}"
