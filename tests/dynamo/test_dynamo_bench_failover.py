@@ -108,6 +108,8 @@ def test_bench_compare_over_the_openai_api_reads_acceptance_from_the_workers(dep
     assert counted["draft_tokens"] > 0
     assert acc["rate"] == pytest.approx(counted["accepted_draft_tokens"] / counted["draft_tokens"])
     assert acc["length"] == pytest.approx(1 + counted["accepted_draft_tokens"] / counted["steps"])
+    # The same requests replayed in process (greedy, lossless) propose and accept exactly as counted.
+    assert ab["replayed_acceptance"]["matches_server"] is True, ab["replayed_acceptance"]
 
 
 def _stream(url: str, model: str, out: dict) -> None:

@@ -197,5 +197,12 @@ def replay_side(
     if rec is None or not replay_mod.replayable(rec, opts.temperature):
         return None
     opts.steps("compare")("speculative: replaying the requests in process for acceptance per draft position")
-    first = run.levels[0].records if run is not None and run.levels else None
-    return replay_mod.replay_acceptance(rec, wl.sample(opts.requests, opts.seed), first)
+    level = run.levels[0] if run is not None and run.levels else None
+    prompts = wl.sample(opts.requests, opts.seed)
+    replayed = replay_mod.replay_acceptance(rec, prompts, level.records if level is not None else None)
+    counted = level.server_acceptance if level is not None else None
+    if replayed.server_draft_tokens is None and counted and counted.get("requests") == len(prompts):
+        # An OpenAI-API side: the workers' counters over the level's requests (all of them).
+        replayed.server_accepted_draft_tokens = int(counted["accepted_draft_tokens"])
+        replayed.server_draft_tokens = int(counted["draft_tokens"])
+    return replayed
