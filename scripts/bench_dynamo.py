@@ -159,7 +159,8 @@ def main() -> None:
             *(
                 [
                     "",
-                    f"The load average ({load_before[0]:.1f}) was above the {os.cpu_count()} cores: the two "
+                    f"The load average ({load_before[0]:.1f} before, {load_after[0]:.1f} after) was above the "
+                    f"{os.cpu_count()} cores: the two "
                     "workers, the frontend and the client shared them with other jobs, so this run does not "
                     "tell whether the goal is met on an otherwise idle machine.",
                 ]
