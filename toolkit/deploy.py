@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolkit.errors import DISK_FULL_ERRNOS, DiskFull, SdtkError
+from toolkit.errors import DISK_FULL_ERRNOS, DiskFull, SdtkError, UsageError
 from toolkit.progress import Step, quiet, steps
 from toolkit.recipe import Recipe
 
@@ -191,6 +191,9 @@ def deploy(
     replicas: int = 1,
     workers: int = 1,
     router_mode: str = "round-robin",
+    engine: str = "triton",
+    disagg: bool = False,
+    prefill_workers: int = 1,
 ) -> DeployResult:
     """Deploy `recipe` on `target`.
 
@@ -206,6 +209,8 @@ def deploy(
     CLI's default is `restart`).
 
     dynamo: Dynamo's frontend and `workers` workers behind `router_mode` (toolkit.dynamo.launch).
+    k8s with `engine="dynamo"`: a DynamoGraphDeployment (toolkit.dynamo.k8s): `workers` worker
+    replicas, or with `disagg` `prefill_workers` prefill and `workers` decode replicas.
     """
     if target == "dynamo":
         return _deploy_dynamo(
@@ -222,6 +227,19 @@ def deploy(
             progress=progress,
             on_ready=on_ready,
         )
+    if target == "k8s" and engine == "dynamo":
+        return _render_dgd(
+            recipe,
+            out,
+            namespace=namespace,
+            image=image,
+            workers=workers,
+            prefill_workers=prefill_workers,
+            disagg=disagg,
+            router_mode=router_mode,
+        )
+    if engine != "triton":
+        raise UsageError(f"--engine {engine} goes with --target k8s only (--target dynamo runs Dynamo here)")
     if target != "local":
         return render_target(
             recipe, target, out=out, workdir=workdir, namespace=namespace, image=image, replicas=replicas
@@ -284,6 +302,27 @@ def _deploy_dynamo(
         return result
 
     return deploy_dynamo(recipe, root, save_recipe=_save_recipe, on_ready=ready, **kw)
+
+
+def _render_dgd(recipe: Recipe, out: Path | None, **kw: Any) -> DeployResult:
+    """`deploy(target=k8s, engine=dynamo)`: a DynamoGraphDeployment under `out` (toolkit.dynamo.k8s)."""
+    from toolkit.dynamo.k8s import plan_dgd, write_dgd
+
+    if out is None:
+        raise UsageError("--target k8s needs --out DIR")
+    dgd = plan_dgd(recipe, **kw)
+    return DeployResult(
+        recipe=recipe.display_name,
+        backend="llmapi",
+        mode=recipe.mode,
+        workdir=out,
+        model_repo=out,
+        model=dgd.served_name,
+        entry_kind="openai",
+        decoupled=True,
+        target="k8s",
+        files=write_dgd(dgd, out),
+    )
 
 
 def render_target(

@@ -33,7 +33,7 @@ def test_out_dir_and_protocol():
     assert d.parent == Path("w/reports") and d.name.startswith("tune-")
     assert RunOptions().out_dir("bench", "dep").parent == Path("dep/reports")
     assert RunOptions().out_dir("compare").parent == Path("workdir/reports")
-    with pytest.raises(UsageError, match="grpc or http"):
+    with pytest.raises(UsageError, match="protocol must be one of grpc, http, openai"):
         RunOptions(protocol="udp")
 
 
@@ -58,5 +58,5 @@ def test_run_option_keywords_merge_and_typos_are_named():
     assert RunOptions.of(None, seed=3).requests == RunOptions().requests
     with pytest.raises(UsageError, match="unknown run option 'request'; did you mean 'requests'"):
         RunOptions.of(base, request=8)
-    with pytest.raises(UsageError, match="protocol must be grpc or http"):
+    with pytest.raises(UsageError, match="protocol must be one of grpc, http, openai"):
         RunOptions.of(base, protocol="udp")

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from toolkit.bench.measure.workloads import Workload
 
 DEFAULT_TIMEOUT = 120.0  # seconds a request may take before it counts as failed
-PROTOCOLS = ("grpc", "http")
+PROTOCOLS = ("grpc", "http", "openai")  # openai: /v1/completions (toolkit.bench.measure.openai)
 
 
 def default_report_dir(workdir: Path | str | None, kind: str) -> Path:
@@ -56,7 +56,7 @@ class RunOptions:
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
-            raise UsageError(f"protocol must be grpc or http, got '{self.protocol}'")
+            raise UsageError(f"protocol must be one of {', '.join(PROTOCOLS)}, got '{self.protocol}'")
 
     @classmethod
     def of(cls, opts: RunOptions | None = None, /, **changes: Any) -> RunOptions:

@@ -58,6 +58,10 @@ class Side:
     # URL): its deployment, the replay and tune all use this one.
     recipe: Recipe | None = None
     overrides: list[str] | None = None  # a recipe side deployed with these --set overrides (tune)
+    # A side that speaks another protocol than the run's (a Dynamo deployment: openai), and the
+    # /metrics of its workers (their sdtk_spec_* counters give each level's acceptance).
+    protocol: str | None = None
+    metrics_urls: list[str] | None = None
 
     def describe(self) -> str:
         return f"{self.ref} ({self.kind}{'; ' + self.twin if self.twin else ''})"
@@ -79,6 +83,8 @@ def deployment_recipe(side: Side, recipe: str | Path | None) -> tuple[Recipe, Pa
 def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: str | None = None) -> Side:
     """A URL, a workdir with state.json, or a recipe (file or bundled name); clear errors otherwise."""
     text = str(ref)
+    if protocol == "openai" and ("://" in text or _URL.match(text)):
+        return Side(label, text, "url", url=text, model=model, protocol="openai")
     if "://" in text or _URL.match(text):
         url = text
         if "://" in text and protocol == "grpc" and text.startswith(("http://", "https://")):
@@ -92,6 +98,14 @@ def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: 
         from toolkit.server.state import find_deployment, read_state, server_status, state_path
 
         p = find_deployment(p)  # the deploy workdir or the deployment directory under it
+        dynamo = dynamo_side(p, label=label, ref=text, model=model)
+        if dynamo is not None:
+            return dynamo
+        if protocol == "openai":
+            raise UsageError(
+                f"{label}: {p} holds a Triton deployment, which does not speak the OpenAI API",
+                hint="benchmark it with --protocol grpc or http",
+            )
         st = read_state(p)
         if st is None:
             raise UsageError(
@@ -142,6 +156,41 @@ def resolve_side(ref: str | Path, *, label: str, protocol: str = "grpc", model: 
         steps_from_chunks=steps_from_chunks(rec),
         twin=recipe_label(rec),
         recipe=rec,
+    )
+
+
+def dynamo_side(root: Path, *, label: str, ref: str, model: str | None) -> Side | None:
+    """A running `sdtk deploy --target dynamo` deployment in `root` as a side: its frontend's
+    OpenAI API, its workers' /metrics; None when `root` holds no Dynamo deployment."""
+    import json
+
+    from toolkit.dynamo.launch import is_dynamo
+    from toolkit.dynamo.plan import PLAN_FILE, SUBDIR, DynamoPlan
+    from toolkit.dynamo.status import dynamo_status
+
+    if not is_dynamo(root):
+        return None
+    status = dynamo_status(root)
+    if status.state != "running":
+        raise ServerError(
+            f"{label}: the Dynamo deployment in {root} is {status.state}: {status.message}",
+            hint="`sdtk status --workdir DIR` shows what is up; `sdtk deploy --target dynamo --detach` starts it",
+        )
+    plan = DynamoPlan.from_dict(json.loads((root / SUBDIR / PLAN_FILE).read_text()))
+    rec = deployed_recipe(root)
+    return Side(
+        label,
+        ref,
+        "workdir",
+        url=plan.http_url,
+        model=model or plan.model,
+        workdir=root,
+        draft_len=_chain_draft_len(rec),
+        tokenizer=recipe_tokenizer(rec),
+        twin=recipe_label(rec) if rec is not None else None,
+        recipe=rec,
+        protocol="openai",
+        metrics_urls=[w.metrics_url for w in plan.workers if w.metrics_url],
     )
 
 

@@ -193,6 +193,20 @@ def _dtype(ctx: BuildContext) -> None:
         ctx.dtype, ctx.dtype_source = "float16", "default (target dtype unknown)"
 
 
+def planned_context(
+    recipe: Recipe, *, workdir: Path | str | None = None, progress: Progress | None = None
+) -> BuildContext:
+    """The context a dry-run build of `recipe` plans with (backend, version, resolved sources,
+    dtype), its preflight passed (PreflightFailed otherwise): for renderers that write a build's
+    files for another machine (the Dynamo DynamoGraphDeployment's engine YAML)."""
+    say = progress or (lambda _msg: None)
+    ctx, runtime = _context(recipe, workdir, True, None, None)
+    _resolve_sources(ctx, say)
+    _dtype(ctx)
+    _preflight(ctx, runtime, say)
+    return ctx
+
+
 # --------------------------------------------------------------------------- the build
 
 

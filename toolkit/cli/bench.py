@@ -64,7 +64,13 @@ def _with(options):
 @click.option("--warmup", default=2, show_default=True, type=int)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--max-tokens", type=int, help="Override the prompts' max_tokens.")
-@click.option("--protocol", type=click.Choice(["grpc", "http"]), default="grpc", show_default=True)
+@click.option(
+    "--protocol",
+    type=click.Choice(["grpc", "http", "openai"]),
+    default="grpc",
+    show_default=True,
+    help="openai: /v1/completions (a `--target dynamo` workdir uses it by itself).",
+)
 @click.option("--model", help="Model to call (default: the deployment's entry model).")
 @click.option(
     "--report-dir", type=click.Path(file_okay=False, path_type=Path), help="Default: <workdir>/reports."
@@ -249,7 +255,13 @@ def plan(
 @click.option("--concurrency", default="1,2,4", show_default=True)
 @_with(workload_options)
 @click.option("--requests", default=16, show_default=True, type=int)  # bench.api.TUNE_REQUESTS
-@click.option("--protocol", type=click.Choice(["grpc", "http"]), default="grpc", show_default=True)
+@click.option(
+    "--protocol",
+    type=click.Choice(["grpc", "http", "openai"]),
+    default="grpc",
+    show_default=True,
+    help="openai: /v1/completions (a `--target dynamo` workdir uses it by itself).",
+)
 @click.option("--report-dir", type=click.Path(file_okay=False, path_type=Path))
 @json_option
 def tune(

@@ -30,13 +30,32 @@ def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, in
     "dynamo: NVIDIA Dynamo's OpenAI frontend and --workers workers here (docs/dynamo.md).",
 )
 @click.option(
-    "--workers", default=1, show_default=True, type=int, help="dynamo: workers behind the frontend."
+    "--workers",
+    default=1,
+    show_default=True,
+    type=int,
+    help="dynamo: workers behind the frontend (k8s --engine dynamo: worker, or decode, replicas).",
 )
 @click.option(
     "--router-mode",
     default="round-robin",
     show_default=True,
     help="dynamo: the frontend's router (round-robin, random, power-of-two, least-loaded, ...).",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["triton", "dynamo"]),
+    default="triton",
+    show_default=True,
+    help="k8s: Triton manifests, or an NVIDIA Dynamo DynamoGraphDeployment (docs/dynamo.md).",
+)
+@click.option(
+    "--disagg",
+    is_flag=True,
+    help="k8s --engine dynamo: disaggregated prefill and decode workers (--workers decode replicas).",
+)
+@click.option(
+    "--prefill-workers", default=1, show_default=True, type=int, help="k8s --engine dynamo --disagg."
 )
 @click.option("--backend", type=backends(), help="Overrides `backend`.")
 @click.option(
@@ -87,6 +106,9 @@ def deploy(
     target: str,
     workers: int,
     router_mode: str,
+    engine: str,
+    disagg: bool,
+    prefill_workers: int,
     backend: str | None,
     workdir: Path | None,
     render_only: bool,
@@ -135,6 +157,13 @@ def deploy(
         )
         emit(dplan.to_dict(), as_json, lambda: click.echo(dplan.script(), nl=False))
         return
+    if dry_run and target == "k8s" and engine == "dynamo":
+        from toolkit.dynamo.k8s import plan_dgd
+
+        dgd = plan_dgd(r, namespace=namespace, image=image, workers=workers, prefill_workers=prefill_workers,
+                       disagg=disagg, router_mode=router_mode)  # fmt: skip
+        emit(dgd.to_dict(), as_json, lambda: click.echo(dgd.script(), nl=False))
+        return
     if dry_run and target == "local":
         from toolkit.deploy import plan_deploy
 
@@ -178,6 +207,9 @@ def deploy(
         replicas=replicas,
         workers=workers,
         router_mode=router_mode,
+        engine=engine,
+        disagg=disagg,
+        prefill_workers=prefill_workers,
     )
     if result.files:  # --target k8s | slurm
         paths = [str(p) for p in result.files]

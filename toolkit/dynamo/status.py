@@ -10,6 +10,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from toolkit.dynamo.launch import processes
 from toolkit.dynamo.plan import PLAN_FILE, SUBDIR, DynamoPlan
@@ -84,16 +85,21 @@ def dynamo_status(root: Path | str, timeout: float = 2.0) -> ServerStatus:
     restarts = {n: int(p.get("restarts", 0)) for n, p in record.items() if p.get("restarts")}
     metrics = {n: str(p["metrics_url"]) for n, p in record.items() if p.get("metrics_url")}
     loading = sorted(n for n, url in metrics.items() if n in alive and not http_ok(url, timeout))
+    # A worker that died and is loading again: dead to its clients until it serves.
+    restarting = {n: _last_failure(record[n]) for n in loading if restarts.get(n)}
     parts = [
-        f"{n} pid {alive[n]}" + (" (loading)" if n in loading else "") if n in alive else f"{n} DEAD"
+        (f"{n} pid {alive[n]}" + (" (loading)" if n in loading else "") if n in alive else f"{n} DEAD")
         for n in record
     ]
     if restarts:
         parts.append("restarted: " + ", ".join(f"{n} ×{k}" for n, k in sorted(restarts.items())))
     failures = [f for p in record.values() for f in p.get("failures", [])]
-    if dead:
+    if dead or restarting:
         state = "unhealthy"
         msg = f"dead: {', '.join(dead)}; the supervisor (pid {st.pid}) restarts them unless --on-failure says not"
+        if restarting:
+            died = "; ".join(f"{n} died ({why}) and is restarting" for n, why in sorted(restarting.items()))
+            msg = f"{died}; the live workers serve meanwhile" if not dead else f"{msg}; {died}"
     elif st.status == "starting" or not record or loading:
         state = "starting"
         msg = f"supervisor pid {st.pid} is starting " + (", ".join(loading) if loading else "the deployment")
@@ -108,9 +114,20 @@ def dynamo_status(root: Path | str, timeout: float = 2.0) -> ServerStatus:
     base.state, base.message, base.live, base.ready, base.model_ready = state, msg, listed, listed, listed
     base.restarts = sum(restarts.values())
     base.failures = failures
-    base.dead_stubs = {n: [] for n in dead}
+    base.dead_stubs = {n: [] for n in [*dead, *restarting]}
     base.uptime_s = max(0.0, time.time() - st.started_at)
     return base
+
+
+def _last_failure(entry: dict[str, Any]) -> str:
+    """'exited -9 at 2026-12-07 18:00:00' from a processes.json entry's last failure."""
+    failures = entry.get("failures") or []
+    if not failures:
+        return "restarted"
+    text = str(failures[-1])  # "<date> <time> <name> (pid P) exited CODE"
+    stamp = " ".join(text.split(" ")[:2])
+    exited = text.rsplit(")", 1)[-1].strip()
+    return f"{exited} at {stamp}" if exited else text
 
 
 def kill_orphans(root: Path | str) -> list[int]:

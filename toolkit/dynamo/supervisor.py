@@ -48,6 +48,34 @@ class Child:
         return self.popen is not None and self.popen.poll() is None
 
 
+def sweep_stale(discovery: Path) -> list[str]:
+    """Remove the file-discovery entries of endpoints that no longer accept connections (a worker
+    that died cannot deregister): without this, the frontend's router keeps sending new requests
+    to the dead instance until one fails (seen with Dynamo 1.6.1: a 503 to the first request that
+    reaches it). Entries are `<store>/v1/instances/<key>` (JSON with `transport.tcp`
+    "host:port/..."), with the model card under the same key in `<store>/v1/mdc/`. Returns the keys."""
+    import contextlib
+    import socket
+
+    removed = []
+    instances = discovery / "v1" / "instances"
+    for entry in sorted(instances.glob("*")) if instances.is_dir() else []:
+        try:
+            addr = str(json.loads(entry.read_text())["transport"]["tcp"]).split("/", 1)[0]
+            host, port = addr.rsplit(":", 1)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        with socket.socket() as sock:
+            sock.settimeout(1.0)
+            if sock.connect_ex((host, int(port))) == 0:
+                continue
+        for path in (entry, discovery / "v1" / "mdc" / entry.name):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        removed.append(entry.name)
+    return removed
+
+
 def log(msg: str) -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}", flush=True)
 
@@ -102,6 +130,9 @@ class Supervisor:
                     continue
                 code = child.popen.returncode
                 what = f"{child.proc.name} (pid {child.pid}) exited {code}"
+                gone = sweep_stale(Path(child.proc.env["DYN_FILE_KV"]))
+                if gone:
+                    log(f"{child.proc.name}: removed its registration {', '.join(gone)} from file discovery")
                 child.failures.append(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {what}")
                 if self.policy == "stop":
                     log(f"{what}: stopping the deployment (--on-failure stop)")

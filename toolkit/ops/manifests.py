@@ -9,6 +9,10 @@
 - ServiceMonitor (monitoring.coreos.com/v1, a CRD): against a schema written from
   prometheus-operator `pkg/apis/monitoring/v1/servicemonitor_types.go` (@05cc9e6) for the fields
   sdtk uses; the selector with the core LabelSelector rules.
+- DynamoGraphDeployment (nvidia.com/v1beta1, a CRD): the envelope and components against
+  schemas/dynamographdeployment-v1beta1.json (transcribed from ai-dynamo/dynamo's v1beta1 Go types,
+  cited there), component names unique case-insensitively (the CRD's CEL rule), and each
+  component's podTemplate with the core `PodTemplate` schema.
 
 Needs `kubernetes-validate` (the `ops` extra), which brings jsonschema.
 """
@@ -207,6 +211,31 @@ def _pod_template(template: dict, version: str, owner: str) -> None:
     _core(wrapper, version, owner)
 
 
+def dgd_schema() -> dict[str, Any]:
+    """The transcribed DynamoGraphDeployment v1beta1 schema (its `$comment` cites the source)."""
+    import json
+    from importlib import resources
+
+    text = (resources.files("toolkit.ops") / "schemas" / "dynamographdeployment-v1beta1.json").read_text()
+    return dict(json.loads(text))
+
+
+def _dgd(obj: dict, version: str, name: str) -> str:
+    _json_schema(obj, dgd_schema(), name)
+    components = obj["spec"].get("components", [])
+    names = [c["name"].lower() for c in components]
+    if len(set(names)) != len(names):  # the CRD's CEL rule on spec.components
+        raise ManifestError(
+            "DynamoGraphDeployment", name, "component names must be unique case-insensitively"
+        )
+    for c in components:
+        if "podTemplate" in c:
+            _pod_template(copy.deepcopy(c["podTemplate"]), version, f"{name}-{c['name'].lower()}")
+    return (
+        f"DynamoGraphDeployment v1beta1 schema (dynamographdeployment_types.go) + core PodTemplate {version}"
+    )
+
+
 def validate_manifest(obj: dict, k8s_version: str = DEFAULT_K8S_VERSION) -> str:
     """Validate one object; returns what it was validated against, raises ManifestError."""
     name = (obj.get("metadata") or {}).get("name", "?")
@@ -218,6 +247,8 @@ def validate_manifest(obj: dict, k8s_version: str = DEFAULT_K8S_VERSION) -> str:
             if role in lwt:
                 _pod_template(copy.deepcopy(lwt[role]), k8s_version, f"{name}-{role}")
         return f"LWS schema (leaderworkerset_types.go) + core PodTemplate {k8s_version}"
+    if api == "nvidia.com/v1beta1" and kind == "DynamoGraphDeployment":
+        return _dgd(obj, k8s_version, name)
     if api == "monitoring.coreos.com/v1" and kind == "ServiceMonitor":
         _json_schema(obj, SERVICEMONITOR_SCHEMA, name)
         return "ServiceMonitor schema (servicemonitor_types.go)"

@@ -630,6 +630,8 @@ async def run_load(
             steps: list[int | None] = [*levels] if levels else [None]  # None: one level at `rate`
             for lvl in steps:
                 bar.level(f"c={lvl}" if lvl is not None else f"rate={rate:g}/s", len(prompts))
+                if (begin := getattr(endpoint, "begin_level", None)) is not None:  # reads server counters
+                    await begin()
                 result.levels.append(
                     await _run_level(
                         endpoint,
@@ -647,6 +649,8 @@ async def run_load(
                         first=first,
                     )
                 )
+                if (end := getattr(endpoint, "end_level", None)) is not None:
+                    await end(result.levels[-1])
         except _Aborted as e:
             raise _aborted(endpoint, result, e) from None
     _check_outcome(endpoint, result)

@@ -439,3 +439,41 @@ def bootstrap_ci(
         resamples,
         "percentile bootstrap",
     )
+
+
+def counted_acceptance(counts: dict[str, Any]) -> dict[str, Any]:
+    """A level's `acceptance` summary from what the deployment's workers counted over it (their
+    sdtk_spec_* counters: draft_tokens, accepted_draft_tokens, steps, per_position_proposed /
+    _accepted): the same keys as `summarize`'s, pooled over the level (no per-request spread)."""
+    drafts = int(counts.get("draft_tokens") or 0)
+    acc = int(counts.get("accepted_draft_tokens") or 0)
+    steps = int(counts.get("steps") or 0)
+    proposed = list(counts.get("per_position_proposed") or [])
+    return {
+        "rate": (acc / drafts) if drafts else None,
+        "rate_per_request": describe([]),
+        "accepted_draft_tokens": acc,
+        "draft_tokens": drafts,
+        "length": spec_metrics.acceptance_length(acc, steps) if steps else None,
+        "length_per_request": describe([]),
+        "length_source": str(counts.get("source") or "the workers' counters") if steps else None,
+        "per_position": (
+            per_position_acceptance(proposed, list(counts.get("per_position_accepted") or []))
+            if proposed
+            else None
+        ),
+    }
+
+
+def merged_counts(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Two parts' worker counts as one (a level run in rounds); unknown if either is."""
+    if a is None or b is None:
+        return None
+    out = dict(a)
+    for key in ("draft_tokens", "accepted_draft_tokens", "steps", "requests"):
+        out[key] = int(a.get(key) or 0) + int(b.get(key) or 0)
+    for key in ("per_position_proposed", "per_position_accepted"):
+        x, y = list(a.get(key) or []), list(b.get(key) or [])
+        n = max(len(x), len(y))
+        out[key] = [(x[i] if i < len(x) else 0) + (y[i] if i < len(y) else 0) for i in range(n)]
+    return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.bench.measure.metrics import RequestRecord, summarize
+from toolkit.bench.measure.metrics import RequestRecord, counted_acceptance, summarize
 
 
 @dataclass
@@ -21,13 +21,19 @@ class LevelResult:
     records: list[RequestRecord]
     duration: float
     partial: bool = False
+    # What the deployment's workers counted during the level (their sdtk_spec_* counters: an
+    # OpenAI-API deployment, whose responses carry no acceptance; toolkit.bench.measure.openai).
+    server_acceptance: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
         return f"c={self.concurrency}" if self.concurrency is not None else f"rate={self.rate:g}/s"
 
     def summary(self) -> dict[str, Any]:
-        return summarize(self.records, duration=self.duration)
+        s = summarize(self.records, duration=self.duration)
+        if self.server_acceptance and not s["acceptance"]["draft_tokens"]:
+            s["acceptance"] = counted_acceptance(self.server_acceptance)
+        return s
 
     def to_dict(self, records: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -37,6 +43,8 @@ class LevelResult:
             "partial": self.partial,
             "summary": self.summary(),
         }
+        if self.server_acceptance is not None:
+            d["server_acceptance"] = self.server_acceptance
         if records:
             d["records"] = [r.to_dict() for r in self.records]
         return d

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from toolkit.bench.decide import compare as compare_mod
 from toolkit.bench.errors import BenchAborted
 from toolkit.bench.measure import replay as replay_mod
+from toolkit.bench.measure.metrics import merged_counts
 from toolkit.bench.measure.records import BenchResult, LevelResult
 from toolkit.bench.measure.workloads import Workload
 from toolkit.bench.options import RunOptions
@@ -163,6 +164,7 @@ def _added(
         sorted([*last.records, *add.records], key=lambda r: r.index),
         last.duration + add.duration,
         last.partial or add.partial,
+        merged_counts(last.server_acceptance, add.server_acceptance),
     )
     return _joined(
         dataclasses.replace(before, levels=before.levels[:-1]), dataclasses.replace(more, levels=[level])
@@ -195,5 +197,12 @@ def replay_side(
     if rec is None or not replay_mod.replayable(rec, opts.temperature):
         return None
     opts.steps("compare")("speculative: replaying the requests in process for acceptance per draft position")
-    first = run.levels[0].records if run is not None and run.levels else None
-    return replay_mod.replay_acceptance(rec, wl.sample(opts.requests, opts.seed), first)
+    level = run.levels[0] if run is not None and run.levels else None
+    prompts = wl.sample(opts.requests, opts.seed)
+    replayed = replay_mod.replay_acceptance(rec, prompts, level.records if level is not None else None)
+    counted = level.server_acceptance if level is not None else None
+    if replayed.server_draft_tokens is None and counted and counted.get("requests") == len(prompts):
+        # An OpenAI-API side: the workers' counters over the level's requests (all of them).
+        replayed.server_accepted_draft_tokens = int(counted["accepted_draft_tokens"])
+        replayed.server_draft_tokens = int(counted["draft_tokens"])
+    return replayed

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.bench.measure.loadgen import BenchResult, Sampling, TritonEndpoint, run_with
+from toolkit.bench.measure.openai import OpenAIEndpoint
 from toolkit.bench.measure.records import count_steps_from_chunks
 from toolkit.bench.measure.workloads import Workload
 from toolkit.bench.options import RunOptions
@@ -66,6 +67,8 @@ def measure_side(
             label=label or side.label,
             draft_len=side.draft_len,
             tokenizer=opts.tokenizer or side.tokenizer,
+            protocol=side.protocol,
+            metrics_urls=side.metrics_urls,
         )
         result.twin = side.twin
         if side.steps_from_chunks:
@@ -94,13 +97,24 @@ def load_at(
     label: str,
     draft_len: int | None,
     tokenizer: str | None,
+    protocol: str | None = None,
+    metrics_urls: Sequence[str] | None = None,
 ) -> BenchResult:
-    """The load generator against `model` at `url`, the endpoint closed afterwards."""
+    """The load generator against `model` at `url`, the endpoint closed afterwards. `protocol`:
+    the side's own (a Dynamo deployment's `openai`), else the run's; `metrics_urls`: its workers'
+    /metrics (sdtk_spec_* counters), read around each level for its acceptance."""
     sampling = Sampling(temperature=opts.temperature, num_draft_tokens=load.num_draft_tokens)
+    proto = protocol or opts.protocol
 
     async def go() -> BenchResult:
-        ep = TritonEndpoint(url, model=model, protocol=opts.protocol, timeout=opts.timeout)
-        if load.bls:
+        ep: TritonEndpoint | OpenAIEndpoint
+        if proto == "openai":
+            if load.bls or load.num_draft_tokens is not None:
+                raise UsageError("per-request draft lengths need Triton's BLS; the OpenAI API has none")
+            ep = OpenAIEndpoint(url, model=model, timeout=opts.timeout, metrics_urls=metrics_urls or ())
+        else:
+            ep = TritonEndpoint(url, model=model, protocol=proto, timeout=opts.timeout)
+        if load.bls and isinstance(ep, TritonEndpoint):
             try:
                 ep = await bls_endpoint(ep, url, opts.protocol, opts.timeout)
             except BaseException:
