@@ -207,6 +207,8 @@ def deploy(
             on_ready=on_ready,
         )
     if target != "local":
+        if backend is not None and backend != recipe.backend:  # as build() applies it
+            recipe = recipe.model_copy(update={"backend": backend})
         return render_target(
             recipe, target, out=out, workdir=workdir, namespace=namespace, image=image, replicas=replicas
         )
