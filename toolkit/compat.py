@@ -129,7 +129,18 @@ def _cell(m: ModeInfo, backend: str) -> Cell:
         )
     if backend == "llmapi":
         name = m.llmapi_types[0] if m.llmapi_types else None
-        return Cell(m.name, backend, True, name, sup.min_version or LLMAPI_MIN, None, None, sup.families, sup.reason, sup.fix)
+        return Cell(
+            m.name,
+            backend,
+            True,
+            name,
+            sup.min_version or LLMAPI_MIN,
+            None,
+            None,
+            sup.families,
+            sup.reason,
+            sup.fix,
+        )
     return Cell(m.name, backend, True, None, None, None, None, None, sup.reason, sup.fix)
 
 

@@ -109,7 +109,7 @@ def test_the_backend_option_reaches_k8s_and_slurm(tmp_path, target):
     """`sdtk deploy --target k8s|slurm --backend engine` renders the engine path, as `--set
     backend=engine` does; it used to be dropped silently (the files said backend llmapi)."""
     recipe = load_recipe(RECIPE)
-    via_set = deploy(load_recipe(RECIPE, ["backend=engine"]), target=target, out=tmp_path / "set", workdir=tmp_path)
+    deploy(load_recipe(RECIPE, ["backend=engine"]), target=target, out=tmp_path / "set", workdir=tmp_path)
     result = deploy(recipe, target=target, backend="engine", out=tmp_path / "opt", workdir=tmp_path)
     assert (result.backend, result.model, result.entry_kind) == ("engine", "tensorrt_llm_bls", "bls")
     assert _tree(tmp_path / "opt") == _tree(tmp_path / "set")

@@ -251,7 +251,7 @@ def test_missing_repository_fails_fast(job):
 
 
 def test_every_bundled_recipe_renders_a_valid_script(tmp_path):
-    from toolkit.errors import CompatError, RecipeError
+    from toolkit.errors import CompatError
     from toolkit.recipe import bundled_recipes
 
     rendered = 0
@@ -281,8 +281,8 @@ def test_the_readiness_loop_waits_for_the_model_clients_call(tmp_path, recipe_fi
     try:
         recipe = load_recipe(recipe_file, [f"backend={backend}"] if backend else [])
         plan = plan_slurm(recipe, workdir=str(tmp_path))
-    except (CompatError, RecipeError, UsageError):  # the recipe's mode has no path on this backend
-        return
+    except (CompatError, RecipeError, UsageError) as e:
+        pytest.skip(f"{recipe_file.name} has no {backend or 'default'} path to render: {e}")
     assert plan.topology.backend == compat.check_recipe(recipe, installed_version=recipe.trtllm_version).backend
     model = re.search(r"^MODEL=(.*)$", plan.script, re.M)
     assert model is not None

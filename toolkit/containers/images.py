@@ -77,7 +77,9 @@ def image_for(trtllm_version: str | None = None) -> str:
     if tag is None:
         known = ", ".join(TRTLLM_TO_CONTAINER)
         newest = max(TRTLLM_TO_CONTAINER, key=release.release)
-        unverified = "; sdtk then says the image's TensorRT-LLM version is unverified and renders for the recipe's"
+        unverified = (
+            "; sdtk then says the image's TensorRT-LLM version is unverified and renders for the recipe's"
+        )
         hint = f"pass --image explicitly (an image that carries TensorRT-LLM {version}){unverified}"
         later = ""
         if release.release(version) > release.release(newest):
@@ -92,7 +94,8 @@ def image_for(trtllm_version: str | None = None) -> str:
                 f"container: --set trtllm_version={newest} ({REGISTRY}:{TRTLLM_TO_CONTAINER[newest]}-{SUFFIX})"
             )
         raise UsageError(
-            f"no verified NGC Triton container for TensorRT-LLM {version} (verified: {known}){later}", hint=hint
+            f"no verified NGC Triton container for TensorRT-LLM {version} (verified: {known}){later}",
+            hint=hint,
         )
     return f"{REGISTRY}:{tag}-{SUFFIX}"
 
