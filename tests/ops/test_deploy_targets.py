@@ -113,3 +113,18 @@ def test_the_backend_option_reaches_k8s_and_slurm(tmp_path, target):
     result = deploy(recipe, target=target, backend="engine", out=tmp_path / "opt", workdir=tmp_path)
     assert (result.backend, result.model, result.entry_kind) == ("engine", "tensorrt_llm_bls", "bls")
     assert _tree(tmp_path / "opt") == _tree(tmp_path / "set")
+
+
+@pytest.mark.parametrize("target", ["k8s", "slurm"])
+def test_k8s_and_slurm_renders_say_the_engine_path_is_deprecated_on_1_2(tmp_path, target):
+    """TensorRT-LLM 1.2.x still ships the engine path, deprecated (NVIDIA/TensorRT-LLM PR #11723): the
+    render says so where the user looks, on stderr, and in the files (k8s NOTES.md, the sbatch header)."""
+    said: list[str] = []
+    recipe = load_recipe(RECIPE, ["backend=engine", "trtllm_version=1.2.1"])
+    result = deploy(recipe, target=target, out=tmp_path / "o", workdir=tmp_path, progress=said.append)
+    assert any(m.startswith("WARNING:") and "PR #11723" in m for m in said), said
+    text = "\n".join(p.read_text() for p in result.files if p.name in ("NOTES.md",) or p.suffix == ".sbatch")
+    assert "deprecated since TensorRT-LLM 1.2 (NVIDIA/TensorRT-LLM PR #11723)" in text
+    quiet: list[str] = []
+    deploy(load_recipe(RECIPE), target=target, out=tmp_path / "q", workdir=tmp_path, progress=quiet.append)
+    assert not any("WARNING" in m for m in quiet), quiet

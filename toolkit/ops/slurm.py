@@ -171,6 +171,7 @@ def plan_slurm(
         layout_line=f"{topo.nodes} node(s) × {topo.ranks_per_node} rank(s), {topo.gpus_in_node} GPU(s) per node, "
         f"backend {topo.backend}",
         launcher_line=how + (f" in {container_image} (pyxis)" if container_image else ""),
+        backend_why=topo.why,
         job_name=name,
         nodes=topo.nodes,
         ranks_per_node=tasks_per_node,
