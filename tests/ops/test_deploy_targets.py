@@ -128,3 +128,17 @@ def test_k8s_and_slurm_renders_say_the_engine_path_is_deprecated_on_1_2(tmp_path
     quiet: list[str] = []
     deploy(load_recipe(RECIPE), target=target, out=tmp_path / "q", workdir=tmp_path, progress=quiet.append)
     assert not any("WARNING" in m for m in quiet), quiet
+
+
+@pytest.mark.parametrize(
+    ("overrides", "model"),
+    [([], "tensorrt_llm"), (["backend=engine"], "tensorrt_llm_bls"), (["serving.model_name=chat"], "chat")],
+)
+def test_the_k8s_notes_doctor_command_probes_the_entry_model(tmp_path, overrides, model):
+    """`sdtk doctor --url` probes `--model` (default "ensemble"): the NOTES.md command names the
+    model clients call, which an llmapi repository (tensorrt_llm) and a draft-target one (the BLS)
+    have instead of an ensemble."""
+    result = deploy(load_recipe(RECIPE, overrides), target="k8s", out=tmp_path / "o")
+    assert result.model == model
+    notes = (tmp_path / "o" / "NOTES.md").read_text()
+    assert f"/metrics --model {model}\n" in notes

@@ -38,7 +38,7 @@ from toolkit import __version__
 from toolkit._fs import atomic_write
 from toolkit.containers import ngc_tritonserver
 from toolkit.errors import UsageError
-from toolkit.ops.layout import Topology, launch_argv, plan_topology, rank_commands
+from toolkit.ops.layout import Topology, entry_model, launch_argv, plan_topology, rank_commands
 from toolkit.ops.templating import render, shell_join, var
 from toolkit.server.workdir import REPO_SUBDIR
 from toolkit.shellsafe import check_line, heredoc_tag
@@ -187,7 +187,7 @@ def plan_slurm(
         http_port=sv.http_port,
         grpc_port=sv.grpc_port,
         metrics_port=sv.metrics_port,
-        model_name=_entry_model(recipe, topo.backend),
+        model_name=entry_model(recipe, topo.backend),
         ready_timeout_s=ready_timeout_s,
         env=topo.launch.env,
         launcher=how,
@@ -199,24 +199,6 @@ def plan_slurm(
         command=shell_join(argv),
     )
     return SlurmPlan(recipe_name, topo, how, argv, ranks, script, notes)
-
-
-def _entry_model(recipe: Recipe, backend: str) -> str:
-    """The model clients call, whose readiness the job waits for: toolkit.repo.render.entry_point's
-    rule (toolkit.ops may not import toolkit.repo; tests/ops/test_slurm.py checks both agree on every
-    recipe): tensorrt_llm in an llmapi repository, the BLS for draft-target, else the ensemble;
-    serving.model_name renames it. serving.model_name's default, "ensemble", is not a model of the
-    first two repositories: waiting for it would time out and stop a healthy server."""
-    from toolkit import modes
-
-    name = recipe.serving.model_name
-    if recipe.repository_layout(backend) == "llmapi":
-        natural = "tensorrt_llm"
-    elif modes.info(recipe.mode).two_model:
-        natural = "tensorrt_llm_bls"
-    else:
-        natural = "ensemble"
-    return natural if name == "ensemble" else name
 
 
 def _srun_step(topo: Topology) -> str:
