@@ -14,7 +14,7 @@ Versions compare on the release tuple (toolkit.containers.release): 1.2.0rc2 is 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 from toolkit import containers
@@ -350,4 +350,21 @@ def check_recipe(
                 backend="engine",
                 hint="set serving.decoupled: false",
             )
+    if res.backend == "llmapi":
+        res = _engine_placement(recipe, res)
     return res
+
+
+def _engine_placement(recipe: Recipe, res: Resolution) -> Resolution:
+    """parallel.draft_tp / draft_device_ids / target_device_ids place the engine path's models (each
+    tensorrt_llm model's gpu_device_ids); the LLM API runs the draft inside the target's LLM() with
+    its tensor_parallel_size, so sdtk renders none of them there: say so rather than drop them."""
+    p = recipe.parallel
+    placed = [f"parallel.{f}" for f in ("draft_tp", "draft_device_ids", "target_device_ids") if getattr(p, f)]
+    if not placed:
+        return res
+    w = (
+        f"{', '.join(placed)}: engine-path placement, not rendered on llmapi (the LLM API runs the draft "
+        f"inside the target's LLM() with tensor_parallel_size {p.tp}); drop it, or use backend: engine"
+    )
+    return replace(res, why=f"{res.why}; WARNING: {w}", warnings=(*res.warnings, w))

@@ -241,8 +241,17 @@ def deploy(
     if engine != "triton":
         raise UsageError(f"--engine {engine} goes with --target k8s only (--target dynamo runs Dynamo here)")
     if target != "local":
+        if backend is not None and backend != recipe.backend:  # as build() applies it
+            recipe = recipe.model_copy(update={"backend": backend})
         return render_target(
-            recipe, target, out=out, workdir=workdir, namespace=namespace, image=image, replicas=replicas
+            recipe,
+            target,
+            out=out,
+            workdir=workdir,
+            namespace=namespace,
+            image=image,
+            replicas=replicas,
+            progress=progress,
         )
     from toolkit.server.launch import check_launch_path, check_workdir_free
     from toolkit.server.lock import WorkdirLock
@@ -334,8 +343,11 @@ def render_target(
     namespace: str = "default",
     image: str | None = None,
     replicas: int = 1,
+    progress: Step = _stderr,
 ) -> DeployResult:
-    """`deploy(target=k8s|slurm)`: write the files that deploy `recipe` there under `out`."""
+    """`deploy(target=k8s|slurm)`: write the files that deploy `recipe` there under `out`; the
+    support matrix's warnings (the engine path deprecated on 1.2.x) go to `progress` too."""
+    from toolkit.compat import check_recipe
     from toolkit.errors import UsageError
     from toolkit.repo.render import entry_point
 
@@ -357,6 +369,8 @@ def render_target(
     # What clients call is decided (and a bad serving.model_name refused) before a file is written.
     entry, kind = entry_point(recipe, topology.backend)
     files = write_k8s(k8s, out, validate=True) if target == "k8s" else write_slurm(slurm, out)
+    for w in check_recipe(recipe, installed_version=topology.trtllm_version).warnings:
+        progress(f"WARNING: {w}")
     return DeployResult(
         recipe=recipe.display_name,
         backend=topology.backend,

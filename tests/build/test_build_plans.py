@@ -328,6 +328,31 @@ def test_llmapi_load_aware_fields_1_2(make_recipe, tmp_path, monkeypatch):
     assert e.value.check == "llmapi-fields" and "1.2" in str(e.value)
 
 
+def test_llmapi_max_concurrency_on_1_1_is_rendered_and_marked_unverified(make_recipe, tmp_path, monkeypatch):
+    """Stand-in TRT-LLM 1.1.0: `max_concurrency` is a DecodingBaseConfig field from NVIDIA/TensorRT-LLM
+    PR #6676 (merged 2025-08, "Add a `max_concurrency` field to `DecodingBaseConfig`"), on main while
+    the 1.1 release candidates were cut, so a 1.1-era llm_args.py may declare it: sdtk renders it and
+    says it is unverified for 1.1 instead of refusing it. `draft_len_schedule` (PR #8194, Oct 2025)
+    stays refused on 1.1, and both on 1.0 (branched before PR #6676)."""
+    from toolkit.build import PreflightFailed
+
+    activate(make_standins(tmp_path / "s11", "1.1.0"), monkeypatch)
+    limits = {"max_batch_size": 10, "max_input_len": 64, "max_seq_len": 128, "max_num_tokens": 256}
+    only = {"mode": "ngram", "max_draft_len": 4, "max_concurrency": 6}
+    r, extra, model = _llmapi(make_recipe, "ngram", speculative=only, build=limits)
+    assert extra["speculative_config"]["max_concurrency"] == 6 and model["speculative_config"]["max_concurrency"] == 6
+    assert any("max_concurrency" in n and "unverified for 1.1" in n and "#6676" in n for n in r.notes)
+    sched = {**only, "draft_len_schedule": {1: 4, 4: 2}}
+    with pytest.raises(PreflightFailed) as e:
+        build(make_recipe("ngram", backend="llmapi", speculative=sched), progress=quiet)
+    assert e.value.check == "llmapi-fields" and "draft_len_schedule" in str(e.value)
+    assert "max_concurrency" not in str(e.value)
+    activate(make_standins(tmp_path / "s10", "1.0.0"), monkeypatch)
+    with pytest.raises(PreflightFailed) as e:
+        build(make_recipe("ngram", backend="llmapi", speculative=only), progress=quiet)
+    assert e.value.check == "llmapi-fields" and "max_concurrency" in str(e.value)
+
+
 def test_load_aware_fields_refused_where_upstream_has_none(make_recipe):
     from toolkit.compat import check_recipe
     from toolkit.errors import CompatError

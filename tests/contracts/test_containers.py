@@ -242,3 +242,22 @@ def test_the_1_1_fixture_cites_the_triton_release_of_container_25_12():
         lines = doc.splitlines()
         assert "sampling_param_return_perf_metrics" in lines[36] and "sampling_param_return_perf_metrics" in lines[39]
         assert '"acceptance_rate"' in lines[45] and '"total_draft_tokens"' in lines[59]
+
+
+def test_a_version_newer_than_every_verified_container_names_the_dynamo_container_and_the_other_ways():
+    """TensorRT-LLM 1.3 ships only in NVIDIA's Dynamo container so far (triton-inference-server/server
+    issue #8805): the fix-it names `--target dynamo`, `--image` with a Triton image the user built with
+    that version, and the newest verified version; it does not suggest a tritonserver:<yy.mm> tag,
+    since no verified one carries 1.3."""
+    from toolkit.containers import images
+    from toolkit.errors import UsageError
+
+    with pytest.raises(UsageError) as e:
+        images.image_for("1.3.0")
+    hint = e.value.hint or ""
+    assert "--target dynamo" in hint and "--image" in hint and "trtllm_version=1.2.1" in hint
+    assert "tritonserver:<yy.mm>" not in hint
+    # an unknown older version keeps the plain --image fix-it
+    with pytest.raises(UsageError) as old:
+        images.image_for("0.18.0")
+    assert "--target dynamo" not in (old.value.hint or "") and "--image" in (old.value.hint or "")

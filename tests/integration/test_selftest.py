@@ -2,7 +2,7 @@
 checkpoints it writes itself (build, real Triton deploy, validate against the in-process target,
 short bench, stop). CI runs two modes to stay within ~90 s: one behind the ensemble repository
 (medusa, an engine-path mode) and one behind the llmapi repository (eagle3, an llmapi-path mode),
-as TensorRT-LLM 1.1 would run them."""
+as TensorRT-LLM 1.2.1 (the newest verified container's, selftest.WOULD_RUN) would run them."""
 
 from __future__ import annotations
 
@@ -28,14 +28,14 @@ def test_selftest_reference_two_modes(tmp_path):
         assert row["steps"] == {s: "passed" for s in ("build", "deploy", "validate", "bench", "stop")}
         checks = {c["name"]: c["status"] for c in row["details"]["validation"]["checks"]}
         assert checks["correctness"] == "passed"  # greedy speculative == target-only
-    # The twin serves TensorRT-LLM 1.1's repository (the version it stands in for): neither the llmapi
-    # model nor 1.1's tensorrt_llm returns token counts (as on a GPU), so the bench counts with the
-    # tokenizer.
+    # The twin serves TensorRT-LLM 1.2.1's repository (the version it stands in for): the llmapi model
+    # returns no token counts, so the bench counts with the tokenizer; 1.2's tensorrt_llm declares
+    # num_output_tokens (tests/contracts/trtllm-1.2.json), so the server's count is used there.
     assert rows[("eagle3", "reference-llmapi")]["details"]["bench_token_counts"] == ["tokenizer"]
-    assert rows[("medusa", "reference")]["details"]["bench_token_counts"] == ["tokenizer"]
+    assert rows[("medusa", "reference")]["details"]["bench_token_counts"] == ["server"]
     model_yaml = tmp_path / "work/selftest-reference-llmapi-eagle3/triton_repo/tensorrt_llm/1/model.yaml"
-    assert "decoding_type: Eagle" in model_yaml.read_text()
-    # What a TensorRT-LLM 1.1 container would run instead.
+    assert "decoding_type: Eagle3\n" in model_yaml.read_text()  # 1.2's name (1.1: Eagle)
+    # What a TensorRT-LLM 1.2.1 container (26.07) would run instead.
     would = {(x["mode"], x["backend"]) for x in out["would_run_with_trtllm"]}
     assert {
         ("medusa", "engine"),
@@ -56,13 +56,16 @@ def test_selftest_reference_two_modes(tmp_path):
 
 def test_selftest_plan_with_trtllm():
     """Stand-in versions (TensorRT-LLM cannot be installed here): which (mode, backend) pairs run."""
+    from toolkit.selftest import WOULD_RUN
     from toolkit.selftest.run import plan_modes
 
-    v11 = plan_modes("1.1.0")
-    # Without TensorRT-LLM: what 1.1 would run, engine-path modes behind the reference ensemble
-    # repository, llmapi-path modes behind the reference llmapi one.
-    assert plan_modes(None) == [(m, "reference" if b == "engine" else "reference-llmapi") for m, b in v11]
-    assert ("medusa", "engine") in v11 and ("eagle3", "llmapi") in v11 and ("none", "engine") in v11
+    assert WOULD_RUN == "1.2.1"  # the newest verified container's (26.07)
+    v12 = plan_modes(WOULD_RUN)
+    # Without TensorRT-LLM: what 1.2.1 would run, engine-path modes (deprecated there, still shipped)
+    # behind the reference ensemble repository, llmapi-path modes behind the reference llmapi one.
+    assert plan_modes(None) == [(m, "reference" if b == "engine" else "reference-llmapi") for m, b in v12]
+    assert ("medusa", "engine") in v12 and ("eagle3", "llmapi") in v12 and ("none", "engine") in v12
+    assert plan_modes("1.1.0") == v12
     v09 = plan_modes("0.19.0")
     assert all(b == "engine" for _, b in v09)
     # the engine path ships through 1.2.x, deprecated (NVIDIA/TensorRT-LLM PR #11723; NGC 26.03-26.07), and

@@ -102,3 +102,43 @@ def test_a_bad_entry_point_name_is_refused_before_a_file_is_written(tmp_path, ta
     with pytest.raises(RenderError, match="serving.model_name 'preprocessing'"):
         deploy(recipe, target=target, out=out, workdir=tmp_path / "wd")
     assert not out.exists() or not any(out.rglob("*"))
+
+
+@pytest.mark.parametrize("target", ["k8s", "slurm"])
+def test_the_backend_option_reaches_k8s_and_slurm(tmp_path, target):
+    """`sdtk deploy --target k8s|slurm --backend engine` renders the engine path, as `--set
+    backend=engine` does; it used to be dropped silently (the files said backend llmapi)."""
+    recipe = load_recipe(RECIPE)
+    deploy(load_recipe(RECIPE, ["backend=engine"]), target=target, out=tmp_path / "set", workdir=tmp_path)
+    result = deploy(recipe, target=target, backend="engine", out=tmp_path / "opt", workdir=tmp_path)
+    assert (result.backend, result.model, result.entry_kind) == ("engine", "tensorrt_llm_bls", "bls")
+    assert _tree(tmp_path / "opt") == _tree(tmp_path / "set")
+
+
+@pytest.mark.parametrize("target", ["k8s", "slurm"])
+def test_k8s_and_slurm_renders_say_the_engine_path_is_deprecated_on_1_2(tmp_path, target):
+    """TensorRT-LLM 1.2.x still ships the engine path, deprecated (NVIDIA/TensorRT-LLM PR #11723): the
+    render says so where the user looks, on stderr, and in the files (k8s NOTES.md, the sbatch header)."""
+    said: list[str] = []
+    recipe = load_recipe(RECIPE, ["backend=engine", "trtllm_version=1.2.1"])
+    result = deploy(recipe, target=target, out=tmp_path / "o", workdir=tmp_path, progress=said.append)
+    assert any(m.startswith("WARNING:") and "PR #11723" in m for m in said), said
+    text = "\n".join(p.read_text() for p in result.files if p.name in ("NOTES.md",) or p.suffix == ".sbatch")
+    assert "deprecated since TensorRT-LLM 1.2 (NVIDIA/TensorRT-LLM PR #11723)" in text
+    quiet: list[str] = []
+    deploy(load_recipe(RECIPE), target=target, out=tmp_path / "q", workdir=tmp_path, progress=quiet.append)
+    assert not any("WARNING" in m for m in quiet), quiet
+
+
+@pytest.mark.parametrize(
+    ("overrides", "model"),
+    [([], "tensorrt_llm"), (["backend=engine"], "tensorrt_llm_bls"), (["serving.model_name=chat"], "chat")],
+)
+def test_the_k8s_notes_doctor_command_probes_the_entry_model(tmp_path, overrides, model):
+    """`sdtk doctor --url` probes `--model` (default "ensemble"): the NOTES.md command names the
+    model clients call, which an llmapi repository (tensorrt_llm) and a draft-target one (the BLS)
+    have instead of an ensemble."""
+    result = deploy(load_recipe(RECIPE, overrides), target="k8s", out=tmp_path / "o")
+    assert result.model == model
+    notes = (tmp_path / "o" / "NOTES.md").read_text()
+    assert f"/metrics --model {model}\n" in notes

@@ -265,3 +265,33 @@ def test_every_bundled_recipe_renders_a_valid_script(tmp_path):
         assert sbatch_options(script.read_text())["job-name"] == f"sdtk-{recipe.display_name}"
         rendered += 1
     assert rendered >= 10, rendered
+
+
+@pytest.mark.parametrize("recipe_file", sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml")))
+@pytest.mark.parametrize("backend", [None, "engine"])
+def test_the_readiness_loop_waits_for_the_model_clients_call(tmp_path, recipe_file, backend):
+    """The sbatch script polls /v2/models/$MODEL/ready: $MODEL must be the repository's entry model
+    (toolkit.repo.render.entry_point), not serving.model_name's default "ensemble", which an llmapi
+    repository (one model, tensorrt_llm) and a draft-target one (entry tensorrt_llm_bls) lack: the job
+    would wait READY_TIMEOUT and then kill a healthy server."""
+    from toolkit import compat
+    from toolkit.errors import CompatError, RecipeError
+    from toolkit.repo.render import entry_point
+
+    try:
+        recipe = load_recipe(recipe_file, [f"backend={backend}"] if backend else [])
+        plan = plan_slurm(recipe, workdir=str(tmp_path))
+    except (CompatError, RecipeError, UsageError) as e:
+        pytest.skip(f"{recipe_file.name} has no {backend or 'default'} path to render: {e}")
+    assert plan.topology.backend == compat.check_recipe(recipe, installed_version=recipe.trtllm_version).backend
+    model = re.search(r"^MODEL=(.*)$", plan.script, re.M)
+    assert model is not None
+    assert shlex.split(model.group(1)) == [entry_point(recipe, plan.topology.backend)[0]]
+
+
+def test_an_llmapi_job_waits_for_tensorrt_llm_and_an_engine_draft_target_one_for_the_bls(tmp_path):
+    path = Path(__file__).resolve().parents[2] / "recipes" / "llama-3.3-70b-draft-target.yaml"
+    plan = plan_slurm(load_recipe(path), workdir=str(tmp_path))
+    assert plan.topology.backend == "llmapi" and "\nMODEL=tensorrt_llm\n" in plan.script
+    engine = plan_slurm(load_recipe(path, ["backend=engine"]), workdir=str(tmp_path))
+    assert engine.topology.backend == "engine" and "\nMODEL=tensorrt_llm_bls\n" in engine.script

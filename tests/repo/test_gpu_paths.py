@@ -125,7 +125,7 @@ def test_draft_gets_its_own_tp_and_devices(tmp_path):
 
     recipe = load_recipe(
         REPO / "recipes/llama-3.3-70b-draft-target.yaml",
-        ["backend=engine", "parallel.target_device_ids=[1,2,3,4]", "parallel.draft_device_ids=[0]"],
+        ["backend=engine", "parallel.draft_tp=1", "parallel.target_device_ids=[1,2,3,4]", "parallel.draft_device_ids=[0]"],
     )
     result = build(recipe, workdir=tmp_path, dry_run=True, progress=lambda _m: None)
     argv = {s["name"]: s["argv"] for s in result.steps}

@@ -174,3 +174,24 @@ def test_compat_command_shows_the_1_2_and_1_3_columns():
     header = next(line for line in r.output.splitlines() if "backend" in line)
     assert "1.1" in header and "1.2" in header and "1.3" in header
     assert "deprecated" in r.output
+
+
+def test_engine_only_parallel_fields_on_llmapi_are_named_not_dropped_silently():
+    """parallel.draft_tp / draft_device_ids / target_device_ids place the engine path's models
+    (gpu_device_ids per tensorrt_llm model); the LLM API runs the draft inside the target's LLM()
+    with its tensor_parallel_size, so on llmapi they are not rendered: the resolution says so."""
+    base = {
+        "models": {"target": "meta-llama/Llama-3.3-70B-Instruct", "draft": "meta-llama/Llama-3.2-1B-Instruct"},
+        "speculative": {"mode": "draft_target", "max_draft_len": 4},
+        "trtllm_version": "1.2.1",
+    }
+    placed = parse_recipe({**base, "backend": "llmapi", "parallel": {"tp": 4, "draft_tp": 1}})
+    res = compat.check_recipe(placed)
+    assert res.backend == "llmapi"
+    assert any("parallel.draft_tp" in w and "not rendered" in w for w in res.warnings)
+    assert "parallel.draft_tp" in res.why
+    plain = compat.check_recipe(parse_recipe({**base, "backend": "llmapi", "parallel": {"tp": 4}}))
+    assert not any("parallel." in w for w in plain.warnings)
+    engine = parse_recipe({**base, "backend": "engine", "parallel": {"tp": 4, "draft_tp": 1},
+                           "serving": {"decoupled": False}})  # fmt: skip
+    assert not any("parallel." in w for w in compat.check_recipe(engine).warnings)

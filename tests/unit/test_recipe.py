@@ -179,3 +179,27 @@ def test_membound_recipes_are_their_tiny_twins_padded():
         assert twin.models == plain.models and twin.mode == plain.mode
         assert (recipe_label(twin) or "").startswith(f"memory-bound twin: target padded ×{twin.reference.inflate}, ")
         assert recipe_label(plain) is None
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        [{"max_batch": 3, "draft_len": 3}, {"max_batch": 16, "draft_len": 1}],
+        [{"draft_len": 3}],
+        {1: 3, 4: 1, 17: 0},
+    ],
+)
+def test_the_json_schema_accepts_every_draft_len_schedule_form_the_recipe_does(schedule):
+    """`sdtk recipes schema` is what editors validate recipes with: the recommended explicit-ranges
+    form of speculative.draft_len_schedule must pass it, as it passes the recipe's own check."""
+    import jsonschema
+
+    spec = {"mode": "ngram", "max_draft_len": 3, "draft_len_schedule": schedule}
+    parse_recipe(
+        {"models": {"target": "meta-llama/Llama-3.1-8B-Instruct"}, "backend": "llmapi", "speculative": spec}
+    )
+    defs = Recipe.model_json_schema()["$defs"]
+    jsonschema.validate(spec, {**defs["NGram"], "$defs": defs})
+    with pytest.raises(jsonschema.ValidationError):
+        bad = {**spec, "draft_len_schedule": [{"max_batch": 3, "draft_len": 3, "extra": 1}]}
+        jsonschema.validate(bad, {**defs["NGram"], "$defs": defs})

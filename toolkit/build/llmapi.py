@@ -32,8 +32,10 @@ names; `DraftTarget` is the documented YAML spelling in every version.
 The docs run DraftTarget and NGram with `disable_overlap_scheduler: true`.
 
 Load-aware speculation: `max_concurrency` and `draft_len_schedule` are `DecodingBaseConfig` fields of
-the later llm_args.py (PR #8194, Oct 2025; PR #10860; PR #12262), after the 1.1 branch, so sdtk
-refuses them for 1.0/1.1. From 1.2 on, what is written follows the declared line's stand-in
+the later llm_args.py: `max_concurrency` from PR #6676 (merged 2025-08, during the 1.1 release
+candidates: rendered for 1.1 with a note that it is unverified there, refused for 1.0),
+`draft_len_schedule` from PR #8194 (Oct 2025; PR #10860; PR #12262), after the 1.1 branch, so sdtk
+refuses it for 1.0/1.1. From 1.2 on, what is written follows the declared line's stand-in
 (toolkit/build/llmapi_schema.py): the recipe's schedule (sdtk's meaning, toolkit.modes.load_aware)
 as a map keyed at the first and last batch size of each run of equal draft lengths, which 1.2
 (keys are lower bounds) and 1.3 (upper bounds, PR #10860) read alike; `max_concurrency` folded into
@@ -241,11 +243,22 @@ def check_fields(ctx: BuildContext) -> CheckResult:
     sc = schema(ctx)
     used = [f for f in modes.info(s.mode).llmapi_fields_since_1_1 if getattr(s, f) not in (None, False)]
     load = [f for f in ("max_concurrency", "draft_len_schedule") if getattr(s, f, None) is not None]
+    if sc.era == "1.1" and "max_concurrency" in load:
+        # PR #6676 (merged 2025-08) added DecodingBaseConfig.max_concurrency on main during the 1.1
+        # release candidates: render it, say so, let the user drop it if their 1.1 refuses it.
+        load.remove("max_concurrency")
+        ctx.notes.append(
+            f"TensorRT-LLM {ctx.version}: speculative.max_concurrency is written as DecodingBaseConfig."
+            "max_concurrency (added by NVIDIA/TensorRT-LLM PR #6676, merged 2025-08, during the 1.1 release "
+            "candidates); unverified for 1.1: whether the release declares it (if LLM() refuses the field, "
+            "drop it or plan for 1.2)"
+        )
     if load and sc.era != "1.2+":
+        since = "1.1 (max_concurrency) / 1.2" if sc.era == "1.0" else "1.2"
         return CheckResult(
             "llmapi-fields",
             FAILED,
-            f"speculative.{', speculative.'.join(load)} need(s) TensorRT-LLM ≥ 1.2 (DecodingBaseConfig of "
+            f"speculative.{', speculative.'.join(load)} need(s) TensorRT-LLM ≥ {since} (DecodingBaseConfig of "
             f"{ctx.version} has no such field)",
             "drop those fields, or plan for trtllm_version 1.2 or newer",
         )

@@ -77,16 +77,25 @@ def image_for(trtllm_version: str | None = None) -> str:
     if tag is None:
         known = ", ".join(TRTLLM_TO_CONTAINER)
         newest = max(TRTLLM_TO_CONTAINER, key=release.release)
-        later = (
-            f"; {newest} ({TRTLLM_TO_CONTAINER[newest]}) is the newest a verified container carries, and the "
-            "1.3 line ships only in NVIDIA's Dynamo container so far (triton-inference-server/server issue #8805)"
-            if release.release(version) > release.release(newest)
-            else ""
+        unverified = (
+            "; sdtk then says the image's TensorRT-LLM version is unverified and renders for the recipe's"
         )
+        hint = f"pass --image explicitly (an image that carries TensorRT-LLM {version}){unverified}"
+        later = ""
+        if release.release(version) > release.release(newest):
+            later = (
+                f"; {newest} ({TRTLLM_TO_CONTAINER[newest]}) is the newest a verified container carries, and the "
+                "1.3 line ships only in NVIDIA's Dynamo container so far (triton-inference-server/server issue #8805)"
+            )
+            hint = (
+                "inside NVIDIA's Dynamo TensorRT-LLM container, `sdtk deploy RECIPE --target dynamo` serves it "
+                "(docs/dynamo.md; its workers read the same LLM-API YAML); to serve it through Triton, pass --image "
+                f"naming a Triton image you built with TensorRT-LLM {version}{unverified}; or stay on a verified "
+                f"container: --set trtllm_version={newest} ({REGISTRY}:{TRTLLM_TO_CONTAINER[newest]}-{SUFFIX})"
+            )
         raise UsageError(
             f"no verified NGC Triton container for TensorRT-LLM {version} (verified: {known}){later}",
-            hint="pass --image explicitly, e.g. nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3; sdtk then "
-            "says the image's TensorRT-LLM version is unverified and renders for the recipe's",
+            hint=hint,
         )
     return f"{REGISTRY}:{tag}-{SUFFIX}"
 

@@ -33,6 +33,26 @@ SCHEDULE_DOC = (
     "version's own reading (1.3 reads a map's keys as upper bounds)."
 )
 
+# The forms the field accepts before validation (`sdtk recipes schema`, for editors): the ranges
+# (_from_ranges) and the map; the stored value is always the map.
+SCHEDULE_JSON_FORMS: list[Any] = [
+    {
+        "type": "array",
+        "minItems": 1,
+        "items": {
+            "type": "object",
+            "properties": {
+                "max_batch": {"type": "integer", "minimum": 1},
+                "draft_len": {"type": "integer", "minimum": 0},
+            },
+            "required": ["draft_len"],
+            "additionalProperties": False,
+        },
+    },
+    {"type": "object", "additionalProperties": {"type": "integer"}},
+    {"type": "null"},
+]
+
 
 def _from_ranges(ranges: list[Any]) -> dict[int, int]:
     """Explicit batch ranges -> the canonical map (first batch size -> draft length)."""
@@ -107,7 +127,9 @@ class LoadAware(Strict):
     max_concurrency: int | None = Field(
         None, ge=1, description="Speculation off while more requests than this are in the batch."
     )
-    draft_len_schedule: dict[int, int] | None = Field(None, description=SCHEDULE_DOC)
+    draft_len_schedule: dict[int, int] | None = Field(
+        None, description=SCHEDULE_DOC, json_schema_extra={"anyOf": SCHEDULE_JSON_FORMS}
+    )
     acceptance_window: int | None = Field(
         None,
         ge=1,

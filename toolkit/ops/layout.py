@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from toolkit import compat, containers
+from toolkit import compat, containers, modes
 from toolkit.errors import UsageError
 from toolkit.server.plan import LaunchPlan, LaunchSite, plan_launch
 
@@ -224,3 +224,20 @@ def rank_commands(argv: list[str]) -> list[list[str]]:
     if current:
         out.append(current)
     return out
+
+
+def entry_model(recipe: Recipe, backend: str) -> str:
+    """The model clients call (the Slurm job waits for it; k8s NOTES.md's doctor command probes it):
+    toolkit.repo.render.entry_point's rule (toolkit.ops may not import toolkit.repo;
+    tests/ops/test_slurm.py checks both agree on every recipe): tensorrt_llm in an llmapi repository,
+    the BLS for draft-target, else the ensemble; serving.model_name renames it. Its default,
+    "ensemble", is not a model of the first two repositories: waiting for it would time out and stop
+    a healthy server, and probing it would fail."""
+    name = recipe.serving.model_name
+    if recipe.repository_layout(backend) == "llmapi":
+        natural = "tensorrt_llm"
+    elif modes.info(recipe.mode).two_model:
+        natural = "tensorrt_llm_bls"
+    else:
+        natural = "ensemble"
+    return natural if name == "ensemble" else name

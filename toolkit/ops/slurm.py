@@ -38,7 +38,7 @@ from toolkit import __version__
 from toolkit._fs import atomic_write
 from toolkit.containers import ngc_tritonserver
 from toolkit.errors import UsageError
-from toolkit.ops.layout import Topology, launch_argv, plan_topology, rank_commands
+from toolkit.ops.layout import Topology, entry_model, launch_argv, plan_topology, rank_commands
 from toolkit.ops.templating import render, shell_join, var
 from toolkit.server.workdir import REPO_SUBDIR
 from toolkit.shellsafe import check_line, heredoc_tag
@@ -171,6 +171,7 @@ def plan_slurm(
         layout_line=f"{topo.nodes} node(s) × {topo.ranks_per_node} rank(s), {topo.gpus_in_node} GPU(s) per node, "
         f"backend {topo.backend}",
         launcher_line=how + (f" in {container_image} (pyxis)" if container_image else ""),
+        backend_why=topo.why,
         job_name=name,
         nodes=topo.nodes,
         ranks_per_node=tasks_per_node,
@@ -186,7 +187,7 @@ def plan_slurm(
         http_port=sv.http_port,
         grpc_port=sv.grpc_port,
         metrics_port=sv.metrics_port,
-        model_name=sv.model_name,
+        model_name=entry_model(recipe, topo.backend),
         ready_timeout_s=ready_timeout_s,
         env=topo.launch.env,
         launcher=how,

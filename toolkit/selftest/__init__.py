@@ -11,7 +11,7 @@ backend's `none` deployment as the baseline) → a short bench → stop, and pri
 with the failing step's log tail.
 
 Without TensorRT-LLM it says so and runs the same flow on the reference backend (CPU), which is what
-CI tests: the (mode, repository) pairs TensorRT-LLM 1.1 would run, with the engine path's modes on the
+CI tests: the (mode, repository) pairs TensorRT-LLM 1.2.1 (the newest verified container's) would run, with the engine path's modes on the
 reference ensemble repository and the llmapi path's on the reference llmapi flavour (the same
 config.pbtxt/model.yaml, backend label `reference-llmapi`). Random weights make acceptance low;
 correctness (lossless greedy) is what is checked, on a target whose greedy choices rounding cannot

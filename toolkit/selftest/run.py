@@ -1,5 +1,5 @@
 """The self-test's run: for every (mode, backend) the installed TensorRT-LLM supports (or, without
-it, the reference backend standing in for TensorRT-LLM 1.1), build → deploy → validate → bench →
+it, the reference backend standing in for the newest verified container's TensorRT-LLM, 1.2.1), build → deploy → validate → bench →
 stop, and the pass/fail table."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from toolkit import progress as prog
 from toolkit.bench.api import bench
 from toolkit.build import build
 from toolkit.build.llmapi import schema_for
+from toolkit.containers.images import DEFAULT_TRTLLM
 from toolkit.deploy import deploy
 from toolkit.errors import UsageError
 from toolkit.modes import DRAFT_TARGET, EAGLE3, LOOKAHEAD, LOOKAHEAD_FIELDS, MEDUSA, NGRAM, info
@@ -35,10 +36,11 @@ from toolkit.server.state import server_status, stop_server
 from toolkit.validate import validate_deployment
 
 STEPS = ("build", "deploy", "validate", "bench", "stop")
-# The TensorRT-LLM the CPU twin stands in for without TensorRT-LLM: 1.1.0, the newest release whose
-# contract fixture the twin is checked against (tests/contracts/trtllm-1.1.json). The newest verified
-# NGC container carries 1.2.1 (toolkit.containers.images.DEFAULT_TRTLLM, 26.07).
-WOULD_RUN = "1.1.0"
+# The TensorRT-LLM the CPU twin stands in for without TensorRT-LLM: the one the newest verified NGC
+# container carries (toolkit.containers.images.DEFAULT_TRTLLM: 1.2.1, 26.07), whose contract fixture
+# the twin is checked against (tests/contracts/trtllm-1.2.json): the engine path there is deprecated
+# (NVIDIA/TensorRT-LLM PR #11723) but still ships, so both paths' modes run.
+WOULD_RUN = DEFAULT_TRTLLM
 
 
 @dataclass
@@ -152,7 +154,7 @@ def selftest_recipe(mode: str, backend: str, paths: dict[str, Path], version: st
 
 def plan_modes(version: str | None) -> list[tuple[str, str]]:
     """(mode, backend) pairs to test: what the installed TensorRT-LLM supports; without it, what
-    TensorRT-LLM 1.1 would run, on the reference backend (the engine path's modes behind the
+    TensorRT-LLM WOULD_RUN (1.2.1) would run, on the reference backend (the engine path's modes behind the
     ensemble repository, the llmapi path's behind the llmapi one)."""
     if version is None:
         return [(m, "reference" if b == "engine" else REFERENCE_LLMAPI) for m, b in plan_modes(WOULD_RUN)]

@@ -22,7 +22,7 @@ from toolkit.ops.k8s.options import (
     k8s_name,
 )
 from toolkit.ops.k8s.scripts import config_files
-from toolkit.ops.layout import Topology, plan_topology
+from toolkit.ops.layout import Topology, entry_model, plan_topology
 from toolkit.server.workdir import REPO_SUBDIR
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ class K8sPlan:
     access_mode: str = "ReadWriteOnce"  # of the models volume
     dockerfile: bool = False  # the pods need an image built from extras/Dockerfile (sdtk, kubectl)
     metric: str = ""  # the per-pod queue metric prometheus-adapter serves (the HPA's, when rendered)
+    entry_model: str = "ensemble"  # the model clients call (toolkit.ops.layout.entry_model)
 
     def to_dict(self) -> dict:
         return {
@@ -142,6 +143,7 @@ def build_objects(recipe: Recipe, opts: K8sOptions) -> K8sPlan:
         access_mode=access_mode,
         dockerfile=dockerfile,
         metric=metric,
+        entry_model=entry_model(recipe, topo.backend),
     )
 
 

@@ -100,7 +100,7 @@ def _notes_md(plan: K8sPlan) -> str:
         }[plan.layout],
         f"kubectl -n {ns} port-forward svc/{plan.name} {plan_port(plan, 'http')} {plan_port(plan, 'metrics')}",
         f"sdtk doctor --url http://127.0.0.1:{plan_port(plan, 'http')} "
-        f"--metrics-url http://127.0.0.1:{plan_port(plan, 'metrics')}/metrics",
+        f"--metrics-url http://127.0.0.1:{plan_port(plan, 'metrics')}/metrics --model {plan.entry_model}",
         "```",
     ]
     if plan.layout == "leaderworkerset":
