@@ -181,3 +181,22 @@ def test_dry_run_prints_frontend_and_worker_commands_with_the_engine_yaml():
         ) in out
         assert f"# --- /sdtk/engine/{role}.yaml" in out
     assert out.count("speculative_model: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B") == 2
+
+
+def test_local_dry_run_names_the_hub_id_as_the_workers_model():
+    """`sdtk deploy RECIPE --target dynamo --dry-run` with a hub-id target hands dynamo.trtllm
+    `--model <hub id>` (ai-dynamo 1.6.1 dynamo/trtllm/backend_args.py 44-56), not the printed
+    model-source object."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run(
+        [sys.executable, "-m", "toolkit.cli", "deploy", str(HUB_RECIPE), "--target", "dynamo"]
+        + ["--dry-run", "--set", "trtllm_version=1.3.0"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "--model meta-llama/Llama-3.1-8B-Instruct " in r.stdout
+    assert "repo=" not in r.stdout

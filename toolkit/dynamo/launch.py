@@ -88,7 +88,7 @@ def make_plan(
         )
     engine_dir = Path(built.outputs["target"])
     target = recipe.local_path(recipe.models.target)
-    model_path = str(target) if target else str(recipe.models.target)
+    model_path = str(target) if target else str(recipe.models.target.repo)
     ports = free_ports(workers + 1) if not dry_run else [8000 + 100 + i for i in range(workers + 1)]
     http_port = ports[0] if auto_ports else recipe.serving.http_port
     plan = plan_dynamo(
