@@ -18,7 +18,7 @@ Upstream facts: /work/shared/reference/trtllm-speculative.md and gpu-paths-audit
 from __future__ import annotations
 
 from toolkit.errors import CompatError
-from toolkit.modes import draft_target, eagle, eagle3, lookahead, medusa, ngram, none
+from toolkit.modes import draft_target, eagle, eagle3, lookahead, medusa, mtp, ngram, none, pard
 from toolkit.modes.core import (
     BACKENDS,
     BLS_MODEL,
@@ -101,7 +101,7 @@ __all__ = [
 
 # The mode plug-ins, in the registry's order (the recipe union's, the CLI's and compat's order).
 PLUGINS: tuple[Mode, ...] = tuple(
-    register(m) for m in (none, draft_target, eagle3, eagle, medusa, lookahead, ngram)
+    register(m) for m in (none, draft_target, eagle3, eagle, medusa, lookahead, ngram, pard, mtp)
 )
 _BY_MODE: dict[str, Mode] = {m.name: m for m in PLUGINS}
 

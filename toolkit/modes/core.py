@@ -78,6 +78,9 @@ class Support:
     reason: str
     fix: str = ""
     families: tuple[str, ...] | None = None  # HF model_type values it is limited to; None = any
+    # The first TensorRT-LLM release whose backend has the mode, where later than the backend's
+    # own first (LLMAPI_MIN); None: the backend's. toolkit.compat's cells read it.
+    min_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,7 @@ class LlmapiCall:
     decoding_type: str
     model_key: str
     model: str | None
+    version: str | None = None  # the declared TensorRT-LLM version (None: the newest line)
 
 
 @dataclass(frozen=True)
