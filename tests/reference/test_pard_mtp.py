@@ -23,25 +23,33 @@ SPECS = {"pard": Pard(mode="pard", max_draft_len=4), "mtp": Mtp(mode="mtp", max_
 
 
 @pytest.fixture(scope="module")
-def runtimes(tiny: Any) -> dict[str, Any]:
+def pard_rt(tiny: Any) -> Any:
     from toolkit.reference import ReferenceRuntime
 
-    return {
-        "pard": ReferenceRuntime.load(tiny / "target", draft=tiny / "pard", spec=SPECS["pard"]),
-        "mtp": ReferenceRuntime.load(tiny / "mtp", spec=SPECS["mtp"]),
-    }
+    return ReferenceRuntime.load(tiny / "target", draft=tiny / "pard", spec=SPECS["pard"])
+
+
+@pytest.fixture(scope="module")
+def mtp_rt(tiny: Any) -> Any:
+    from toolkit.reference import ReferenceRuntime
+
+    return ReferenceRuntime.load(tiny / "mtp", spec=SPECS["mtp"])
+
+
+@pytest.fixture
+def rt(mode: str, request: pytest.FixtureRequest) -> Any:
+    return request.getfixturevalue(f"{mode}_rt")
 
 
 @pytest.mark.parametrize("mode", SPECS)
 def test_greedy_output_equals_transformers_generate(
     mode: str,
-    runtimes: dict[str, Any],
+    rt: Any,
     prompt_ids: list[list[int]],
     greedy_reference: list[list[int]],
     hf_target: Any,
     end_id: int,
 ) -> None:
-    rt = runtimes[mode]
     problems, accepted, steps, tokens = [], 0, 0, 0
     for ids, ref in zip(prompt_ids, greedy_reference, strict=True):
         result = rt.generate(ids, NEW_TOKENS, end_id=end_id)
@@ -59,9 +67,8 @@ def test_greedy_output_equals_transformers_generate(
 @pytest.mark.parametrize("setting", SETTINGS)
 @pytest.mark.parametrize("mode", SPECS)
 def test_sample_and_match_keeps_the_target_distribution(
-    mode: str, setting: str, runtimes: dict[str, Any], hf_target: Any
+    mode: str, setting: str, rt: Any, hf_target: Any
 ) -> None:
-    rt = runtimes[mode]
     sp = SETTINGS[setting]
     ids = rt.tokenizer(REPEATING)["input_ids"]
     prop, logits = first_step(rt, ids, SPECS[mode], sp)
@@ -76,12 +83,44 @@ def test_sample_and_match_keeps_the_target_distribution(
     assert p1 > 1e-3 and p2 > 1e-3, f"{mode} {setting}: p-values {p1:.2g}, {p2:.2g}"
 
 
-def test_sampled_generation_runs_the_whole_loop(runtimes: dict[str, Any], prompt_ids: list[list[int]]) -> None:
+@pytest.mark.parametrize("mode", SPECS)
+def test_sampled_generation_runs_the_whole_loop(mode: str, rt: Any, prompt_ids: list[list[int]]) -> None:
     """Temperature 1 through generate (drafts, sample-and-match, the drafter's updates), seeded: the
     same seed gives the same tokens."""
     from toolkit.reference import SamplingParams
 
-    for rt in runtimes.values():
-        sp = SamplingParams(temperature=1.0, seed=7)
-        a = rt.generate(prompt_ids[0], 24, sampling=sp).token_ids
-        assert len(a) == 24 and a == rt.generate(prompt_ids[0], 24, sampling=sp).token_ids
+    sp = SamplingParams(temperature=1.0, seed=7)
+    a = rt.generate(prompt_ids[0], 24, sampling=sp).token_ids
+    assert len(a) == 24 and a == rt.generate(prompt_ids[0], 24, sampling=sp).token_ids
+
+
+@pytest.mark.parametrize("mode", SPECS)
+def test_batched_greedy_equals_transformers(
+    mode: str,
+    tiny: Any,
+    prompt_ids: list[list[int]],
+    greedy_reference: list[list[int]],
+    hf_target: Any,
+    end_id: int,
+) -> None:
+    """In-flight batching (the served path): the draft's forwards (PARD) and the target's hidden
+    states (MTP) come through the batcher; 8 prompts from 4 threads."""
+    from toolkit.reference import ReferenceRuntime
+
+    from .test_batching import run_concurrently
+
+    target, draft = (tiny / "target", tiny / "pard") if mode == "pard" else (tiny / "mtp", None)
+    rt = ReferenceRuntime.load(target, draft=draft, spec=SPECS[mode])
+    rt.enable_batching(max_batch_size=4, capacity=256)
+    try:
+        results = run_concurrently(rt, prompt_ids[:8], 4, end_id=end_id)
+    finally:
+        rt.batcher.close()
+    problems = [
+        p
+        for ids, r, ref in zip(prompt_ids[:8], results, greedy_reference[:8], strict=True)
+        if (p := divergence_problem(hf_target, ids, r.token_ids, ref))
+    ]
+    assert not problems, "\n".join(problems)
+    assert max(n for n, k in rt.batcher.batch_sizes.items() if k > 0) > 1, "the requests never shared a batch"
+    assert sum(r.stats.accepted_tokens for r in results) > 0
