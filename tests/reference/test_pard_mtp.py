@@ -41,6 +41,7 @@ def rt(mode: str, request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue(f"{mode}_rt")
 
 
+@pytest.mark.slow  # over 5 s (about 15-26 s each on the 2-core box)
 @pytest.mark.parametrize("mode", SPECS)
 def test_greedy_output_equals_transformers_generate(
     mode: str,
@@ -94,6 +95,7 @@ def test_sampled_generation_runs_the_whole_loop(mode: str, rt: Any, prompt_ids: 
     assert len(a) == 24 and a == rt.generate(prompt_ids[0], 24, sampling=sp).token_ids
 
 
+@pytest.mark.slow  # over 5 s for mtp under load
 @pytest.mark.parametrize("mode", SPECS)
 def test_batched_greedy_equals_transformers(
     mode: str,
