@@ -126,3 +126,15 @@ def test_batched_greedy_equals_transformers(
     assert not problems, "\n".join(problems)
     assert max(n for n, k in rt.batcher.batch_sizes.items() if k > 0) > 1, "the requests never shared a batch"
     assert sum(r.stats.accepted_tokens for r in results) > 0
+
+
+def test_mtp_on_the_memory_bound_twin(tiny: Any, prompt_ids: list[list[int]], end_id: int) -> None:
+    """The twin pads the loaded target's MLP; the MTP layer keeps the checkpoint's own shapes, and the
+    output is the plain runtime's."""
+    from toolkit.reference import ReferenceRuntime
+
+    twin = ReferenceRuntime.load(tiny / "mtp", spec=SPECS["mtp"], inflate=4)
+    plain = ReferenceRuntime.load(tiny / "mtp", spec=SPECS["mtp"])
+    a = twin.generate(prompt_ids[0], 16, end_id=end_id)
+    assert a.token_ids == plain.generate(prompt_ids[0], 16, end_id=end_id).token_ids
+    assert a.stats.accepted_tokens > 0

@@ -155,11 +155,19 @@ def load_mtp(path: Path, target: Any, dtype: torch.dtype) -> MtpModule:
 def _load(path: str, config_text: str, target: Any, dtype: torch.dtype) -> MtpModule:
     config = json.loads(config_text)
     state = mtp_state(Path(path), config)
-    module = MtpModule(target.config)
+    from transformers import AutoConfig
+
+    # The checkpoint's own config, not the loaded target's (the memory-bound twin pads its MLP).
+    module = MtpModule(AutoConfig.from_pretrained(path))
     own_head = state.pop("shared_head.head.weight", None)
     own_embed = state.pop("embed_tokens.weight", None)
     mapped = {k if k.startswith(OWN) else f"block.layers.0.{k}": v.float() for k, v in state.items()}
-    missing, unexpected = module.load_state_dict(mapped, strict=False)
+    try:
+        missing, unexpected = module.load_state_dict(mapped, strict=False)
+    except RuntimeError as e:  # shapes that do not fit the architecture
+        raise ModelError(
+            f"{path}: the MTP layer does not fit config.json: {e}", hint="re-export the MTP layer"
+        ) from None
     missing = [k for k in missing if not k.startswith("block.rotary_emb")]
     if missing or unexpected:
         raise ModelError(
