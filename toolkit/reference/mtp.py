@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,9 @@ class MtpModule(nn.Module):
         for key in (COUNT_KEY, "pard_token"):
             if hasattr(cfg, key):
                 delattr(cfg, key)
-        self.block = AutoModel.from_config(cfg)
+        # float32 explicitly: from_config would build in config.json's dtype by switching torch's
+        # default dtype for the call, which concurrent loads (served requests) could leave switched.
+        self.block = AutoModel.from_config(cfg, dtype=torch.float32)
         self.block.norm = nn.Identity()
         self.block.embed_tokens = None  # inputs_embeds only: the target's embedding is shared
         # The embedding and LM head (the target's, unless the layer stores its own): held in a list,
@@ -148,7 +151,11 @@ def load_mtp(path: Path, target: Any, dtype: torch.dtype) -> MtpModule:
         raise ModelError(
             f"cannot read {path}/config.json: {e}", hint="point at the target checkpoint"
         ) from None
-    return _load(str(path), json.dumps(config, sort_keys=True), target, dtype)
+    with _LOADING:  # one load at a time: the cache below does not hold concurrent callers back
+        return _load(str(path), json.dumps(config, sort_keys=True), target, dtype)
+
+
+_LOADING = threading.Lock()
 
 
 @functools.lru_cache(maxsize=4)
