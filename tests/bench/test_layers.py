@@ -35,8 +35,10 @@ def test_every_bench_module_is_in_a_layer():
 
 def test_proposer_facts_follow_the_registry():
     by = {m.name: m for m in REGISTRY}
-    assert tuple(n for n, m in by.items() if m.source == "draft") == proposers.DRAFT_MODEL_MODES
+    assert tuple(n for n, m in by.items() if m.source == "draft" and m.two_model) == proposers.DRAFT_MODEL_MODES
+    assert proposers.DRAFT_MODEL_MODES == ("draft_target",)  # PARD's draft runs inside the target's model
     for name, m in by.items():
-        assert proposers.varies_per_step(name) == (m.chain and m.source is None)
         fw = proposers.draft_forwards(name, 5)
-        assert fw == (1 if m.source == "medusa_heads" else 5 if m.source else 0)
+        assert proposers.varies_per_step(name) == (m.chain and m.source is None and fw == 0)
+        # One pass for Medusa's heads and PARD's parallel draft; γ for MTP's layers (no source: in the target).
+        assert fw == {"pard": 1, "mtp": 5}.get(name, 1 if m.source == "medusa_heads" else 5 if m.source else 0)

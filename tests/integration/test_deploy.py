@@ -70,7 +70,7 @@ def greedy_reference(prompt: str, max_tokens: int) -> str:
 # tiny-baseline, tiny-medusa, tiny-lookahead and tiny-draft-target deploy with validation in
 # tests/integration/test_version_matrix.py (the newest contract's cells, through the same deploy());
 # here the CLI path and Triton's /metrics, on the two modes only the twin has.
-@pytest.mark.parametrize("recipe", ["tiny-ngram", "tiny-eagle3", "tiny-sa"])
+@pytest.mark.parametrize("recipe", ["tiny-ngram", "tiny-eagle3", "tiny-sa", "tiny-pard", "tiny-mtp"])
 def test_tiny_recipe_deploys_and_validates(tmp_path, recipe):
     """Deploy with validation on: HTTP generate + stream, gRPC streaming, correctness gate, acceptance."""
     r = sdtk(

@@ -39,8 +39,9 @@ _SPECS: dict[str, dict[str, Any]] = {
     "eagle3": {"mode": "eagle3", "max_draft_len": 3},
     "lookahead": {"mode": "lookahead", "window": 5, "ngram": 3, "verification_set": 4},
     "ngram": {"mode": "ngram", "max_draft_len": 4, "max_matching_ngram_size": 3},
+    "pard": {"mode": "pard", "max_draft_len": 4}, "mtp": {"mode": "mtp", "max_draft_len": 2},
 }
-_SOURCES = {"draft_target": "draft", "medusa": "medusa_heads", "eagle": "eagle_head", "eagle3": "eagle_head"}
+_SOURCES = {"draft_target": "draft", "medusa": "medusa_heads", "eagle": "eagle_head", "eagle3": "eagle_head", "pard": "draft"}
 
 
 def make_recipe(backend: str, mode: str, **sections: Any) -> Recipe:

@@ -1,6 +1,6 @@
 """One home per mode. A mode plug-in (toolkit/modes/<mode>.py) carries its ModeInfo,
 its recipe class and every hook; registration refuses one that lacks any; factories raise on an
-unknown mode; nothing outside toolkit/modes/ branches on a mode's recipe class; and the MTP
+unknown mode; nothing outside toolkit/modes/ branches on a mode's recipe class; and the DFlash
 walkthrough in docs/contributing.md names every file such a mode touches."""
 
 from __future__ import annotations
@@ -71,13 +71,13 @@ def test_a_complete_plugin_registers_and_every_builtin_mode_is_one():
 
 
 def test_factories_raise_on_an_unknown_mode():
-    with pytest.raises(CompatError, match="unknown speculative mode 'mtp'") as e:
-        modes.mode("mtp")
+    with pytest.raises(CompatError, match="unknown speculative mode 'dflash'") as e:
+        modes.mode("dflash")
     assert "draft_target" in (e.value.hint or "")
     with pytest.raises(CompatError):
-        modes.hooks("mtp")
+        modes.hooks("dflash")
     with pytest.raises(CompatError):
-        proposers.draft_forwards("mtp", 3)
+        proposers.draft_forwards("dflash", 3)
 
 
 def test_no_isinstance_on_a_mode_class_outside_the_modes_package():
@@ -139,7 +139,7 @@ def test_hooks_answer_what_callers_used_to_work_out():
     ] == [4, 4, 1, 0, 0, 0]
 
 
-# --------------------------------------------------------------------------- the MTP walkthrough
+# --------------------------------------------------------------------------- the DFlash walkthrough
 
 
 def _doc_section(start: str, end: str) -> str:
@@ -147,54 +147,54 @@ def _doc_section(start: str, end: str) -> str:
     return text.split(f"<!-- {start} -->")[1].split(f"<!-- {end} -->")[0]
 
 
-def _mtp_source() -> str:
-    block = _doc_section("mtp.py:start", "mtp.py:end")
+def _dflash_source() -> str:
+    block = _doc_section("dflash.py:start", "dflash.py:end")
     return block.split("```python\n")[1].split("```")[0]
 
 
 # The files an llmapi-only mode touches, as docs/contributing.md lists them.
-MTP_FILES = [
-    "toolkit/modes/mtp.py",
+DFLASH_FILES = [
+    "toolkit/modes/dflash.py",
     "toolkit/modes/__init__.py",
     "tests/unit/test_modes.py",
     "tests/unit/test_modes_home.py",
-    "tests/unit/test_mode_mtp.py",
+    "tests/unit/test_mode_dflash.py",
 ]
 
 
 def test_the_doc_names_every_file_an_llmapi_only_mode_touches():
-    listed = re.findall(r"^- `([^`]+)`", _doc_section("mtp-files:start", "mtp-files:end"), re.M)
-    assert listed == MTP_FILES
+    listed = re.findall(r"^- `([^`]+)`", _doc_section("dflash-files:start", "dflash-files:end"), re.M)
+    assert listed == DFLASH_FILES
     text = DOC.read_text(encoding="utf-8")
-    assert f"touches {len(MTP_FILES)} files, 2 of them code" in text
-    new = {"toolkit/modes/mtp.py", "tests/unit/test_mode_mtp.py"}
-    assert all((ROOT / f).is_file() for f in MTP_FILES if f not in new)
+    assert f"touches {len(DFLASH_FILES)} files, 2 of them code" in text
+    new = {"toolkit/modes/dflash.py", "tests/unit/test_mode_dflash.py"}
+    assert all((ROOT / f).is_file() for f in DFLASH_FILES if f not in new)
     assert not any((ROOT / f).exists() for f in new)
 
 
-def test_the_doc_mtp_plugin_registers_and_prices_its_drafting():
-    m = types.ModuleType("mtp_from_the_doc")
-    exec(compile(_mtp_source(), "docs/contributing.md:mtp.py", "exec"), m.__dict__)  # noqa: S102
-    m.Mtp.model_rebuild(_types_namespace=m.__dict__)
+def test_the_doc_dflash_plugin_registers_and_prices_its_drafting():
+    m = types.ModuleType("dflash_from_the_doc")
+    exec(compile(_dflash_source(), "docs/contributing.md:dflash.py", "exec"), m.__dict__)  # noqa: S102
+    m.DFlash.model_rebuild(_types_namespace=m.__dict__)
     mode = modes.register(m)
-    assert mode.name == "mtp" and mode.info.llmapi.supported and not mode.info.engine.supported
-    spec = m.Mtp.model_validate({"mode": "mtp", "num_nextn_predict_layers": 3})
+    assert mode.name == "dflash" and mode.info.llmapi.supported and not mode.info.engine.supported
+    spec = m.DFlash.model_validate({"mode": "dflash", "max_draft_len": 3})
     assert spec.draft_len == 3 and mode.hooks.draft_forwards(spec.draft_len) == 3  # not free
-    with pytest.raises(CompatError, match="no MTP"):
+    with pytest.raises(CompatError, match="no DFlash"):
         mode.hooks.reference_speculator(spec, None, None, None)
 
 
-def test_adding_mtp_takes_its_home_and_one_line_in_the_registry(tmp_path):
-    """Copy the package, add the doc's mtp.py and the __init__.py entry, nothing else: the recipe,
+def test_adding_dflash_takes_its_home_and_one_line_in_the_registry(tmp_path):
+    """Copy the package, add the doc's dflash.py and the __init__.py entry, nothing else: the recipe,
     `sdtk compat`, the llmapi plan and bench's cost shape all know the mode."""
     pkg = tmp_path / "toolkit"
     shutil.copytree(TOOLKIT, pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    (pkg / "modes" / "mtp.py").write_text(_mtp_source(), encoding="utf-8")
+    (pkg / "modes" / "dflash.py").write_text(_dflash_source(), encoding="utf-8")
     init = (pkg / "modes" / "__init__.py").read_text(encoding="utf-8")
-    # The plug-in import line and the PLUGINS tuple, each with mtp appended (whatever modes they list).
-    init = re.sub(r"^(from toolkit\.modes import [a-z0-9_, ]+)$", r"\1, mtp", init, count=1, flags=re.M)
-    init = re.sub(r"(register\(m\) for m in \([a-z0-9_, ]+)\)", r"\1, mtp)", init, count=1)
-    assert "mtp)" in init.split("PLUGINS: ")[1] and init.count(", mtp") == 2  # the doc's two edits took
+    # The plug-in import line and the PLUGINS tuple, each with dflash appended (whatever modes they list).
+    init = re.sub(r"^(from toolkit\.modes import [a-z0-9_, ]+)$", r"\1, dflash", init, count=1, flags=re.M)
+    init = re.sub(r"(register\(m\) for m in \([a-z0-9_, ]+)\)", r"\1, dflash)", init, count=1)
+    assert "dflash)" in init.split("PLUGINS: ")[1] and init.count(", dflash") == 2  # the doc's two edits took
     (pkg / "modes" / "__init__.py").write_text(init, encoding="utf-8")
     probe = """
 import json
@@ -205,22 +205,22 @@ from toolkit.bench import proposers
 from toolkit.build.llmapi import llm_args
 from toolkit.cli import cli
 from toolkit.recipe import parse_recipe
-r = parse_recipe({"models": {"target": "a/b"}, "backend": "llmapi", "trtllm_version": "1.2.0",
-                  "speculative": {"mode": "mtp", "num_nextn_predict_layers": 2}})
-ctx = SimpleNamespace(recipe=r, version="1.2.0", sources={"target": SimpleNamespace(repo="a/b", revision=None, path=None)})
-out = CliRunner().invoke(cli, ["compat", "--mode", "mtp"])
+r = parse_recipe({"models": {"target": "a/b"}, "backend": "llmapi", "trtllm_version": "1.3.0",
+                  "speculative": {"mode": "dflash", "max_draft_len": 2}})
+ctx = SimpleNamespace(recipe=r, version="1.3.0", sources={"target": SimpleNamespace(repo="a/b", revision=None, path=None)})
+out = CliRunner().invoke(cli, ["compat", "--mode", "dflash"])
 print(json.dumps({
     "modes": list(modes.MODES), "llmapi_modes": list(modes.LLMAPI_MODES), "draft_len": r.speculative.draft_len,
-    "llmapi": compat.cell("mtp", "llmapi").supported, "engine": compat.cell("mtp", "engine").supported,
+    "llmapi": compat.cell("dflash", "llmapi").supported, "engine": compat.cell("dflash", "engine").supported,
     "speculative_config": llm_args(ctx)["speculative_config"],
-    "draft_forwards": proposers.draft_forwards("mtp", 2), "compat_rc": out.exit_code,
+    "draft_forwards": proposers.draft_forwards("dflash", 2), "compat_rc": out.exit_code,
 }))
 """
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
-    assert got["modes"][-1] == "mtp" and "mtp" in got["llmapi_modes"] and got["draft_len"] == 2
+    assert got["modes"][-1] == "dflash" and "dflash" in got["llmapi_modes"] and got["draft_len"] == 2
     assert got["llmapi"] and not got["engine"] and got["compat_rc"] == 0
-    assert got["speculative_config"] == {"decoding_type": "MTP", "num_nextn_predict_layers": 2}
+    assert got["speculative_config"] == {"decoding_type": "DFlash", "max_draft_len": 2}
     assert got["draft_forwards"] == 2

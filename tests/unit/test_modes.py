@@ -16,7 +16,7 @@ def test_recipe_classes_match_the_registry():
     literals = [typing.get_args(cls.model_fields["mode"].annotation)[0] for cls in union]
     assert sorted(literals) == sorted(modes.MODES)
     assert recipe.MODES is modes.MODES and recipe.MODE_SOURCES is modes.MODE_SOURCES
-    assert recipe.LLMAPI_MODES == ("none", "draft_target", "eagle3", "ngram", "sa")
+    assert recipe.LLMAPI_MODES == ("none", "draft_target", "eagle3", "ngram", "sa", "pard", "mtp")
 
 
 def test_tables_derive_from_the_registry():
@@ -24,8 +24,8 @@ def test_tables_derive_from_the_registry():
     assert SPEC_MODE_NAMES["draft_target"] == "draft_tokens_external"
     assert SPEC_MODE_NAMES["lookahead"] == "lookahead_decoding"
     assert LLMAPI_DECODING_TYPES == {"draft_target": ("DraftTarget",), "eagle3": ("Eagle3", "Eagle"), "ngram": ("NGram",),
-                                     "sa": ("SA",)}  # fmt: skip
-    assert modes.CHAIN_MODES == ("draft_target", "eagle3", "ngram", "sa")
+                                     "sa": ("SA",), "pard": ("PARD",), "mtp": ("MTP",)}  # fmt: skip
+    assert modes.CHAIN_MODES == ("draft_target", "eagle3", "ngram", "sa", "pard", "mtp")
     from toolkit.bench.decide import plan, tune
 
     assert plan.CHAIN_MODES is tune.CHAIN_MODES is modes.CHAIN_MODES

@@ -37,7 +37,7 @@ def test_the_search_sees_what_it_should():
     text = (TOOLKIT / "modes" / "core.py").read_text(encoding="utf-8")
     for name in NAMES:
         assert f'"{name}"' in text or f'"{name}"' in (TOOLKIT / "modes" / f"{name}.py").read_text(encoding="utf-8")
-    assert set(NAMES) == {"draft_target", "eagle3", "eagle", "medusa", "lookahead", "ngram", "sa"}
+    assert set(NAMES) == {"draft_target", "eagle3", "eagle", "medusa", "lookahead", "ngram", "sa", "pard", "mtp"}
 
 
 def test_constants_and_attributes_match_the_registry():

@@ -171,7 +171,7 @@ def test_membound_recipes_are_their_tiny_twins_padded():
 
     assert sorted(plain_of(p) for p in twins) == sorted([
         "tiny-baseline", "tiny-draft-target", "tiny-eagle3", "tiny-eagle3", "tiny-medusa", "tiny-lookahead",
-        "tiny-ngram", "tiny-sa",
+        "tiny-ngram", "tiny-sa", "tiny-pard", "tiny-mtp",
     ])  # fmt: skip
     for p in twins:
         twin, plain = load_recipe(p), load_recipe(p.with_name(plain_of(p) + ".yaml"))

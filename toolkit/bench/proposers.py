@@ -22,7 +22,10 @@ WINDOW_FIELDS = LOOKAHEAD_FIELDS
 
 # Modes whose drafts come from a separate draft model: per-request draft lengths (BLS
 # num_draft_tokens), Leviathan's c, and α from the draft's and the target's logits.
-DRAFT_MODEL_MODES: tuple[str, ...] = tuple(m.name for m in REGISTRY if m.source == DRAFT_SOURCE)
+# (two-model modes: PARD's draft is a `draft` source too, but drafts inside the target's model, one model.)
+DRAFT_MODEL_MODES: tuple[str, ...] = tuple(
+    m.name for m in REGISTRY if m.source == DRAFT_SOURCE and m.two_model
+)
 
 
 def has_draft_model(mode: str) -> bool:
@@ -39,7 +42,7 @@ def varies_per_step(mode: str) -> bool:
     """Proposes up to γ tokens per step, often fewer: a chain with no model behind it (a
     proposer that looks tokens up), so drafts ÷ γ undercounts its steps."""
     m = info(mode)
-    return m.chain and m.source is None
+    return m.chain and m.source is None and hooks(mode).draft_forwards(2) == 0  # MTP's layers draft all γ
 
 
 def draft_forwards(mode: str, draft_len: int) -> int:

@@ -151,7 +151,7 @@ def _mode_config(ctx: BuildContext) -> dict | None:
     )
     model = None if m.source is None else _model_ref(ctx, m.source, local=needs_local(ctx, m.source))
     return modes.hooks(s.mode, backend="llmapi").llmapi_config(
-        s, LlmapiCall(decoding_type, sc.model_key, model)
+        s, LlmapiCall(decoding_type, sc.model_key, model, ctx.version)
     )
 
 

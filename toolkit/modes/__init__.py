@@ -19,7 +19,7 @@ tensorrt_llm/llmapi/llm_args.py) it follows.
 from __future__ import annotations
 
 from toolkit.errors import CompatError
-from toolkit.modes import draft_target, eagle, eagle3, lookahead, medusa, ngram, none, sa
+from toolkit.modes import draft_target, eagle, eagle3, lookahead, medusa, mtp, ngram, none, pard, sa
 from toolkit.modes.core import (
     BACKENDS,
     BLS_MODEL,
@@ -102,7 +102,7 @@ __all__ = [
 
 # The mode plug-ins, in the registry's order (the recipe union's, the CLI's and compat's order).
 PLUGINS: tuple[Mode, ...] = tuple(
-    register(m) for m in (none, draft_target, eagle3, eagle, medusa, lookahead, ngram, sa)
+    register(m) for m in (none, draft_target, eagle3, eagle, medusa, lookahead, ngram, sa, pard, mtp)
 )
 _BY_MODE: dict[str, Mode] = {m.name: m for m in PLUGINS}
 

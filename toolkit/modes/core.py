@@ -182,6 +182,7 @@ class LlmapiCall:
     decoding_type: str
     model_key: str
     model: str | None
+    version: str | None = None  # the declared TensorRT-LLM version (None: the newest line)
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,10 @@ from typing import Any
 
 from toolkit import hub
 from toolkit._fs import atomic_write
-from toolkit.errors import SdtkError, UsageError, require_extra
+from toolkit.errors import ModelError, SdtkError, UsageError, require_extra
 from toolkit.modes import DRAFT_TARGET, EAGLE3, MEDUSA
+from toolkit.modes.mtp import MTP
+from toolkit.modes.pard import PARD
 from toolkit.progress import Step, quiet
 from toolkit.recipe import load_recipe, load_yaml, resolve_recipe_path
 from toolkit.train import data as data_mod
@@ -34,8 +36,21 @@ from toolkit.train.evaluate import holdout_metrics
 from toolkit.train.trainers import train
 
 # mode -> the `models` field the trained artifact replaces, and its directory under OUT
-TRAINABLE = {EAGLE3: "eagle_head", MEDUSA: "medusa_heads", DRAFT_TARGET: "draft"}
-HEAD_DIRS = {EAGLE3: EAGLE3, MEDUSA: MEDUSA, DRAFT_TARGET: "draft"}  # OUT/<dir>: the trained artifact
+# (MTP's layers are part of the target checkpoint: the trained artifact is a target that carries them.)
+TRAINABLE = {
+    EAGLE3: "eagle_head",
+    MEDUSA: "medusa_heads",
+    DRAFT_TARGET: "draft",
+    PARD: "draft",
+    MTP: "target",
+}
+HEAD_DIRS = {
+    EAGLE3: EAGLE3,
+    MEDUSA: MEDUSA,
+    DRAFT_TARGET: "draft",
+    PARD: PARD,
+    MTP: MTP,
+}  # OUT/<dir>: the trained artifact
 
 
 @dataclass
@@ -143,7 +158,10 @@ def train_draft(recipe: str | Path, opts: TrainOptions, *, progress: Step = quie
 
         t = time.monotonic()
         progress(f"before: plan's probe of {rpath.name} on the hold-out split")
-        before = holdout_metrics(rpath, holdout_file, tokens=opts.eval_tokens, seed=opts.seed, threads=1)
+        try:
+            before = holdout_metrics(rpath, holdout_file, tokens=opts.eval_tokens, seed=opts.seed, threads=1)
+        except ModelError as e:  # nothing to probe yet: an mtp recipe whose target has no MTP layers
+            before = {"skipped": str(e)}
         before["seconds"] = round(time.monotonic() - t, 1)
     _barrier()
     if rank != 0:

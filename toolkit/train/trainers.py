@@ -21,7 +21,9 @@ from typing import Any
 from toolkit import modes
 from toolkit.errors import UsageError
 from toolkit.modes import DRAFT_TARGET, EAGLE3, MEDUSA
-from toolkit.train import draft, eagle3, loop, medusa
+from toolkit.modes.mtp import MTP
+from toolkit.modes.pard import PARD
+from toolkit.train import draft, eagle3, loop, medusa, mtp, pard
 
 
 @dataclass
@@ -54,7 +56,7 @@ def train(
     world, _ = loop.dist_world()
     device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
     stream = torch.tensor([t for e in examples for t in e.ids], dtype=torch.long)
-    builders = {EAGLE3: _eagle3, MEDUSA: _medusa, DRAFT_TARGET: _draft}
+    builders = {EAGLE3: _eagle3, MEDUSA: _medusa, DRAFT_TARGET: _draft, PARD: _pard, MTP: _mtp}
     with contextlib.redirect_stdout(sys.stderr):  # ModelOpt prints; stdout carries the --json data
         trainee = builders[mode](target_dir, current, stream, opts, device)
     seq = min(opts.seq_len, max(8, int(stream.numel()) - 1))
@@ -220,4 +222,45 @@ def _draft(target_dir: Path, current: Path | None, stream: Any, opts: Any, devic
             else f"from scratch with the architecture of {src}",
         },
         key=[str(src)],
+    )
+
+
+def _pard(target_dir: Path, current: Path | None, stream: Any, opts: Any, device: Any) -> Trainee:
+    src = Path(opts.from_) if opts.from_ is not None else current
+    if src is None:
+        raise UsageError(
+            "PARD training starts from a small LM of the target's family: --from DRAFT or models.draft.path"
+        )
+    model = draft.load(src, fresh=False, seed=opts.seed).to(device)
+    mask = pard.mask_id(model.config)
+    model.train()
+    return Trainee(
+        module=model,
+        step=lambda m, x: pard.loss(m, x, mask),
+        export=lambda d: pard.export(model, d, target_dir, mask),
+        info={
+            "trainer": f"PARD mask-token training: the sample + {pard.COPIES - 1} mask copies, "
+            "cross-entropy on the tokens 1..P ahead (no COD subsampling)",
+            "init": f"fine-tuned from {src}",
+            "mask_token_id": mask,
+            "copies": pard.COPIES,
+        },
+        key=[str(src), pard.COPIES],
+    )
+
+
+def _mtp(target_dir: Path, current: Path | None, stream: Any, opts: Any, device: Any) -> Trainee:
+    module = mtp.build(_load_target(target_dir, device)).to(device)
+    module.mtp.float()
+    module.train()
+    return Trainee(
+        module=module,
+        step=mtp.loss,
+        export=lambda d: mtp.export(module, d, target_dir),
+        info={
+            "trainer": "one DeepSeek-V3-shaped MTP module on the frozen target: KL(p_target ‖ q) for t+2, "
+            f"plus {mtp.SECOND} × the reused step's for t+3",
+            "init": "block from the target's last decoder layer, eh_proj [0 | I]",
+        },
+        key=[mtp.SECOND],
     )
