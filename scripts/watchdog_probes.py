@@ -231,7 +231,6 @@ def _port_and_disk(disk: Path, hold_s: float) -> list[dict]:
             detect_s=round(t_seen, 1), recover_s=round(t_back, 1),
             verdict=_verdict(code != 0 and why and same),
         ))  # fmt: skip
-        print(json.dumps(rows[-1]), flush=True)
 
         filler = disk / "filler"
         ws.fill(filler)
