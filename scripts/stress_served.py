@@ -20,7 +20,9 @@ Per recipe: deploy (detached, free ports), warm up, then `--requests` mixed requ
 `--faults` breaks one deployment per recipe on purpose (a killed stub, a read-only workdir, ...) and prints a table: fault,
 expected, observed, time to detect, time to recover (written into docs/benchmarks.md too); the
 served models' own probes (an address-space limit, injected thread and allocation failures, a
-stream cut by a stub death as `sdtk bench` counts it) come from scripts/served_probes.py.
+stream cut by a stub death as `sdtk bench` counts it) come from scripts/served_probes.py, and the
+watchdog's own (a frozen stub, a crash loop, a damaged record, a port held and a full disk during
+a restart; once, on tiny-baseline, with a pass/FAIL verdict each) from scripts/watchdog_probes.py.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import served_probes  # noqa: E402 - scripts/served_probes.py, beside this file
+import watchdog_probes  # noqa: E402 - scripts/watchdog_probes.py, beside this file
 
 from toolkit import stress  # noqa: E402
 
@@ -481,33 +484,43 @@ def _run_faults(name: str, workdir: Path) -> list[dict]:
     return rows
 
 
-def write_faults(results: dict[str, list[dict]], argv: list[str]) -> None:
+def load_average() -> str:
+    """The 1/5/15-minute load averages, as `uptime` shows them."""
+    return ", ".join(f"{x:.2f}" for x in __import__("os").getloadavg())
+
+
+def write_faults(results: dict[str, list[dict]], argv: list[str], loads: tuple[str, str]) -> None:
     lines = [
         FAULTS_MARK,
         "## Faults on a served deployment (`scripts/stress_served.py --faults`)",
         "",
         f"Machine: {platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores; "
-        f"{time.strftime('%Y-%m-%d')}. Command: `{' '.join(['python', 'scripts/stress_served.py', *argv])}`. "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average (1, 5, 15 min) {loads[0]} at the "
+        f"start, {loads[1]} at the end. Command: `{' '.join(['python', 'scripts/stress_served.py', *argv])}`. "
         "Streams are read with a 15 s client timeout. Rows before the second deploy run without a "
         "watchdog (`--on-failure none`): there the `ensemble` row is Triton 2.51's limit, not sdtk's: an "
         "ensemble request in flight when its stub dies is never answered (docs/runbooks/troubleshooting.md), "
         'while the BLS entry ends with an error. Rows "with the watchdog" are a default `sdtk deploy '
         "--detach` (`--on-failure restart`): it kills and relaunches the server, which ends every held "
         "request. Detect: when the client's request ended (racing deploys: when the loser exited); "
-        "recover: from the fault until the restarted server was READY.",
+        "recover: from the fault until the restarted server was READY. The watchdog's probes "
+        "(scripts/watchdog_probes.py, each on its own detached tiny-baseline) carry a verdict against the "
+        'numbers of their "Done when"; there detect is when `sdtk status` first said what failed and '
+        "recover is until the server was READY again (from the freeze, or from freeing the port or the disk).",
     ]
     for name, rows in results.items():
         lines += [
             "",
             f"**{name}**",
             "",
-            "| fault | expected | observed | detect (s) | recover (s) |",
-            "|---|---|---|---:|---:|",
+            "| fault | expected | observed | detect (s) | recover (s) | Done when |",
+            "|---|---|---|---:|---:|---|",
         ]
         for r in rows:
             lines.append(
                 f"| {r['fault']} | {r['expected']} | {r['observed']} | "
-                f"{'' if r['detect_s'] is None else r['detect_s']} | {'' if r['recover_s'] is None else r['recover_s']} |"
+                f"{'' if r['detect_s'] is None else r['detect_s']} | {'' if r['recover_s'] is None else r['recover_s']} | "
+                f"{r.get('verdict', '')} |"
             )
     lines.append(FAULTS_MARK)
     section = "\n".join(lines)
@@ -536,6 +549,7 @@ def main() -> None:
         print(json.dumps(bls_repro(args.bls_repro, 60)))
         return
     if args.faults:
+        loads = [load_average()]
         with tempfile.TemporaryDirectory(prefix="sdtk-faults-") as tmp:
             # the deployment's faults above, then the served models' own (scripts/served_probes.py)
             faults = {
@@ -543,8 +557,11 @@ def main() -> None:
                 + served_probes.run(name, Path(tmp) / f"{name}-served")
                 for name in args.recipes
             }
+            # the watchdog's own, once (scripts/watchdog_probes.py)
+            faults["tiny-baseline: the watchdog"] = watchdog_probes.run(Path(tmp) / "watchdog")
+        loads.append(load_average())
         if not args.no_write:
-            write_faults(faults, sys.argv[1:])
+            write_faults(faults, sys.argv[1:], (loads[0], loads[1]))
         return
     results = []
     with tempfile.TemporaryDirectory(prefix="sdtk-stress-") as tmp:

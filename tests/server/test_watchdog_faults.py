@@ -8,85 +8,31 @@ ENV), short here so that no test waits minutes."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
 
-import httpx
 import pytest
+from watchdog_support import (
+    deploy,
+    failing_restart,
+    fill,
+    greedy,
+    long_stream,
+    mount_tmpfs,
+    ready,
+    sdtk,
+    state,
+    status,
+    stopped_at_the_end,
+    umount,
+    wait_for,
+)
 
 from toolkit.server import procs
 
-ROOT = Path(__file__).resolve().parents[2]
-RECIPE = str(ROOT / "recipes" / "tiny-baseline.yaml")
 pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]
-
-
-def sdtk(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "toolkit.cli", *args], capture_output=True, text=True, timeout=timeout,
-        stdin=subprocess.DEVNULL, cwd=ROOT, env={**os.environ, **(env or {})},
-    )  # fmt: skip
-
-
-def deploy(workdir: Path, **env: str) -> Path:
-    r = sdtk(
-        "deploy", RECIPE, "--workdir", str(workdir), "--detach", "--auto-ports", "--no-validate", env=env
-    )
-    assert r.returncode == 0, r.stderr
-    return workdir / "tiny-baseline"
-
-
-def state(dep: Path) -> dict:
-    return json.loads((dep / "state.json").read_text())
-
-
-def status(dep: Path) -> tuple[int, dict]:
-    r = sdtk("status", "--workdir", str(dep), "--json")
-    return r.returncode, json.loads(r.stdout)
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            if value := predicate():
-                return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def ready(dep: Path, restarts: int) -> dict | None:
-    st = state(dep)
-    return st if st["status"] == "ready" and st["restarts"] == restarts and st["stubs"] else None
-
-
-def greedy(st: dict) -> str:
-    body = {"text_input": "def f(x):", "max_tokens": 16}
-    r = httpx.post(f"{st['http_url']}/v2/models/{st['model_name']}/generate", json=body, timeout=60)
-    assert r.status_code == 200, r.text
-    return r.json()["text_output"]
-
-
-@contextlib.contextmanager
-def stopped_at_the_end(dep: Path):
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):  # shown with a failure
-            print("--- watchdog.log ---\n" + (dep / "logs" / "watchdog.log").read_text()[-3000:])
-        pgids = []
-        with contextlib.suppress(OSError, ValueError):
-            pgids.append(state(dep)["pgid"])
-        r = sdtk("stop", "--workdir", str(dep), "--force", "--grace", "2")
-        assert r.returncode == 0, r.stderr
-        assert all(not procs.group_members(g) for g in pgids)
 
 
 def test_a_frozen_stub_is_reported_restarted_and_its_stream_ends_with_an_error(tmp_path):
@@ -96,25 +42,7 @@ def test_a_frozen_stub_is_reported_restarted_and_its_stream_ends_with_an_error(t
     with stopped_at_the_end(dep):
         st = state(dep)
         before = greedy(st)
-        first, events = threading.Event(), []
-
-        def client() -> None:
-            url = f"{st['http_url']}/v2/models/{st['model_name']}/generate_stream"
-            body = {"text_input": "import os\n", "max_tokens": 900, "stream": True}
-            try:
-                with httpx.Client(timeout=60) as c, c.stream("POST", url, json=body) as r:
-                    for line in r.iter_lines():
-                        if line.startswith("data:"):
-                            events.append(json.loads(line[5:]))
-                            first.set()
-                events.append({"end": "closed without an error"})
-            except Exception as e:  # a cut connection (or a hang: ReadTimeout)
-                events.append({"exception": repr(e)})
-            finally:
-                first.set()
-
-        thread = threading.Thread(target=client)
-        thread.start()
+        thread, first, events = long_stream(st)
         assert first.wait(120) and "exception" not in events[0], events
         stub = st["stubs"]["tensorrt_llm"][0]
         os.kill(stub, signal.SIGSTOP)
@@ -200,27 +128,12 @@ def test_a_damaged_record_never_orphans_the_server(tmp_path):
 def small_disk(tmp_path):
     """A 64 MiB tmpfs (root only) to fill up; unmounted afterwards."""
     mnt = tmp_path / "disk"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    if why := mount_tmpfs(mnt):
+        pytest.skip(f"cannot mount a tmpfs here: {why}")
     try:
         yield mnt
     finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def fill(path: Path) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
-    try:
-        with contextlib.suppress(OSError):  # until ENOSPC
-            while True:
-                os.write(fd, b"\0" * 65536)
-        with contextlib.suppress(OSError):
-            while True:
-                os.write(fd, b"\0")  # the last bytes
-    finally:
-        os.close(fd)
+        umount(mnt)
 
 
 def test_a_port_held_and_a_full_disk_during_restarts_are_retried_and_shown(small_disk):
@@ -240,10 +153,7 @@ def test_a_port_held_and_a_full_disk_during_restarts_are_retried_and_shown(small
         held.listen()
         os.kill(dog, signal.SIGCONT)
         try:
-            code, report = wait_for(
-                lambda: (s := status(dep))[1]["state"] == "restarting" and "failed" in s[1]["message"] and s,
-                60, "a failed restart",
-            )  # fmt: skip
+            code, report = wait_for(lambda: failing_restart(dep), 60, "a failed restart")
             print(f"\nport held: {report['message']}")
             assert code != 0 and str(st["http_port"]) in report["message"] and "in use" in report["message"]
         finally:
@@ -257,10 +167,7 @@ def test_a_port_held_and_a_full_disk_during_restarts_are_retried_and_shown(small
         fill(filler)
         os.kill(new["stubs"]["tensorrt_llm"][0], signal.SIGKILL)
         try:
-            code, report = wait_for(
-                lambda: (s := status(dep))[1]["state"] == "restarting" and "failed" in s[1]["message"] and s,
-                60, "a restart failing on the full disk",
-            )  # fmt: skip
+            code, report = wait_for(lambda: failing_restart(dep), 60, "a restart failing on the full disk")
             print(f"disk full: {report['message']}\n" + (dep / "logs" / "watchdog.log").read_text()[-1500:])
             assert code != 0 and procs.alive(dog) and "No space left on device" in report["message"]
         finally:
