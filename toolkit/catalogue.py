@@ -165,6 +165,31 @@ _ENTRIES: dict[str, dict[str, Any]] = {
         "head_kind": EAGLE,
         "cite": "TRT-LLM examples/eagle/README.md pairing; EAGLE-1 head = 1 layer at base width (unverified)",
     },
+    # huggingface.co/deepseek-ai/DeepSeek-V3 config.json: DeepseekV3ForCausalLM, 61 layers, hidden 7168,
+    # dense intermediate 18432 (experts: moe_intermediate_size 2048, 256 routed + 1 shared, 8 per token),
+    # MLA attention (128 heads, q_lora_rank 1536, kv_lora_rank 512, qk_nope 128 + qk_rope 64, v 128),
+    # vocab 129280, 163840 positions, one MTP module (num_nextn_predict_layers 1, as layer 61); 671B
+    # main + 14B MTP parameters (the model card). Shipped weights are FP8 block-quantized.
+    "deepseek-ai/deepseek-v3": {
+        "architecture": "DeepseekV3ForCausalLM",
+        "model_type": "deepseek_v3",
+        "vocab_size": 129280,
+        "hidden_size": 7168,
+        "intermediate_size": 18432,
+        "moe_intermediate_size": 2048,
+        "num_hidden_layers": 61,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "head_dim": 128,
+        "max_position_embeddings": 163840,
+        "dtype": "bfloat16",
+        "tie_word_embeddings": False,
+        "parameters": 685_000_000_000,
+        "num_nextn_predict_layers": 1,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "cite": "huggingface.co/deepseek-ai/DeepSeek-V3 config.json and model card (671B + 14B MTP)",
+    },
     # FasterDecoding/medusa-vicuna-7b-v1.3 config.json is only
     # {"base_model_name_or_path": "lmsys/vicuna-7b-v1.3", "medusa_num_heads": 2,
     #  "medusa_num_layers": 1} (copies in public code), while the checkpoint holds 4 heads
