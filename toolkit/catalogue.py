@@ -184,7 +184,7 @@ _ENTRIES: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 163840,
         "dtype": "bfloat16",
         "tie_word_embeddings": False,
-        "parameters": 685_000_000_000,
+        # No "parameters": the dense-Llama formula (hub.estimate_parameters) does not count experts or MLA.
         "num_nextn_predict_layers": 1,
         "bos_token_id": 0,
         "eos_token_id": 1,

@@ -19,6 +19,8 @@ FIXTURE_MODES = ["none", "draft_target", "medusa", "eagle3", "lookahead", "ngram
 SPEC_NAMES = {
     "none": None, "draft_target": "draft_tokens_external", "medusa": "medusa", "eagle3": "eagle3",
     "lookahead": "lookahead_decoding", "ngram": "ngram", "eagle": "eagle",
+    # model-free or one-model modes that no TensorRT engine builds (llmapi or reference only)
+    "sa": None, "pard": None, "mtp": None,
 }  # fmt: skip
 
 
