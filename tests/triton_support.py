@@ -16,11 +16,15 @@ tests/conftest.py puts the tests directory on sys.path, so any test or conftest 
   (Triton waits out client connections and unloads one model per 1-s poll), ~3 min over the
   suite, and is what tests/server/test_server_lifecycle.py and `sdtk stop` in the integration
   tests check; here the deployment is only the stage.
+- `stream_in_background(url, max_tokens)`: a `generate_stream` request on a thread, for the fault
+  tests that break the server under a running stream.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -122,3 +126,32 @@ def live_deployment_factory(tmp_path: Path) -> Iterator[Callable[..., Any]]:
             return stack.enter_context(live_deployment(recipe, tmp_path / "work", **kwargs))
 
         yield start
+
+
+def stream_in_background(
+    url: str, max_tokens: int
+) -> tuple[threading.Thread, threading.Event, list[dict[str, Any]]]:
+    """Start a `generate_stream` POST of "import os\\n" for `max_tokens` to `url` on a thread. The
+    list gets each `data:` event, then {"end": ...} on a clean close or {"exception": repr} (a cut
+    connection, or a hang: ReadTimeout after 60 s); the event is set at the first event or the end."""
+    import httpx
+
+    first, events = threading.Event(), []
+
+    def client() -> None:
+        body = {"text_input": "import os\n", "max_tokens": max_tokens, "stream": True}
+        try:
+            with httpx.Client(timeout=60) as c, c.stream("POST", url, json=body) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data:"):
+                        events.append(json.loads(line[5:]))
+                        first.set()
+            events.append({"end": "closed without an error"})
+        except Exception as e:
+            events.append({"exception": repr(e)})
+        finally:
+            first.set()
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    return thread, first, events

@@ -14,12 +14,12 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from triton_support import stream_in_background
 
 from toolkit.server import procs
 
@@ -96,25 +96,8 @@ def test_a_frozen_stub_is_reported_restarted_and_its_stream_ends_with_an_error(t
     with stopped_at_the_end(dep):
         st = state(dep)
         before = greedy(st)
-        first, events = threading.Event(), []
-
-        def client() -> None:
-            url = f"{st['http_url']}/v2/models/{st['model_name']}/generate_stream"
-            body = {"text_input": "import os\n", "max_tokens": 900, "stream": True}
-            try:
-                with httpx.Client(timeout=60) as c, c.stream("POST", url, json=body) as r:
-                    for line in r.iter_lines():
-                        if line.startswith("data:"):
-                            events.append(json.loads(line[5:]))
-                            first.set()
-                events.append({"end": "closed without an error"})
-            except Exception as e:  # a cut connection (or a hang: ReadTimeout)
-                events.append({"exception": repr(e)})
-            finally:
-                first.set()
-
-        thread = threading.Thread(target=client)
-        thread.start()
+        url = f"{st['http_url']}/v2/models/{st['model_name']}/generate_stream"
+        thread, first, events = stream_in_background(url, max_tokens=900)
         assert first.wait(120) and "exception" not in events[0], events
         stub = st["stubs"]["tensorrt_llm"][0]
         os.kill(stub, signal.SIGSTOP)

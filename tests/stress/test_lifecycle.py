@@ -9,12 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from triton_support import stream_in_background
 
 from toolkit.server import procs
 from toolkit.server.state import python_stubs as procs_stubs
@@ -126,24 +126,8 @@ def kill_mid_ensemble_stream(st: dict) -> tuple[float, dict]:
     """Kill the `tensorrt_llm` stub while an `ensemble` stream of 1000 tokens runs (after its
     first chunk): Triton 2.51 holds such a request until the server ends. Returns the seconds
     from the kill to the end of the client's request, and its last event."""
-    first, events = threading.Event(), []
-
-    def client() -> None:
-        url = f"{st['http_url']}/v2/models/ensemble/generate_stream"
-        body = {"text_input": "import os\n", "max_tokens": 1000, "stream": True}
-        try:
-            with httpx.Client(timeout=60) as c, c.stream("POST", url, json=body) as r:
-                for line in r.iter_lines():
-                    if line.startswith("data:"):
-                        events.append(json.loads(line[5:]))
-                        first.set()
-        except Exception as e:  # a hang shows up as a ReadTimeout
-            events.append({"exception": repr(e)})
-        finally:
-            first.set()
-
-    t = threading.Thread(target=client)
-    t.start()
+    url = f"{st['http_url']}/v2/models/ensemble/generate_stream"
+    t, first, events = stream_in_background(url, max_tokens=1000)
     assert first.wait(120) and "exception" not in events[0], events
     os.kill(procs_stubs(st["pid"])["tensorrt_llm"][0], signal.SIGKILL)
     killed = time.monotonic()
