@@ -44,6 +44,11 @@ def plan(tmp_path: Path, mode: str, version: str, spec: dict[str, Any] | None = 
     return recipe, build(recipe, workdir=tmp_path, dry_run=True, progress=lambda _m: None)
 
 
+def ngram(**speculative: Any) -> Any:
+    """The llmapi n-gram recipe (max_draft_len 4) with `speculative` fields on top."""
+    return make_recipe("llmapi", "ngram", speculative={"mode": "ngram", "max_draft_len": 4, **speculative})
+
+
 def rendered(result) -> tuple[dict, dict]:
     return (
         yaml.safe_load(result.llmapi["extra_llm_api_options"]),
@@ -102,15 +107,9 @@ def test_schedule_forms_and_meaning():
     """Ranges are explicit batch ranges; a map's keys are the first batch size they apply to; both
     are one function. A map without key 1 (TensorRT-LLM 1.3's upper-bound spelling) is refused with
     the ranges that 1.3 reading would mean."""
-    ranges = make_recipe(
-        "llmapi",
-        "ngram",
-        speculative={
-            "mode": "ngram",
-            "max_draft_len": 4,
-            "max_matching_ngram_size": 2,
-            "draft_len_schedule": [{"max_batch": 3, "draft_len": 4}, {"max_batch": 7, "draft_len": 2}],
-        },
+    ranges = ngram(
+        max_matching_ngram_size=2,
+        draft_len_schedule=[{"max_batch": 3, "draft_len": 4}, {"max_batch": 7, "draft_len": 2}],
     ).speculative
     assert ranges.draft_len_schedule == {1: 4, 4: 2, 8: 0}
     assert [ranges.draft_len_at(b) for b in range(1, 10)] == [4, 4, 4, 2, 2, 2, 2, 0, 0]
@@ -120,26 +119,14 @@ def test_schedule_forms_and_meaning():
         {"draft_len": 0},
     ]
     with pytest.raises(Exception) as e:
-        make_recipe(
-            "llmapi",
-            "ngram",
-            speculative={"mode": "ngram", "max_draft_len": 4, "draft_len_schedule": {4: 4, 8: 2, 32: 1}},
-        )
+        ngram(draft_len_schedule={4: 4, 8: 2, 32: 1})
     text = str(e.value)
     assert "draft_len_schedule" in text and "Did you mean" in text
     assert (
         "[{max_batch: 4, draft_len: 4}, {max_batch: 8, draft_len: 2}, {max_batch: 32, draft_len: 1}]" in text
     )
     with pytest.raises(Exception, match="may be left out on the last range only"):
-        make_recipe(
-            "llmapi",
-            "ngram",
-            speculative={
-                "mode": "ngram",
-                "max_draft_len": 4,
-                "draft_len_schedule": [{"draft_len": 4}, {"max_batch": 8, "draft_len": 2}],
-            },
-        )
+        ngram(draft_len_schedule=[{"draft_len": 4}, {"max_batch": 8, "draft_len": 2}])
     assert issubclass(FieldError, ValueError)
 
 
@@ -190,16 +177,7 @@ def test_knobs_refused_where_the_version_has_no_field(version, knobs, match, tmp
 
 def test_acceptance_rate_threshold_is_a_rate():
     with pytest.raises(Exception, match="acceptance_rate_threshold"):
-        make_recipe(
-            "llmapi",
-            "ngram",
-            speculative={
-                "mode": "ngram",
-                "max_draft_len": 4,
-                "acceptance_window": 4,
-                "acceptance_rate_threshold": 1.5,
-            },
-        )
+        ngram(acceptance_window=4, acceptance_rate_threshold=1.5)
 
 
 def test_standin_refusal_and_override(tmp_path, monkeypatch):

@@ -16,13 +16,12 @@ import importlib.util
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from cli_support import sdtk
 
 pytestmark = [
     pytest.mark.slow,
@@ -34,19 +33,6 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "tiny-eagle3.yaml"
-SDTK = [sys.executable, "-m", "toolkit.cli"]
-
-
-def sdtk(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*SDTK, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])),
-        cwd=ROOT,
-    )
 
 
 def counters(processes: dict) -> dict[str, float]:

@@ -14,14 +14,12 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_support import sdtk
 
 pytestmark = [
     pytest.mark.slow,
@@ -35,22 +33,8 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "tiny-eagle3.yaml"
-SDTK = [sys.executable, "-m", "toolkit.cli"]
 PROMPTS = ("def fibonacci(n):", "class Stack:\n    def __init__(self):")
 MAX_TOKENS = 16
-
-
-def sdtk(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [*SDTK, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        cwd=ROOT,
-    )
 
 
 @functools.cache

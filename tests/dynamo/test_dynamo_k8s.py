@@ -17,13 +17,11 @@ Upstream facts the assertions hold the render to (ai-dynamo 1.6.1 wheel
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_support import sdtk
 
 from toolkit.dynamo.k8s import IMAGE, plan_dgd, write_dgd
 from toolkit.errors import UsageError
@@ -161,15 +159,16 @@ def test_a_local_model_path_and_prefill_workers_without_disagg_are_refused(recip
 
 
 def test_dry_run_prints_frontend_and_worker_commands_with_the_engine_yaml():
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run(
-        [sys.executable, "-m", "toolkit.cli", "deploy", str(HUB_RECIPE), "--target", "k8s"]
-        + ["--engine", "dynamo", "--disagg", "--dry-run"],
-        capture_output=True,
-        text=True,
+    r = sdtk(
+        "deploy",
+        str(HUB_RECIPE),
+        "--target",
+        "k8s",
+        "--engine",
+        "dynamo",
+        "--disagg",
+        "--dry-run",
         timeout=180,
-        env=env,
-        cwd=ROOT,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout
@@ -187,15 +186,15 @@ def test_local_dry_run_names_the_hub_id_as_the_workers_model():
     """`sdtk deploy RECIPE --target dynamo --dry-run` with a hub-id target hands dynamo.trtllm
     `--model <hub id>` (ai-dynamo 1.6.1 dynamo/trtllm/backend_args.py 44-56), not the printed
     model-source object."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run(
-        [sys.executable, "-m", "toolkit.cli", "deploy", str(HUB_RECIPE), "--target", "dynamo"]
-        + ["--dry-run", "--set", "trtllm_version=1.3.0"],
-        capture_output=True,
-        text=True,
+    r = sdtk(
+        "deploy",
+        str(HUB_RECIPE),
+        "--target",
+        "dynamo",
+        "--dry-run",
+        "--set",
+        "trtllm_version=1.3.0",
         timeout=180,
-        env=env,
-        cwd=ROOT,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "--model meta-llama/Llama-3.1-8B-Instruct " in r.stdout

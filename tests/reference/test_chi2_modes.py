@@ -94,6 +94,19 @@ def check(
     return p1, p2
 
 
+def sample_and_match(
+    hf_target: Any, ids: list[int], prop: Proposal, logits: torch.Tensor, sp: SamplingParams
+) -> tuple[float, float]:
+    """`check`'s p-values over DRAWS sample-and-match verdicts on one proposal (seeded)."""
+    gen = generator(1234)
+    draws, accepted = [], 0
+    for _ in range(DRAWS):
+        verdict = verify(prop, logits, sp, gen)
+        draws.append([prop.tokens[i] for i in verdict.path] + [verdict.token])
+        accepted += bool(verdict.path)
+    return check(hf_target, ids, sp, draws, accepted)
+
+
 @pytest.mark.parametrize("setting", SETTINGS)
 @pytest.mark.parametrize("mode", ["eagle3_chain", "eagle3_tree", "ngram", "sa", "lookahead"])
 def test_sample_and_match_keeps_the_target_distribution(
@@ -103,13 +116,7 @@ def test_sample_and_match_keeps_the_target_distribution(
     ids = runtime.tokenizer(REPEATING)["input_ids"]
     prop, logits = first_step(runtime, ids, specs[mode], sp)
     assert prop.num_draft > 0, f"{mode} proposed nothing"
-    gen = generator(1234)
-    draws, accepted = [], 0
-    for _ in range(DRAWS):
-        verdict = verify(prop, logits, sp, gen)
-        draws.append([prop.tokens[i] for i in verdict.path] + [verdict.token])
-        accepted += bool(verdict.path)
-    p1, p2 = check(hf_target, ids, sp, draws, accepted)
+    p1, p2 = sample_and_match(hf_target, ids, prop, logits, sp)
     assert p1 > 1e-3 and p2 > 1e-3, f"{mode} {setting}: p-values {p1:.2g}, {p2:.2g}"
 
 

@@ -12,11 +12,9 @@ import pytest
 
 from toolkit.modes.mtp import Mtp
 from toolkit.modes.pard import Pard
-from toolkit.reference.core import verify
-from toolkit.reference.sampling import generator
 
 from .conftest import NEW_TOKENS
-from .test_chi2_modes import DRAWS, REPEATING, SETTINGS, check, first_step
+from .test_chi2_modes import REPEATING, SETTINGS, first_step, sample_and_match
 from .test_lossless import divergence_problem
 
 SPECS = {"pard": Pard(mode="pard", max_draft_len=4), "mtp": Mtp(mode="mtp", max_draft_len=2)}
@@ -74,13 +72,7 @@ def test_sample_and_match_keeps_the_target_distribution(
     ids = rt.tokenizer(REPEATING)["input_ids"]
     prop, logits = first_step(rt, ids, SPECS[mode], sp)
     assert prop.num_draft == SPECS[mode].max_draft_len
-    gen = generator(1234)
-    draws, accepted = [], 0
-    for _ in range(DRAWS):
-        verdict = verify(prop, logits, sp, gen)
-        draws.append([prop.tokens[i] for i in verdict.path] + [verdict.token])
-        accepted += bool(verdict.path)
-    p1, p2 = check(hf_target, ids, sp, draws, accepted)
+    p1, p2 = sample_and_match(hf_target, ids, prop, logits, sp)
     assert p1 > 1e-3 and p2 > 1e-3, f"{mode} {setting}: p-values {p1:.2g}, {p2:.2g}"
 
 

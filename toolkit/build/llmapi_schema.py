@@ -68,8 +68,9 @@ def _check_values(v: dict[int, int], top: int | None) -> None:
 # ----------------------------------------------------------------------------------------- 1.2 line
 
 
-class Base12(_Upstream):
-    """`DecodingBaseConfig`, 1.2 line (pre-PR #10860)."""
+class _BaseFields(_Upstream):
+    """The `DecodingBaseConfig` fields and draft_len_schedule check both lines share; each line's base
+    adds its own fields and `_schedule_first` (which key must map to max_draft_len)."""
 
     max_draft_len: NonNegativeInt | None = None
     max_total_draft_tokens: int | None = None
@@ -79,25 +80,38 @@ class Base12(_Upstream):
     max_concurrency: NonNegativeInt | None = None
     draft_len_schedule: dict[int, int] | None = None
     load_format: str | None = None
-    acceptance_window: NonNegativeInt | None = None
-    acceptance_length_threshold: NonNegativeFloat | None = None
-    allow_advanced_sampling: bool = False
+
+    @staticmethod
+    def _schedule_first(v: dict[int, int], top: int | None) -> None:
+        raise NotImplementedError
 
     @field_validator("draft_len_schedule")
     @classmethod
     def _schedule(cls, v: dict[int, int] | None, info: Any) -> dict[int, int] | None:
-        # validate_draft_len_schedule_and_sort: keys are lower bounds ("batch_size >= 4 uses ...").
         if v is None:
             return v
         top = info.data.get("max_draft_len")
         _check_values(v, top)
+        cls._schedule_first(v, top)
+        return dict(sorted(v.items()))
+
+
+class Base12(_BaseFields):
+    """`DecodingBaseConfig`, 1.2 line (pre-PR #10860)."""
+
+    acceptance_window: NonNegativeInt | None = None
+    acceptance_length_threshold: NonNegativeFloat | None = None
+    allow_advanced_sampling: bool = False
+
+    @staticmethod
+    def _schedule_first(v: dict[int, int], top: int | None) -> None:
+        # validate_draft_len_schedule_and_sort: keys are lower bounds ("batch_size >= 4 uses ...").
         if 1 not in v:
             raise ValueError("draft_len_schedule must include batch_size=1")
         if top is not None and v[1] != top:
             raise ValueError(
                 f"draft_len_schedule[1] must equal max_draft_len. Got {v[1]}, max_draft_len={top}"
             )
-        return dict(sorted(v.items()))
 
 
 def _positive_draft(m: Any, what: str) -> None:
@@ -119,6 +133,46 @@ def _eagle_checks(m: Any) -> None:
             raise ValueError(
                 f"max_total_draft_tokens ({total}) must lie in [max_draft_len, dynamic_tree_max_topK * max_draft_len]"
             )
+
+
+# The decoding configs both lines declare alike. Each is listed before its line's base
+# (`class NGram12(_NGram, Base12)`) so that, as upstream, the base's fields and validators come first.
+
+
+class _NGram(_Upstream):
+    decoding_type: Literal["NGram"] = "NGram"
+    max_matching_ngram_size: PositiveInt = 2
+    is_keep_all: bool = True
+    is_use_oldest: bool = True
+    is_public_pool: bool = True
+
+    @model_validator(mode="after")
+    def _ngram(self) -> Any:
+        _positive_draft(self, "NGram")
+        return self
+
+
+class _DraftTarget(_Upstream):
+    decoding_type: Literal["Draft_Target"] = "Draft_Target"
+
+    @model_validator(mode="after")
+    def _dt(self) -> Any:
+        _positive_draft(self, "DraftTarget")
+        if getattr(self, "speculative_model", None) is None:
+            raise ValueError("speculative_model must be specified for DraftTarget")
+        return self
+
+
+class _SaveState(_Upstream):
+    decoding_type: Literal["SaveState"] = "SaveState"
+    output_directory: str
+    write_interval: int = 20
+    file_prefix: str = "data"
+    eagle3_layers_to_capture: set[int] | None = None
+
+
+class _Auto(_Upstream):
+    decoding_type: Literal["AUTO"] = "AUTO"
 
 
 class _EagleFields(_Upstream):
@@ -147,28 +201,12 @@ class Eagle3_12(Eagle12):  # noqa: N801 - upstream's name with the line appended
     decoding_type: Literal["Eagle3"] = "Eagle3"  # type: ignore[assignment]
 
 
-class NGram12(Base12):
-    decoding_type: Literal["NGram"] = "NGram"
-    max_matching_ngram_size: PositiveInt = 2
-    is_keep_all: bool = True
-    is_use_oldest: bool = True
-    is_public_pool: bool = True
-
-    @model_validator(mode="after")
-    def _ngram(self) -> NGram12:
-        _positive_draft(self, "NGram")
-        return self
+class NGram12(_NGram, Base12):
+    pass
 
 
-class DraftTarget12(Base12):
-    decoding_type: Literal["Draft_Target"] = "Draft_Target"
-
-    @model_validator(mode="after")
-    def _dt(self) -> DraftTarget12:
-        _positive_draft(self, "DraftTarget")
-        if self.speculative_model is None:
-            raise ValueError("speculative_model must be specified for DraftTarget")
-        return self
+class DraftTarget12(_DraftTarget, Base12):
+    pass
 
 
 class MTP12(Base12):
@@ -188,16 +226,12 @@ class PARD12(Base12):
     mask_token_id: int | None = None
 
 
-class SaveState12(Base12):
-    decoding_type: Literal["SaveState"] = "SaveState"
-    output_directory: str
-    write_interval: int = 20
-    file_prefix: str = "data"
-    eagle3_layers_to_capture: set[int] | None = None
+class SaveState12(_SaveState, Base12):
+    pass
 
 
-class Auto12(Base12):
-    decoding_type: Literal["AUTO"] = "AUTO"
+class Auto12(_Auto, Base12):
+    pass
 
 
 # ----------------------------------------------------------------------------------------- 1.3 line
@@ -211,38 +245,25 @@ class SAEnhancerConfig(_Upstream):
     enable_global_pool: bool = False
 
 
-class Base13(_Upstream):
+class Base13(_BaseFields):
     """`DecodingBaseConfig`, 1.3 line (@0004396)."""
 
-    max_draft_len: NonNegativeInt | None = None
-    max_total_draft_tokens: int | None = None
-    speculative_model: str | None = Field(
-        None, validation_alias=AliasChoices("speculative_model", "speculative_model_dir")
-    )
     max_concurrency: PositiveInt | None = None
-    draft_len_schedule: dict[int, int] | None = None
-    load_format: str | None = None
     acceptance_rate_window_size: NonNegativeInt | None = None
     acceptance_rate_threshold: float | None = Field(None, ge=0.0, le=1.0)
     use_rejection_sampling: bool = False
     allow_advanced_sampling: bool = False  # deprecated no-op (warns)
 
-    @field_validator("draft_len_schedule")
-    @classmethod
-    def _schedule(cls, v: dict[int, int] | None, info: Any) -> dict[int, int] | None:
+    @staticmethod
+    def _schedule_first(v: dict[int, int], top: int | None) -> None:
         # PR #10860: keys are upper bounds ({4: 4, 8: 2, 32: 1}: 1-4 -> 4, 5-8 -> 2, 9-32 -> 1,
         # 33+ -> 0); the smallest key maps to max_draft_len.
-        if v is None:
-            return v
-        top = info.data.get("max_draft_len")
-        _check_values(v, top)
         smallest = min(v)
         if top is not None and v[smallest] != top:
             raise ValueError(
                 f"draft_len_schedule[{smallest}] must equal max_draft_len because it is the smallest "
                 f"batch-size key. Got {v[smallest]}, max_draft_len={top}."
             )
-        return dict(sorted(v.items()))
 
     @model_validator(mode="after")
     def _exclusive(self) -> Base13:
@@ -265,17 +286,8 @@ class Eagle3_13(Base13, _EagleFields):  # noqa: N801
         return self
 
 
-class NGram13(Base13):
-    decoding_type: Literal["NGram"] = "NGram"
-    max_matching_ngram_size: PositiveInt = 2
-    is_keep_all: bool = True
-    is_use_oldest: bool = True
-    is_public_pool: bool = True
-
-    @model_validator(mode="after")
-    def _ngram(self) -> NGram13:
-        _positive_draft(self, "NGram")
-        return self
+class NGram13(_NGram, Base13):
+    pass
 
 
 class SA13(Base13):
@@ -303,15 +315,8 @@ class SA13(Base13):
         return self
 
 
-class DraftTarget13(Base13):
-    decoding_type: Literal["Draft_Target"] = "Draft_Target"
-
-    @model_validator(mode="after")
-    def _dt(self) -> DraftTarget13:
-        _positive_draft(self, "DraftTarget")
-        if self.speculative_model is None:
-            raise ValueError("speculative_model must be specified for DraftTarget")
-        return self
+class DraftTarget13(_DraftTarget, Base13):
+    pass
 
 
 class MTP13(Base13):
@@ -362,16 +367,12 @@ class DSpark13(Base13):
     decoding_type: Literal["DSpark"] = "DSpark"
 
 
-class SaveState13(Base13):
-    decoding_type: Literal["SaveState"] = "SaveState"
-    output_directory: str
-    write_interval: int = 20
-    file_prefix: str = "data"
-    eagle3_layers_to_capture: set[int] | None = None
+class SaveState13(_SaveState, Base13):
+    pass
 
 
-class Auto13(Base13):
-    decoding_type: Literal["AUTO"] = "AUTO"
+class Auto13(_Auto, Base13):
+    pass
 
 
 # ---------------------------------------------------------------------------------- per line facts

@@ -147,19 +147,34 @@ class OpenAIClient:
             raise self._error(e) from None
 
 
+SSE_DONE = "[DONE]"
+
+
+def sse_event(line: str, *, url: str | None = None) -> dict[str, Any] | str | None:
+    """One line of an OpenAI SSE stream: the JSON object of a `data:` line, SSE_DONE at
+    `data: [DONE]`, None for anything else (comments, blank lines, unparsable or non-object payloads).
+    An error event (an `error` and no choices) raises ClientError."""
+    if not line.startswith("data:"):
+        return None
+    payload = line[5:].strip()
+    if payload == SSE_DONE:
+        return SSE_DONE
+    try:
+        event = json.loads(payload)
+    except ValueError:
+        return None
+    if not isinstance(event, dict):
+        return None
+    if "error" in event and not event.get("choices"):
+        raise ClientError(f"error in stream: {event['error']}", protocol=PROTOCOL, url=url)
+    return event
+
+
 def _events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
     """The JSON payloads of an SSE stream's `data:` lines, up to `data: [DONE]`."""
     for line in lines:
-        if not line.startswith("data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == "[DONE]":
+        event = sse_event(line)
+        if event == SSE_DONE:
             return
-        try:
-            event = json.loads(payload)
-        except ValueError:
-            continue
         if isinstance(event, dict):
-            if "error" in event and not event.get("choices"):
-                raise ClientError(f"error in stream: {event['error']}", protocol=PROTOCOL)
             yield event

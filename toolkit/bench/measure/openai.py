@@ -18,7 +18,6 @@ concurrency level read from them.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -145,6 +144,7 @@ class OpenAIEndpoint:
         import httpx
 
         from toolkit.client.errors import ClientError
+        from toolkit.client.openai_api import SSE_DONE, sse_event
 
         temperature = sampling.temperature if sampling.temperature is not None else 0.0
         body: dict[str, Any] = {
@@ -171,21 +171,11 @@ class OpenAIEndpoint:
                         status=r.status_code,
                     )
                 async for line in r.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
+                    event = sse_event(line, url=self.url)
+                    if event == SSE_DONE:
                         return
-                    try:
-                        event = json.loads(payload)
-                    except ValueError:
-                        continue
                     if not isinstance(event, dict):
                         continue
-                    if "error" in event and not event.get("choices"):
-                        raise ClientError(
-                            f"error in stream: {event['error']}", protocol=PROTOCOL, url=self.url
-                        )
                     usage = event.get("usage") or {}
                     outputs = {"num_input_tokens": usage["prompt_tokens"]} if "prompt_tokens" in usage else {}
                     choice = (event.get("choices") or [{}])[0]
