@@ -44,7 +44,7 @@ INFO = ModeInfo(
     draft_len_rule="len(eagle_choices), else max_draft_len",
     engine=Support(
         True,
-        "EagleForCausalLM subclasses LLaMAForCausalLM (TRT-LLM issue #10396); no pipeline parallelism",
+        "EagleForCausalLM subclasses LLaMAForCausalLM (NVIDIA/TensorRT-LLM issue #10396); no pipeline parallelism",
         "EAGLE-1/2 engines need a Llama-architecture base (e.g. Vicuna); for other families use eagle3 on "
         "llmapi",
         ("llama",),
