@@ -523,7 +523,8 @@ def write_faults(results: dict[str, list[dict]], argv: list[str], loads: tuple[s
                 f"{r.get('verdict', '')} |"
             )
     lines.append(FAULTS_MARK)
-    section = "\n".join(lines)
+    # observed text may quote a process's command line: paths under the repository relative to it
+    section = "\n".join(lines).replace(str(ROOT) + "/", "")
     path = ROOT / "docs" / "benchmarks.md"
     text = path.read_text()
     if FAULTS_MARK in text:
