@@ -19,7 +19,7 @@ from toolkit.bench.api import bench
 from toolkit.build import build
 from toolkit.build.llmapi import schema_for
 from toolkit.containers.images import DEFAULT_TRTLLM
-from toolkit.deploy import deploy
+from toolkit.deploy import DeployOptions, deploy
 from toolkit.errors import UsageError
 from toolkit.modes import DRAFT_TARGET, EAGLE3, LOOKAHEAD, LOOKAHEAD_FIELDS, MEDUSA, NGRAM, info
 from toolkit.modes.core import ENGINE_DEPRECATION, ENGINE_REMOVAL
@@ -219,7 +219,9 @@ def run_mode(
         step = "deploy"
         progress(f"{mode} ({backend}): deploy")
         deployed = deploy(
-            recipe, workdir=workdir, detach=True, auto_ports=True, validate=False, progress=prog.quiet
+            recipe,
+            DeployOptions(workdir=workdir, detach=True, auto_ports=True, validate=False),
+            progress=prog.quiet,
         )
         res.steps["deploy"] = "passed"
         res.details["ready_seconds"] = deployed.ready_seconds
