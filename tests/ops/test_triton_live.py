@@ -37,9 +37,11 @@ def sample(fams: dict, family: str, name: str, **labels) -> float:
 
 
 def test_doctor_against_real_triton(live_triton):
-    from toolkit.ops.health import check_deployment
+    from toolkit.ops.health import SpeculationProbe, check_deployment
 
-    report = check_deployment(live_triton.http_url, "spec", metrics_url=live_triton.metrics_url, draft_len=4)
+    report = check_deployment(
+        live_triton.http_url, "spec", metrics_url=live_triton.metrics_url, probe=SpeculationProbe(draft_len=4)
+    )
     assert report.ok, report.to_dict()
     assert report.verdict.startswith("HEALTHY") and "speculation active" in report.verdict
     spec = report.speculation
