@@ -370,17 +370,10 @@ def monitor(
     draft_len: int | None,
 ) -> None:
     """Export speculative-decoding metrics (sdtk_spec_*) for Prometheus by probing a deployment."""
-    from toolkit.ops.monitor import run_monitor
+    from toolkit.ops.monitor import Monitor, ProbeRequest, run_monitor
 
-    run_monitor(
-        url,
-        port=port,
-        addr=addr,
-        model=model,
-        interval=interval,
-        num_draft_tokens=num_draft_tokens,
-        draft_len=draft_len,
-    )
+    request = ProbeRequest(num_draft_tokens=num_draft_tokens, draft_len=draft_len)
+    run_monitor(Monitor(url, model=model, interval=interval, request=request), port=port, addr=addr)
 
 
 @cli.command()

@@ -17,6 +17,7 @@ def deploy_dynamo(
     progress: Step,
     on_ready: Callable[[DeployResult], None] | None,
 ) -> DeployResult:
+    from toolkit.dynamo.launch import DynamoLaunch
     from toolkit.dynamo.launch import deploy_dynamo as launch
 
     root = deployment_dir(recipe, options.workdir)
@@ -43,9 +44,7 @@ def deploy_dynamo(
             on_ready(result)
         return result
 
-    return launch(
-        recipe,
-        root,
+    how = DynamoLaunch(
         backend=options.backend,
         workers=options.workers,
         router_mode=options.router_mode,
@@ -54,7 +53,5 @@ def deploy_dynamo(
         validate=options.validate,
         ready_timeout=options.ready_timeout,
         on_failure=options.on_failure or ("restart" if options.detach else "stop"),
-        progress=progress,
-        save_recipe=save_recipe,
-        on_ready=ready,
     )
+    return launch(recipe, root, how, progress=progress, save_recipe=save_recipe, on_ready=ready)
