@@ -94,11 +94,14 @@ def test_toolkit_stays_within_the_bounds():
     new = {k: v for k, v in found.items() if k not in ALLOWED}
     grown = {k: (ALLOWED[k], v) for k, v in found.items() if k in ALLOWED and v > ALLOWED[k]}
     gone = sorted(k for k in ALLOWED if k not in found)
-    report = [f"{k}: {v} (bounds: modules {MAX_MODULE_LINES} lines, functions {MAX_FUNCTION_LINES} "
-              f"lines, {MAX_PARAMETERS} parameters)" for k, v in sorted(new.items())]
+    report = [f"{k}: {v}" for k, v in sorted(new.items())]
     report += [f"{k}: grew from {a} to {b}" for k, (a, b) in sorted(grown.items())]
     report += [f"{k}: within bounds now, remove it from ALLOWED" for k in gone]
-    assert not report, "\n".join(report)
+    bounds = (
+        f"bounds: modules {MAX_MODULE_LINES} lines, functions {MAX_FUNCTION_LINES} lines, "
+        f"{MAX_PARAMETERS} parameters (a frozen options dataclass beyond that)"
+    )
+    assert not report, bounds + "\n" + "\n".join(report)
 
 
 def test_the_check_finds_each_kind_of_offender(tmp_path):
@@ -122,8 +125,21 @@ def test_the_check_finds_each_kind_of_offender(tmp_path):
     finally:
         ROOT = saved
     assert found == {
-        "toolkit/big.py": 707 + 120,
+        "toolkit/big.py": 826,
         "toolkit/big.py:long": 121,
         "toolkit/big.py:C.m(parameters)": 9,
         "toolkit/other.py:cmd(parameters)": 9,
     }
+
+
+def test_ruff_holds_the_parameter_bound_outside_the_click_commands():
+    """`ruff check .` (scripts/test.sh) enforces the same parameter bound (PLR0913), exempting only
+    the CLI's modules, besides the reference runtime on the allow-list above."""
+    import tomllib
+
+    lint = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["lint"]
+    assert {"C901", "PLR0913", "PLR0915"} <= set(lint["select"])
+    assert lint["pylint"]["max-args"] == MAX_PARAMETERS
+    exempt = {path for path, rules in lint["per-file-ignores"].items() if "PLR0913" in rules}
+    allowed_files = {key.split(":")[0] for key in ALLOWED if key.endswith("(parameters)")}
+    assert {p for p in exempt if p.startswith("toolkit/")} == {"toolkit/cli/*.py"} | allowed_files
