@@ -34,9 +34,7 @@ def _plan(tmp_path: Path, workers: int = 2, router: str = "round-robin") -> dpla
         backend="reference",
         engine_dir=tmp_path / "engines" / "target",
         model_path=ROOT / "models" / "tiny" / "target",
-        workers=workers,
-        http_port=8123,
-        worker_metrics_ports=[9001, 9002, 9003][:workers],
+        ports=dplan.DynamoPorts(8123, (9001, 9002, 9003)[:workers]),
         router_mode=router,
         python="python3",
     )
@@ -87,9 +85,7 @@ def test_trtllm_workers_take_the_llmapi_yaml(tmp_path):
         backend="llmapi",
         engine_dir=tmp_path / "engines" / "target",
         model_path="/models/target",
-        workers=1,
-        http_port=8000,
-        worker_metrics_ports=[0],
+        ports=dplan.DynamoPorts(8000, (0,)),
         python="python3",
     )
     yaml_path = str(tmp_path / "engines" / "target" / "extra_llm_api_options.yaml")

@@ -64,6 +64,15 @@ class Proc:
         return (env + " " if env else "") + shlex.join(self.argv)
 
 
+@dataclass(frozen=True)
+class DynamoPorts:
+    """The frontend's HTTP port and one metrics port per worker: as many workers as ports (only
+    the reference workers serve their metrics)."""
+
+    http: int
+    worker_metrics: tuple[int, ...]
+
+
 @dataclass
 class DynamoPlan:
     recipe: str
@@ -160,13 +169,13 @@ def plan_dynamo(
     backend: str,
     engine_dir: Path,
     model_path: Path | str,
-    workers: int,
-    http_port: int,
-    worker_metrics_ports: list[int],
+    ports: DynamoPorts,
     router_mode: str = DEFAULT_ROUTER_MODE,
     python: str = sys.executable,
 ) -> DynamoPlan:
-    """The frontend and `workers` workers of `recipe`'s deployment in `root`."""
+    """The frontend and workers of `recipe`'s deployment in `root`, one worker per metrics port."""
+    http_port, worker_metrics_ports = ports.http, ports.worker_metrics
+    workers = len(worker_metrics_ports)
     if workers < 1:
         raise UsageError(f"--workers must be at least 1, not {workers}")
     check_router_mode(router_mode)
