@@ -108,7 +108,7 @@ PASS_ENV = "SDTK_TEST_PASS"  # scripts/test.sh: "parallel" (all but `alone`), th
 
 
 def _split_alone(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """scripts/test.sh runs the suite in two passes: the parallel one leaves out the tests marked
+    """`SDTK_TEST_WORKERS=N bash scripts/test.sh` runs two passes: the parallel one leaves out the tests marked
     `alone` (they measure CPU shares or time that other workers' load would take), the second runs
     only those, in one process. Outside scripts/test.sh (PASS_ENV unset) every test runs."""
     which = os.environ.get(PASS_ENV)
