@@ -42,6 +42,7 @@ sdtk's own code (not upstream's model.py); it needs numpy only.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
@@ -571,20 +572,38 @@ def triton_call(
 
 
 def _outputs(model: str, responses):
+    """Each response's output tensors; a response that says the request failed (an error, or
+    sdtk's reference model's fault chunk) raises, once the rest of the responses is read.
+
+    The called model has ended a failed request itself (an error response is its last, a fault
+    chunk is followed by the FINAL flag): reading to the end, not stopping early, keeps
+    StubWatch.wait from sending it a `stop` request, a request of its own that could fail as
+    well (no thread or memory left) and that would only cost a round trip."""
     for response in responses:
-        if response.has_error():
-            # A sub-model's refusal of the request stays a refusal (HTTP 400), not a BLS failure;
-            # a dead sub-model is a server fault (UNAVAILABLE).
-            if st.is_model_down(response.error()):
-                raise st.ModelDown(model, f"model '{model}' is down: {response.error().message()}")
-            kind = st.BadRequest if st.is_bad_request(response.error()) else RuntimeError
-            raise kind(f"{model}: {response.error().message()}")
-        tensors = {t.name(): t.as_numpy() for t in response.output_tensors()}
-        fault = st.fault_of(tensors)
-        if fault is not None:  # sdtk's reference model failed midway (st.BLS_STREAM)
-            raise st.Unavailable(f"{model}: {fault}")
+        tensors, failed = _read(model, response)
+        if failed is not None:
+            with contextlib.suppress(st.Cancelled):  # the failure is the news, not the cancel
+                for _ in responses:
+                    pass
+            raise failed
         if tensors:
             yield tensors
+
+
+def _read(model: str, response) -> tuple[dict, Exception | None]:
+    """A response's tensors, or the exception its failure raises in the BLS."""
+    if response.has_error():
+        # A sub-model's refusal of the request stays a refusal (HTTP 400), not a BLS failure;
+        # a dead sub-model is a server fault (UNAVAILABLE).
+        if st.is_model_down(response.error()):
+            return {}, st.ModelDown(model, f"model '{model}' is down: {response.error().message()}")
+        kind = st.BadRequest if st.is_bad_request(response.error()) else RuntimeError
+        return {}, kind(f"{model}: {response.error().message()}")
+    tensors = {t.name(): t.as_numpy() for t in response.output_tensors()}
+    fault = st.fault_of(tensors)
+    if fault is not None:  # sdtk's reference model failed midway (st.BLS_STREAM)
+        return {}, st.Unavailable(f"{model}: {fault}")
+    return tensors, None
 
 
 class TritonPythonModel:
