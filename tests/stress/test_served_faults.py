@@ -1,7 +1,7 @@
 """A request whose thread or memory runs out fails alone, on the real Triton.
 
 The reference `tensorrt_llm` model is made to fail through its test seam, SDTK_FAULT_INJECT
-(model_repo_templates/_common/sdtk_triton.py `Faults`), set in the environment the server and
+(toolkit/serving/triton.py `Faults`, rendered as sdtk_serving/triton.py), set in the environment the server and
 its stubs inherit: the 2nd request's thread does not start (as `RuntimeError: can't start new
 thread` under an address-space limit, which made tritonserver 2.51 segfault in
 TRITONBACKEND_ResponseFactoryIsCancelled), and the 8th response cannot be allocated
