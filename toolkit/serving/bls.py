@@ -46,6 +46,9 @@ import contextlib
 import itertools
 import os
 import time
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -176,34 +179,23 @@ def _prefix_len(new: list[int], draft: list[int]) -> int:
     return n
 
 
+@dataclass
 class Bls:
     """The model's logic. `call(model, inputs, outputs, decoupled)` runs one Triton model and
-    yields its responses as dicts; injected so that the logic runs without a server in tests."""
+    yields its responses as dicts; injected so that the logic runs without a server in tests.
+    The other fields are the model's parameters (keyword-only)."""
 
-    def __init__(
-        self,
-        call,
-        *,
-        decoupled: bool,
-        target: str = "tensorrt_llm",
-        draft: str | None = None,
-        accumulate_tokens: bool = False,
-        default_num_draft_tokens: int = 0,
-        default_use_draft_logits: bool = False,
-        exclude_input_in_output: bool = False,
-        max_input_len: int | None = None,
-        max_seq_len: int | None = None,
-    ):
-        self.max_input_len = max_input_len
-        self.max_seq_len = max_seq_len
-        self.call = call
-        self.decoupled = decoupled
-        self.target = target
-        self.draft = draft
-        self.accumulate_tokens = accumulate_tokens
-        self.default_num_draft_tokens = default_num_draft_tokens
-        self.default_use_draft_logits = default_use_draft_logits
-        self.exclude_input_in_output = exclude_input_in_output
+    call: Callable[..., Any]
+    _: KW_ONLY
+    decoupled: bool
+    target: str = "tensorrt_llm"
+    draft: str | None = None
+    accumulate_tokens: bool = False
+    default_num_draft_tokens: int = 0
+    default_use_draft_logits: bool = False
+    exclude_input_in_output: bool = False
+    max_input_len: int | None = None
+    max_seq_len: int | None = None
 
     # ------------------------------------------------------------------ entry point
 
@@ -365,15 +357,13 @@ class Bls:
             return draft, logits.reshape(1, -1, logits.shape[-1])[:, : len(draft)]
         return draft, None
 
-    def _speculate(
-        self, inputs: dict[str, np.ndarray], llm: dict[str, np.ndarray], num_draft: int, stream: bool
-    ):
+    def _check_speculation(self, inputs: dict[str, np.ndarray]) -> str:
+        """The draft model's name, once the request is one the draft-target loop serves."""
         if not self.draft:
             raise ValueError(
                 "cannot perform speculative decoding without draft model "
                 "(parameter tensorrt_llm_draft_model_name is empty)"
             )
-        draft_model = self.draft
         for name, what in (
             ("return_context_logits", "context logits"),
             ("return_generation_logits", "generation logits"),
@@ -388,6 +378,12 @@ class Bls:
             raise st.BadRequest(
                 "beam search and several return sequences are not supported with speculative decoding"
             )
+        return self.draft
+
+    def _speculate(
+        self, inputs: dict[str, np.ndarray], llm: dict[str, np.ndarray], num_draft: int, stream: bool
+    ):
+        draft_model = self._check_speculation(inputs)
         use_logits = bool(st.scalar(inputs, "use_draft_logits", self.default_use_draft_logits))
         perf = bool(st.scalar(inputs, "return_perf_metrics", False))
         exclude = bool(st.scalar(inputs, "exclude_input_in_output", self.exclude_input_in_output))

@@ -413,6 +413,25 @@ def _best_effort(interrupted) -> None:
         print(f"sdtk: could not stop a sub-request nobody reads: {e}", flush=True)
 
 
+def _direct(produce, keep: list | None, interrupted):
+    """StubWatch.wait for a model without stubs: `produce()` read here, to its end."""
+    items = produce()
+    done = False
+    try:
+        for item in items:
+            yield item
+            if interrupted():
+                raise Cancelled()
+        done = True
+    finally:
+        if not done:
+            _best_effort(interrupted)
+        for _ in items:
+            pass
+        if keep is not None:
+            keep.append(items)
+
+
 class StubWatch:
     """Waits for a sub-request of a model while watching that model's stubs.
 
@@ -477,21 +496,7 @@ class StubWatch:
 
         pids = self.stubs(model)
         if not pids:
-            items = produce()
-            done = False
-            try:
-                for item in items:
-                    yield item
-                    if interrupted():
-                        raise Cancelled()
-                done = True
-            finally:
-                if not done:
-                    _best_effort(interrupted)
-                for _ in items:
-                    pass
-                if keep is not None:
-                    keep.append(items)
+            yield from _direct(produce, keep, interrupted)
             return
         with self._lock:
             jobs = self._idle.pop() if self._idle else None
