@@ -27,3 +27,9 @@ def recipes_dir() -> Path:
 
 def templates_dir() -> Path:
     return data_dir("model_repo_templates")
+
+
+def serving_dir() -> Path:
+    """toolkit/serving: the Triton Python models' logic, which every rendered repository carries
+    (as the package `sdtk_serving` next to each sdtk model.py)."""
+    return _PKG / "serving"

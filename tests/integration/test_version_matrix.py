@@ -276,7 +276,7 @@ def test_reverting_finding_1_fails_as_triton_fails_on_a_gpu(tmp_path):
 
     recipe = _recipe("inflight_batcher_llm", "draft_target", "1.1.0")
     _, rendered = render(recipe, backend=None, workdir=tmp_path / "wd", progress=quiet)
-    bls = rendered.path / "tensorrt_llm_bls" / "1" / "model.py"
+    bls = rendered.path / "tensorrt_llm_bls" / "1" / "sdtk_serving" / "bls.py"
     code = bls.read_text()
     reverted, n = re.subn(
         r'(\nLLM_OUTPUTS = \([^)]*"total_draft_tokens",\n)\)',

@@ -20,7 +20,8 @@ import pytest
 from toolkit import modes
 from toolkit.build.context import SPEC_MODE_NAMES
 from toolkit.recipe import Recipe, parse_recipe
-from toolkit.resources import templates_dir
+from toolkit.repo.templates import SERVING_PACKAGE
+from toolkit.resources import serving_dir, templates_dir
 
 from . import fake_pb_utils
 
@@ -173,10 +174,19 @@ def render(tmp_path: Path) -> Callable[..., Any]:
 
 @pytest.fixture
 def pb(monkeypatch) -> Any:
-    """The fake triton_python_backend_utils, installed for the duration of a test."""
+    """The fake triton_python_backend_utils, installed for the duration of a test, and a fresh
+    import of toolkit/serving under the name the rendered model.py files import it by
+    (`sdtk_serving`: the renderer copies the package next to each of them)."""
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake_pb_utils)
-    monkeypatch.syspath_prepend(str(templates_dir() / "_common"))
-    monkeypatch.delitem(sys.modules, "sdtk_triton", raising=False)
+    for name in [m for m in sys.modules if m == SERVING_PACKAGE or m.startswith(SERVING_PACKAGE + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    spec = importlib.util.spec_from_file_location(
+        SERVING_PACKAGE, serving_dir() / "__init__.py", submodule_search_locations=[str(serving_dir())]
+    )
+    assert spec and spec.loader
+    package = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, SERVING_PACKAGE, package)
+    spec.loader.exec_module(package)
     fake_pb_utils.MODELS.clear()
     fake_pb_utils.CALLS.clear()
     return fake_pb_utils
@@ -184,7 +194,10 @@ def pb(monkeypatch) -> Any:
 
 @pytest.fixture
 def load_model(pb: Any) -> Callable[[str], Any]:
-    """load_model("inflight_batcher_llm/preprocessing/1/model.py") → the module, against the fake."""
+    """load_model("inflight_batcher_llm/preprocessing/1/model.py") → the module of the model's
+    logic (the sdtk_serving module its adapter's TritonPythonModel subclasses a class of), with
+    `TritonPythonModel` set to the adapter's class; a model.py that holds its logic itself: that
+    module."""
 
     def load(rel: str) -> Any:
         path = templates_dir() / rel
@@ -193,7 +206,12 @@ def load_model(pb: Any) -> Callable[[str], Any]:
         assert spec and spec.loader
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        return module
+        base = module.TritonPythonModel.__mro__[1]
+        if not base.__module__.startswith(SERVING_PACKAGE + "."):
+            return module
+        logic = sys.modules[base.__module__]
+        logic.TritonPythonModel = module.TritonPythonModel
+        return logic
 
     return load
 

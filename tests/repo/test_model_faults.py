@@ -180,10 +180,15 @@ def test_the_bls_turns_a_fault_chunk_into_an_unavailable_error(load_model, pb):
     assert st.fault_of(ok) is None
     chunks = (ok, st.fault_chunk("tensorrt_llm: no memory ✗"))
     responses = [pb.InferenceResponse([pb.Tensor(k, v) for k, v in d.items()]) for d in chunks]
+    # the model's FINAL flag after the fault chunk: an empty response
+    rest = iter([*responses, pb.InferenceResponse([])])
     got = []
     with pytest.raises(st.Unavailable, match="tensorrt_llm: tensorrt_llm: no memory ✗"):
-        for tensors in bls._outputs("tensorrt_llm", responses):
+        for tensors in bls._outputs("tensorrt_llm", rest):
             got.append(tensors)
     assert len(got) == 1
+    # read to the end before raising: StubWatch.wait sees the request finished and sends the
+    # model no `stop` request (which would be one more request that could fail)
+    assert next(rest, None) is None
     error = st.failure("tensorrt_llm_bls", st.Unavailable("x")).error()
     assert error.code() == pb.TritonError.UNAVAILABLE

@@ -55,11 +55,11 @@ def model_config(name: str, params: dict[str, str], decoupled: bool = False) -> 
     }
 
 
-# --------------------------------------------------------------------------- sdtk_triton
+# --------------------------------------------------------------------------- toolkit/serving/triton.py
 
 
 def test_helpers(pb):
-    import sdtk_triton as st
+    from sdtk_serving import triton as st
 
     params = {"a": " 3 ", "b": "${b}", "c": "", "d": "True", "e": "maybe"}
     assert st.param_int(params, "a", 0) == 3
@@ -129,7 +129,7 @@ def test_preprocessing_options(pre, tokenizer):
     })  # fmt: skip
     assert out["INPUT_ID"][0].tolist() == tokenizer.encode("fox", add_special_tokens=False)
     words = [tokenizer.encode(w, add_special_tokens=False) for w in (" world", "fox")]
-    import sdtk_triton as st
+    from sdtk_serving import triton as st
 
     assert st.word_lists(out["STOP_WORDS_IDS"][0]) == words
     assert out["STOP_WORDS_IDS"].shape == (1, 2, len(words[0]) + len(words[1]))
@@ -796,6 +796,20 @@ def test_reference_neutral_knobs_are_accepted(ref_module):
                  bad_words_list=np.empty((1, 2, 0), np.int32), embedding_bias=np.zeros((1, 0), np.float32))  # fmt: skip
     (out,) = list(gen(llm_request([0, 5], 3, **extra)))
     assert toks(out) == greedy([0, 5], 3)
+
+
+def test_the_served_modes_come_from_the_mode_registry(ref_module):
+    """decoding_mode → mode: what the table in the model said before it derived it from
+    toolkit.modes (each mode the reference backend serves, under its reference and engine names;
+    the engine names EAGLE-3 `eagle`, as TensorRT-LLM's C++ backend does)."""
+    assert ref_module.MODES == {
+        "medusa": "medusa",
+        "eagle": "eagle3",
+        "eagle3": "eagle3",
+        "lookahead": "lookahead",
+        "ngram": "ngram",
+        "sa": "sa",
+    }
 
 
 def test_resolve_spec(ref_module):

@@ -69,7 +69,7 @@ def test_inflight_layout_and_entry_points(render, backend):
         assert (dt.path / name / "1").is_dir()
     for name in ("preprocessing", "postprocessing", "tensorrt_llm_bls"):
         assert (dt.path / name / "1" / "model.py").is_file()
-        assert (dt.path / name / "1" / "sdtk_triton.py").is_file()
+        assert (dt.path / name / "1" / "sdtk_serving" / "triton.py").is_file()
     llm_code = (dt.path / "tensorrt_llm" / "1" / "model.py").is_file()
     assert llm_code == (backend == "reference")
     assert (dt.path / "tensorrt_llm_draft" / "1" / "model.py").is_file() == (backend == "reference")

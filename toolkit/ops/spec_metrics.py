@@ -2,7 +2,7 @@
 
 Self-contained on purpose (standard library only, no `toolkit` imports): a Triton Python model may
 import it (`from toolkit.ops.spec_metrics import TritonSpecMetrics`) or carry a copy next to its
-model.py, like model_repo_templates/_common/sdtk_triton.py.
+model.py, as every rendered Python model carries toolkit/serving (as `sdtk_serving`).
 
 Two sinks, same names and labels:
 

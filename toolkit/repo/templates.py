@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.repo.errors import RenderError
+from toolkit.resources import serving_dir
 
 
 @dataclass
@@ -84,14 +85,19 @@ def static(root: Path, rel: str) -> str:
     return (root / rel).read_text(encoding="utf-8")
 
 
+SERVING_PACKAGE = "sdtk_serving"  # the name model.py imports toolkit/serving under
+
+
 def python_model(root: Path, files: list[RepoFile], name: str, model_py: str) -> None:
-    """A Python model's code: its model.py and the shared helpers next to it."""
+    """A Python model's code: its model.py (a thin adapter) and, next to it, the package of the
+    models' logic (toolkit/serving, as `sdtk_serving`)."""
     files.append(RepoFile(f"{name}/1/model.py", static(root, model_py), name, model_py))
-    files.append(
-        RepoFile(
-            f"{name}/1/sdtk_triton.py",
-            static(root, "_common/sdtk_triton.py"),
-            name,
-            "_common/sdtk_triton.py",
+    for module in sorted(serving_dir().glob("*.py")):
+        files.append(
+            RepoFile(
+                f"{name}/1/{SERVING_PACKAGE}/{module.name}",
+                module.read_text(encoding="utf-8"),
+                name,
+                f"toolkit/serving/{module.name}",
+            )
         )
-    )

@@ -1,8 +1,8 @@
-"""Helpers shared by sdtk's Triton Python models.
+"""Helpers shared by sdtk's Triton Python models (imported as `st`).
 
-toolkit.repo copies this file next to every sdtk `model.py` (the model's version directory is on
-the Python backend's sys.path). It needs only numpy and triton_python_backend_utils: the engine
-repository's Python models run inside NVIDIA's container, which need not have sdtk installed.
+Part of the package toolkit.repo copies next to every sdtk `model.py` (as `sdtk_serving`). It
+needs only numpy and triton_python_backend_utils: the engine repository's Python models run
+inside NVIDIA's container, which need not have sdtk installed.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def is_unset(value: str | None) -> bool:
 
 def param_str(params: dict[str, str], key: str, default: str | None = None) -> str | None:
     value = params.get(key)
-    return default if is_unset(value) else value.strip()
+    return default if value is None or is_unset(value) else value.strip()
 
 
 def param_bool(params: dict[str, str], key: str, default: bool) -> bool:
@@ -109,7 +109,8 @@ def stack_rows(rows: list[np.ndarray], fill=0) -> np.ndarray:
     shape = [max(r.shape[d] for r in rows) for d in range(1, rows[0].ndim)]
     out = np.full([len(rows), *shape], fill, dtype=rows[0].dtype)
     for i, r in enumerate(rows):
-        out[(i, *(slice(0, s) for s in r.shape[1:]))] = r[0]
+        index = (i, *(slice(0, s) for s in r.shape[1:]))
+        out[index] = r[0]
     return out
 
 
@@ -412,6 +413,25 @@ def _best_effort(interrupted) -> None:
         print(f"sdtk: could not stop a sub-request nobody reads: {e}", flush=True)
 
 
+def _direct(produce, keep: list | None, interrupted):
+    """StubWatch.wait for a model without stubs: `produce()` read here, to its end."""
+    items = produce()
+    done = False
+    try:
+        for item in items:
+            yield item
+            if interrupted():
+                raise Cancelled()
+        done = True
+    finally:
+        if not done:
+            _best_effort(interrupted)
+        for _ in items:
+            pass
+        if keep is not None:
+            keep.append(items)
+
+
 class StubWatch:
     """Waits for a sub-request of a model while watching that model's stubs.
 
@@ -439,7 +459,7 @@ class StubWatch:
         if stale or (not pids and time.monotonic() - self._scanned > RESCAN_S):
             self._stubs, self._scanned = server_stubs(self.server_pid), time.monotonic()
             pids = self._stubs.setdefault(model, [])
-        return pids
+        return pids or []
 
     @staticmethod
     def _work(jobs: queue.Queue) -> None:
@@ -476,21 +496,7 @@ class StubWatch:
 
         pids = self.stubs(model)
         if not pids:
-            items = produce()
-            done = False
-            try:
-                for item in items:
-                    yield item
-                    if interrupted():
-                        raise Cancelled()
-                done = True
-            finally:
-                if not done:
-                    _best_effort(interrupted)
-                for _ in items:
-                    pass
-                if keep is not None:
-                    keep.append(items)
+            yield from _direct(produce, keep, interrupted)
             return
         with self._lock:
             jobs = self._idle.pop() if self._idle else None
