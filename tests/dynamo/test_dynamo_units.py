@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -156,6 +157,63 @@ def test_supervisor_restarts_a_dead_process_and_stops_its_group(tmp_path):
         sup.send_signal(signal.SIGTERM)
         assert sup.wait(timeout=20) == 0
         for pid in pids:
+            _wait(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid))
+    finally:
+        runner.kill_pgroup(sup.pid)
+        sup.wait()
+
+
+def test_status_and_stop_name_the_supervisor_frontend_and_workers(tmp_path):
+    """Stand-in children again: `sdtk status` of a deployment whose supervisor was SIGKILLed names
+    what it left running, and `sdtk stop` (stop_dynamo) kills those and says what it stopped,
+    not 'tritonserver'."""
+    from toolkit.dynamo.launch import _record
+    from toolkit.dynamo.status import dynamo_status, stop_dynamo
+
+    root = tmp_path / "dep"
+    (root / "dynamo").mkdir(parents=True)
+    p = _plan(tmp_path, workers=2)
+    # kill_orphans touches only processes whose command names a Dynamo module
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)  # dynamo stand-in"]
+    for i, proc in enumerate(p.processes):
+        proc.argv, proc.log = list(sleeper), str(root / "logs" / f"{i}.log")
+    (root / "dynamo" / dplan.PLAN_FILE).write_text(json.dumps(p.to_dict()))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def start() -> tuple[Any, dict[str, int]]:
+        sup = runner.spawn(
+            [sys.executable, "-m", dplan.SUPERVISOR_MODULE, str(root)],
+            log_path=root / "logs" / "s.log",
+            env=env,
+        )
+        _record(p, root, sup.pid, "ready", True)
+        record = root / "dynamo" / dplan.PROCESSES_FILE
+        _wait(
+            lambda: record.is_file() and sum(v["alive"] for v in json.loads(record.read_text()).values()) == 3
+        )
+        return sup, {n: v["pid"] for n, v in json.loads(record.read_text()).items()}
+
+    sup, pids = start()
+    try:
+        res = stop_dynamo(root, grace=10)
+        assert sup.wait(timeout=20) == 0
+        named = ", ".join(f"{n} (pid {pids[n]})" for n in ("frontend", "worker-0", "worker-1"))
+        assert res.message == f"stopped the Dynamo supervisor (pid {sup.pid}) with {named}"
+        assert "tritonserver" not in res.message and not (root / "state.json").exists()
+        for pid in pids.values():
+            _wait(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid))
+
+        sup, pids = start()
+        os.kill(sup.pid, signal.SIGKILL)
+        sup.wait()
+        st = dynamo_status(root)
+        assert st.state == "dead", st.message
+        assert f"the Dynamo supervisor recorded with pid {sup.pid} is gone" in st.message
+        assert "left running: " + ", ".join(f"{n} pid {pids[n]}" for n in pids) in st.message
+        res = stop_dynamo(root, grace=10)
+        assert res.message.startswith(f"the Dynamo supervisor (pid {sup.pid}) was not running;"), res.message
+        assert "killed 3 process(es) its dead supervisor left" in res.message
+        for pid in pids.values():
             _wait(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid))
     finally:
         runner.kill_pgroup(sup.pid)
