@@ -190,7 +190,7 @@ def deploy(
     image: str | None = None,
     replicas: int = 1,
     workers: int = 1,
-    router_mode: str = "round-robin",
+    router_mode: str | None = None,
     engine: str = "triton",
     disagg: bool = False,
     prefill_workers: int = 1,

@@ -105,11 +105,89 @@ def test_trtllm_workers_take_the_llmapi_yaml(tmp_path):
 
 @pytest.mark.parametrize(
     ("mode", "says"),
-    [("round_robin", "did you mean 'round-robin'"), ("kv", "KV events"), ("fastest", "must be one of")],
+    [("round_robin", "did you mean 'round-robin'"), ("fastest", "must be one of")],
 )
 def test_router_mode_refused(tmp_path, mode, says):
     with pytest.raises(UsageError, match=says):
         _plan(tmp_path, router=mode)
+
+
+def test_the_recipes_router_mode_reaches_the_frontend_the_workers_and_the_dgd(tmp_path):
+    """serving.dynamo.router_mode: a closed field (did-you-mean), the frontend's --router-mode
+    unless the CLI's flag overrides it; with kv every worker publishes KV events (sdtk's worker
+    --publish-kv-events; dynamo.trtllm --publish-kv-events, ai-dynamo 1.6.1
+    dynamo/trtllm/backend_args.py 179-190)."""
+    from toolkit.dynamo.k8s import plan_dgd
+    from toolkit.errors import RecipeError
+    from toolkit.recipe import parse_recipe
+
+    data = {"models": {"target": "meta-llama/Llama-3.1-8B-Instruct"}, "backend": "llmapi"}
+    with pytest.raises(
+        RecipeError, match=r"serving\.dynamo\.router_mode: 'round_robin' .*did you mean 'round-robin'"
+    ):
+        parse_recipe({**data, "serving": {"dynamo": {"router_mode": "round_robin"}}})
+    with pytest.raises(RecipeError, match=r"serving\.dynamo\.router: .*"):
+        parse_recipe({**data, "serving": {"dynamo": {"router": "kv"}}})
+    kv = parse_recipe({**data, "serving": {"dynamo": {"router_mode": "kv"}}})
+    assert parse_recipe(data).serving.dynamo.router_mode == "round-robin"
+
+    recipe = load_recipe(str(RECIPE), overrides=["serving.dynamo.router_mode=kv"])
+    args = dict(
+        backend="reference", engine_dir=tmp_path / "e", model_path=ROOT / "models" / "tiny" / "target"
+    )
+    p = dplan.plan_dynamo(recipe, tmp_path, **args, workers=2, http_port=1, worker_metrics_ports=[2, 3])
+    fe = p.frontend.argv
+    assert fe[fe.index("--router-mode") + 1] == "kv" and p.router_mode == "kv"
+    assert all("--publish-kv-events" in w.argv for w in p.workers)
+    p = dplan.plan_dynamo(
+        recipe, tmp_path, **args, workers=1, http_port=1, worker_metrics_ports=[2], router_mode="random"
+    )
+    assert p.router_mode == "random" and "--publish-kv-events" not in p.workers[0].argv
+
+    dgd = plan_dgd(kv)
+    assert dgd.commands["frontend"][-2:] == ["--router-mode", "kv"]
+    assert dgd.commands["worker"][-1] == "--publish-kv-events"
+    assert plan_dgd(kv, router_mode="least-loaded").commands["frontend"][-1] == "least-loaded"
+
+
+class _Recorder:
+    """Records KvBlocks' events as Dynamo's KvEventPublisher and WorkerMetricsPublisher receive
+    them (the argument names of ai-dynamo 1.6.1 dynamo/_core.pyi)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def publish_stored(self, token_ids, num_block_tokens, block_hashes, parent_hash):
+        self.events.append(
+            ("stored", list(token_ids), list(num_block_tokens), list(block_hashes), parent_hash)
+        )
+
+    def publish_removed(self, block_hashes):
+        self.events.append(("removed", list(block_hashes)))
+
+    def publish(self, dp_rank, active_decode_blocks, kv_used_blocks):
+        self.events.append(("load", kv_used_blocks))
+
+
+def test_kv_events_store_a_live_requests_full_blocks_once_and_remove_them_when_it_ends():
+    from toolkit.dynamo.kvevents import KvBlocks
+
+    pub, load = _Recorder(), _Recorder()
+    kv = KvBlocks(pub, 4, load)
+    a = kv.acquire(list(range(10)))  # two full blocks; the last 2 tokens are no block
+    assert pub.events == [("stored", list(range(8)), [4, 4], [1, 2], None)]
+    b = kv.acquire([*range(8), 50, 51, 52, 53, 54])  # shares both blocks, adds one
+    assert pub.events[-1] == ("stored", [50, 51, 52, 53], [4], [3], 2)
+    c = kv.acquire([0, 1, 2])  # no full block: nothing to store
+    assert len(pub.events) == 2 and kv.used == 3
+    kv.release(a)  # b still holds the shared blocks
+    assert len(pub.events) == 2
+    kv.release(b)
+    assert pub.events[-1] == ("removed", [3, 2, 1])  # leaves first
+    kv.release(c)
+    assert kv.used == 0 and [e[1] for e in load.events] == [2, 3, 3, 3, 0, 0]
+    kv.acquire(list(range(4)))  # a block stored again gets a new id
+    assert pub.events[-1] == ("stored", [0, 1, 2, 3], [4], [4], None)
 
 
 def test_workers_must_be_positive(tmp_path):

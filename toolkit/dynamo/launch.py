@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 from toolkit import runner
 from toolkit._fs import atomic_write
 from toolkit.dynamo.plan import (
-    DEFAULT_ROUTER_MODE,
     PLAN_FILE,
     PROCESSES_FILE,
     SUBDIR,
@@ -70,7 +69,7 @@ def make_plan(
     *,
     backend: str | None,
     workers: int,
-    router_mode: str,
+    router_mode: str | None,
     auto_ports: bool,
     dry_run: bool,
     progress: Step = quiet,
@@ -113,7 +112,7 @@ def deploy_dynamo(
     *,
     backend: str | None = None,
     workers: int = 1,
-    router_mode: str = DEFAULT_ROUTER_MODE,
+    router_mode: str | None = None,
     detach: bool = False,
     auto_ports: bool = False,
     validate: bool = True,

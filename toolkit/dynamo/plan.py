@@ -19,19 +19,12 @@ import shlex
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from toolkit.errors import UsageError, did_you_mean
+from toolkit.recipe import DynamoRouterMode
 
-ROUTER_MODES = (
-    "round-robin",
-    "random",
-    "power-of-two",
-    "kv",
-    "direct",
-    "least-loaded",
-    "device-aware-weighted",
-)
+ROUTER_MODES: tuple[str, ...] = get_args(DynamoRouterMode)  # serving.dynamo.router_mode
 DEFAULT_ROUTER_MODE = "round-robin"
 SUBDIR = "dynamo"  # <deployment>/dynamo: plan.json, processes.json, home/, discovery/
 PLAN_FILE = "plan.json"
@@ -117,17 +110,15 @@ class DynamoPlan:
         return "\n".join(lines) + "\n"
 
 
-def check_router_mode(mode: str) -> str:
+def router_mode_of(recipe: Any, mode: str | None) -> str:
+    """The router: --router-mode when given, else the recipe's serving.dynamo.router_mode."""
+    if mode is None:
+        return str(recipe.serving.dynamo.router_mode)
     if mode not in ROUTER_MODES:
         guess = did_you_mean(mode, list(ROUTER_MODES))
         raise UsageError(
             f"--router-mode must be one of {', '.join(ROUTER_MODES)}, not '{mode}'"
             + (f"; did you mean '{guess}'?" if guess else "")
-        )
-    if mode == "kv":
-        raise UsageError(
-            "--router-mode kv needs workers that publish KV events, which sdtk's reference worker does not",
-            hint="use round-robin (the default), least-loaded or power-of-two",
         )
     return mode
 
@@ -163,13 +154,16 @@ def plan_dynamo(
     workers: int,
     http_port: int,
     worker_metrics_ports: list[int],
-    router_mode: str = DEFAULT_ROUTER_MODE,
+    router_mode: str | None = None,
     python: str = sys.executable,
 ) -> DynamoPlan:
-    """The frontend and `workers` workers of `recipe`'s deployment in `root`."""
+    """The frontend and `workers` workers of `recipe`'s deployment in `root`; the router is
+    `router_mode`, or the recipe's (serving.dynamo.router_mode) when None. With `kv`, every
+    worker publishes KV events (sdtk's: `--publish-kv-events`, toolkit.dynamo.kvevents;
+    `dynamo.trtllm --publish-kv-events`, `dynamo/trtllm/backend_args.py` 179-190)."""
     if workers < 1:
         raise UsageError(f"--workers must be at least 1, not {workers}")
-    check_router_mode(router_mode)
+    router_mode = router_mode_of(recipe, router_mode)
     env = environment(root)
     logs = root / "logs"
     # The served name: serving.model_name when the recipe sets it, else the recipe's name (the
@@ -230,6 +224,8 @@ def plan_dynamo(
             ]
             if not recipe.serving.add_special_tokens:
                 argv.append("--no-add-special-tokens")
+            if router_mode == "kv":
+                argv.append("--publish-kv-events")
             if not _has_chat_template(Path(model_path)):
                 argv += ["--chat-template", str(TEMPLATE)]
             metrics = f"http://{LOOPBACK}:{port}/metrics"
@@ -248,6 +244,8 @@ def plan_dynamo(
                 "--namespace",
                 NAMESPACE,
             ]
+            if router_mode == "kv":
+                argv.append("--publish-kv-events")
             metrics = ""
         procs.append(Proc(wname, argv, env, str(logs / f"dynamo-{wname}.log"), metrics))
     notes = [f"caches and file discovery under {root / SUBDIR}; {NOT_LOOPBACK}"]
