@@ -12,7 +12,7 @@ token is the request's latency, at concurrency 1 and 4, by a separately written 
 (not sdtk bench). Compared: the baseline (tiny-baseline with serving.decoupled false, measured the
 same way), tiny-draft-target as shipped (one BLS instance per batch slot) and tiny-draft-target
 with bls_instance_count 1 (the old default). Several rounds; medians. Writes its section of
-docs/benchmarks.md.
+docs/lab/benchmarks-history.md.
 
     python scripts/bench_bls_concurrency.py [--rounds 3] [--requests 16] [--max-tokens 32]
 """
@@ -117,7 +117,7 @@ def write_section(rows: dict[str, dict], cmd: str, load: tuple, max_tokens: int,
     for name, r in rows.items():
         lines.append(f"| {name} | {r[1]:.3f} | {r[4]:.3f} | {r[4] / r[1]:.2f}× | {r[4] / base[4]:.2f}× |")
     lines += ["", END]
-    path = ROOT / "docs" / "benchmarks.md"
+    path = ROOT / "docs" / "lab" / "benchmarks-history.md"
     text = path.read_text()
     block = "\n".join(lines)
     if START in text:

@@ -25,7 +25,7 @@ batch to draft finds, when it comes back, the others' next step already running.
 
 The BLS loop's tokens must equal the plain loop's (greedy speculation is lossless), or the
 script stops. The timed A/B is repeated --runs times (each request plain then BLS, the requests in turn); the
-table shows the median of the runs. Writes its section of docs/benchmarks.md between the
+table shows the median of the runs. Writes its section of docs/lab/benchmarks-history.md between the
 bench_bls_replay markers.
 
     python scripts/bench_bls_replay.py [--recipe recipes/tiny-draft-target-membound.yaml]
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the loops batched at these concurrency levels, e.g. 1,2,4,8 (default: none)",
     )
     ap.add_argument("--seed", type=int, default=0, help="the workload sample's seed (plan's default)")
-    ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "lab" / "benchmarks-history.md")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
 

@@ -8,7 +8,7 @@ then, round by round and side by side, each runs --steps forwards over q new tok
 decoding step; q = 5, a verification of four drafts) from the same cache length (cropped back
 after each). Reported: the median over rounds of the milliseconds per forward, and transformers
 ÷ lean. The last forward's logits of the two sides are compared bitwise on every round (the
-script stops if they differ). Writes its section of docs/benchmarks.md between the
+script stops if they differ). Writes its section of docs/lab/benchmarks-history.md between the
 bench_forward markers.
 
     python scripts/bench_forward.py [--rounds 5] [--steps 50] [--context 200] [--threads 1]
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--context", type=int, default=200)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "lab" / "benchmarks-history.md")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave docs alone")
     args = ap.parse_args(argv)
 

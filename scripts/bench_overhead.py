@@ -19,7 +19,7 @@ the scheduler gave the core to someone else, CPU time does not.
 With --tree PATH (repeatable), each tree (a checkout of this repository, e.g. a `git worktree`
 of an older commit) is measured in its own worker process, the trees taking turns round by
 round, so that load from other processes falls on all alike; the first tree is the anchor and
-the others are reported as ratios against it. Writes its section of docs/benchmarks.md between
+the others are reported as ratios against it. Writes its section of docs/lab/benchmarks-history.md between
 the bench_overhead markers.
 
     python scripts/bench_overhead.py [--tree OLD --tree .] [--runs 5] [--prompts 8] [--new-tokens 64]
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "lab" / "benchmarks-history.md")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave docs alone")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -13,7 +13,7 @@ For each chain-mode tiny recipe (draft_target, eagle3, ngram):
    measured speedup at plan's recommended γ relative to the best measured γ.
 
 The served path (Triton) is not used: this isolates the cost model from serving overheads.
-The section between the bench_plan markers in docs/benchmarks.md is replaced (the file is
+The section between the bench_plan markers in docs/lab/benchmarks-history.md is replaced (the file is
 created if missing); nothing else in it is touched.
 
     .venv/bin/python scripts/bench_plan_accuracy.py            # all three tiny recipes
@@ -259,7 +259,7 @@ def main(argv=None) -> int:
         "--threads", type=int, default=1, help="torch threads for probe and measurement (default 1)"
     )
     ap.add_argument("--json", type=Path, help="also write the raw results here")
-    ap.add_argument("--docs", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    ap.add_argument("--docs", type=Path, default=ROOT / "docs" / "lab" / "benchmarks-history.md")
     ap.add_argument("--no-docs", action="store_true")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)

@@ -246,7 +246,7 @@ def main() -> int:
         "in-process ones at every level and round (instead of --served)",
     )
     ap.add_argument("--keep", type=Path, help="keep RECIPE.plan.json and RECIPE.batched.json here")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "lab" / "benchmarks-history.md")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]

@@ -5,7 +5,7 @@ For a fixed set of code prompts it measures tokens/s of the target-only baseline
 speculative mode of `toolkit.reference`, HF assisted generation (`assistant_model=draft`) and
 HF prompt lookup (`prompt_lookup_num_tokens`), each the median of --runs interleaved runs over all prompts,
 plus α (accepted/proposed), τ (tokens per target step) and c (one draft forward ÷ one target
-forward). It writes its section of docs/benchmarks.md between the bench_reference markers.
+forward). It writes its section of docs/lab/benchmarks-history.md between the bench_reference markers.
 
     python scripts/bench_reference.py [--models models/tiny] [--runs 5] [--new-tokens 96]
 """
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the memory-bound twin: pad the target's MLP N times, in the reference runtime and in HF alike",
     )
     ap.add_argument("--prompts", type=int, default=None, help="the first N code prompts only (default: all)")
-    ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "lab" / "benchmarks-history.md")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave docs alone")
     args = ap.parse_args(argv)
     if args.threads:

@@ -9,7 +9,7 @@ checked on a live server (reference backend, in-flight batching, CPU).
    best per level as a draft_len_schedule, deploys that schedule and measures it; the goal is
    >= 0.95 of the best fixed setting at every level.
 
-Writes its section of docs/benchmarks.md.
+Writes its section of docs/lab/benchmarks-history.md.
 
     python scripts/bench_schedule.py [--recipe tiny-eagle3] [--max-batch-size 16]
 """
@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 START, END = "<!-- bench_schedule:start -->", "<!-- bench_schedule:end -->"
 PNG = ROOT / "docs" / "schedule.png"
+DOC = ROOT / "docs" / "lab" / "benchmarks-history.md"  # its section; PNG is linked as ../schedule.png
 
 
 def _batching():
@@ -193,13 +194,13 @@ def write_section(
             "**met**." if holds else "**not met**." if holds is False else "not measured (no valid schedule)."
         ),
         "",
-        f"![plan against measurement, and the tuned schedule against fixed draft lengths]({PNG.name})",
+        f"![plan against measurement, and the tuned schedule against fixed draft lengths](../{PNG.name})",
         END,
     ]
     plot(pred, abr, tune)
     from toolkit._fs import replace_section
 
-    replace_section(ROOT / "docs" / "benchmarks.md", START, END, "\n".join(lines))
+    replace_section(DOC, START, END, "\n".join(lines))
 
 
 def main() -> None:
@@ -235,7 +236,7 @@ def main() -> None:
     facts = {"command": cmd, "load": [before, after], "mbs": args.max_batch_size, "date": date}
     raw.write_text(json.dumps({"plan": pred, "ab": abr, "tune": tune, **facts}, default=str, indent=1))
     write_section(pred, abr, tune, cmd, (before, after), args.max_batch_size, date)
-    print(f"wrote docs/benchmarks.md (raw results: {raw})", file=sys.stderr)
+    print(f"wrote {DOC.relative_to(ROOT)} (raw results: {raw})", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -108,7 +108,8 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     report = json.loads((out / "train_report.json").read_text())
     row: dict[str, Any] = {
         "recipe": name,
-        "command": "sdtk " + " ".join(cmd),
+        # as the docs show it: paths under the repository relative to it, no build machine's paths
+        "command": "sdtk " + " ".join(cmd).replace(str(REPO) + os.sep, ""),
         "report": report,
         "wall_s": round(time.monotonic() - t0, 1),
         "load_train": (l0, load1()),

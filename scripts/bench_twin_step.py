@@ -7,7 +7,7 @@ each), median of --reps, on --threads torch threads. Twice: as the twin runs (ev
 projection on the matrix-matrix kernel, `MatrixLinear`), and with the padded projections as plain
 `torch.nn.Linear`, whose one-row product takes the matrix-vector kernel. The ratio t(q) ÷ t(1)
 is what a verify step over q tokens costs against a plain step: about 1 on a GPU at batch 1
-below its ridge point. Writes its section of docs/benchmarks.md between the bench_twin_step
+below its ridge point. Writes its section of docs/lab/benchmarks-history.md between the bench_twin_step
 markers.
 
     python scripts/bench_twin_step.py [--inflate 32] [--reps 15] [--threads 1] [--no-write]
@@ -69,7 +69,7 @@ def main() -> int:
     ap.add_argument("--inflate", type=int, default=32)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "lab" / "benchmarks-history.md")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

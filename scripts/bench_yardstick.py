@@ -161,8 +161,8 @@ def compare_run(tmp: Path) -> dict:
 
 def in_process_ratio() -> tuple[float, float] | None:
     """(mean, median per prompt) measured in process for tiny-eagle3 at γ = 3, from the
-    plan-accuracy section of docs/benchmarks.md (scripts/bench_plan_accuracy.py)."""
-    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    plan-accuracy section of docs/lab/benchmarks-history.md (scripts/bench_plan_accuracy.py)."""
+    text = (ROOT / "docs" / "lab" / "benchmarks-history.md").read_text()
     if "### tiny-eagle3" not in text:
         return None
     block = text.split("### tiny-eagle3", 1)[1].split("###", 1)[0]

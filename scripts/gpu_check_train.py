@@ -8,7 +8,8 @@ ran STEPS straight (losses and parameters).
 
 Also worth running there: `torchrun --standalone --nnodes 1 --nproc-per-node 1 -m toolkit.cli
 train-draft recipes/tiny-eagle3.yaml --data code --out DIR --max-steps 30` (NCCL), then again with
-a larger --max-steps and --resume. Results of the last run: docs/benchmarks.md, "train-draft on a GPU".
+a larger --max-steps and --resume. Results of the last run: docs/lab/benchmarks-history.md,
+"`sdtk train-draft` on a GPU".
 """
 
 import json

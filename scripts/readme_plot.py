@@ -103,7 +103,7 @@ def section(d: dict[str, Any], args: argparse.Namespace) -> str:
         f"(reference backend), bundled `code` workload, {s['requests']} requests per level, "
         f"max_tokens {args.max_tokens}; measured {datetime.date.today().isoformat()} on {platform.machine()}, "
         f"{os.cpu_count()} cores shared with other engineers' jobs (the two sides run one after the other, so "
-        "load can fall on one side; see the in-process numbers below for paired ratios). "
+        "load can fall on one side; docs/benchmarks.md has paired in-process ratios). "
         + (f"From the compare.json of `{args.source}`. " if args.source else "")
         + "Regenerate with `python scripts/readme_plot.py`.",
         "",

@@ -47,7 +47,7 @@ def _backends(mode: str) -> list[str]:
 
 def _local(recipe: Any, backend: str, dest: Path, work: Path) -> None:
     from tests.repo.conftest import engines_for, llmapi_options
-    from toolkit.deploy import _server
+    from toolkit.deploy.local import server_for as _server
     from toolkit.repo import render_repository
     from toolkit.server.discover import Candidate
 

@@ -124,13 +124,15 @@ def cancellation(result, traffic: stress.Traffic) -> dict:
 
 
 def run_recipe(name: str, n: int, workdir: Path) -> dict:
-    from toolkit.deploy import deploy
+    from toolkit.deploy import DeployOptions, deploy
     from toolkit.recipe import load_recipe
     from toolkit.server.state import stop_server
 
     recipe = load_recipe(str(ROOT / "recipes" / f"{name}.yaml"))
     result = deploy(
-        recipe, workdir=workdir, detach=True, auto_ports=True, validate=False, progress=lambda m: None
+        recipe,
+        DeployOptions(workdir=workdir, detach=True, auto_ports=True, validate=False),
+        progress=lambda m: None,
     )
     traffic = stress.Traffic(
         result.http_url,
@@ -523,7 +525,8 @@ def write_faults(results: dict[str, list[dict]], argv: list[str], loads: tuple[s
                 f"{r.get('verdict', '')} |"
             )
     lines.append(FAULTS_MARK)
-    section = "\n".join(lines)
+    # observed text may quote a process's command line: paths under the repository relative to it
+    section = "\n".join(lines).replace(str(ROOT) + "/", "")
     path = ROOT / "docs" / "benchmarks.md"
     text = path.read_text()
     if FAULTS_MARK in text:

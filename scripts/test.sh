@@ -1,5 +1,15 @@
 #!/usr/bin/env bash
 # The test command: set up .venv, lint, type-check, check the import layers, run the whole suite (unit + real Triton on CPU).
+#
+# SDTK_TEST_WORKERS=4 runs the suite on 4 pytest-xdist workers: most of its time is spent waiting
+# on tritonserver start-ups and streamed responses, so 4 workers pay on 2 cores. `--dist loadgroup`
+# keeps the tests that share a deployment or a module fixture on one worker (tests/conftest.py
+# groups them and puts the slow modules first); the tests marked `alone` (CPU shares, measured
+# speedups) run afterwards in one process. The default, 0, is one process and one pass, until
+# three full parallel runs in a row are green on the 2-core CI machine.
+# Arguments pass through to pytest:
+#   bash scripts/test.sh tests/unit -q
+#   SDTK_TEST_WORKERS=4 bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
@@ -7,4 +17,21 @@ bash scripts/setup_env.sh
 .venv/bin/ruff format --check toolkit
 .venv/bin/mypy  # toolkit/, configured in pyproject.toml [tool.mypy]
 .venv/bin/lint-imports  # the import contracts (bench's layers), pyproject.toml [tool.importlinter]
-exec .venv/bin/python -m pytest "$@"
+workers="${SDTK_TEST_WORKERS:-0}"
+if [ "$workers" = "0" ]; then
+  exec .venv/bin/python -m pytest "$@"
+fi
+# Both passes run; the command fails if either fails. pytest exits 5 when a pass selects no test
+# (`tests/unit` has no `alone` test): not a failure unless neither pass selected any.
+parallel=0
+SDTK_TEST_PASS=parallel .venv/bin/python -m pytest -n "$workers" --dist loadgroup --no-loadscope-reorder "$@" || parallel=$?
+alone=0
+SDTK_TEST_PASS=alone .venv/bin/python -m pytest "$@" || alone=$?
+for rc in "$parallel" "$alone"; do
+  if [ "$rc" != 0 ] && [ "$rc" != 5 ]; then
+    exit "$rc"
+  fi
+done
+if [ "$parallel" = 5 ] && [ "$alone" = 5 ]; then
+  exit 5
+fi

@@ -78,7 +78,7 @@ def live_deployment(
     recipe: Any, workdir: Path, *, validate: bool = False, **deploy_kwargs: Any
 ) -> Iterator[Any]:
     """Deploy `recipe` detached on free ports under `workdir`; yield the DeployResult; stop it."""
-    from toolkit.deploy import deploy
+    from toolkit.deploy import DeployOptions, deploy
     from toolkit.progress import quiet
     from toolkit.recipe import Recipe, load_recipe
     from toolkit.server.state import stop_server
@@ -88,15 +88,10 @@ def live_deployment(
     rec = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
     result = None
     try:
-        result = deploy(
-            rec,
-            workdir=workdir,
-            detach=True,
-            auto_ports=True,
-            validate=validate,
-            progress=quiet,
-            **deploy_kwargs,
+        options = DeployOptions(
+            workdir=workdir, detach=True, auto_ports=True, validate=validate, **deploy_kwargs
         )
+        result = deploy(rec, options, progress=quiet)
         yield result
     finally:
         if result is not None:

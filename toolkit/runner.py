@@ -17,7 +17,6 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
 
 from toolkit.errors import StepFailed, ToolNotFound
 
@@ -145,7 +144,6 @@ def run(
     log_dir: Path | None = None,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
-    echo: TextIO | None = None,
     check: bool = True,
     timeout: float | None = None,
     hint: str | None = None,
@@ -188,9 +186,6 @@ def run(
             if log:
                 log.write(line)
                 log.flush()
-            if echo is not None:
-                echo.write(line)
-                echo.flush()
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()

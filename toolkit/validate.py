@@ -36,6 +36,19 @@ DEFAULT_PROMPTS = (
 )
 
 
+@dataclass(frozen=True)
+class ValidateOptions:
+    """What `validate_deployment` sends and how strictly it judges: the prompts, the new tokens
+    per prompt, a baseline deployment to compare against (None: the recipe's target in process,
+    or the BLS with speculation off), and `strict` (the correctness gate requires identical text,
+    no tie allowance)."""
+
+    prompts: tuple[str, ...] | list[str] = DEFAULT_PROMPTS
+    max_tokens: int = 32
+    baseline_url: str | None = None
+    strict: bool = False
+
+
 class ValidationFailed(SdtkError):
     def __init__(self, report: ValidationReport):
         self.report = report
@@ -191,17 +204,15 @@ def validate_deployment(
     grpc_url: str | None,
     model: str,
     recipe: Recipe | None = None,
-    prompts: tuple[str, ...] | list[str] = DEFAULT_PROMPTS,
-    max_tokens: int = 32,
-    baseline_url: str | None = None,
+    options: ValidateOptions = ValidateOptions(),
     progress: Step | None = _stderr,
-    strict: bool = False,
 ) -> ValidationReport:
-    """`strict`: the correctness gate requires identical text (no tie allowance). The prompts go
+    """Validate the deployment at `http_url` as `options` says (ValidateOptions). The prompts go
     through the recipe's chat template when it applies one (serving.chat_template), as a chat
     client's would; the baseline and the gate see the same rendered text."""
+    max_tokens, baseline_url, strict = options.max_tokens, options.baseline_url, options.strict
     fmt = chat.for_recipe(recipe)
-    prompts = fmt.render_all(prompts)
+    prompts = fmt.render_all(options.prompts)
     with TritonClient(http_url, protocol="http", model=model) as http:
         info = http.model_info()
         entry_kind = "bls" if "num_draft_tokens" in info.inputs else "ensemble"

@@ -156,7 +156,8 @@ def _state(d: Path) -> None:
 
 
 def test_one_workdir_resolver(tmp_path):
-    from toolkit.deploy import _save_recipe, find_deployment
+    from toolkit.deploy import find_deployment
+    from toolkit.deploy.result import save_recipe as _save_recipe
     from toolkit.recipe import load_recipe
     from toolkit.server.state import find_deployment as resolve
 

@@ -97,7 +97,7 @@ def test_ab_tiny_baseline_vs_draft_target(deploy_fn, tmp_path):
     # Acceptance per draft position, from the in-process replay of the same 8 requests (a chain of the
     # recipe's γ: P(positions 1..k accepted) falls with k). The server's counters for the same requests are kept
     # next to it; the BLS's totals do not equal the replay's (a known discrepancy of the BLS loop's
-    # counters, see docs/benchmarks.md), the ensemble modes' do (tests/bench/test_replay.py).
+    # counters, see docs/lab/benchmarks-history.md), the ensemble modes' do (tests/bench/test_replay.py).
     rp = ab.replayed
     gamma = load_recipe("tiny-draft-target").speculative.max_draft_len
     assert rp is not None and rp.requests == 8 and len(rp.per_position) == gamma

@@ -88,6 +88,7 @@ def compare_base_spec(server, tmp_path, **kw):
     )
 
 
+@pytest.mark.alone  # a measured speedup: other tests' load beside it would blur it
 def test_compare_live_reports(server, tmp_path):
     ab = compare_base_spec(server, tmp_path, max_tokens=24, requests=8, warmup=1, resamples=500)
     assert len(ab.levels) == 2 and not ab.partial
@@ -183,6 +184,7 @@ def test_compare_rounds_alternate_the_sides_within_a_level(server, tmp_path):
     assert r0.server_arrival_ns < r1.server_last_token_ns and r1.server_arrival_ns < r0.server_last_token_ns
 
 
+@pytest.mark.alone  # measured speedups per draft length: other tests' load would blur them
 def test_tune_per_request_live(server, tmp_path):
     t = tune(
         server.grpc_url,

@@ -286,7 +286,8 @@ def test_probe_ngram_and_lookahead(random_models):
     assert p.requests == RunOptions().requests == p.to_dict()["requests"]
     assert any(f"closed loop of {p.requests} requests per level" in n for n in p.notes)
     for b in (1, 2):
-        want = t.replay_speedup(
+        want = _replay(
+            t,
             loop,
             p.probe.prefill,
             t_step=cfg.t_step,
@@ -751,36 +752,36 @@ def test_replay_speedup_drains_the_batch():
         closed = cm.request_mean_speedup(
             [(9, 9 / 4)] * 8, lambda tau, b=b: t.speedup_at(tau, 1.5, 2, b), t.t_base * t.growths(1, b)[0]
         )
-        assert t.replay_speedup(alike, [1.0] * 8, t_step=1.5, width=2, batch=b) == pytest.approx(closed)
+        assert _replay(t, alike, [1.0] * 8, t_step=1.5, width=2, batch=b) == pytest.approx(closed)
     # One client, a prompt step of 2 s: 2 + 9 × 1 s plainly, 2 + 4 × 1.5 s speculatively.
-    assert t.replay_speedup([(9, 4)], [3.0], t_step=1.5, width=2, batch=1) == pytest.approx(11 / 8)
+    assert _replay(t, [(9, 4)], [3.0], t_step=1.5, width=2, batch=1) == pytest.approx(11 / 8)
     # Uneven, traced by hand at 2 clients: 3 tokens each, 3 plain steps each (both rows
     # throughout), speculatively 1 and 2 steps: the second request's last step runs alone.
     g2 = 1.2 / 1.1  # growth from 1 row to 2 (any width)
     plain = 3 / (3 * g2)
     spec = (3 / (1.5 * g2) + 3 / (1.5 * g2 + 1.5)) / 2
-    got = t.replay_speedup([(3, 1), (3, 2)], [1.0, 1.0], t_step=1.5, width=2, batch=2)
+    got = _replay(t, [(3, 1), (3, 2)], [1.0, 1.0], t_step=1.5, width=2, batch=2)
     assert got == pytest.approx(spec / plain)
     # Each row's own work (t_own) is paid once per row: at 2 rows it makes the speculative side dearer.
-    assert t.replay_speedup([(3, 1), (3, 2)], [1.0, 1.0], t_step=1.5, width=2, batch=2, t_own=0.5) < got
-    assert t.replay_speedup([(9, 4)], [1.0], t_step=1.5, width=2, batch=1, t_own=0.5) == pytest.approx(
-        t.replay_speedup([(9, 4)], [1.0], t_step=1.5, width=2, batch=1)
+    assert _replay(t, [(3, 1), (3, 2)], [1.0, 1.0], t_step=1.5, width=2, batch=2, t_own=0.5) < got
+    assert _replay(t, [(9, 4)], [1.0], t_step=1.5, width=2, batch=1, t_own=0.5) == pytest.approx(
+        _replay(t, [(9, 4)], [1.0], t_step=1.5, width=2, batch=1)
     )  # one row: the same step, split differently
     # Fewer probed requests than clients: repeated, so 4 clients run 4 rows.
-    one = t.replay_speedup([(3, 1)], [1.0], t_step=1.5, width=2, batch=4)
+    one = _replay(t, [(3, 1)], [1.0], t_step=1.5, width=2, batch=4)
     assert one == pytest.approx((3 / (1.5 * t.growths(2, 4)[1])) / (3 / (3 * t.growths(1, 4)[0])))
     # `count`: the bench run's requests, the probed ones in order and then over again, from
     # offsets that weigh every probed request alike.
     uneven, pre = [(3, 1), (3, 2), (5, 2)], [1.0, 1.5, 2.0]
     kw = dict(t_step=1.5, width=2, batch=2)
-    assert t.replay_speedup(uneven, pre, count=3, **kw) == pytest.approx(t.replay_speedup(uneven, pre, **kw))
-    assert t.replay_speedup(uneven, pre, count=6, **kw) == pytest.approx(
-        t.replay_speedup(uneven * 2, pre * 2, **kw)
+    assert _replay(t, uneven, pre, count=3, **kw) == pytest.approx(_replay(t, uneven, pre, **kw))
+    assert _replay(t, uneven, pre, count=6, **kw) == pytest.approx(
+        _replay(t, uneven * 2, pre * 2, **kw)
     )
     # One client: each request's rate is its own, so any count weighs them as the probe does.
     for count in (1, 2, 4, 5, 7):
-        assert t.replay_speedup(uneven, pre, t_step=1.5, width=2, batch=1, count=count) == pytest.approx(
-            t.replay_speedup(uneven, pre, t_step=1.5, width=2, batch=1)
+        assert _replay(t, uneven, pre, t_step=1.5, width=2, batch=1, count=count) == pytest.approx(
+            _replay(t, uneven, pre, t_step=1.5, width=2, batch=1)
         )
     # Traced by hand, 2 clients, count 3 of A = (3, 1) and B = (3, 2), prompt steps of 0 s: the
     # orders A B A and B A B. Plainly, in both, the first two run their 3 steps side by side (at
@@ -791,14 +792,14 @@ def test_replay_speedup_drains_the_batch():
     # runs its last step alone; then the third runs alone: A's one step, or B's two.
     aba = (3 / (1.5 * g2) + 3 / (1.5 * g2 + 1.5) + 3 / (1.5 + 1.5)) / 3
     bab = (3 / (1.5 * g2 + 1.5) + 3 / (1.5 * g2) + 3 / (1.5 + 3.0)) / 3
-    got3 = t.replay_speedup([(3, 1), (3, 2)], [1.0, 1.0], t_step=1.5, width=2, batch=2, count=3)
+    got3 = _replay(t, [(3, 1), (3, 2)], [1.0, 1.0], t_step=1.5, width=2, batch=2, count=3)
     assert got3 == pytest.approx((aba + bab) / (2 * plain3))
     # Step widths (the probe's, replayed): an iteration is priced at its rows padded to their
     # widest step, the forward part of t_step scaled from one row at the probe's mean width.
     # Same width every step: what `growths` says for that width.
     same = [[2], [2, 2]]
-    assert t.replay_speedup([(3, 1), (3, 2)], [1.0, 1.0], step_widths=same, **kw) == pytest.approx(
-        t.replay_speedup([(3, 1), (3, 2)], [1.0, 1.0], **kw)
+    assert _replay(t, [(3, 1), (3, 2)], [1.0, 1.0], step_widths=same, **kw) == pytest.approx(
+        _replay(t, [(3, 1), (3, 2)], [1.0, 1.0], **kw)
     )
     # Two requests of 6 tokens in 2 steps that verify 1 then 4 tokens, at 2 clients. One row's
     # forward costs w × 1.1 s (`_timing`), 2.75 s at the mean width; an iteration at 2 rows of
@@ -808,28 +809,28 @@ def test_replay_speedup_drains_the_batch():
     lock = 1.5 * 1.2 * 5 / 2.75
     two = [(6, 2), (6, 2)]
     kw2 = dict(t_step=1.5, width=4, batch=2)
-    assert t.replay_speedup(two, [1.0, 1.0], step_widths=[[1, 4], [1, 4]], **kw2) == pytest.approx(
+    assert _replay(t, two, [1.0, 1.0], step_widths=[[1, 4], [1, 4]], **kw2) == pytest.approx(
         plain6 / lock
     )
     # Crossed, every iteration is padded to 4 tokens.
     crossed = 1.5 * 1.2 * 8 / 2.75
-    assert t.replay_speedup(two, [1.0, 1.0], step_widths=[[1, 4], [4, 1]], **kw2) == pytest.approx(
+    assert _replay(t, two, [1.0, 1.0], step_widths=[[1, 4], [4, 1]], **kw2) == pytest.approx(
         plain6 / crossed
     )
     # Without them, the widest of 2 independent draws from the same widths (1 or 4, even odds):
     # 4 with probability 3/4.
     iid = 1.5 * (0.25 * 1.2 + 0.75 * 4.8) / 2.75 * 2
     half = [0.5, 0.0, 0.0, 0.5]
-    assert t.replay_speedup(two, [1.0, 1.0], widths=half, **kw2) == pytest.approx(plain6 / iid)
+    assert _replay(t, two, [1.0, 1.0], widths=half, **kw2) == pytest.approx(plain6 / iid)
     assert plain6 / crossed < plain6 / iid < plain6 / lock
     with pytest.raises(ValueError, match="step_widths"):
-        t.replay_speedup(two, [1.0, 1.0], step_widths=[[1, 4], [1]], **kw2)
+        _replay(t, two, [1.0, 1.0], step_widths=[[1, 4], [1]], **kw2)
     with pytest.raises(ValueError, match="count"):
-        t.replay_speedup(uneven, pre, count=0, **kw)
+        _replay(t, uneven, pre, count=0, **kw)
     with pytest.raises(ValueError, match="prefill"):
-        t.replay_speedup(alike, [0.0], t_step=1.5, width=2, batch=1)
+        _replay(t, alike, [0.0], t_step=1.5, width=2, batch=1)
     with pytest.raises(ValueError, match="no requests"):
-        t.replay_speedup([], [], t_step=1.5, width=2, batch=1)
+        _replay(t, [], [], t_step=1.5, width=2, batch=1)
 
 
 def test_forward_timer_counts_the_targets_forwards_and_leaves_no_trace(random_models):
@@ -860,3 +861,10 @@ def test_forward_timer_counts_the_targets_forwards_and_leaves_no_trace(random_mo
             lm.forward([6])
         lm.forward([7])
     assert 0 < inner.seconds < outer.seconds and "run" not in vars(lm)
+
+
+def _replay(t, requests, prefill, *, batch, count=None, **step):
+    """StepTiming.replay_speedup with the ReplayStep's fields as keywords."""
+    from toolkit.bench.decide.timing import ReplayStep
+
+    return t.replay_speedup(requests, prefill, ReplayStep(**step), batch=batch, count=count)

@@ -61,7 +61,8 @@ def test_draft_and_speculative_roofline():
     t = comp("meta-llama/Llama-3.3-70B-Instruct")
     d = comp("meta-llama/Llama-3.2-1B-Instruct", "draft")
     assert d.params == llama_params(128256, 2048, 16, 8192, 32, 8, 64, tied=True) == 1_235_814_400
-    s = sz.size([t, d], "h200", max_seq_len=8192, context=1024, tau=3.0, draft_forwards=4, tp_sizes=(4,))
+    s = sz.size([t, d], "h200", max_seq_len=8192, context=1024, step=sz.SpeculativeStep(3.0, draft_forwards=4),
+                tp_sizes=(4,))  # fmt: skip
     f = s.fits[0]
     kv_t, kv_d = 327680 / 4, 2 * 16 * 2 * 64 * 2  # 8 KV heads over 4 ranks: 2 each
     assert f.kv_bytes_per_token_per_gpu == pytest.approx(kv_t + kv_d)

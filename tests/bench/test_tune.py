@@ -57,7 +57,7 @@ def run_at(g: int | dict[int, int], luck: dict[int, float] | None = None, levels
 def fake_measure(monkeypatch):
     calls = []
 
-    def load_at(url, model, wl, opts, load, *, label, **kw):
+    def load_at(side, url, model, wl, opts, load, *, label):
         """The load generator's place in measure_side: every deployment and side is real."""
         calls.append((label, load.num_draft_tokens, url))
         if label == "draft_len_schedule":
@@ -196,7 +196,7 @@ def test_schedule_check_measures_the_lucky_winner_again(fake_measure, monkeypatc
     cell it looks 0.83 as good and the check would fail; against γ=3 measured again (paired, on
     the same requests) it is 1.0, and the check holds."""
 
-    def load_at(url, model, wl, opts, load, *, label, **kw):
+    def load_at(side, url, model, wl, opts, load, *, label):
         fake_measure.append((label, load.num_draft_tokens, url))
         if label == "draft_len_schedule":
             return run_at(SCHEDULE)
@@ -223,7 +223,7 @@ def test_schedule_check_keeps_the_sweep_cell_where_measuring_again_failed(
     deployment of its own) and paired; the tune is partial and says why."""
     from toolkit.bench.errors import BenchAborted
 
-    def load_at(url, model, wl, opts, load, *, label, **kw):
+    def load_at(side, url, model, wl, opts, load, *, label):
         if label == "γ=2 (again)":
             raise BenchAborted("server died", cause="the server exited (code -9)")
         if label == "draft_len_schedule":
@@ -279,7 +279,7 @@ def test_tune_brackets_every_configuration_with_baseline_runs(monkeypatch, tmp_p
     bracket only, not by everything since the sweep began."""
     order: list[str] = []
 
-    def load_at(url, model, wl, opts, load, *, label, **kw):
+    def load_at(side, url, model, wl, opts, load, *, label):
         slow = 1 + 0.1 * len(order)  # this run's place in time
         order.append(label)
         g = 0 if label == "baseline" else int(label.split("=")[1])

@@ -285,7 +285,7 @@ def test_k8s_deploy_checks_the_llmapi_options_for_the_declared_version(tmp_path)
     any file is written."""
     import json
 
-    from toolkit.deploy import deploy
+    from toolkit.deploy import DeployOptions, deploy
     from toolkit.recipe import load_recipe
 
     repo = Path(__file__).parents[2]
@@ -296,7 +296,7 @@ def test_k8s_deploy_checks_the_llmapi_options_for_the_declared_version(tmp_path)
         "speculative.draft_len_schedule={1: 3, 2: 1}",
     ]
     recipe = load_recipe(repo / "recipes" / "llama-3.1-8b-eagle3.yaml", sets)
-    deploy(recipe, target="k8s", out=tmp_path / "k8s", image=image)
+    deploy(recipe, DeployOptions(target="k8s", out=tmp_path / "k8s", image=image))
     notes = (tmp_path / "k8s" / "NOTES.md").read_text()
     line = next(n for n in notes.splitlines() if "speculative_config that sdtk build renders" in n)
     spec = json.loads(line.split(": ", 1)[1])
@@ -310,7 +310,7 @@ def test_k8s_deploy_checks_the_llmapi_options_for_the_declared_version(tmp_path)
         repo / "recipes" / "llama-3.1-8b-eagle3.yaml", [*sets, "speculative.eagle3_one_model=false"]
     )
     with pytest.raises(PreflightFailed, match="two-model EAGLE-3"):
-        deploy(bad, target="k8s", out=tmp_path / "bad", image=image)
+        deploy(bad, DeployOptions(target="k8s", out=tmp_path / "bad", image=image))
     assert not (tmp_path / "bad").exists()
 
 

@@ -35,9 +35,7 @@ def _plan(tmp_path: Path, workers: int = 2, router: str = "round-robin") -> dpla
         backend="reference",
         engine_dir=tmp_path / "engines" / "target",
         model_path=ROOT / "models" / "tiny" / "target",
-        workers=workers,
-        http_port=8123,
-        worker_metrics_ports=[9001, 9002, 9003][:workers],
+        ports=dplan.DynamoPorts(8123, (9001, 9002, 9003)[:workers]),
         router_mode=router,
         python="python3",
     )
@@ -88,9 +86,7 @@ def test_trtllm_workers_take_the_llmapi_yaml(tmp_path):
         backend="llmapi",
         engine_dir=tmp_path / "engines" / "target",
         model_path="/models/target",
-        workers=1,
-        http_port=8000,
-        worker_metrics_ports=[0],
+        ports=dplan.DynamoPorts(8000, (0,)),
         python="python3",
     )
     yaml_path = str(tmp_path / "engines" / "target" / "extra_llm_api_options.yaml")
@@ -135,13 +131,11 @@ def test_the_recipes_router_mode_reaches_the_frontend_the_workers_and_the_dgd(tm
     args = dict(
         backend="reference", engine_dir=tmp_path / "e", model_path=ROOT / "models" / "tiny" / "target"
     )
-    p = dplan.plan_dynamo(recipe, tmp_path, **args, workers=2, http_port=1, worker_metrics_ports=[2, 3])
+    p = dplan.plan_dynamo(recipe, tmp_path, **args, ports=dplan.DynamoPorts(1, (2, 3)))
     fe = p.frontend.argv
     assert fe[fe.index("--router-mode") + 1] == "kv" and p.router_mode == "kv"
     assert all("--publish-kv-events" in w.argv for w in p.workers)
-    p = dplan.plan_dynamo(
-        recipe, tmp_path, **args, workers=1, http_port=1, worker_metrics_ports=[2], router_mode="random"
-    )
+    p = dplan.plan_dynamo(recipe, tmp_path, **args, ports=dplan.DynamoPorts(1, (2,)), router_mode="random")
     assert p.router_mode == "random" and "--publish-kv-events" not in p.workers[0].argv
 
     dgd = plan_dgd(kv)

@@ -129,10 +129,10 @@ def test_tritons_own_answers(base):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_sdtk_validate_bad_input_check(base, model):
-    from toolkit.validate import validate_deployment
+    from toolkit.validate import ValidateOptions, validate_deployment
 
-    report = validate_deployment(http_url=base, grpc_url=None, model=model, prompts=(PROMPT,), max_tokens=8,
-                                 progress=None)  # fmt: skip
+    report = validate_deployment(http_url=base, grpc_url=None, model=model,
+                                 options=ValidateOptions(prompts=(PROMPT,), max_tokens=8), progress=None)  # fmt: skip
     check = {c.name: c for c in report.checks}["bad-input"]
     assert check.status == "passed", check.detail
     assert check.detail.count("→ 400") == 3

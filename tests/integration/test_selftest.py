@@ -78,13 +78,12 @@ def test_selftest_reports_the_failing_step_with_its_log_tail(tmp_path):
     """A head whose weights cannot be read: the build (configs only) passes, tritonserver fails to
     load the model, and the row says deploy failed, with the server log's tail in the table."""
     from toolkit.selftest.checkpoints import make_checkpoints
-    from toolkit.selftest.run import SelftestResult, run_mode
+    from toolkit.selftest.run import SelftestResult, run_mode, selftest_recipe
 
     paths = make_checkpoints(tmp_path / "checkpoints")
     (paths["eagle_head"] / "model.safetensors").write_bytes(b"not safetensors")
-    res, kept = run_mode(
-        "eagle3", "reference", paths, tmp_path / "work", version=None, progress=lambda _m: None
-    )
+    recipe = selftest_recipe("eagle3", "reference", paths, None)
+    res, kept = run_mode("eagle3", "reference", recipe, tmp_path / "work", progress=lambda _m: None)
     assert kept is None and not res.ok and res.failed_step == "deploy"
     assert res.steps == {"build": "passed", "deploy": "failed", "validate": "skipped", "bench": "skipped",
                          "stop": "skipped"}  # fmt: skip

@@ -34,17 +34,15 @@ TOKENS = 32
 
 
 def _validate(result: Any, recipe: Any, strict: bool = False) -> Any:
-    from toolkit.validate import validate_deployment
+    from toolkit.validate import ValidateOptions, validate_deployment
 
     return validate_deployment(
         http_url=result.http_url,
         grpc_url=None,
         model=result.model,
         recipe=recipe,
-        prompts=CHOSEN,
-        max_tokens=TOKENS,
+        options=ValidateOptions(prompts=CHOSEN, max_tokens=TOKENS, strict=strict),
         progress=None,
-        strict=strict,
     )
 
 

@@ -5,7 +5,8 @@ transformers.
 TensorRT-LLM's defaults make that client's request greedy (temperature 1.0 but no top_k/top_p:
 "the default setting is greedy search", tensorrtllm_backend issue #221), so transformers' greedy
 `generate` is the yardstick; the deployment sets normalize_log_probs false, so output_log_probs
-are log-softmaxed logits (with it true, upstream's default, greedy tokens get 0: issue #276).
+are log-softmaxed logits (with it true, upstream's default, greedy tokens get 0: tensorrtllm_backend
+issue #276).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from triton_support import live_deployment
 
 from toolkit.hub import gguf
 from toolkit.recipe import load_recipe
-from toolkit.validate import validate_deployment
+from toolkit.validate import ValidateOptions, validate_deployment
 
 pytestmark = [pytest.mark.tritonserver, pytest.mark.slow]  # a 135M model on 2 cores: minutes
 
@@ -29,7 +29,7 @@ def test_smollm2_ngram_deploys_and_validates(smollm2_cache, monkeypatch, tmp_pat
             grpc_url=dep.grpc_url,
             model=dep.model,
             recipe=rec,
-            max_tokens=24,
+            options=ValidateOptions(max_tokens=24),
             progress=None,
         )
     checks = {c.name: c for c in report.checks}

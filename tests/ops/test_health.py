@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from toolkit.errors import ServerError, UsageError
-from toolkit.ops.health import check_deployment, default_metrics_url
+from toolkit.ops.health import SpeculationProbe, check_deployment, default_metrics_url
 from toolkit.server.ports import free_ports
 
 CONFIG = {
@@ -85,7 +85,8 @@ def fake():
 
 
 def run(url: str, **kw):
-    return check_deployment(url, "ensemble", metrics_url=url + "/metrics", **kw)
+    """`kw`: the speculation probe's fields (SpeculationProbe)."""
+    return check_deployment(url, "ensemble", metrics_url=url + "/metrics", probe=SpeculationProbe(**kw))
 
 
 def test_healthy_with_speculation_active(fake):
@@ -112,7 +113,7 @@ def test_no_drafts_is_inactive(fake):
     url, st = fake
     st["outputs"] = {"acceptance_rate": 0.0, "total_accepted_draft_tokens": 0, "total_draft_tokens": 0}
     assert run(url).verdict.startswith("UNHEALTHY: speculation: inactive")
-    baseline = run(url, expect_speculation=False)
+    baseline = run(url, expect=False)
     assert baseline.ok and baseline.verdict.startswith("SERVING")
     st["outputs"] = {}
     assert run(url).check("speculation").detail.startswith("the response carries no acceptance outputs")

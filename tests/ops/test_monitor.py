@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from toolkit.client.errors import ResponseTimeout, ServerUnreachable  # noqa: E402
 from toolkit.ops import monitor  # noqa: E402
-from toolkit.ops.monitor import Monitor, SpecMetrics, backend_sink  # noqa: E402
+from toolkit.ops.monitor import Monitor, ProbeRequest, SpecMetrics, backend_sink  # noqa: E402
 
 
 def scrape(url: str) -> dict[tuple[str, tuple], float]:
@@ -142,7 +142,8 @@ def test_monitor_probes_record_acceptance_errors_and_latency():
         [_Resp(), ServerUnreachable("down"), ResponseTimeout("slow"), RuntimeError("boom"), _Resp()]
     )
     m = SpecMetrics()
-    mon = Monitor("http://x", model="ensemble", metrics=m, interval=0.01, client=client, draft_len=4)
+    mon = Monitor("http://x", model="ensemble", metrics=m, interval=0.01, client=client,
+                  request=ProbeRequest(draft_len=4))  # fmt: skip
     results = []
     assert mon.run(iterations=5, on_probe=results.append) == 5
     assert [r.ok for r in results] == [True, False, False, False, True]

@@ -37,9 +37,11 @@ def sample(fams: dict, family: str, name: str, **labels) -> float:
 
 
 def test_doctor_against_real_triton(live_triton):
-    from toolkit.ops.health import check_deployment
+    from toolkit.ops.health import SpeculationProbe, check_deployment
 
-    report = check_deployment(live_triton.http_url, "spec", metrics_url=live_triton.metrics_url, draft_len=4)
+    report = check_deployment(
+        live_triton.http_url, "spec", metrics_url=live_triton.metrics_url, probe=SpeculationProbe(draft_len=4)
+    )
     assert report.ok, report.to_dict()
     assert report.verdict.startswith("HEALTHY") and "speculation active" in report.verdict
     spec = report.speculation
@@ -74,12 +76,11 @@ def test_backend_publishes_spec_counters_on_tritons_metrics_port(live_triton):
 
 
 def test_exporter_publishes_nonzero_acceptance_after_real_traffic(live_triton):
-    from toolkit.ops.monitor import Monitor, SpecMetrics, run_monitor
+    from toolkit.ops.monitor import Monitor, ProbeRequest, SpecMetrics, run_monitor
 
     metrics = SpecMetrics()
-    mon = Monitor(
-        live_triton.http_url, model="spec", metrics=metrics, interval=0.05, max_tokens=9, draft_len=4
-    )
+    request = ProbeRequest(max_tokens=9, draft_len=4)
+    mon = Monitor(live_triton.http_url, model="spec", metrics=metrics, interval=0.05, request=request)
     with metrics.serve(port=0, addr="127.0.0.1") as server:
         assert mon.run(iterations=3) == 3
         fams = families(server.url)
@@ -104,8 +105,8 @@ def test_exporter_publishes_nonzero_acceptance_after_real_traffic(live_triton):
         assert result.ok, result.error
         seen["fams"] = families(seen["url"])
 
-    assert run_monitor(live_triton.http_url, port=0, addr="127.0.0.1", model="spec", interval=0.05,
-                       iterations=2, on_start=on_start, on_probe=on_probe) == 2  # fmt: skip
+    monitor = Monitor(live_triton.http_url, model="spec", interval=0.05)
+    assert run_monitor(monitor, port=0, addr="127.0.0.1", iterations=2, on_start=on_start, on_probe=on_probe) == 2
     assert (
         sample(
             seen["fams"], "sdtk_spec_accepted_tokens_total", "sdtk_spec_accepted_tokens_total", model="spec"
@@ -142,7 +143,7 @@ def test_tiny_recipe_deployment_exports_acceptance(served, tmp_path):
     if why:
         pytest.skip(why)
     from toolkit.client import TritonClient
-    from toolkit.ops.monitor import Monitor, SpecMetrics
+    from toolkit.ops.monitor import Monitor, ProbeRequest, SpecMetrics
 
     sdtk = [sys.executable, "-m", "toolkit.cli"]
     env = {**os.environ, "SDTK_DEBUG": "1"}
@@ -151,7 +152,8 @@ def test_tiny_recipe_deployment_exports_acceptance(served, tmp_path):
     _, deployment = served
     client = TritonClient.from_workdir(deployment.workdir)
     metrics = SpecMetrics()
-    mon = Monitor(client.url, model=client.model, metrics=metrics, interval=0.05, client=client, draft_len=3)
+    mon = Monitor(client.url, model=client.model, metrics=metrics, interval=0.05, client=client,
+                  request=ProbeRequest(draft_len=3))  # fmt: skip
     assert all(r.ok for r in [mon.probe(), mon.probe()])
     text = metrics.exposition()
     accepted = [

@@ -38,7 +38,7 @@ def _params(cfg) -> dict[str, str]:
 
 
 def _server(recipe, rendered, tmp_path):
-    from toolkit.deploy import _server
+    from toolkit.deploy.local import server_for as _server
 
     return _server(recipe, rendered, tmp_path / "wd", tritonserver=NGC)
 

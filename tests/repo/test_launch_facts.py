@@ -95,7 +95,7 @@ def _exports(script: str) -> dict[str, str]:
 def local_launch(recipe, rendered, workdir: Path, monkeypatch) -> Launch:
     """The argv and the environment `sdtk deploy` would start tritonserver with."""
     from toolkit import runner
-    from toolkit.deploy import _server
+    from toolkit.deploy.local import server_for as _server
     from toolkit.server import launch
 
     class Spawned(Exception):

@@ -15,7 +15,7 @@ import pytest
 from toolkit.client import AsyncTritonClient, ClientError, ConnectionLost, TritonClient
 from toolkit.errors import ServerError
 from toolkit.server import procs
-from toolkit.server.launch import ServerStartError, TritonServer
+from toolkit.server.launch import ServerSite, ServerStartError, TritonServer
 from toolkit.server.ports import PortInUseError, free_ports
 
 from .conftest import processes_mentioning
@@ -32,7 +32,9 @@ def test_port_taken_is_reported_before_launch(make_repo, tmp_path):
     holder.listen()
     port = holder.getsockname()[1]
     http, metrics = free_ports(2)
-    server = TritonServer(repo, workdir=tmp_path / "wd", http_port=http, grpc_port=port, metrics_port=metrics)
+    server = TritonServer(
+        ServerSite(repo, http_port=http, grpc_port=port, metrics_port=metrics), workdir=tmp_path / "wd"
+    )
     try:
         with pytest.raises(PortInUseError) as ei:
             server.start()
@@ -90,7 +92,9 @@ def test_unknown_model_name_fails_fast(make_repo, tmp_path):
 
 def test_early_exit_detected(make_repo, tmp_path):
     repo = make_repo({"ensemble": OK})
-    server = TritonServer(repo, workdir=tmp_path / "wd", auto_ports=True, extra_args=["--no-such-flag=1"])
+    server = TritonServer(
+        ServerSite(repo, extra_args=("--no-such-flag=1",)), workdir=tmp_path / "wd", auto_ports=True
+    )
     t0 = time.monotonic()
     with pytest.raises(ServerStartError) as ei:
         server.start(ready_timeout=120)

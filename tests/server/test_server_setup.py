@@ -12,7 +12,7 @@ from toolkit.errors import ToolNotFound
 from toolkit.recipe import Serving
 from toolkit.server.discover import choose_tritonserver, pytriton_root
 from toolkit.server.embedded import STUB, embedded_env, is_embedded, prepare_embedded
-from toolkit.server.launch import TritonServer, connect_host
+from toolkit.server.launch import ServerSite, TritonServer, connect_host
 from toolkit.server.plan import LaunchPlan
 
 needs_pytriton = pytest.mark.skipif(pytriton_root() is None, reason="nvidia-pytriton not installed")
@@ -104,7 +104,7 @@ def test_spec_round_trips_the_launch_plan(tmp_path):
 
     plan = LaunchPlan(multi_model=True, backend="engine", gpu_ids={"target": (0, 1), "draft": (0,)},
                       num_gpus=2, memory_pools=(0, 1), container_version="25.12")  # fmt: skip
-    s = TritonServer(tmp_path, workdir=tmp_path / "wd", plan=plan, http_port=9100, log_verbose=1)
+    s = TritonServer(ServerSite(tmp_path, http_port=9100, log_verbose=1), plan, workdir=tmp_path / "wd")
     again = TritonServer.from_spec(json.loads(json.dumps(s.spec())))
     again.shm_prefix = s.shm_prefix
     assert again.plan == plan and again.command() == s.command()

@@ -256,6 +256,7 @@ def stub_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.mark.alone  # a CPU share of the stub: other tests' load beside it would lower it
 def test_llmapi_model_stops_for_a_cancelled_stream(tmp_path):
     """The llmapi path (Triton's `llmapi` model contract, served by sdtk's reference llmapi
     model): a gRPC stream cancelled after a few chunks stops its decode loop. Its stub, busy

@@ -4,6 +4,7 @@ Ctrl-C saves a checkpoint, and `--resume` from it takes exactly the steps an uni
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -56,7 +57,8 @@ def _step_fn(interrupt_at=None):
 
 
 def _run(model, step, cfg, ckpt, **kw):
-    return run("toy", model, step, _item, cfg, ckpt, progress=False, **kw)
+    """`kw`: LoopConfig fields (resume, fingerprint) changed for this run."""
+    return run("toy", model, step, _item, dataclasses.replace(cfg, **kw), ckpt, progress=False)
 
 
 def test_interrupt_then_resume_equals_an_uninterrupted_run(tmp_path):

@@ -27,7 +27,7 @@ def test_validate_strict_is_passed_to_the_gate(monkeypatch) -> None:
     for extra, strict in (([], False), (["--strict"], True)):
         r = CliRunner().invoke(cli, ["validate", "--url", "http://127.0.0.1:9", "--json", *extra])
         assert r.exit_code == 0, r.output
-        assert seen[-1]["strict"] is strict and json.loads(r.stdout)["ok"] is True
+        assert seen[-1]["options"].strict is strict and json.loads(r.stdout)["ok"] is True
 
 
 def test_serving_dtype() -> None:

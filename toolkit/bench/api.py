@@ -16,11 +16,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolkit.bench.decide import plan as plan_mod
 from toolkit.bench.decide import tune as tune_mod
+from toolkit.bench.decide.plan import PlanOptions as PlanOptions  # re-exported
 from toolkit.bench.decide.predict import PlanResult
 from toolkit.bench.errors import BenchAborted
 from toolkit.bench.measure.loadgen import check_levels
 from toolkit.bench.measure.workloads import Workload, workload_for
+from toolkit.bench.options import CompareOptions as CompareOptions  # re-exported
 from toolkit.bench.options import RunOptions as RunOptions  # re-exported: the CLI builds one
+from toolkit.bench.options import TuneOptions as TuneOptions  # re-exported
+from toolkit.bench.options import split_changes
 from toolkit.bench.orchestrate.compare import run_compare
 from toolkit.bench.orchestrate.plan import run_plan
 from toolkit.bench.orchestrate.side import Load, measure_side
@@ -107,120 +111,89 @@ def compare(
     baseline: str | Path,
     speculative: str | Path,
     opts: RunOptions | None = None,
+    options: CompareOptions | None = None,
     *,
-    concurrency: Sequence[int] | None = (1, 2, 4),
-    baseline_model: str | None = None,
-    speculative_model: str | None = None,
-    speculative_draft_len: int | None = None,
-    resamples: int = 2000,
-    confidence: float = 0.95,
     deploy_fn: DeployFn | None = None,
-    plots: bool = True,
-    replay: bool = True,
-    interleave: bool = False,
-    rounds: int = 1,
     **changes: Any,
 ) -> ABResult:
-    """Benchmark both sides on one workload and compare them. Recipe sides are deployed under
-    `opts.workdir` (through `deploy_fn(recipe, workdir=...)`). `interleave`: both sides level by
-    level instead of one side's levels after the other's; `rounds` > 1: each level's requests in
-    that many rounds, the sides alternating, both deployed throughout (orchestrate.compare). Reports go to `opts.report_dir`
-    (default <workdir>/reports/compare-<time>). A dead server raises BenchAborted whose
-    `.partial` is the ABResult so far (its reports already written). Keyword arguments named
-    after RunOptions fields change `opts`.
+    """Benchmark both sides on one workload and compare them, as `options` says (CompareOptions;
+    keyword arguments named after its fields, or after RunOptions fields, change `options` or
+    `opts`). Recipe sides are deployed under `opts.workdir` (through `deploy_fn(recipe,
+    workdir=...)`). Reports go to `opts.report_dir` (default <workdir>/reports/compare-<time>). A
+    dead server raises BenchAborted whose `.partial` is the ABResult so far (its reports already
+    written).
 
     Token counts per side: the server's, else that side's tokenizer (its recipe, or
     `opts.tokenizer` for URL sides); without either the run is refused unless `allow_inexact`."""
-    opts = RunOptions.of(opts, **changes)
-    levels = check_levels(concurrency, None)
-    if resamples < 1 or not 0 < confidence < 1:
+    own, run_changes = split_changes(changes, CompareOptions)
+    options = dataclasses.replace(options or CompareOptions(), **own)
+    opts = RunOptions.of(opts, **run_changes)
+    levels = check_levels(options.concurrency, None)
+    if options.resamples < 1 or not 0 < options.confidence < 1:
         raise UsageError("resamples must be ≥ 1 and confidence in (0, 1)")
     sides = [
-        resolve_side(baseline, label="baseline", protocol=opts.protocol, model=baseline_model),
-        resolve_side(speculative, label="speculative", protocol=opts.protocol, model=speculative_model),
+        resolve_side(baseline, label="baseline", protocol=opts.protocol, model=options.baseline_model),
+        resolve_side(
+            speculative, label="speculative", protocol=opts.protocol, model=options.speculative_model
+        ),
     ]
     wl = as_sent(workload_for(opts), sides[1].recipe or sides[0].recipe)
-    if speculative_draft_len is not None:
-        sides[1].draft_len = speculative_draft_len
+    if options.speculative_draft_len is not None:
+        sides[1].draft_len = options.speculative_draft_len
     return _reported(
-        lambda: run_compare(
-            sides,
-            wl,
-            opts,
-            levels=levels,
-            resamples=resamples,
-            confidence=confidence,
-            deploy_fn=deploy_fn,
-            replay=replay,
-            interleave=interleave,
-            rounds=rounds,
-        ),
+        lambda: run_compare(sides, wl, opts, options, levels=levels, deploy_fn=deploy_fn),
         opts.out_dir("compare"),
-        plots=plots,
+        plots=options.plots,
     )
 
 
 def plan(
     recipe: Recipe | str | Path,
     opts: RunOptions | None = None,
+    options: PlanOptions | None = None,
     *,
-    gpu: str | None = None,
     overrides: Sequence[str] = (),
-    probe: bool | None = None,
-    probe_prompts: int = 24,
-    probe_tokens: int | None = 64,
-    gamma_max: int = 8,
-    concurrency: Sequence[int] = plan_mod.DEFAULT_CONCURRENCY,
-    assumed_alphas: Sequence[float] = plan_mod.ASSUMED_ALPHAS,
-    context: int | None = None,
-    tp: int | None = None,
-    fetch: str = "metadata",
     runtime: Any = None,
-    threads: int | None = None,
-    serving_overhead: float | None = None,
     **changes: Any,
 ) -> PlanResult:
     """Probe acceptance and costs, size the GPU, and recommend a speculative configuration.
 
-    From `opts` (or the RunOptions fields given as keyword arguments) the probe takes the
-    workload, seed, temperature (default greedy) and progress (its step messages), and the
-    predictions the requests per level of the `bench --compare` run they are for (`requests`,
-    `sdtk bench`'s default unless given: its closed loop is replayed with that many).
-    `probe_tokens`: new tokens per probe prompt; None: each prompt's own max_tokens.
-    `threads`: torch intra-op threads during the probe (restored afterwards); None: those a
-    reference deployment's model instance runs on (toolkit.generate.reference_threads: 1 unless
-    SDTK_REFERENCE_THREADS says otherwise), so that the probe times steps as they are served.
-    `serving_overhead`: seconds each served step costs beyond its forwards (what `tune` reports
-    as serving_overhead_ms): the measured predictions become served ones.
+    `options`: what to probe, size and predict (PlanOptions); keyword arguments named after its
+    fields, or after RunOptions fields, change `options` or `opts` (`plan(recipe, gamma_max=4)`).
+    From `opts` the probe takes the workload, seed, temperature (default greedy) and progress
+    (its step messages), and the predictions the requests per level of the `bench --compare` run
+    they are for (`requests`, `sdtk bench`'s default unless given: its closed loop is replayed
+    with that many). `runtime`: a loaded reference runtime to probe (default: the recipe's).
+    `serving_overhead` (PlanOptions): the measured predictions become served ones.
     """
-    opts = RunOptions.of(opts, **changes)
-    plan_mod.check_plan(gamma_max, probe_prompts, probe_tokens)
-    plan_mod.check_concurrency(concurrency)
+    plan_changes, run_changes = split_changes(changes, PlanOptions)
+    options = dataclasses.replace(options or PlanOptions(), **plan_changes)
+    opts = RunOptions.of(opts, **run_changes)
+    plan_mod.check_plan(options.gamma_max, options.probe_prompts, options.probe_tokens)
+    plan_mod.check_concurrency(options.concurrency)
     rec = load_recipe_any(recipe, overrides)
     wl = as_sent(workload_for(opts), rec)
     result = run_plan(
         rec,
         wl,
-        gpu=gpu,
-        probe=probe,
-        probe_prompts=probe_prompts,
-        probe_tokens=probe_tokens,
-        gamma_max=gamma_max,
-        concurrency=concurrency,
+        options,
         temperature=opts.temperature or 0.0,
         seed=opts.seed,
-        assumed_alphas=assumed_alphas,
-        context=context,
-        tp=tp,
-        fetch=fetch,
         runtime=runtime,
-        threads=threads,
         requests=opts.requests,
         progress=opts.steps("plan"),
     )
-    if serving_overhead:
-        plan_mod.add_serving_overhead(result, rec, serving_overhead, "given")
+    if options.serving_overhead:
+        plan_mod.add_serving_overhead(result, rec, options.serving_overhead, "given")
     return result
+
+
+def _split(changes: dict[str, Any], cls: type) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`changes` as (those named after `cls`'s fields, the rest)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in changes.items() if k in names}, {
+        k: v for k, v in changes.items() if k not in names
+    }
 
 
 TUNE_REQUESTS = 16  # per configuration and level: a sweep runs many of them
@@ -229,33 +202,27 @@ TUNE_REQUESTS = 16  # per configuration and level: a sweep runs many of them
 def tune(
     target: str | Path,
     opts: RunOptions | None = None,
+    options: TuneOptions | None = None,
     *,
-    recipe: str | Path | None = None,
-    method: str = "auto",
-    draft_lens: Sequence[int] | None = None,
-    concurrency: Sequence[int] | None = (1, 2, 4),
-    model: str | None = None,
-    resamples: int = 2000,
     deploy_fn: DeployFn | None = None,
-    plan_result: PlanResult | None = None,
-    predict: bool = True,
-    check: bool = True,
     **changes: Any,
 ) -> TuneResult:
     """Measure speedup per configuration × concurrency and write the best settings.
 
-    `target`: URL, workdir or recipe of the speculative deployment. `recipe`: the recipe it was
-    deployed from (needed with a URL/workdir target for the sweep, the overlay and predictions).
-    `opts`: the run options (default: TUNE_REQUESTS requests per level); keyword arguments named
-    after RunOptions fields change them.
-    method: per-request (draft_target via the BLS), redeploy (needs deploy_fn), or auto.
-    `check`: with redeploy on the reference backend, also deploy the tuned draft_len_schedule
-    and measure it against the best fixed draft length at every concurrency, that setting
-    deployed and measured again beside it (`schedule_check`).
+    `target`: URL, workdir or recipe of the speculative deployment. `options` (TuneOptions):
+    `recipe`, the recipe it was deployed from (needed with a URL/workdir target for the sweep,
+    the overlay and predictions); `method`: per-request (draft_target via the BLS), redeploy
+    (needs deploy_fn), or auto; `check`: with redeploy on the reference backend, also deploy the
+    tuned draft_len_schedule and measure it against the best fixed draft length at every
+    concurrency, that setting deployed and measured again beside it (`schedule_check`).
+    `opts`: the run options (default: TUNE_REQUESTS requests per level). Keyword arguments named
+    after TuneOptions or RunOptions fields change `options` or `opts`.
     """
-    opts = RunOptions.of(opts or RunOptions(requests=TUNE_REQUESTS), **changes)
-    levels = check_levels(concurrency, None)
-    side = resolve_side(target, label="target", protocol=opts.protocol, model=model)
+    own, run_changes = split_changes(changes, TuneOptions)
+    options = dataclasses.replace(options or TuneOptions(), **own)
+    opts = RunOptions.of(opts or RunOptions(requests=TUNE_REQUESTS), **run_changes)
+    levels = check_levels(options.concurrency, None)
+    side = resolve_side(target, label="target", protocol=opts.protocol, model=options.model)
     if (side.protocol or opts.protocol) == "openai":
         # Both methods need Triton: per-request draft lengths are the BLS's num_draft_tokens, and
         # redeploy deploys each configuration as a Triton deployment (toolkit.deploy.deployed).
@@ -266,31 +233,18 @@ def tune(
             "engine, so the tuned speculative settings hold for them; then compare the Dynamo "
             "deployments with `sdtk bench --compare`",
         )
-    rec, rec_path = deployment_recipe(side, recipe)
+    rec, rec_path = deployment_recipe(side, options.recipe)
     if rec.mode == "none":
         raise UsageError(f"recipe {rec.display_name} has no speculation to tune (mode none)")
     method = tune_mod.pick_method(
-        method, rec.mode, live=side.kind != "recipe", can_deploy=deploy_fn is not None
+        options.method, rec.mode, live=side.kind != "recipe", can_deploy=deploy_fn is not None
     )
-    configs = tune_mod.sweep_configs(rec, draft_lens)
+    configs = tune_mod.sweep_configs(rec, options.draft_lens)
     wl = as_sent(workload_for(opts), rec)
     result = tune_mod.new_result(
-        side.describe(), rec, method, configs, wl, opts, levels=levels, resamples=resamples
+        side.describe(), rec, method, configs, wl, opts, levels=levels, resamples=options.resamples
     )
     return _reported(
-        lambda: run_tune(
-            side,
-            rec,
-            result,
-            wl,
-            opts,
-            deploy_fn=deploy_fn,
-            model=model,
-            resamples=resamples,
-            plan_result=plan_result,
-            predict=predict,
-            check=check,
-            recipe_path=rec_path,
-        ),
+        lambda: run_tune(side, rec, result, wl, opts, options, deploy_fn=deploy_fn, recipe_path=rec_path),
         opts.out_dir("tune", side.workdir),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from toolkit.errors import UsageError, check_names
 from toolkit.progress import Step, quiet, steps
 
 if TYPE_CHECKING:
+    from toolkit.bench.decide.predict import PlanResult
     from toolkit.bench.measure.workloads import Workload
 
 DEFAULT_TIMEOUT = 120.0  # seconds a request may take before it counts as failed
@@ -99,3 +101,51 @@ def step_of(progress: bool | Step, component: str) -> Step:
 def bars_enabled(progress: bool | Step) -> bool:
     """Whether progress bars show: on unless progress is False or toolkit.progress.quiet."""
     return progress is not False and progress is not quiet
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """`bench --compare`'s own settings: the concurrency levels, each side's model name (None:
+    its deployment's), the speculative side's draft length when it is a URL, the bootstrap
+    (`resamples`, `confidence`), plots in the reports, the in-process replay of the speculative
+    side, and the order (`interleave`: level by level; `rounds` > 1: each level's requests in
+    that many rounds, the sides alternating, both deployed throughout)."""
+
+    concurrency: Sequence[int] | None = (1, 2, 4)
+    baseline_model: str | None = None
+    speculative_model: str | None = None
+    speculative_draft_len: int | None = None
+    resamples: int = 2000
+    confidence: float = 0.95
+    plots: bool = True
+    replay: bool = True
+    interleave: bool = False
+    rounds: int = 1
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """`tune`'s own settings: `recipe`, the recipe a URL or workdir target was deployed from;
+    `method`: per-request, redeploy or auto; the draft lengths to sweep (None: the mode's); the
+    concurrency levels; the model name; `resamples`; a `plan_result` to predict from (else
+    `predict` runs `plan` where it can); `check`: measure the tuned schedule against the best
+    fixed draft length (redeploy on the reference backend)."""
+
+    recipe: str | Path | None = None
+    method: str = "auto"
+    draft_lens: Sequence[int] | None = None
+    concurrency: Sequence[int] | None = (1, 2, 4)
+    model: str | None = None
+    resamples: int = 2000
+    plan_result: PlanResult | None = None
+    predict: bool = True
+    check: bool = True
+
+
+def split_changes(changes: dict[str, Any], cls: type) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A command's keyword arguments as (those named after `cls`'s fields, the rest: RunOptions')."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return (
+        {k: v for k, v in changes.items() if k in names},
+        {k: v for k, v in changes.items() if k not in names},
+    )

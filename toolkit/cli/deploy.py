@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from toolkit.cli._app import backends, cli, emit, json_option, set_option
 from toolkit.server.policies import POLICIES
+
+if TYPE_CHECKING:
+    from toolkit.deploy import DeployResult
 
 
 def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, int | None]) -> list[str]:
@@ -171,25 +175,10 @@ def deploy(
         emit(plan.to_dict(), as_json, lambda: click.echo(plan.script(), nl=False))
         return
 
+    from toolkit.deploy import DeployOptions
     from toolkit.deploy import deploy as run_deploy
 
-    def on_ready(result) -> None:
-        data = result.to_dict()
-        if as_json:
-            keys = ("pid", "http_url", "grpc_url", "metrics_url", "model", "model_repo")
-            emit({**{k: data[k] for k in keys}, **{k: v for k, v in data.items() if k not in keys}}, True)
-        else:
-            click.echo(f"model:    {data['model']} ({data['backend']}, {data['mode']})")
-            click.echo(
-                f"http:     {data['http_url']}\ngrpc:     {data['grpc_url']}\nmetrics:  {data['metrics_url']}"
-            )
-            click.echo(f"repo:     {data['model_repo']}\npid:      {data['pid']}")
-            if data.get("weights"):
-                click.echo(f"weights:  {data['weights']}")
-        sys.stdout.flush()
-
-    result = run_deploy(
-        r,
+    options = DeployOptions(
         target=target,
         backend=backend,
         workdir=workdir,
@@ -199,7 +188,6 @@ def deploy(
         tritonserver=tritonserver,
         validate=not no_validate,
         ready_timeout=ready_timeout,
-        on_ready=on_ready,
         on_failure=on_failure,
         out=out,
         namespace=namespace,
@@ -211,6 +199,7 @@ def deploy(
         disagg=disagg,
         prefill_workers=prefill_workers,
     )
+    result = run_deploy(r, options, on_ready=lambda result: _print_ready(result, as_json))
     if result.files:  # --target k8s | slurm
         paths = [str(p) for p in result.files]
         emit(paths, as_json, lambda: click.echo("\n".join(paths)))
@@ -286,3 +275,20 @@ def selftest(
     emit(result.to_dict(), as_json, lambda: click.echo(result.table(), nl=False))
     if not result.ok:
         sys.exit(1)
+
+
+def _print_ready(result: DeployResult, as_json: bool) -> None:
+    """`sdtk deploy`'s lines once the server is ready (stdout: the data)."""
+    data = result.to_dict()
+    if as_json:
+        keys = ("pid", "http_url", "grpc_url", "metrics_url", "model", "model_repo")
+        emit({**{k: data[k] for k in keys}, **{k: v for k, v in data.items() if k not in keys}}, True)
+    else:
+        click.echo(f"model:    {data['model']} ({data['backend']}, {data['mode']})")
+        click.echo(
+            f"http:     {data['http_url']}\ngrpc:     {data['grpc_url']}\nmetrics:  {data['metrics_url']}"
+        )
+        click.echo(f"repo:     {data['model_repo']}\npid:      {data['pid']}")
+        if data.get("weights"):
+            click.echo(f"weights:  {data['weights']}")
+    sys.stdout.flush()

@@ -167,7 +167,7 @@ def validate(
 ) -> None:
     """Validate a served deployment: metadata, HTTP + gRPC smoke, correctness gate, acceptance."""
     from toolkit.recipe import load_recipe
-    from toolkit.validate import validate_deployment
+    from toolkit.validate import ValidateOptions, validate_deployment
 
     grpc_url, served = None, None
     rec = load_recipe(recipe) if recipe else None
@@ -191,10 +191,8 @@ def validate(
         grpc_url=grpc_url,
         model=model or "ensemble",
         recipe=rec,
-        max_tokens=max_tokens,
-        baseline_url=baseline_url,
+        options=ValidateOptions(max_tokens=max_tokens, baseline_url=baseline_url, strict=strict),
         progress=None,
-        strict=strict,
     )
 
     def human() -> None:
@@ -375,17 +373,10 @@ def monitor(
     draft_len: int | None,
 ) -> None:
     """Export speculative-decoding metrics (sdtk_spec_*) for Prometheus by probing a deployment."""
-    from toolkit.ops.monitor import run_monitor
+    from toolkit.ops.monitor import Monitor, ProbeRequest, run_monitor
 
-    run_monitor(
-        url,
-        port=port,
-        addr=addr,
-        model=model,
-        interval=interval,
-        num_draft_tokens=num_draft_tokens,
-        draft_len=draft_len,
-    )
+    request = ProbeRequest(num_draft_tokens=num_draft_tokens, draft_len=draft_len)
+    run_monitor(Monitor(url, model=model, interval=interval, request=request), port=port, addr=addr)
 
 
 @cli.command()
@@ -411,11 +402,10 @@ def doctor(
 ) -> None:
     """Check Python, torch, TensorRT-LLM, tritonserver, GPUs and disk (or, with --url, a deployment)."""
     if url:
-        from toolkit.ops.health import check_deployment
+        from toolkit.ops.health import SpeculationProbe, check_deployment
 
-        health = check_deployment(
-            url, model, num_draft_tokens=num_draft_tokens, expect_speculation=not baseline
-        )
+        probe = SpeculationProbe(num_draft_tokens=num_draft_tokens, expect=not baseline)
+        health = check_deployment(url, model, probe=probe)
 
         def human() -> None:
             print_table(f"sdtk doctor {url}", health.checks)

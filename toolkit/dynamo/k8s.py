@@ -26,6 +26,7 @@ the build's preflight against sdtk's stand-in of that line (toolkit/build/llmapi
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ import yaml
 from toolkit import __version__
 from toolkit._fs import atomic_write
 from toolkit.dynamo.plan import router_mode_of
-from toolkit.errors import UsageError
+from toolkit.errors import UsageError, check_names
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
@@ -159,21 +160,37 @@ def _container(image: str, argv: list[str], secret: str | None) -> dict[str, Any
     return c
 
 
+@dataclass(frozen=True)
+class DgdOptions:
+    """A DynamoGraphDeployment's shape: its namespace and image, aggregated (`workers` worker
+    replicas) or `disagg` (`prefill_workers` prefill and `workers` decode replicas), the
+    frontend's router mode, and the Secret holding HF_TOKEN (None: none)."""
+
+    namespace: str = "default"
+    image: str | None = None
+    workers: int = 1
+    prefill_workers: int = 1
+    disagg: bool = False
+    router_mode: str | None = None  # None: the recipe's serving.dynamo.router_mode
+    hf_token_secret: str | None = "hf-token"
+
+    @classmethod
+    def of(cls, opts: DgdOptions | None = None, /, **changes: Any) -> DgdOptions:
+        """`opts` (default: the defaults) with `changes`; an unknown name is a UsageError."""
+        check_names(changes, (f.name for f in dataclasses.fields(cls)), "DynamoGraphDeployment option")
+        return dataclasses.replace(opts or cls(), **changes)
+
+
 def plan_dgd(
-    recipe: Recipe,
-    *,
-    namespace: str = "default",
-    image: str | None = None,
-    workers: int = 1,
-    prefill_workers: int = 1,
-    disagg: bool = False,
-    router_mode: str | None = None,
-    hf_token_secret: str | None = "hf-token",
-    progress: Any = None,
+    recipe: Recipe, opts: DgdOptions | None = None, /, *, progress: Any = None, **changes: Any
 ) -> DgdPlan:
-    """The ConfigMap and DynamoGraphDeployment of `recipe`: aggregated (`workers` worker
-    replicas), or `disagg` (`prefill_workers` prefill and `workers` decode replicas)."""
+    """The ConfigMap and DynamoGraphDeployment of `recipe` (DgdOptions: `opts`, or its fields as
+    keyword arguments)."""
     from toolkit.ops.k8s import K8sOptions, k8s_name
+
+    o = DgdOptions.of(opts, **changes)
+    namespace, image, workers, prefill_workers = o.namespace, o.image, o.workers, o.prefill_workers
+    disagg, router_mode, hf_token_secret = o.disagg, o.router_mode, o.hf_token_secret
 
     K8sOptions(namespace=namespace, image=image)  # the same checks as the Triton render
     if prefill_workers != 1 and not disagg:

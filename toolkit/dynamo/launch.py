@@ -15,6 +15,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +27,7 @@ from toolkit.dynamo.plan import (
     SUBDIR,
     SUPERVISOR_MODULE,
     DynamoPlan,
+    DynamoPorts,
     plan_dynamo,
 )
 from toolkit.errors import ServerError, ToolNotFound
@@ -96,9 +98,7 @@ def make_plan(
         backend=built.backend,
         engine_dir=engine_dir,
         model_path=model_path,
-        workers=workers,
-        http_port=http_port,
-        worker_metrics_ports=ports[1:],
+        ports=DynamoPorts(http_port, tuple(ports[1:])),
         router_mode=router_mode,
     )
     if dry_run:
@@ -106,25 +106,36 @@ def make_plan(
     return plan
 
 
+@dataclass(frozen=True)
+class DynamoLaunch:
+    """How `deploy_dynamo` runs a recipe: its backend (None: the recipe's), the workers and the
+    frontend's router mode (None: the recipe's), detached or in the foreground, on free ports or the recipe's, whether
+    to validate, the readiness deadline, and what the supervisor does when a process dies
+    (`on_failure`, as `sdtk deploy --on-failure`)."""
+
+    backend: str | None = None
+    workers: int = 1
+    router_mode: str | None = None  # None: the recipe's serving.dynamo.router_mode
+    detach: bool = False
+    auto_ports: bool = False
+    validate: bool = True
+    ready_timeout: float = 600.0
+    on_failure: str = "restart"
+
+
 def deploy_dynamo(
     recipe: Recipe,
     root: Path,
+    launch: DynamoLaunch,
     *,
-    backend: str | None = None,
-    workers: int = 1,
-    router_mode: str | None = None,
-    detach: bool = False,
-    auto_ports: bool = False,
-    validate: bool = True,
-    ready_timeout: float = 600.0,
-    on_failure: str = "restart",
     progress: Step = quiet,
     save_recipe: Callable[[Recipe, Path], None] | None = None,
     on_ready: Callable[[DynamoPlan, dict[str, Any]], T],
 ) -> T:
     """Start the deployment; once READY and validated, `on_ready(plan, info)` (info: pid,
-    ready_seconds, validation) makes the result returned. Foreground (not `detach`): then serves
-    until Ctrl-C and stops it."""
+    ready_seconds, validation) makes the result returned. Foreground (not `launch.detach`): then
+    serves until Ctrl-C and stops it."""
+    workers, detach, validate = launch.workers, launch.detach, launch.validate
     from toolkit.server.lock import WorkdirLock
     from toolkit.server.ports import PortInUseError, bindable, port_owner
     from toolkit.server.startup import check_workdir_free
@@ -135,10 +146,10 @@ def deploy_dynamo(
         plan = make_plan(
             recipe,
             root,
-            backend=backend,
+            backend=launch.backend,
             workers=workers,
-            router_mode=router_mode,
-            auto_ports=auto_ports,
+            router_mode=launch.router_mode,
+            auto_ports=launch.auto_ports,
             dry_run=False,
             progress=progress,
         )
@@ -149,7 +160,9 @@ def deploy_dynamo(
         atomic_write(root / SUBDIR / PLAN_FILE, json.dumps(plan.to_dict(), indent=2) + "\n")
         with contextlib.suppress(FileNotFoundError):
             (root / SUBDIR / PROCESSES_FILE).unlink()
-        policy = {"restart": "restart", "restart-model": "restart", "stop": "stop"}.get(on_failure, "none")
+        policy = {"restart": "restart", "restart-model": "restart", "stop": "stop"}.get(
+            launch.on_failure, "none"
+        )
         proc = runner.spawn(
             [sys.executable, "-m", SUPERVISOR_MODULE, str(root), "--on-failure", policy],
             log_path=root / "logs" / LOG_NAME,
@@ -162,7 +175,7 @@ def deploy_dynamo(
     t0 = time.monotonic()
     info: dict[str, Any] = {"pid": proc.pid}
     try:
-        wait_ready(plan, root, proc, ready_timeout)
+        wait_ready(plan, root, proc, launch.ready_timeout)
         info["ready_seconds"] = round(time.monotonic() - t0, 2)
         _update(root, proc.pid, status="ready", validation="pending" if validate else "skipped")
         progress(f"ready in {info['ready_seconds']:.1f}s: {plan.http_url}/v1 (model '{plan.model}')")

@@ -57,6 +57,15 @@ class Proc:
         return (env + " " if env else "") + shlex.join(self.argv)
 
 
+@dataclass(frozen=True)
+class DynamoPorts:
+    """The frontend's HTTP port and one metrics port per worker: as many workers as ports (only
+    the reference workers serve their metrics)."""
+
+    http: int
+    worker_metrics: tuple[int, ...]
+
+
 @dataclass
 class DynamoPlan:
     recipe: str
@@ -151,16 +160,16 @@ def plan_dynamo(
     backend: str,
     engine_dir: Path,
     model_path: Path | str,
-    workers: int,
-    http_port: int,
-    worker_metrics_ports: list[int],
+    ports: DynamoPorts,
     router_mode: str | None = None,
     python: str = sys.executable,
 ) -> DynamoPlan:
-    """The frontend and `workers` workers of `recipe`'s deployment in `root`; the router is
-    `router_mode`, or the recipe's (serving.dynamo.router_mode) when None. With `kv`, every
-    worker publishes KV events (sdtk's: `--publish-kv-events`, toolkit.dynamo.kvevents;
+    """The frontend and workers of `recipe`'s deployment in `root`, one worker per metrics port;
+    the router is `router_mode`, or the recipe's (serving.dynamo.router_mode) when None. With
+    `kv`, every worker publishes KV events (sdtk's: `--publish-kv-events`, toolkit.dynamo.kvevents;
     `dynamo.trtllm --publish-kv-events`, `dynamo/trtllm/backend_args.py` 179-190)."""
+    http_port, worker_metrics_ports = ports.http, ports.worker_metrics
+    workers = len(worker_metrics_ports)
     if workers < 1:
         raise UsageError(f"--workers must be at least 1, not {workers}")
     router_mode = router_mode_of(recipe, router_mode)
@@ -201,33 +210,7 @@ def plan_dynamo(
         wname = f"worker-{i}"
         if backend == "reference":
             port = worker_metrics_ports[i]
-            argv = [
-                python,
-                "-m",
-                WORKER_MODULE,
-                "--engine-dir",
-                str(engine_dir),
-                "--model-path",
-                str(model_path),
-                "--served-model-name",
-                name,
-                "--namespace",
-                NAMESPACE,
-                "--worker-name",
-                wname,
-                "--max-batch-size",
-                str(recipe.build.max_batch_size),
-                "--max-seq-len",
-                str(recipe.build.max_seq_len),
-                "--metrics-port",
-                str(port),
-            ]
-            if not recipe.serving.add_special_tokens:
-                argv.append("--no-add-special-tokens")
-            if router_mode == "kv":
-                argv.append("--publish-kv-events")
-            if not _has_chat_template(Path(model_path)):
-                argv += ["--chat-template", str(TEMPLATE)]
+            argv = _reference_argv(python, recipe, engine_dir, model_path, name, wname, port)
             metrics = f"http://{LOOPBACK}:{port}/metrics"
         else:
             engine_yaml = str(engine_dir / "extra_llm_api_options.yaml")
@@ -244,9 +227,9 @@ def plan_dynamo(
                 "--namespace",
                 NAMESPACE,
             ]
-            if router_mode == "kv":
-                argv.append("--publish-kv-events")
             metrics = ""
+        if router_mode == "kv":
+            argv.append("--publish-kv-events")
         procs.append(Proc(wname, argv, env, str(logs / f"dynamo-{wname}.log"), metrics))
     notes = [f"caches and file discovery under {root / SUBDIR}; {NOT_LOOPBACK}"]
     if backend != "reference":
@@ -268,6 +251,38 @@ def plan_dynamo(
         engine_yaml=engine_yaml,
         notes=notes,
     )
+
+
+def _reference_argv(
+    python: str, recipe: Any, engine_dir: Path, model_path: Path | str, name: str, wname: str, port: int
+) -> list[str]:
+    """sdtk's reference worker (toolkit.dynamo.worker) serving `engine_dir` as `name`."""
+    argv = [
+        python,
+        "-m",
+        WORKER_MODULE,
+        "--engine-dir",
+        str(engine_dir),
+        "--model-path",
+        str(model_path),
+        "--served-model-name",
+        name,
+        "--namespace",
+        NAMESPACE,
+        "--worker-name",
+        wname,
+        "--max-batch-size",
+        str(recipe.build.max_batch_size),
+        "--max-seq-len",
+        str(recipe.build.max_seq_len),
+        "--metrics-port",
+        str(port),
+    ]
+    if not recipe.serving.add_special_tokens:
+        argv.append("--no-add-special-tokens")
+    if not _has_chat_template(Path(model_path)):
+        argv += ["--chat-template", str(TEMPLATE)]
+    return argv
 
 
 def _has_chat_template(model_path: Path) -> bool:

@@ -36,6 +36,21 @@ def _check(name: str, status: Status, value: str, detail: str = "", hint: str | 
     return Check(name, status, detail, hint, value)
 
 
+@dataclass(frozen=True)
+class SpeculationProbe:
+    """The request `check_deployment` sends to see speculation at work: `prompt`, `max_tokens`,
+    the draft tokens per step to ask for (`num_draft_tokens`; None: the deployment's), the
+    deployment's draft length when known (`draft_len`, for the acceptance length), whether
+    speculation is expected (`expect`: False for a baseline deployment), and its `timeout`."""
+
+    prompt: str = PROBE_PROMPT
+    max_tokens: int = 32
+    num_draft_tokens: int | None = 4
+    draft_len: int | None = None
+    expect: bool = True
+    timeout: float = 120.0
+
+
 @dataclass
 class HealthReport:
     url: str
@@ -102,16 +117,11 @@ def check_deployment(
     *,
     metrics_url: str | None = None,
     timeout: float = 5.0,
-    probe: bool = True,
-    probe_timeout: float = 120.0,
-    prompt: str = PROBE_PROMPT,
-    max_tokens: int = 32,
-    num_draft_tokens: int | None = 4,
-    draft_len: int | None = None,
-    expect_speculation: bool = True,
+    probe: SpeculationProbe | None = SpeculationProbe(),
     client: Any = None,
 ) -> HealthReport:
     """Check a deployment at `url` (its HTTP endpoint) serving `model`; see the module docstring.
+    `probe`: the speculation probe's request (None: no probe).
 
     Raises UsageError for a malformed URL and ServerError (ServerUnreachable) when nothing answers.
     """
@@ -187,22 +197,12 @@ def check_deployment(
     add(_check_metrics(murl, timeout))
 
     # 6. speculation
-    if not probe:
+    if probe is None:
         add(_check("speculation", SKIP, "not probed", "probe disabled"))
     elif not model_ready:
         add(_check("speculation", SKIP, "not probed", f"model '{model}' is not ready"))
     else:
-        check, spec = _check_speculation(
-            base,
-            model,
-            client=client,
-            timeout=probe_timeout,
-            prompt=prompt,
-            max_tokens=max_tokens,
-            num_draft_tokens=num_draft_tokens,
-            draft_len=draft_len,
-            expect=expect_speculation,
-        )
+        check, spec = _check_speculation(base, model, client, probe)
         add(check)
         report.speculation = spec
     report.verdict = _verdict(report)
@@ -288,17 +288,10 @@ def _check_metrics(murl: str, timeout: float) -> Check:
 
 
 def _check_speculation(
-    base: str,
-    model: str,
-    *,
-    client: Any,
-    timeout: float,
-    prompt: str,
-    max_tokens: int,
-    num_draft_tokens: int | None,
-    draft_len: int | None,
-    expect: bool,
+    base: str, model: str, client: Any, probe: SpeculationProbe
 ) -> tuple[Check, dict[str, Any] | None]:
+    timeout, prompt, max_tokens = probe.timeout, probe.prompt, probe.max_tokens
+    num_draft_tokens, draft_len, expect = probe.num_draft_tokens, probe.draft_len, probe.expect
     from toolkit.ops import spec_metrics as sm
     from toolkit.ops.monitor import probe_request_params
 

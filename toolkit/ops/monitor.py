@@ -229,6 +229,18 @@ def probe_request_params(inputs: dict[str, str], num_draft_tokens: int | None) -
     return params
 
 
+@dataclass(frozen=True)
+class ProbeRequest:
+    """The request a Monitor sends each time: `prompt`, `max_tokens`, the draft tokens per step to
+    ask for (`num_draft_tokens`; None: the deployment's), and the deployment's draft length when
+    known (`draft_len`, for the acceptance length)."""
+
+    prompt: str = DEFAULT_PROMPT
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    num_draft_tokens: int | None = 4
+    draft_len: int | None = None
+
+
 class Monitor:
     """Probe one model every `interval` seconds and record acceptance in `metrics`."""
 
@@ -239,10 +251,7 @@ class Monitor:
         model: str = "ensemble",
         metrics: SpecMetrics | None = None,
         interval: float = DEFAULT_INTERVAL_S,
-        prompt: str = DEFAULT_PROMPT,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
-        num_draft_tokens: int | None = 4,
-        draft_len: int | None = None,
+        request: ProbeRequest = ProbeRequest(),
         protocol: str = "http",
         timeout: float = 60.0,
         client: Any = None,
@@ -253,10 +262,10 @@ class Monitor:
         self.model = model
         self.metrics = metrics or SpecMetrics()
         self.interval = interval
-        self.prompt = prompt
-        self.max_tokens = max_tokens
-        self.num_draft_tokens = num_draft_tokens
-        self.draft_len = draft_len
+        self.prompt = request.prompt
+        self.max_tokens = request.max_tokens
+        self.num_draft_tokens = request.num_draft_tokens
+        self.draft_len = request.draft_len
         if client is None:
             from toolkit.client import TritonClient
 
@@ -312,37 +321,18 @@ class Monitor:
 
 
 def run_monitor(
-    url: str,
+    monitor: Monitor,
     *,
     port: int = DEFAULT_PORT,
     addr: str = "0.0.0.0",
-    model: str = "ensemble",
-    interval: float = DEFAULT_INTERVAL_S,
-    prompt: str = DEFAULT_PROMPT,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    num_draft_tokens: int | None = 4,
-    draft_len: int | None = None,
-    protocol: str = "http",
     stop: threading.Event | None = None,
     iterations: int | None = None,
     on_start: Callable[[MetricsServer], None] | None = None,
     on_probe: Callable[[ProbeResult], None] | None = None,
 ) -> int:
-    """`sdtk monitor`: serve /metrics on `addr:port` and probe `model` at `url` every `interval`
-    seconds until `stop` is set (Ctrl-C in the CLI) or `iterations` probes ran."""
-    metrics = SpecMetrics()
-    monitor = Monitor(
-        url,
-        model=model,
-        metrics=metrics,
-        interval=interval,
-        prompt=prompt,
-        max_tokens=max_tokens,
-        num_draft_tokens=num_draft_tokens,
-        draft_len=draft_len,
-        protocol=protocol,
-    )
-    server = metrics.serve(port, addr)
+    """`sdtk monitor`: serve the monitor's /metrics on `addr:port` and probe every `interval`
+    seconds until `stop` is set (Ctrl-C in the CLI) or `iterations` probes ran; closes `monitor`."""
+    server = monitor.metrics.serve(port, addr)
     try:
         if on_start is not None:
             on_start(server)

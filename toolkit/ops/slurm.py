@@ -29,6 +29,7 @@ early if the launcher died, and prints the last 50 log lines on failure.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from toolkit import __version__
 from toolkit._fs import atomic_write
 from toolkit.containers import ngc_tritonserver
-from toolkit.errors import UsageError
+from toolkit.errors import UsageError, check_names
 from toolkit.ops.layout import Topology, entry_model, launch_argv, plan_topology, rank_commands
 from toolkit.ops.templating import render, shell_join, var
 from toolkit.server.workdir import REPO_SUBDIR
@@ -74,55 +75,88 @@ class SlurmPlan:
 _TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$")
 
 
-def plan_slurm(
-    recipe: Recipe,
-    *,
-    workdir: str | Path,
-    gpus_per_node: int = 8,
-    container_image: str | None = None,
-    container_mounts: list[str] | None = None,
-    launcher: Launcher | None = None,
-    tritonserver: str | None = None,
-    partition: str | None = None,
-    account: str | None = None,
-    time_limit: str = "04:00:00",
-    job_name: str | None = None,
-    exclusive: bool = True,
-    ready_timeout_s: int = 3600,
-    trtllm_version: str | None = None,
-) -> SlurmPlan:
-    """Everything `render_slurm` writes, without writing it."""
-    workdir = str(workdir)
-    # #SBATCH lines are read by sbatch, not by bash: quoting cannot protect them, so refuse newlines.
-    check_line(workdir, "--workdir")
-    for what, value in (("--job-name", job_name), ("--partition", partition), ("--account", account),
-                        ("--container-image", container_image), ("--tritonserver", tritonserver)):  # fmt: skip
-        if value is not None:
-            check_line(value, what)
-    check_line(recipe.display_name, "the recipe name")
-    if not workdir.startswith("/"):
-        raise UsageError(
-            f"--workdir {workdir} must be an absolute path on a filesystem all nodes share",
-            hint="e.g. --workdir /lustre/$USER/sdtk",
-        )
-    if not _TIME.match(time_limit):
-        raise UsageError(f"--time '{time_limit}' is not a Slurm time such as 04:00:00 or 1-00:00:00")
-    how: str = launcher or ("srun" if container_image else "mpirun")
-    if how not in ("srun", "mpirun"):
-        raise UsageError(f"launcher must be srun or mpirun, got '{how}'")
-    if container_image and how == "mpirun":
-        raise UsageError(
-            "--container-image runs tasks through srun (pyxis); mpirun cannot start ranks inside it",
-            hint="drop --how mpirun, or drop --container-image to run on bare metal",
-        )
+@dataclass(frozen=True)
+class SlurmOptions:
+    """How the sbatch script runs a recipe: `workdir` (required: an absolute path on a filesystem
+    all nodes share), the nodes' GPUs, the container (pyxis) or bare metal, the launcher (srun or
+    mpirun; default srun with a container image), the job's #SBATCH settings, the readiness
+    deadline, and the TensorRT-LLM version (default: the container image's)."""
+
+    workdir: str | Path = ""
+    gpus_per_node: int = 8
+    container_image: str | None = None
+    container_mounts: tuple[str, ...] | list[str] | None = None
+    launcher: Launcher | None = None
+    tritonserver: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    time_limit: str = "04:00:00"
+    job_name: str | None = None
+    exclusive: bool = True
+    ready_timeout_s: int = 3600
+    trtllm_version: str | None = None
+
+    @classmethod
+    def of(cls, opts: SlurmOptions | None = None, /, **changes: Any) -> SlurmOptions:
+        """`opts` (default: the defaults) with `changes`; an unknown name is a UsageError."""
+        check_names(changes, (f.name for f in dataclasses.fields(cls)), "Slurm option")
+        return dataclasses.replace(opts or cls(), **changes)
+
+    def launcher_for(self, recipe: Recipe) -> str:
+        """The launcher after every check (UsageError naming the flag otherwise)."""
+        workdir = str(self.workdir)
+        # #SBATCH lines are read by sbatch, not by bash: quoting cannot protect them, so refuse newlines.
+        check_line(workdir, "--workdir")
+        for what, value in (("--job-name", self.job_name), ("--partition", self.partition),
+                            ("--account", self.account), ("--container-image", self.container_image),
+                            ("--tritonserver", self.tritonserver)):  # fmt: skip
+            if value is not None:
+                check_line(value, what)
+        check_line(recipe.display_name, "the recipe name")
+        if not workdir.startswith("/"):
+            raise UsageError(
+                f"--workdir {workdir} must be an absolute path on a filesystem all nodes share",
+                hint="e.g. --workdir /lustre/$USER/sdtk",
+            )
+        if not _TIME.match(self.time_limit):
+            raise UsageError(f"--time '{self.time_limit}' is not a Slurm time such as 04:00:00 or 1-00:00:00")
+        how: str = self.launcher or ("srun" if self.container_image else "mpirun")
+        if how not in ("srun", "mpirun"):
+            raise UsageError(f"launcher must be srun or mpirun, got '{how}'")
+        if self.container_image and how == "mpirun":
+            raise UsageError(
+                "--container-image runs tasks through srun (pyxis); mpirun cannot start ranks inside it",
+                hint="drop --how mpirun, or drop --container-image to run on bare metal",
+            )
+        return how
+
+
+@dataclass
+class _Tasks:
+    """What Slurm starts: the step kind (_srun_step), each task's command, the srun argv, the
+    tasks per node, and the notes that explain it."""
+
+    step: str
+    ranks: list[list[str]]
+    srun: list[str]
+    per_node: int
+    notes: list[str]
+
+
+def plan_slurm(recipe: Recipe, opts: SlurmOptions | None = None, /, **changes: Any) -> SlurmPlan:
+    """Everything `render_slurm` writes, without writing it. `opts`, or its fields as keyword
+    arguments (`plan_slurm(recipe, workdir="/lustre/w")`)."""
+    o = SlurmOptions.of(opts, **changes)
+    how = o.launcher_for(recipe)
+    workdir = str(o.workdir)
     from toolkit.containers import images
 
-    version = trtllm_version or (images.trtllm_version_of(container_image) if container_image else None)
-    topo = plan_topology(recipe, gpus_per_node=gpus_per_node, trtllm_version=version)
+    version = o.trtllm_version or (images.trtllm_version_of(o.container_image) if o.container_image else None)
+    topo = plan_topology(recipe, gpus_per_node=o.gpus_per_node, trtllm_version=version)
     recipe_name = recipe.display_name
     sv = recipe.serving
     repo = f"{workdir.rstrip('/')}/{recipe_name}/{REPO_SUBDIR}"
-    exe = tritonserver or (ngc_tritonserver() if container_image else "tritonserver")
+    exe = o.tritonserver or (ngc_tritonserver() if o.container_image else "tritonserver")
     argv = launch_argv(
         topo,
         model_repo=repo,
@@ -133,6 +167,51 @@ def plan_slurm(
     )
     if how == "mpirun" and argv[0] != "mpirun":
         how = "direct"  # one rank: a plain tritonserver, as the local how runs it
+    tasks = _tasks(topo, argv, how, o)
+    if sv.host not in ("0.0.0.0", "::"):
+        tasks.notes.append(
+            f"serving.host {sv.host} is ignored: Triton binds all interfaces of the first node"
+        )
+    rank_cmds = [shell_join(r, indent="     ") for r in tasks.ranks]
+    script = render(
+        "slurm.sbatch.j2",
+        sdtk_version=__version__,
+        recipe_name=recipe_name,
+        layout_line=f"{topo.nodes} node(s) × {topo.ranks_per_node} rank(s), {topo.gpus_in_node} GPU(s) per node, "
+        f"backend {topo.backend}",
+        launcher_line=how + (f" in {o.container_image} (pyxis)" if o.container_image else ""),
+        backend_why=topo.why,
+        job_name=o.job_name or f"sdtk-{recipe_name}",
+        nodes=topo.nodes,
+        ranks_per_node=tasks.per_node,
+        gpus_per_node=topo.gpus_in_node,
+        time_limit=o.time_limit,
+        # Slurm does not create the --output directory: use the workdir, which must exist.
+        log_dir=workdir.rstrip("/"),
+        exclusive=o.exclusive,
+        partition=o.partition,
+        account=o.account,
+        workdir=workdir,
+        repo=repo,
+        http_port=sv.http_port,
+        grpc_port=sv.grpc_port,
+        metrics_port=sv.metrics_port,
+        model_name=entry_model(recipe, topo.backend),
+        ready_timeout_s=o.ready_timeout_s,
+        env=topo.launch.env,
+        launcher=how,
+        ranks=len(tasks.ranks),
+        step=tasks.step,
+        rank_cmds=rank_cmds,
+        rank_tag=heredoc_tag("\n".join(rank_cmds), "RANKS"),
+        srun_cmd=shell_join(tasks.srun),
+        command=shell_join(argv),
+    )
+    return SlurmPlan(recipe_name, topo, how, argv, tasks.ranks, script, tasks.notes)
+
+
+def _tasks(topo: Topology, argv: list[str], how: str, o: SlurmOptions) -> _Tasks:
+    """The Slurm tasks that run the launch `argv` (see the module docstring)."""
     notes = list(topo.notes)
     step = _srun_step(topo) if how == "srun" else "ranks"
     tasks_per_node = topo.ranks_per_node
@@ -155,50 +234,12 @@ def plan_slurm(
     else:
         ranks = rank_commands(argv)
         srun = ["srun", "--mpi=pmix", f"--nodes={topo.nodes}", f"--ntasks-per-node={tasks_per_node}"]
-    if container_image:
-        mounts = [f"{workdir}:{workdir}", *(container_mounts or [])]
-        srun += [f"--container-image={container_image}", f"--container-mounts={','.join(mounts)}"]
+    if o.container_image:
+        workdir = str(o.workdir)
+        mounts = [f"{workdir}:{workdir}", *(o.container_mounts or [])]
+        srun += [f"--container-image={o.container_image}", f"--container-mounts={','.join(mounts)}"]
     srun += ["bash", var("RANK_SCRIPT")]
-    srun_cmd = shell_join(srun)
-    if sv.host not in ("0.0.0.0", "::"):
-        notes.append(f"serving.host {sv.host} is ignored: Triton binds all interfaces of the first node")
-    name = job_name or f"sdtk-{recipe_name}"
-    rank_cmds = [shell_join(r, indent="     ") for r in ranks]
-    script = render(
-        "slurm.sbatch.j2",
-        sdtk_version=__version__,
-        recipe_name=recipe_name,
-        layout_line=f"{topo.nodes} node(s) × {topo.ranks_per_node} rank(s), {topo.gpus_in_node} GPU(s) per node, "
-        f"backend {topo.backend}",
-        launcher_line=how + (f" in {container_image} (pyxis)" if container_image else ""),
-        backend_why=topo.why,
-        job_name=name,
-        nodes=topo.nodes,
-        ranks_per_node=tasks_per_node,
-        gpus_per_node=topo.gpus_in_node,
-        time_limit=time_limit,
-        # Slurm does not create the --output directory: use the workdir, which must exist.
-        log_dir=workdir.rstrip("/"),
-        exclusive=exclusive,
-        partition=partition,
-        account=account,
-        workdir=workdir,
-        repo=repo,
-        http_port=sv.http_port,
-        grpc_port=sv.grpc_port,
-        metrics_port=sv.metrics_port,
-        model_name=entry_model(recipe, topo.backend),
-        ready_timeout_s=ready_timeout_s,
-        env=topo.launch.env,
-        launcher=how,
-        ranks=len(ranks),
-        step=step,
-        rank_cmds=rank_cmds,
-        rank_tag=heredoc_tag("\n".join(rank_cmds), "RANKS"),
-        srun_cmd=srun_cmd,
-        command=shell_join(argv),
-    )
-    return SlurmPlan(recipe_name, topo, how, argv, ranks, script, notes)
+    return _Tasks(step, ranks, srun, tasks_per_node, notes)
 
 
 def _srun_step(topo: Topology) -> str:
@@ -213,7 +254,7 @@ def _srun_step(topo: Topology) -> str:
 
 def render_slurm(recipe: Recipe, *, out_dir: Path | str, **options: Any) -> list[Path]:
     """Write `<out_dir>/<recipe>.sbatch` (submit with `sbatch`); returns the files written.
-    `options` are plan_slurm's (workdir is required)."""
+    `options` are SlurmOptions fields (workdir is required)."""
     return write_slurm(plan_slurm(recipe, **options), out_dir)
 
 

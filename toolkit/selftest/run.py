@@ -19,7 +19,7 @@ from toolkit.bench.api import bench
 from toolkit.build import build
 from toolkit.build.llmapi import schema_for
 from toolkit.containers.images import DEFAULT_TRTLLM
-from toolkit.deploy import deploy
+from toolkit.deploy import DeployOptions, deploy
 from toolkit.errors import UsageError
 from toolkit.modes import DRAFT_TARGET, EAGLE3, LOOKAHEAD, LOOKAHEAD_FIELDS, MEDUSA, NGRAM, info
 from toolkit.modes.core import ENGINE_DEPRECATION, ENGINE_REMOVAL
@@ -33,7 +33,7 @@ from toolkit.selftest.checkpoints import (
     make_checkpoints,
 )
 from toolkit.server.state import server_status, stop_server
-from toolkit.validate import validate_deployment
+from toolkit.validate import ValidateOptions, validate_deployment
 
 STEPS = ("build", "deploy", "validate", "bench", "stop")
 # The TensorRT-LLM the CPU twin stands in for without TensorRT-LLM: the one the newest verified NGC
@@ -196,20 +196,18 @@ def _tail(e: BaseException) -> str:
 def run_mode(
     mode: str,
     backend: str,
-    paths: dict[str, Path],
+    recipe: Any,
     workdir: Path,
     *,
-    version: str | None,
     baseline_url: str | None = None,
     bench_requests: int = 2,
     keep: bool = False,
     progress: prog.Step,
 ) -> tuple[ModeResult, Any]:
-    """Build → deploy → validate → bench → stop one mode. Returns the result and, with `keep`, the
-    running deployment (the baseline others validate against)."""
+    """Build → deploy → validate → bench → stop one mode (`recipe`: its selftest_recipe). Returns
+    the result and, with `keep`, the running deployment (the baseline others validate against)."""
     res = ModeResult(mode, backend)
     t0 = time.monotonic()
-    recipe = selftest_recipe(mode, backend, paths, version)
     deployed = None
     step = "build"
     try:
@@ -219,7 +217,9 @@ def run_mode(
         step = "deploy"
         progress(f"{mode} ({backend}): deploy")
         deployed = deploy(
-            recipe, workdir=workdir, detach=True, auto_ports=True, validate=False, progress=prog.quiet
+            recipe,
+            DeployOptions(workdir=workdir, detach=True, auto_ports=True, validate=False),
+            progress=prog.quiet,
         )
         res.steps["deploy"] = "passed"
         res.details["ready_seconds"] = deployed.ready_seconds
@@ -232,9 +232,7 @@ def run_mode(
             grpc_url=deployed.grpc_url,
             model=deployed.model,
             recipe=recipe,
-            prompts=PROMPTS,
-            max_tokens=VALIDATE_TOKENS,
-            baseline_url=baseline_url,
+            options=ValidateOptions(prompts=PROMPTS, max_tokens=VALIDATE_TOKENS, baseline_url=baseline_url),
             progress=None,
         )
         res.details["validation"] = report.to_dict()
@@ -344,9 +342,8 @@ def selftest(
                 res, kept = run_mode(
                     mode,
                     backend,
-                    paths,
+                    selftest_recipe(mode, backend, paths, version),
                     root / "work",
-                    version=version,
                     baseline_url=base.http_url if (needs_url and base is not None) else None,
                     bench_requests=bench_requests,
                     keep=mode == "none" and not _reference(backend),

@@ -23,20 +23,20 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from toolkit import log, runner
-from toolkit.errors import ServerError, ToolNotFound, did_you_mean
+from toolkit.errors import ServerError, ToolNotFound
 from toolkit.server import logscan, procs
 from toolkit.server.discover import Candidate, choose_tritonserver
 from toolkit.server.embedded import is_embedded, prepare_embedded
 from toolkit.server.foreground import LogFollower, signals_ignored, signals_interrupt
 from toolkit.server.lock import WorkdirLock
 from toolkit.server.plan import LaunchPlan, LaunchSite
-from toolkit.server.ports import PORT_FIELDS, PortInUseError, Ports, auto_ports, check_free
+from toolkit.server.ports import PortInUseError, Ports, auto_ports, check_free
 from toolkit.server.record import REPO_KEY_HEADER, connect_host
 from toolkit.server.startup import (
     Health,
@@ -74,52 +74,67 @@ STUB_DEATH_GRACE_S = 1.0
 _PORT_RETRIES = 3  # with auto_ports, relaunch on a port lost to a race
 
 
+@dataclass(frozen=True)
+class ServerSite:
+    """Where one local tritonserver runs and how it is started: its repository, address, binary,
+    log and flags. The launch's facts are the plan's (LaunchPlan); `TritonServer.site()` makes the
+    plan's LaunchSite of both (with the ports and prefix chosen at start)."""
+
+    model_repo: Path | str
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    tritonserver: Path | str | Candidate | None = None  # None: flag, $TRITONSERVER, PATH, NGC, embedded
+    log_path: Path | str | None = None  # default <workdir>/logs/tritonserver.log
+    extra_args: tuple[str, ...] = ()
+    log_verbose: int = 0
+    exit_timeout_s: int | None = 10
+    disable_auto_complete_config: bool = False
+
+
+_SITE_FIELDS = tuple(f.name for f in fields(ServerSite))
+
+
 class TritonServer:
     """One tritonserver process (or an `mpirun` of several ranks) with its ports, log and state.
 
-    Build it from plain values or from a recipe's `serving` section (`from_serving`). Nothing
-    happens until `start()` (or `with`): the constructor has no side effects.
+    Build it from a ServerSite and a LaunchPlan, or from a recipe's `serving` section
+    (`from_serving`). Nothing happens until `start()` (or `with`): the constructor has no side effects.
     """
 
     def __init__(
         self,
-        model_repo: Path | str,
+        site: ServerSite | Path | str,
+        plan: LaunchPlan | None = None,
         *,
         workdir: Path | str,
         model_name: str = "ensemble",
-        host: str = "127.0.0.1",
-        http_port: int = 8000,
-        grpc_port: int = 8001,
-        metrics_port: int = 8002,
         auto_ports: bool = False,
-        tritonserver: Path | str | Candidate | None = None,
-        log_path: Path | str | None = None,
-        extra_args: Sequence[str] = (),
-        log_verbose: int = 0,
-        exit_timeout_s: int | None = 10,
-        disable_auto_complete_config: bool = False,
-        plan: LaunchPlan | None = None,
         env: Mapping[str, str] | None = None,
         echo: TextIO | None = None,
         ready_timeout: float = DEFAULT_READY_TIMEOUT,
     ):
-        self.model_repo = Path(model_repo).expanduser().absolute()
+        """`site`: where it runs (a bare path: that repository with the defaults); `plan`: the
+        launch's facts (ranks, orchestrator mode, memory pools, env; default one process)."""
+        site = site if isinstance(site, ServerSite) else ServerSite(site)
+        self.model_repo = Path(site.model_repo).expanduser().absolute()
         self.workdir = Path(workdir).expanduser().absolute()
         self.model_name = model_name
-        self.host = host
-        self.ports = Ports(http_port, grpc_port, metrics_port)
+        self.host = site.host
+        self.ports = Ports(site.http_port, site.grpc_port, site.metrics_port)
         self.auto_ports = auto_ports
-        self._tritonserver = tritonserver
-        self.log_path = Path(log_path).absolute() if log_path else default_log_path(self.workdir)
-        self.extra_args = list(extra_args)
-        self.log_verbose = log_verbose
+        self._tritonserver = site.tritonserver
+        self.log_path = Path(site.log_path).absolute() if site.log_path else default_log_path(self.workdir)
+        self.extra_args = list(site.extra_args)
+        self.log_verbose = site.log_verbose
         # SDTK_EXIT_TIMEOUT_S shortens a stop that waits on requests Triton 2.51 still counts as
         # in flight after an ensemble request was cancelled (docs/runbooks/troubleshooting.md).
         env_exit = os.environ.get(EXIT_TIMEOUT_ENV, "").strip()
         self.exit_timeout_s = (
-            int(env_exit) if env_exit.isdigit() and exit_timeout_s is not None else exit_timeout_s
+            int(env_exit) if env_exit.isdigit() and site.exit_timeout_s is not None else site.exit_timeout_s
         )
-        self.disable_auto_complete_config = disable_auto_complete_config
+        self.disable_auto_complete_config = site.disable_auto_complete_config
         # ranks, orchestrator mode, memory pools, env (toolkit.server.plan); default one process
         self.plan = plan if plan is not None else LaunchPlan()
         self.env_overrides = dict(env or {})
@@ -172,22 +187,36 @@ class TritonServer:
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> TritonServer:
         values = LaunchPlan.spec_values(spec)  # the plan as a LaunchPlan (older specs' loose keys too)
-        return cls(values.pop("model_repo"), **values)
+        site = {k: values.pop(k) for k in _SITE_FIELDS if k in values}
+        site["extra_args"] = tuple(site.get("extra_args", ()))
+        return cls(ServerSite(**site), values.pop("plan"), **values)
 
     @classmethod
     def from_serving(
-        cls, serving: Any, model_repo: Path | str, *, workdir: Path | str, **kwargs: Any
+        cls,
+        serving: Any,
+        model_repo: Path | str,
+        *,
+        workdir: Path | str,
+        plan: LaunchPlan | None = None,
+        model_name: str | None = None,
+        tritonserver: Path | str | Candidate | None = None,
+        auto_ports: bool = False,
+        log_verbose: int = 0,
     ) -> TritonServer:
-        """From a recipe's `serving` section (host, ports, model_name); kwargs override."""
-        values = dict(
+        """From a recipe's `serving` section (host, ports, model_name); `model_name` overrides."""
+        site = ServerSite(
+            model_repo,
             host=serving.host,
             http_port=serving.http_port,
             grpc_port=serving.grpc_port,
             metrics_port=serving.metrics_port,
-            model_name=serving.model_name,
+            tritonserver=tritonserver,
+            log_verbose=log_verbose,
         )
-        values.update(kwargs)
-        return cls(model_repo, workdir=workdir, **values)
+        return cls(
+            site, plan, workdir=workdir, model_name=model_name or serving.model_name, auto_ports=auto_ports
+        )
 
     # ------------------------------------------------------------------ facts
 
@@ -457,123 +486,21 @@ class TritonServer:
         except (urllib.error.URLError, OSError, ValueError):
             return None
 
-    def _fail(self, reason: str, message: str, elapsed: float, hint: str | None) -> ServerStartError:
-        errors = logscan.startup_errors_in(self.log_path)
-        if errors:
-            message += ": " + "; ".join(errors)
-        if hint is None:
-            if any("already in use" in m for m in errors):
-                hint = "a port is taken: " + ", ".join(
-                    f"{k} → {PORT_FIELDS[k][0]}" for k, _ in self.ports.items()
-                )
-            elif errors:
-                hint = (
-                    f"Triton could not load the model repository {self.model_repo}; full log: {self.log_path}"
-                )
-            else:
-                hint = f"see the server log: {self.log_path}"
-        return ServerStartError(
-            message,
-            reason=reason,
-            pid=self.pid,
-            elapsed=elapsed,
-            returncode=self.returncode,
-            errors=errors,
-            log_tail=logscan.tail(self.log_path),
-            log_path=self.log_path,
-            hint=hint,
-        )
-
     def wait_ready(
         self, timeout: float | None = None, model: str | None = None, interval: float = 0.25
     ) -> Health:
         """Poll until live + ready + `model` ready, the process exits, or `timeout` passes.
 
-        Raises ServerStartError with Triton's own load errors, elapsed time, pid, and the log tail.
+        Raises ServerStartError with Triton's own load errors, elapsed time, pid, and the log tail
+        (toolkit.server.readiness).
         """
+        from toolkit.server.readiness import wait_ready
+
         if self._proc is None:
             raise ServerError("the server was never started")
-        timeout = self.ready_timeout if timeout is None else timeout
-        model = model or self.model_name
-        t0 = time.monotonic()
-        deadline = t0 + timeout
-        health = Health(False, False, False)
-        next_index_check = 0.0
-        while True:
-            rc = self._proc.poll()
-            elapsed = time.monotonic() - t0
-            if rc is not None:
-                raise self._fail(
-                    "exited",
-                    f"tritonserver exited with code {rc} {elapsed:.1f}s after launch "
-                    f"(pid {self._proc.pid}) before it was ready",
-                    elapsed,
-                    None,
-                )
-            health = Health(False, False, False)
-            if http_ok(f"{self.http_url}/v2/health/live", 1.0):
-                ready = http_ok(f"{self.http_url}/v2/health/ready", 1.0)
-                model_ready = http_ok(f"{self.http_url}/v2/models/{model}/ready", 1.0)
-                health = Health(True, ready, model_ready)
-                if health.ok:
-                    return health
-                if time.monotonic() >= next_index_check:
-                    next_index_check = time.monotonic() + 2.0
-                    self._check_index(model, elapsed)
-            self._check_stub_launch(elapsed)
-            if time.monotonic() >= deadline:
-                raise self._fail(
-                    "timeout",
-                    f"tritonserver (pid {self._proc.pid}) was not ready after {timeout:.0f}s "
-                    f"(live={health.live}, ready={health.ready}, model '{model}' ready={health.model_ready})",
-                    elapsed,
-                    f"loading large engines can take minutes: raise the readiness timeout, "
-                    f"or see the log {self.log_path}",
-                )
-            time.sleep(interval)
-
-    def _check_stub_launch(self, elapsed: float) -> None:
-        """A Python backend stub that bash could not start: Triton would wait for it for minutes
-        (until its stub timeout, or our ready timeout); the log says so at once."""
-        failures = logscan.stub_launch_failures(logscan.tail(self.log_path, 400))
-        if failures:
-            raise self._fail(
-                "stub_failed",
-                f"a Python backend stub could not be started {elapsed:.1f}s after launch "
-                f"(pid {self.pid}): {failures[0]}",
-                elapsed,
-                "Triton's Python backend starts each stub with `bash -c` on unquoted paths "
-                "(python_backend src/stub_launcher.cc): check that the paths of the model "
-                f"repository and backends have no spaces, quotes or non-ASCII; full log: {self.log_path}",
-            )
-
-    def _check_index(self, model: str, elapsed: float) -> None:
-        """The server is live but `model` is not ready. In the default model-control mode
-        Triton answers only after loading, so a missing model, or one UNAVAILABLE with a
-        reason (it failed to load and --exit-on-error=false kept the server up), is final.
-        """
-        index = self.repository_index()
-        if index is None:
-            return
-        names = sorted({m.get("name", "") for m in index})
-        if model not in names:
-            guess = did_you_mean(model, names)
-            raise self._fail(
-                "missing_model",
-                f"model '{model}' is not in the model repository {self.model_repo} "
-                f"(it has: {', '.join(names) or 'nothing'})",
-                elapsed,
-                f"did you mean '{guess}'? (serving.model_name)" if guess else "check serving.model_name",
-            )
-        for m in index:
-            if m.get("name") == model and m.get("state") == "UNAVAILABLE" and m.get("reason"):
-                raise self._fail(
-                    "load_failed",
-                    f"model '{model}' failed to load ({m['reason']}) {elapsed:.1f}s after launch "
-                    f"(pid {self.pid})",
-                    elapsed,
-                    None,
-                )
+        return wait_ready(
+            self, self._proc, self.ready_timeout if timeout is None else timeout, model, interval
+        )
 
     def logs(self, lines: int | None = logscan.TAIL_LINES) -> str:
         """The server log (its last `lines` lines; all of it with None)."""

@@ -13,6 +13,18 @@ from toolkit.server.record import REPO_KEY_HEADER
 from toolkit.server.state import read_state, remove_state, server_status
 
 
+@dataclass(frozen=True)
+class StartFailure:
+    """What a failed start is: `reason` (see ServerStartError), the process, how long after launch,
+    its exit code, and Triton's own messages found in the log."""
+
+    reason: str
+    pid: int | None
+    elapsed: float
+    returncode: int | None = None
+    errors: tuple[str, ...] = ()
+
+
 class ServerStartError(ServerError):
     """tritonserver did not become ready. `reason`: "exited" (the process ended early),
     "stub_failed" (bash could not start a Python backend stub: the log says so long before
@@ -23,21 +35,18 @@ class ServerStartError(ServerError):
     def __init__(
         self,
         message: str,
+        failure: StartFailure,
         *,
-        reason: str,
-        pid: int | None,
-        elapsed: float,
-        returncode: int | None = None,
-        errors: list[str] | None = None,
         log_tail: str = "",
         log_path: Path | None = None,
         hint: str | None = None,
     ):
-        self.reason = reason
-        self.pid = pid
-        self.elapsed = elapsed
-        self.returncode = returncode
-        self.errors = errors or []
+        self.failure = failure
+        self.reason = failure.reason
+        self.pid = failure.pid
+        self.elapsed = failure.elapsed
+        self.returncode = failure.returncode
+        self.errors = list(failure.errors)
         super().__init__(message, log_tail=log_tail, log_path=log_path, hint=hint)
 
 

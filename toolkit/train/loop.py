@@ -61,6 +61,8 @@ class LoopConfig:
     seed: int = 0
     clip: float = 1.0
     batch_size: int = 8  # per process
+    resume: bool = False  # from the latest checkpoint in the run's checkpoint directory
+    fingerprint: str = ""  # identifies the run's inputs; a checkpoint of another run is not resumed
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -185,18 +187,16 @@ def run(
     cfg: LoopConfig,
     ckpt_dir: Path,
     *,
-    resume: bool = False,
     progress: bool = True,
-    fingerprint: str = "",
 ) -> LoopResult:
     """Train `module`'s trainable parameters (those with requires_grad) with the Trainer:
     `step_fn(module, batch) -> (loss, metrics)` on batches of `make_item` samples.
 
-    `fingerprint` identifies the run's inputs; a checkpoint of another run is not resumed."""
+    `cfg.fingerprint` identifies the run's inputs; a checkpoint of another run is not resumed."""
     ckpt_dir = Path(ckpt_dir)
-    state = _Run(fingerprint)
+    state = _Run(cfg.fingerprint)
     start = None
-    if resume:
+    if cfg.resume:
         start = latest_checkpoint(ckpt_dir)
         if start is None:
             raise UsageError(f"--resume: no checkpoint in {ckpt_dir}", hint="run without --resume first")

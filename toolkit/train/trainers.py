@@ -79,12 +79,14 @@ def train(
         max_minutes=opts.max_minutes,
         seed=opts.seed,
         batch_size=opts.batch_size,
+        resume=opts.resume,
+        fingerprint=fp,
     )
     # the Trainer places the batches on the module's device and, under torchrun, wraps the module
     # in DistributedDataParallel (gradients of the trainable parameters all-reduced in backward)
     res = loop.run(
         mode, trainee.module, trainee.step, window, cfg, Path(opts.out) / "checkpoints",
-        resume=opts.resume, progress=opts.progress, fingerprint=fp,
+        progress=opts.progress,
     )  # fmt: skip
     if res.stopped == "interrupted" or rank != 0:
         return res.to_dict()

@@ -18,6 +18,7 @@ look-ups and the backend resolution are toolkit.bench.orchestrate.plan's.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from toolkit import modes
@@ -42,6 +43,33 @@ if TYPE_CHECKING:
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 ASSUMED_ALPHAS = (0.6, 0.7, 0.8, 0.9)
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What `sdtk plan` probes, sizes and predicts.
+
+    `gpu`: the GPU to size for (None: h100 when nothing was probed); `probe`: True / False, or
+    None to probe when this machine can; `probe_prompts` prompts of `probe_tokens` new tokens each
+    (None: each prompt's own max_tokens); draft lengths up to `gamma_max`; predictions at
+    `concurrency`, and for `assumed_alphas` without a probe; `context`: KV tokens for the
+    roofline; `tp`: the TP size to check (default the recipe's); `fetch`: what the hub look-ups
+    may download; `threads`: torch threads during the probe (None: a reference deployment's);
+    `serving_overhead`: seconds each served step costs beyond its forwards (predict served speedups).
+    """
+
+    gpu: str | None = None
+    probe: bool | None = None
+    probe_prompts: int = 24
+    probe_tokens: int | None = 64
+    gamma_max: int = 8
+    concurrency: Sequence[int] = DEFAULT_CONCURRENCY
+    assumed_alphas: Sequence[float] = ASSUMED_ALPHAS
+    context: int | None = None
+    tp: int | None = None
+    fetch: str = "metadata"
+    threads: int | None = None
+    serving_overhead: float | None = None
 
 
 def check_plan(gamma_max: int, probe_prompts: int, probe_tokens: int | None) -> None:
@@ -161,17 +189,16 @@ def size_and_roofline(
     result: PlanResult,
     rec: Recipe,
     components: list[sz.Component],
-    gpu: str | None,
+    options: PlanOptions,
     *,
     target_dtype: str | None,
-    context: int | None,
-    tp: int | None,
-    gamma_max: int,
     concurrency: list[int],
-    assumed_alphas: Sequence[float],
 ) -> str:
     """GPU sizing, roofline-basis predictions and the assumed-α table; returns the GPU's name.
-    `target_dtype`: the target checkpoint's own dtype when known (a recipe dtype `auto` takes it)."""
+    `target_dtype`: the target checkpoint's own dtype when known (a recipe dtype `auto` takes it);
+    `concurrency`: the checked levels."""
+    gpu, context, tp = options.gpu, options.context, options.tp
+    gamma_max, assumed_alphas = options.gamma_max, options.assumed_alphas
     spec = rec.speculative
     mode = spec.mode
     if gpu is None:
@@ -198,9 +225,7 @@ def size_and_roofline(
         max_seq_len=rec.build.max_seq_len,
         context=context,
         kv_fraction=rec.serving.kv_cache_free_gpu_mem_fraction,
-        tau=tau,
-        tau_source=tau_src,
-        draft_forwards=draft_fw,
+        step=sz.SpeculativeStep(tau, tau_src, draft_fw),
     )
     use_tp = tp or rec.parallel.tp
     fit = next((f for f in result.sizing.fits if f.tp == use_tp), None)

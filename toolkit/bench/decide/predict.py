@@ -22,7 +22,7 @@ from toolkit.bench.decide.runs import (
     step_count,
     step_widths,
 )
-from toolkit.bench.decide.timing import StepTiming, interpolate
+from toolkit.bench.decide.timing import ReplayStep, StepTiming, interpolate
 from toolkit.bench.measure.metrics import Interval
 from toolkit.bench.proposers import (
     ONE_PASS_SOURCE,
@@ -431,13 +431,9 @@ def _predict_chain(
                 b: t.replay_speedup(
                     loop,
                     probe.prefill,
-                    t_step=step,
-                    width=g + 1,
+                    ReplayStep(step, g + 1, widths=widths, t_own=own, step_widths=wide),
                     batch=b,
-                    widths=widths,
-                    t_own=own,
                     count=requests,
-                    step_widths=wide,
                 )
                 for b in concurrency
             }
@@ -483,12 +479,14 @@ def _predict_probed(
                 b: t.replay_speedup(
                     loop,
                     probe.prefill,
-                    t_step=cfg.t_step,
-                    width=width,
+                    ReplayStep(
+                        cfg.t_step,
+                        width,
+                        t_own=cfg.t_own,
+                        step_widths=cfg.step_widths if _recorded(cfg) else None,
+                    ),
                     batch=b,
-                    t_own=cfg.t_own,
                     count=requests,
-                    step_widths=cfg.step_widths if _recorded(cfg) else None,
                 )
                 for b in concurrency
             }

@@ -276,6 +276,17 @@ class Sizing:
         }
 
 
+@dataclass(frozen=True)
+class SpeculativeStep:
+    """One speculative step for the roofline: `tau` tokens per step (from the probe or an assumed
+    α, `source` says which), and `draft_forwards`, how many times the draft/head weights are read
+    per step (γ for a chain draft, 1 for Medusa, 0 for n-gram)."""
+
+    tau: float | None = None
+    source: str | None = None
+    draft_forwards: int = 0
+
+
 def size(
     components: list[Component],
     gpu: GPU | str,
@@ -284,18 +295,16 @@ def size(
     max_seq_len: int = 8192,
     context: int | None = None,
     kv_fraction: float = 0.9,
-    tau: float | None = None,
-    tau_source: str | None = None,
-    draft_forwards: int = 0,
+    step: SpeculativeStep = SpeculativeStep(),
     tp_sizes: tuple[int, ...] = TP_SIZES,
-    reserve_gb: float = RUNTIME_RESERVE_GB,
 ) -> Sizing:
-    """Memory fit and batch-1 roofline for each TP size.
+    """Memory fit and batch-1 roofline for each TP size (RUNTIME_RESERVE_GB per GPU reserved).
 
     `context`: tokens in the KV cache during decode for the roofline (default 1024, at most max_seq_len).
-    `tau`: tokens per speculative step (from the probe or an assumed α); `draft_forwards`: how many
-    times the draft/head weights are read per step (γ for a chain draft, 1 for Medusa, 0 for n-gram).
+    `step`: the speculative step (SpeculativeStep; default none: no speculative roofline).
     """
+    tau, tau_source, draft_forwards = step.tau, step.source, step.draft_forwards
+    reserve_gb = RUNTIME_RESERVE_GB
     gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
     nbytes = dtype_bytes(dtype)
     if max_seq_len < 1:

@@ -16,6 +16,20 @@ from toolkit.bench.decide import costmodel as cm
 from toolkit.bench.decide.inflight import IterationCosts, iteration_costs, simulate_closed_loop
 
 
+@dataclass(frozen=True)
+class ReplayStep:
+    """The speculative step `StepTiming.replay_speedup` prices: `t_step` seconds at one row,
+    `width` tokens through the target, the distribution of the widths when they vary (`widths`,
+    for `growths`), each row's own work outside the target's forward (`t_own`), and per probed
+    request the tokens each of its steps verifies (`step_widths`, replayed)."""
+
+    t_step: float
+    width: int
+    widths: Sequence[float] | None = None
+    t_own: float = 0.0
+    step_widths: Sequence[Sequence[int]] | None = None
+
+
 @dataclass
 class StepTiming:
     """In-process costs on this machine (seconds)."""
@@ -92,14 +106,10 @@ class StepTiming:
         self,
         requests: Sequence[tuple[int, int]],
         prefill: Sequence[float],
+        step: ReplayStep,
         *,
-        t_step: float,
-        width: int,
         batch: int,
-        widths: Sequence[float] | None = None,
-        t_own: float = 0.0,
         count: int | None = None,
-        step_widths: Sequence[Sequence[int]] | None = None,
     ) -> float:
         """`sdtk bench --compare`'s speedup at concurrency `batch`, its closed loop replayed
         through the in-flight batcher (inflight.simulate_closed_loop) on both sides: `requests`
@@ -131,7 +141,15 @@ class StepTiming:
         iteration costs the forward part of `t_step` scaled from one row of the probe's mean
         width to its rows padded to the widest step among them (inflight.simulate_closed_loop's
         `widths`), so rows that step together with alike proposals are priced as they run.
-        None: `growths`' widest of b independent draws from `widths`."""
+        None: `growths`' widest of b independent draws from `widths`. (`t_step`, `width`,
+        `widths`, `t_own`, `step_widths`: the fields of `step`, ReplayStep.)"""
+        t_step, width, widths, t_own, step_widths = (
+            step.t_step,
+            step.width,
+            step.widths,
+            step.t_own,
+            step.step_widths,
+        )
         if not requests:
             raise ValueError("no requests to replay")
         if len(prefill) != len(requests):

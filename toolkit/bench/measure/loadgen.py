@@ -14,6 +14,7 @@ stream or HTTP generate_stream); tests plug in their own.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -25,9 +26,9 @@ from toolkit.bench.measure.metrics import RequestRecord
 from toolkit.bench.measure.records import BenchResult as BenchResult  # re-exported: scripts and tests
 from toolkit.bench.measure.records import LevelResult as LevelResult
 from toolkit.bench.measure.workloads import Prompt, Workload
-from toolkit.bench.options import DEFAULT_TIMEOUT, RunOptions, bars_enabled
+from toolkit.bench.options import DEFAULT_TIMEOUT, RunOptions, bars_enabled, split_changes
 from toolkit.errors import ServerError, UsageError
-from toolkit.progress import Bars, Step
+from toolkit.progress import Bars
 
 CONNECT_TIMEOUT = 3.0
 CHECK_TIMEOUT = 15.0  # the preflight (model config + readiness) must answer within this
@@ -338,21 +339,18 @@ class _Aborted(Exception):
 async def _run_level(
     endpoint: Endpoint,
     prompts: list[Prompt],
+    opts: RunOptions,
+    spec: LoadSpec,
     *,
     concurrency: int | None,
     rate: float | None,
-    duration: float | None,
-    seed: int,
-    sampling: Sampling,
-    timeout: float,
     progress: Bars,
-    count_tokens: Callable[[str], int] | None,
-    draft_len: int | None = None,
-    allow_inexact: bool = False,
     first: int = 0,
 ) -> LevelResult:
-    """`prompts` are the level's requests `first`, `first + 1`, ... of the run's sample (their
-    index and seed)."""
+    """One level at `concurrency` (or `rate`): `prompts` are the level's requests `first`,
+    `first + 1`, ... of the run's sample (their index and seed)."""
+    duration, seed, timeout, allow_inexact = opts.duration, opts.seed, opts.timeout, opts.allow_inexact
+    sampling, count_tokens, draft_len = spec.sampling or Sampling(), spec.count_tokens, spec.draft_len
     records: list[RequestRecord] = []
     t0 = time.monotonic()
     deadline = t0 + duration if duration else None
@@ -557,41 +555,55 @@ def _check_outcome(endpoint: Endpoint, result: BenchResult) -> None:
         )
 
 
+@dataclass(frozen=True)
+class LoadSpec:
+    """One run's load and how it is counted: closed-loop `concurrency` levels or a Poisson
+    `rate`, the `sampling` of every request, the report's `label`, the deployment's `draft_len`
+    (γ, when known, to turn the server's draft counts into an acceptance length; a per-request
+    `sampling.num_draft_tokens` wins), `count_tokens` (the deployment's tokenizer over the
+    cumulative text, named `tokenizer` in the report) and `part` (start, stop): only those
+    requests of the sample, with their own indices and seeds (one round of an A/B's level:
+    toolkit.bench.orchestrate.compare)."""
+
+    concurrency: Sequence[int] | None = (1,)
+    rate: float | None = None
+    sampling: Sampling | None = None
+    label: str = "bench"
+    draft_len: int | None = None
+    tokenizer: str | None = None
+    count_tokens: Callable[[str], int] | None = None
+    part: tuple[int, int] | None = None
+
+
 async def run_load(
     endpoint: Endpoint,
     workload: Workload,
-    *,
-    concurrency: Sequence[int] | None = (1,),
-    rate: float | None = None,
-    requests: int = 32,
-    duration: float | None = None,
-    warmup: int = 2,
-    seed: int = 0,
-    sampling: Sampling | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
-    progress: bool | Step = True,
-    label: str = "bench",
-    count_tokens: Callable[[str], int] | None = None,
-    draft_len: int | None = None,
-    allow_inexact: bool = False,
-    tokenizer: str | None = None,
-    part: tuple[int, int] | None = None,
+    opts: RunOptions | None = None,
+    spec: LoadSpec | None = None,
+    /,
+    **changes: Any,
 ) -> BenchResult:
     """Run every level against one endpoint. Raises BenchAborted (with .partial) if the server dies.
 
+    `opts`: requests, duration, warmup, seed, timeout, progress, allow_inexact (RunOptions);
+    `spec`: the load and its counting (LoadSpec); keyword arguments named after either's fields
+    change them (`run_load(ep, wl, concurrency=[1, 2], requests=8)`).
     Token counts: the server's `num_output_tokens` when the model has `return_num_output_tokens`,
-    else `count_tokens` (the deployment's tokenizer over the cumulative text, named `tokenizer`
-    in the report). With neither, the run is refused (InexactCounts) unless `allow_inexact`;
-    then one token per chunk is assumed and every report says INEXACT.
-    `draft_len`: the deployment's γ when known (from its recipe), to turn the server's draft
-    counts into an acceptance length; a per-request `sampling.num_draft_tokens` wins.
+    else `spec.count_tokens`. With neither, the run is refused (InexactCounts) unless
+    `allow_inexact`; then one token per chunk is assumed and every report says INEXACT.
     `progress`: a Step (toolkit.progress), or a bool; the bars are off for False or `quiet`.
-    `part` (start, stop): only those requests of the `requests` sampled, with their own indices
-    and seeds (one round of an A/B's level: toolkit.bench.orchestrate.compare).
     """
+    own, run_changes = split_changes(changes, LoadSpec)
+    spec = dataclasses.replace(spec or LoadSpec(), **own)
+    opts = RunOptions.of(opts, **run_changes)
+    concurrency, rate, label, part = spec.concurrency, spec.rate, spec.label, spec.part
+    draft_len, tokenizer, count_tokens = spec.draft_len, spec.tokenizer, spec.count_tokens
+    requests, duration, warmup, seed = opts.requests, opts.duration, opts.warmup, opts.seed
+    timeout, progress, allow_inexact = opts.timeout, opts.progress, opts.allow_inexact
     levels = check_levels(concurrency, rate)
     _check_run(requests, duration, warmup, timeout)
-    sampling = sampling or Sampling()
+    sampling = spec.sampling or Sampling()
+    spec = dataclasses.replace(spec, sampling=sampling)
     prompts = workload.sample(requests, seed)
     first, stop = part if part is not None else (0, requests)
     if not 0 <= first < stop <= requests:
@@ -639,16 +651,11 @@ async def run_load(
                     await _run_level(
                         endpoint,
                         prompts,
+                        opts,
+                        spec,
                         concurrency=lvl,
                         rate=rate if lvl is None else None,
-                        duration=duration,
-                        seed=seed,
-                        sampling=sampling,
-                        timeout=timeout,
                         progress=bar,
-                        count_tokens=count_tokens,
-                        draft_len=draft_len,
-                        allow_inexact=allow_inexact,
                         first=first,
                     )
                 )
@@ -660,43 +667,15 @@ async def run_load(
     return result
 
 
-async def run_with(
-    endpoint: Endpoint,
-    workload: Workload,
-    opts: RunOptions,
-    *,
-    concurrency: Sequence[int] | None,
-    rate: float | None = None,
-    sampling: Sampling,
-    label: str,
-    draft_len: int | None = None,
-    tokenizer: str | None = None,
-    count_tokens: Callable[[str], int] | None = None,
-    part: tuple[int, int] | None = None,
-) -> BenchResult:
+async def run_with(endpoint: Endpoint, workload: Workload, opts: RunOptions, spec: LoadSpec) -> BenchResult:
     """`run_load` with a run's options, closing the endpoint afterwards: how bench, compare and
-    tune each measure one deployment. `count_tokens` defaults to a TokenCounter of `tokenizer`."""
+    tune each measure one deployment. `spec.count_tokens` defaults to a TokenCounter of
+    `spec.tokenizer`."""
     from toolkit.bench.measure.tokens import TokenCounter
 
+    if spec.count_tokens is None and spec.tokenizer:
+        spec = dataclasses.replace(spec, count_tokens=TokenCounter(spec.tokenizer))
     try:
-        return await run_load(
-            endpoint,
-            workload,
-            concurrency=concurrency,
-            rate=rate,
-            requests=opts.requests,
-            duration=opts.duration,
-            warmup=opts.warmup,
-            seed=opts.seed,
-            sampling=sampling,
-            timeout=opts.timeout,
-            progress=opts.progress,
-            label=label,
-            draft_len=draft_len,
-            count_tokens=count_tokens or (TokenCounter(tokenizer) if tokenizer else None),
-            tokenizer=tokenizer,
-            allow_inexact=opts.allow_inexact,
-            part=part,
-        )
+        return await run_load(endpoint, workload, opts, spec)
     finally:
         await endpoint.close()

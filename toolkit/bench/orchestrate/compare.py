@@ -31,7 +31,7 @@ from toolkit.bench.measure import replay as replay_mod
 from toolkit.bench.measure.metrics import merged_counts
 from toolkit.bench.measure.records import BenchResult, LevelResult
 from toolkit.bench.measure.workloads import Workload
-from toolkit.bench.options import RunOptions
+from toolkit.bench.options import CompareOptions, RunOptions
 from toolkit.bench.orchestrate.side import Load, live_side, measure_side
 from toolkit.bench.results import ABResult
 from toolkit.bench.targets import DeployFn, Side
@@ -45,19 +45,22 @@ def run_compare(
     sides: Sequence[Side],
     wl: Workload,
     opts: RunOptions,
+    options: CompareOptions,
     *,
     levels: list[int],
-    resamples: int,
-    confidence: float,
     deploy_fn: DeployFn | None,
-    replay: bool,
-    interleave: bool = False,
-    rounds: int = 1,
 ) -> ABResult:
-    """Run both sides on `wl` and compare them. A dead server raises BenchAborted whose
-    `.partial` is the ABResult so far (reports are the caller's: toolkit.bench.api).
-    `interleave`: level by level, both sides at each level before the next; `rounds` > 1: each
-    level in that many rounds, the sides alternating (module docstring)."""
+    """Run both sides on `wl` at `levels` (options.concurrency, checked) and compare them. A dead
+    server raises BenchAborted whose `.partial` is the ABResult so far (reports are the caller's:
+    toolkit.bench.api). `options.interleave`: level by level, both sides at each level before the
+    next; `options.rounds` > 1: each level in that many rounds, the sides alternating (module
+    docstring)."""
+    resamples, confidence, interleave, rounds = (
+        options.resamples,
+        options.confidence,
+        options.interleave,
+        options.rounds,
+    )
     check_rounds(rounds, opts, levels)
     settings = {
         "concurrency": levels,
@@ -99,7 +102,7 @@ def run_compare(
                 f"comparison stopped: {ab.error}", partial=ab, cause=e.cause, hint=e.hint
             ) from None
     compare_mod.finish(ab, runs, resamples, opts.seed, confidence)
-    if replay:
+    if options.replay:
         ab.replayed = replay_side(sides[1], wl, opts, ab.speculative)
     return ab
 

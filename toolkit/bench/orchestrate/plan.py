@@ -7,11 +7,11 @@ the memory-bound twin's label, and the probe itself (orchestrate.probe).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from toolkit.bench.decide import plan as plan_mod
 from toolkit.bench.decide import sizing as sz
+from toolkit.bench.decide.plan import PlanOptions
 from toolkit.bench.decide.predict import PlanResult
 from toolkit.bench.measure.inprocess import probe_possible, torch_threads
 from toolkit.bench.measure.workloads import Workload
@@ -30,30 +30,22 @@ _ROLES = ("draft", "medusa_heads", "eagle_head")
 def run_plan(
     rec: Recipe,
     wl: Workload,
+    options: PlanOptions,
     *,
-    gpu: str | None = None,
-    probe: bool | None = None,
-    probe_prompts: int = 24,
-    probe_tokens: int | None = 64,
-    gamma_max: int = 8,
-    concurrency: Sequence[int] = plan_mod.DEFAULT_CONCURRENCY,
     temperature: float = 0.0,
     seed: int = 0,
-    assumed_alphas: Sequence[float] = plan_mod.ASSUMED_ALPHAS,
-    context: int | None = None,
-    tp: int | None = None,
-    fetch: str = "metadata",
     runtime: Any = None,
-    threads: int | None = None,
     requests: int | None = None,
     progress: Step,
 ) -> PlanResult:
     """Probe acceptance and costs, size the GPU, and recommend a speculative configuration
-    for a loaded recipe `rec` on workload `wl` (toolkit.bench.api.plan resolves both).
+    for a loaded recipe `rec` on workload `wl` (toolkit.bench.api.plan resolves both), as
+    `options` says (PlanOptions; its serving_overhead is the caller's to add).
     `requests`: per level, those of the `sdtk bench --compare` run the measured predictions are
     for (its closed loop is replayed with that many; None: the probed prompts)."""
-    plan_mod.check_plan(gamma_max, probe_prompts, probe_tokens)
-    levels = plan_mod.check_concurrency(concurrency)
+    gpu, probe, gamma_max, fetch = options.gpu, options.probe, options.gamma_max, options.fetch
+    plan_mod.check_plan(gamma_max, options.probe_prompts, options.probe_tokens)
+    levels = plan_mod.check_concurrency(options.concurrency)
     mode = rec.speculative.mode
     result = plan_mod.new_plan(rec, resolved_backend(rec), levels)
     result.requests = requests
@@ -74,18 +66,10 @@ def run_plan(
     if do_probe:
         # As the deployment's model instance runs (one thread unless SDTK_REFERENCE_THREADS):
         # how a step's cost grows with its tokens and rows depends on the thread count.
-        threads = threads if threads is not None else reference_threads()
+        threads = options.threads if options.threads is not None else reference_threads()
         with torch_threads(threads):
             measured = run_probe(
-                rec,
-                wl,
-                runtime=runtime,
-                probe_prompts=probe_prompts,
-                probe_tokens=probe_tokens,
-                gamma_max=gamma_max,
-                temperature=temperature,
-                seed=seed,
-                progress=progress,
+                rec, wl, options, runtime=runtime, temperature=temperature, seed=seed, progress=progress
             )
         measured.threads = threads
         plan_mod.predict_from_probe(
@@ -94,16 +78,7 @@ def run_plan(
     gpu_name = None
     if components and (gpu is not None or not do_probe):
         gpu_name = plan_mod.size_and_roofline(
-            result,
-            rec,
-            components,
-            gpu,
-            target_dtype=target_dtype(rec),
-            context=context,
-            tp=tp,
-            gamma_max=gamma_max,
-            concurrency=levels,
-            assumed_alphas=assumed_alphas,
+            result, rec, components, options, target_dtype=target_dtype(rec), concurrency=levels
         )
     plan_mod.recommend_plan(result, levels, gpu_name or gpu)
     return result

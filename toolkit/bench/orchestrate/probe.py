@@ -30,6 +30,7 @@ from toolkit.bench.proposers import has_draft_model
 from toolkit.progress import Step
 
 if TYPE_CHECKING:
+    from toolkit.bench.decide.plan import PlanOptions
     from toolkit.recipe import Recipe
 
 
@@ -80,17 +81,17 @@ def alpha_from_logits(
 def run_probe(
     rec: Recipe,
     wl: Workload,
+    options: PlanOptions,
     *,
     runtime: Any,
-    probe_prompts: int,
-    probe_tokens: int | None,
-    gamma_max: int,
     temperature: float,
     seed: int,
     progress: Step,
 ) -> Probe:
-    """`probe_tokens`: new tokens per prompt; None: each prompt's own max_tokens, as the served
-    requests of the same workload ask (`sdtk tune` probes the very requests it serves)."""
+    """`options.probe_prompts` prompts of `options.probe_tokens` new tokens each; None: each
+    prompt's own max_tokens, as the served requests of the same workload ask (`sdtk tune` probes
+    the very requests it serves); draft lengths up to `options.gamma_max`."""
+    probe_prompts, probe_tokens, gamma_max = options.probe_prompts, options.probe_tokens, options.gamma_max
     from toolkit.reference.sampling import SamplingParams
 
     t_start = time.perf_counter()

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.bench.measure.loadgen import BenchResult, Sampling, TritonEndpoint, run_with
+from toolkit.bench.measure.loadgen import BenchResult, LoadSpec, Sampling, TritonEndpoint, run_with
 from toolkit.bench.measure.openai import OpenAIEndpoint
 from toolkit.bench.measure.records import count_steps_from_chunks
 from toolkit.bench.measure.workloads import Workload
@@ -58,18 +58,7 @@ def measure_side(
         url,
         model,
     ):
-        result = load_at(
-            url,
-            model,
-            wl,
-            opts,
-            load or Load(),
-            label=label or side.label,
-            draft_len=side.draft_len,
-            tokenizer=opts.tokenizer or side.tokenizer,
-            protocol=side.protocol,
-            metrics_urls=side.metrics_urls,
-        )
+        result = load_at(side, url, model, wl, opts, load or Load(), label=label or side.label)
         result.twin = side.twin
         if side.steps_from_chunks:
             count_steps_from_chunks(result)
@@ -88,21 +77,14 @@ def live_side(
 
 
 def load_at(
-    url: str,
-    model: str,
-    wl: Workload,
-    opts: RunOptions,
-    load: Load,
-    *,
-    label: str,
-    draft_len: int | None,
-    tokenizer: str | None,
-    protocol: str | None = None,
-    metrics_urls: Sequence[str] | None = None,
+    side: Side, url: str, model: str, wl: Workload, opts: RunOptions, load: Load, *, label: str
 ) -> BenchResult:
-    """The load generator against `model` at `url`, the endpoint closed afterwards. `protocol`:
-    the side's own (a Dynamo deployment's `openai`), else the run's; `metrics_urls`: its workers'
-    /metrics (sdtk_spec_* counters), read around each level for its acceptance."""
+    """The load generator against `model` at `url` (where `side` answers), the endpoint closed
+    afterwards. The side's protocol (a Dynamo deployment's `openai`), else the run's; its
+    workers' /metrics (sdtk_spec_* counters), read around each level for its acceptance; its
+    draft length; `opts.tokenizer`, else the side's, to count tokens."""
+    draft_len, tokenizer = side.draft_len, opts.tokenizer or side.tokenizer
+    protocol, metrics_urls = side.protocol, side.metrics_urls
     sampling = Sampling(temperature=opts.temperature, num_draft_tokens=load.num_draft_tokens)
     proto = protocol or opts.protocol
 
@@ -120,10 +102,7 @@ def load_at(
             except BaseException:
                 await ep.close()
                 raise
-        return await run_with(
-            ep,
-            wl,
-            opts,
+        spec = LoadSpec(
             concurrency=load.concurrency,
             rate=load.rate,
             sampling=sampling,
@@ -133,6 +112,7 @@ def load_at(
             count_tokens=load.count_tokens,
             part=load.part,
         )
+        return await run_with(ep, wl, opts, spec)
 
     return asyncio.run(go())
 

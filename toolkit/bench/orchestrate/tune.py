@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.bench.decide import tune as tune_mod
-from toolkit.bench.decide.plan import add_serving_overhead
-from toolkit.bench.decide.predict import PlanResult, valid_schedule
+from toolkit.bench.decide.plan import PlanOptions, add_serving_overhead
+from toolkit.bench.decide.predict import valid_schedule
 from toolkit.bench.errors import BenchAborted
 from toolkit.bench.measure.inprocess import probe_possible
 from toolkit.bench.measure.records import BenchResult
 from toolkit.bench.measure.tokens import TokenCounter, recipe_tokenizer
 from toolkit.bench.measure.workloads import Workload
-from toolkit.bench.options import RunOptions
+from toolkit.bench.options import RunOptions, TuneOptions
 from toolkit.bench.orchestrate.plan import run_plan
 from toolkit.bench.orchestrate.side import Load, live_side, measure_side
 from toolkit.bench.results import TuneResult
@@ -105,21 +105,19 @@ def run_tune(
     result: TuneResult,
     wl: Workload,
     opts: RunOptions,
+    options: TuneOptions,
     *,
     deploy_fn: DeployFn | None,
-    model: str | None,
-    resamples: int,
-    plan_result: PlanResult | None,
-    predict: bool,
-    check: bool,
     recipe_path: Path | str,
 ) -> TuneResult:
     """Measure speedup per configuration × concurrency into `result` (made by toolkit.bench.api).
 
     A dead server raises BenchAborted whose `.partial` is the result so far. Without a
-    `plan_result`, `predict` runs `plan` for chain modes (when this machine can probe the recipe).
-    `recipe_path`: what the redeploy method deploys.
+    `options.plan_result`, `options.predict` runs `plan` for chain modes (when this machine can
+    probe the recipe). `recipe_path`: what the redeploy method deploys.
     """
+    model, resamples, plan_result = options.model, options.resamples, options.plan_result
+    predict, check = options.predict, options.check
     sweep = Sweep(result, wl, opts, rec, deploy_fn=deploy_fn, model=model, recipe_path=recipe_path)
     try:
         if result.method == "per-request":
@@ -136,16 +134,11 @@ def run_tune(
         gmax = max(c["draft_len"] for c in result.configs)
         # The probe runs the very requests the sweep serves: the same prompts in the same order
         # (Workload.sample with the run's seed), each to its own max_tokens.
+        plan_options = PlanOptions(
+            gamma_max=gmax, concurrency=result.concurrency, probe_prompts=opts.requests, probe_tokens=None
+        )
         plan_result = run_plan(
-            rec,
-            wl,
-            gamma_max=gmax,
-            concurrency=result.concurrency,
-            seed=opts.seed,
-            probe_prompts=opts.requests,
-            requests=opts.requests,
-            probe_tokens=None,
-            progress=opts.steps("plan"),
+            rec, wl, plan_options, seed=opts.seed, requests=opts.requests, progress=opts.steps("plan")
         )
     if plan_result is not None and rec.backend == "reference":
         by_level = tune_mod.serving_overheads(result.baselines, plan_result)
