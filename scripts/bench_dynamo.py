@@ -9,13 +9,19 @@ then 2 then 1, ...) so that a machine whose speed drifts moves both alike. Repor
 output tok/s of each, their ratio (goal >= 1.3x on 2 cores) and the per-round ratios; writes its
 section of docs/benchmarks.md. Needs ai-dynamo in the running Python (scripts/setup_env.sh).
 
-    python scripts/bench_dynamo.py [--recipe tiny-baseline] [--concurrency 8] [--rounds 3]
+    python scripts/bench_dynamo.py [--recipe tiny-baseline] [--concurrency 8] [--rounds 3] [--pin]
+
+Each worker runs torch on one thread (toolkit.generate.reference_threads); `--pin` also pins each
+worker, every thread of it, to a core of its own, so that the two workers do not share one core
+while the other idles. The table gives the load average after each measurement: on a machine
+shared with other jobs the ratio says little.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shlex
@@ -32,6 +38,12 @@ from _bench import cpu_model, publish  # scripts/_bench.py
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 START, END = "<!-- bench_dynamo:start -->", "<!-- bench_dynamo:end -->"
+PINNED = "; each pinned with all its threads to a core of its own (worker-i: core i), the frontend not pinned"
+OVERLOADED_PINNED = (
+    " Pinned on an overloaded machine, one worker gets a share of one core and two workers a share of"
+    " each: the ratio then measures those shares (it approaches 2×), not the scaling of an idle machine,"
+    " where the frontend and the client also take their part of the two cores."
+)
 
 
 def sdtk(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -56,6 +68,25 @@ def deploy(recipe: str, workers: int, workdir: Path) -> dict:
     if r.returncode != 0:
         raise SystemExit(f"deploy --workers {workers} failed:\n{r.stderr[-3000:]}")
     return dict(json.loads(r.stdout))
+
+
+def pin_workers(root: Path) -> dict[str, int]:
+    """Pin each worker of the deployment in `root` (every thread of it: Dynamo's runtime and torch
+    start theirs before this runs, and a thread keeps the affinity it was created with) to a core of
+    its own, worker-i on core i mod the cores this process may use; the frontend is left to the
+    scheduler. Returns worker → core."""
+    cores = sorted(os.sched_getaffinity(0))
+    procs = json.loads((root / "dynamo" / "processes.json").read_text())
+    pinned = {}
+    for name, p in sorted(procs.items()):
+        if not name.startswith("worker-") or not p.get("pid"):
+            continue
+        core = cores[int(name.split("-")[1]) % len(cores)]
+        for tid in os.listdir(f"/proc/{p['pid']}/task"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # a thread that ended meanwhile
+                os.sched_setaffinity(int(tid), {core})
+        pinned[name] = core
+    return pinned
 
 
 def measure(url: str, model: str, args: argparse.Namespace, tokenizer: str) -> dict:
@@ -101,6 +132,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workload", default="code")
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="pin each worker (all its threads) to a core of its own (worker-i: core i)",
+    )
     ap.add_argument("--no-write", action="store_true", help="print the section, leave docs/benchmarks.md")
     args = ap.parse_args()
     from toolkit.bench.measure.tokens import recipe_tokenizer
@@ -111,6 +147,7 @@ def main() -> None:
     load_before = os.getloadavg()
     started = datetime.now(timezone.utc)
     tok_s: dict[int, list[float]] = {1: [], 2: []}
+    loads: dict[int, list[float]] = {1: [], 2: []}
     with tempfile.TemporaryDirectory(prefix="sdtk-bench-dynamo-") as tmp:
         roots, ready = {}, {}
         try:
@@ -118,14 +155,17 @@ def main() -> None:
                 wd = Path(tmp) / f"w{n}"
                 ready[n] = deploy(args.recipe, n, wd)
                 roots[n] = Path(ready[n]["workdir"])
+                if args.pin:
+                    print(f"workers {n}: pinned {pin_workers(roots[n])}", file=sys.stderr)
             for rnd in range(args.rounds):
                 for n in (1, 2) if rnd % 2 == 0 else (2, 1):
                     t0 = time.monotonic()
                     s = measure(ready[n]["http_url"], ready[n]["model"], args, tokenizer)
                     tok_s[n].append(float(s["output_tok_s"]))
+                    loads[n].append(os.getloadavg()[0])  # the 1-minute average, at the end of it
                     print(
                         f"round {rnd + 1} workers {n}: {tok_s[n][-1]:.1f} output tok/s "
-                        f"({s['ok']} requests, {time.monotonic() - t0:.1f} s)",
+                        f"({s['ok']} requests, {time.monotonic() - t0:.1f} s, load average {loads[n][-1]:.1f})",
                         file=sys.stderr,
                     )
         finally:
@@ -149,10 +189,15 @@ def main() -> None:
             f"{args.requests} requests of {args.max_tokens} tokens per measurement (greedy, streamed "
             f"/v1/completions), {args.rounds} rounds alternating the two deployments (both up throughout; "
             "an idle 2-worker deployment was measured at 0.8% of one core).",
+            f"- Workers: one torch thread each{PINNED if args.pin else ', not pinned to cores'}.",
             "",
-            "| workers | output tok/s per round | median |",
-            "|---|---|---|",
-            *(f"| {n} | {', '.join(f'{v:.1f}' for v in tok_s[n])} | {med[n]:.1f} |" for n in (1, 2)),
+            "| workers | output tok/s per round | median | load average after each round |",
+            "|---|---|---|---|",
+            *(
+                f"| {n} | {', '.join(f'{v:.1f}' for v in tok_s[n])} | {med[n]:.1f} | "
+                f"{', '.join(f'{v:.1f}' for v in loads[n])} |"
+                for n in (1, 2)
+            ),
             "",
             f"**2 workers / 1 worker: {ratio:.2f}×** (median over median; per round "
             f"{', '.join(f'{r:.2f}' for r in per_round)}; goal ≥ 1.3× on 2 cores).",
@@ -162,7 +207,8 @@ def main() -> None:
                     f"The load average ({load_before[0]:.1f} before, {load_after[0]:.1f} after) was above the "
                     f"{os.cpu_count()} cores: the two "
                     "workers, the frontend and the client shared them with other jobs, so this run does not "
-                    "tell whether the goal is met on an otherwise idle machine.",
+                    "tell whether the goal is met on an otherwise idle machine."
+                    + (OVERLOADED_PINNED if args.pin else ""),
                 ]
                 if max(load_before[0], load_after[0]) > (os.cpu_count() or 1)
                 else []

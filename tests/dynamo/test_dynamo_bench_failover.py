@@ -3,7 +3,8 @@ frontend) benchmarked over the OpenAI API, then one worker killed mid-request.
 
 - `sdtk bench --compare WD WD`: the A/B runs over /v1/completions (the workdir is recognized as a
   Dynamo deployment), reports the speedup with its 95% CI, and the acceptance it reports is what the
-  workers' own sdtk_spec_* counters grew by over the level.
+  workers' own sdtk_spec_* counters grew by over the level, with each request's own counts (from its
+  response's nvext.engine_data) giving the per-request spread.
 - SIGKILL of worker-1 while a stream is on each worker: the killed worker's client gets an error
   within 5 s, the other stream completes; `sdtk status` exits 1 naming worker-1; requests sent
   meanwhile succeed on worker-0; the supervisor brings worker-1 back (`status` running again,
@@ -72,6 +73,7 @@ def test_bench_compare_over_the_openai_api_reads_acceptance_from_the_workers(dep
     r = sdtk(
         "bench", "--compare", str(root), str(root), "--requests", "4", "--concurrency", "2",
         "--warmup", "0", "--max-tokens", "24", "--report-dir", str(tmp_path / "reports"), "--json",
+        timeout=900,  # seen: 5 min with the machine's load average at 25-35
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     after = counters(processes)
@@ -94,6 +96,10 @@ def test_bench_compare_over_the_openai_api_reads_acceptance_from_the_workers(dep
     assert counted["draft_tokens"] > 0
     assert acc["rate"] == pytest.approx(counted["accepted_draft_tokens"] / counted["draft_tokens"])
     assert acc["length"] == pytest.approx(1 + counted["accepted_draft_tokens"] / counted["steps"])
+    # Per request too: each response's nvext.engine_data carried its own counts (their sums are
+    # the counters' growth above), so the spread over the 4 requests is reported.
+    assert acc["rate_per_request"]["n"] == 4 and acc["length_per_request"]["n"] == 4
+    assert acc["length_source"] == "server steps"
     # The same requests replayed in process (greedy, lossless) propose and accept exactly as counted.
     assert ab["replayed_acceptance"]["matches_server"] is True, ab["replayed_acceptance"]
 

@@ -96,3 +96,37 @@ def test_status_says_how_a_restarting_worker_died():
     entry = {"failures": ["2026-12-07 18:00:00 worker-1 (pid 123) exited -9"]}
     assert _last_failure(entry) == "exited -9 at 2026-12-07 18:00:00"
     assert _last_failure({}) == "restarted"
+
+
+def test_a_workers_per_request_counts_reach_the_bench_record():
+    """The worker's final-chunk engine_data, as the frontend returns it in the response's
+    nvext.engine_data, becomes the load generator's per-request acceptance."""
+    from toolkit.bench.measure.loadgen import Chunk, _fill
+    from toolkit.bench.measure.metrics import acceptance_length
+    from toolkit.bench.measure.openai import request_acceptance
+    from toolkit.dynamo.worker import ENGINE_DATA_KEY
+    from toolkit.dynamo.worker import request_acceptance as worker_counts
+
+    st = SpecStats()
+    st.record_chain(3, 3)  # 2 of 3 drafts accepted, then the bonus token
+    st.record_chain(3, 1)
+    event = {"choices": [{"text": ""}], "nvext": {"engine_data": {ENGINE_DATA_KEY: worker_counts(st)}}}
+    rec = RequestRecord(index=0, start=0.0)
+    _fill(
+        rec,
+        [Chunk(time=1.0, text="ab", outputs={}), Chunk(time=2.0, text="", outputs=request_acceptance(event))],
+    )
+    assert (rec.accepted_draft_tokens, rec.draft_tokens, rec.steps) == (2, 6, 2)
+    assert rec.per_position_proposed == [2, 2, 2] and rec.per_position_accepted == [1, 1]
+    assert acceptance_length(rec) == (2.0, "server steps")
+    assert request_acceptance({"choices": []}) == {}
+
+
+def test_tune_over_the_openai_api_is_refused_with_what_to_do():
+    from toolkit.bench.api import tune
+    from toolkit.bench.options import RunOptions
+    from toolkit.errors import UsageError
+
+    with pytest.raises(UsageError, match="measures Triton deployments, not an OpenAI endpoint") as e:
+        tune("http://127.0.0.1:9/v1", RunOptions(protocol="openai"), model="tiny-eagle3")
+    assert "sdtk tune RECIPE" in (e.value.hint or "")

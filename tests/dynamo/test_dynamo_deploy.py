@@ -141,6 +141,9 @@ def test_two_workers_greedy_equal_to_transformers_and_stop_leaves_nothing(tmp_pa
     finally:
         stop = sdtk("stop", "--workdir", str(root))
     assert stop.returncode == 0, stop.stderr
+    assert stop.stdout.startswith("stopped the Dynamo supervisor") and "worker-1 (pid" in stop.stdout, (
+        stop.stdout
+    )
     deadline = time.monotonic() + 5
     while (
         any(Path(f"/proc/{p}").exists() and "Z" not in _state(p) for p in pids)

@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,11 +101,87 @@ def test_trtllm_workers_take_the_llmapi_yaml(tmp_path):
 
 @pytest.mark.parametrize(
     ("mode", "says"),
-    [("round_robin", "did you mean 'round-robin'"), ("kv", "KV events"), ("fastest", "must be one of")],
+    [("round_robin", "did you mean 'round-robin'"), ("fastest", "must be one of")],
 )
 def test_router_mode_refused(tmp_path, mode, says):
     with pytest.raises(UsageError, match=says):
         _plan(tmp_path, router=mode)
+
+
+def test_the_recipes_router_mode_reaches_the_frontend_the_workers_and_the_dgd(tmp_path):
+    """serving.dynamo.router_mode: a closed field (did-you-mean), the frontend's --router-mode
+    unless the CLI's flag overrides it; with kv every worker publishes KV events (sdtk's worker
+    --publish-kv-events; dynamo.trtllm --publish-kv-events, ai-dynamo 1.6.1
+    dynamo/trtllm/backend_args.py 179-190)."""
+    from toolkit.dynamo.k8s import plan_dgd
+    from toolkit.errors import RecipeError
+    from toolkit.recipe import parse_recipe
+
+    data = {"models": {"target": "meta-llama/Llama-3.1-8B-Instruct"}, "backend": "llmapi"}
+    with pytest.raises(
+        RecipeError, match=r"serving\.dynamo\.router_mode: 'round_robin' .*did you mean 'round-robin'"
+    ):
+        parse_recipe({**data, "serving": {"dynamo": {"router_mode": "round_robin"}}})
+    with pytest.raises(RecipeError, match=r"serving\.dynamo\.router: .*"):
+        parse_recipe({**data, "serving": {"dynamo": {"router": "kv"}}})
+    kv = parse_recipe({**data, "serving": {"dynamo": {"router_mode": "kv"}}})
+    assert parse_recipe(data).serving.dynamo.router_mode == "round-robin"
+
+    recipe = load_recipe(str(RECIPE), overrides=["serving.dynamo.router_mode=kv"])
+    args = dict(
+        backend="reference", engine_dir=tmp_path / "e", model_path=ROOT / "models" / "tiny" / "target"
+    )
+    p = dplan.plan_dynamo(recipe, tmp_path, **args, ports=dplan.DynamoPorts(1, (2, 3)))
+    fe = p.frontend.argv
+    assert fe[fe.index("--router-mode") + 1] == "kv" and p.router_mode == "kv"
+    assert all("--publish-kv-events" in w.argv for w in p.workers)
+    p = dplan.plan_dynamo(recipe, tmp_path, **args, ports=dplan.DynamoPorts(1, (2,)), router_mode="random")
+    assert p.router_mode == "random" and "--publish-kv-events" not in p.workers[0].argv
+
+    dgd = plan_dgd(kv)
+    assert dgd.commands["frontend"][-2:] == ["--router-mode", "kv"]
+    assert dgd.commands["worker"][-1] == "--publish-kv-events"
+    assert plan_dgd(kv, router_mode="least-loaded").commands["frontend"][-1] == "least-loaded"
+
+
+class _Recorder:
+    """Records KvBlocks' events as Dynamo's KvEventPublisher and WorkerMetricsPublisher receive
+    them (the argument names of ai-dynamo 1.6.1 dynamo/_core.pyi)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def publish_stored(self, token_ids, num_block_tokens, block_hashes, parent_hash):
+        self.events.append(
+            ("stored", list(token_ids), list(num_block_tokens), list(block_hashes), parent_hash)
+        )
+
+    def publish_removed(self, block_hashes):
+        self.events.append(("removed", list(block_hashes)))
+
+    def publish(self, dp_rank, active_decode_blocks, kv_used_blocks):
+        self.events.append(("load", kv_used_blocks))
+
+
+def test_kv_events_store_a_live_requests_full_blocks_once_and_remove_them_when_it_ends():
+    from toolkit.dynamo.kvevents import KvBlocks
+
+    pub, load = _Recorder(), _Recorder()
+    kv = KvBlocks(pub, 4, load)
+    a = kv.acquire(list(range(10)))  # two full blocks; the last 2 tokens are no block
+    assert pub.events == [("stored", list(range(8)), [4, 4], [1, 2], None)]
+    b = kv.acquire([*range(8), 50, 51, 52, 53, 54])  # shares both blocks, adds one
+    assert pub.events[-1] == ("stored", [50, 51, 52, 53], [4], [3], 2)
+    c = kv.acquire([0, 1, 2])  # no full block: nothing to store
+    assert len(pub.events) == 2 and kv.used == 3
+    kv.release(a)  # b still holds the shared blocks
+    assert len(pub.events) == 2
+    kv.release(b)
+    assert pub.events[-1] == ("removed", [3, 2, 1])  # leaves first
+    kv.release(c)
+    assert kv.used == 0 and [e[1] for e in load.events] == [2, 3, 3, 3, 0, 0]
+    kv.acquire(list(range(4)))  # a block stored again gets a new id
+    assert pub.events[-1] == ("stored", [0, 1, 2, 3], [4], [4], None)
 
 
 def test_workers_must_be_positive(tmp_path):
@@ -152,6 +229,63 @@ def test_supervisor_restarts_a_dead_process_and_stops_its_group(tmp_path):
         sup.send_signal(signal.SIGTERM)
         assert sup.wait(timeout=20) == 0
         for pid in pids:
+            _wait(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid))
+    finally:
+        runner.kill_pgroup(sup.pid)
+        sup.wait()
+
+
+def test_status_and_stop_name_the_supervisor_frontend_and_workers(tmp_path):
+    """Stand-in children again: `sdtk status` of a deployment whose supervisor was SIGKILLed names
+    what it left running, and `sdtk stop` (stop_dynamo) kills those and says what it stopped,
+    not 'tritonserver'."""
+    from toolkit.dynamo.launch import _record
+    from toolkit.dynamo.status import dynamo_status, stop_dynamo
+
+    root = tmp_path / "dep"
+    (root / "dynamo").mkdir(parents=True)
+    p = _plan(tmp_path, workers=2)
+    # kill_orphans touches only processes whose command names a Dynamo module
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)  # dynamo stand-in"]
+    for i, proc in enumerate(p.processes):
+        proc.argv, proc.log = list(sleeper), str(root / "logs" / f"{i}.log")
+    (root / "dynamo" / dplan.PLAN_FILE).write_text(json.dumps(p.to_dict()))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def start() -> tuple[Any, dict[str, int]]:
+        sup = runner.spawn(
+            [sys.executable, "-m", dplan.SUPERVISOR_MODULE, str(root)],
+            log_path=root / "logs" / "s.log",
+            env=env,
+        )
+        _record(p, root, sup.pid, "ready", True)
+        record = root / "dynamo" / dplan.PROCESSES_FILE
+        _wait(
+            lambda: record.is_file() and sum(v["alive"] for v in json.loads(record.read_text()).values()) == 3
+        )
+        return sup, {n: v["pid"] for n, v in json.loads(record.read_text()).items()}
+
+    sup, pids = start()
+    try:
+        res = stop_dynamo(root, grace=10)
+        assert sup.wait(timeout=20) == 0
+        named = ", ".join(f"{n} (pid {pids[n]})" for n in ("frontend", "worker-0", "worker-1"))
+        assert res.message == f"stopped the Dynamo supervisor (pid {sup.pid}) with {named}"
+        assert "tritonserver" not in res.message and not (root / "state.json").exists()
+        for pid in pids.values():
+            _wait(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid))
+
+        sup, pids = start()
+        os.kill(sup.pid, signal.SIGKILL)
+        sup.wait()
+        st = dynamo_status(root)
+        assert st.state == "dead", st.message
+        assert f"the Dynamo supervisor recorded with pid {sup.pid} is gone" in st.message
+        assert "left running: " + ", ".join(f"{n} pid {pids[n]}" for n in pids) in st.message
+        res = stop_dynamo(root, grace=10)
+        assert res.message.startswith(f"the Dynamo supervisor (pid {sup.pid}) was not running;"), res.message
+        assert "killed 3 process(es) its dead supervisor left" in res.message
+        for pid in pids.values():
             _wait(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid))
     finally:
         runner.kill_pgroup(sup.pid)

@@ -223,6 +223,16 @@ def tune(
     opts = RunOptions.of(opts or RunOptions(requests=TUNE_REQUESTS), **run_changes)
     levels = check_levels(options.concurrency, None)
     side = resolve_side(target, label="target", protocol=opts.protocol, model=options.model)
+    if (side.protocol or opts.protocol) == "openai":
+        # Both methods need Triton: per-request draft lengths are the BLS's num_draft_tokens, and
+        # redeploy deploys each configuration as a Triton deployment (toolkit.deploy.deployed).
+        raise UsageError(
+            f"sdtk tune measures Triton deployments, not an OpenAI endpoint ({side.ref}): its "
+            "per-request method needs Triton's BLS and its redeploy method deploys Triton",
+            hint="tune the recipe (`sdtk tune RECIPE`): sdtk's Dynamo workers run the same reference "
+            "engine, so the tuned speculative settings hold for them; then compare the Dynamo "
+            "deployments with `sdtk bench --compare`",
+        )
     rec, rec_path = deployment_recipe(side, options.recipe)
     if rec.mode == "none":
         raise UsageError(f"recipe {rec.display_name} has no speculation to tune (mode none)")

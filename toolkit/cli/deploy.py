@@ -42,9 +42,9 @@ def _serving_overrides(host: str | None, ports: tuple[int | None, int | None, in
 )
 @click.option(
     "--router-mode",
-    default="round-robin",
-    show_default=True,
-    help="dynamo: the frontend's router (round-robin, random, power-of-two, least-loaded, ...).",
+    default=None,
+    help="dynamo: the frontend's router (round-robin, random, power-of-two, kv, least-loaded, ...); "
+    "default: the recipe's serving.dynamo.router_mode (round-robin).",
 )
 @click.option(
     "--engine",
@@ -109,7 +109,7 @@ def deploy(
     recipe: str,
     target: str,
     workers: int,
-    router_mode: str,
+    router_mode: str | None,
     engine: str,
     disagg: bool,
     prefill_workers: int,

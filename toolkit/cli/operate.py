@@ -54,7 +54,8 @@ def _dynamo_at(wd: Path) -> bool:
 @click.option("-n", "--lines", type=int, help="Only the last N lines.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the server stops.")
 def logs(workdir: Path | None, lines: int | None, follow: bool) -> None:
-    """Print the deployment's tritonserver log."""
+    """Print the deployment's tritonserver log (a Dynamo deployment's: its supervisor's, which
+    names each process's own log)."""
     from toolkit.server.state import find_deployment, follow_logs, read_logs
 
     wd = find_deployment(workdir)
@@ -78,17 +79,19 @@ def logs(workdir: Path | None, lines: int | None, follow: bool) -> None:
 )
 @json_option
 def stop(workdir: Path | None, grace: float, force: bool, as_json: bool) -> None:
-    """Stop the deployment's server (and its Python backend stubs) and its watchdog."""
+    """Stop the deployment's server (and its Python backend stubs) and its watchdog; a Dynamo
+    deployment's supervisor, frontend and workers."""
     from dataclasses import asdict
 
     from toolkit.server.state import find_deployment, stop_server
 
     wd = find_deployment(workdir)
-    if _dynamo_at(wd):  # a SIGKILLed supervisor leaves its Dynamo processes behind
-        from toolkit.dynamo.status import kill_orphans
+    if _dynamo_at(wd):  # the supervisor, the frontend and each worker, named
+        from toolkit.dynamo.status import stop_dynamo
 
-        kill_orphans(wd)
-    res = stop_server(wd, grace=grace, force=force)
+        res = stop_dynamo(wd, grace=grace, force=force)
+    else:
+        res = stop_server(wd, grace=grace, force=force)
     emit(asdict(res), as_json, lambda: click.echo(res.message))
 
 

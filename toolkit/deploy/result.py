@@ -56,7 +56,7 @@ class DeployOptions:
     replicas: int = 1
     # dynamo
     workers: int = 1
-    router_mode: str = "round-robin"
+    router_mode: str | None = None  # None: the recipe's serving.dynamo.router_mode
     engine: str = "triton"
     disagg: bool = False
     prefill_workers: int = 1

@@ -36,8 +36,8 @@ import yaml
 
 from toolkit import __version__
 from toolkit._fs import atomic_write
-from toolkit.dynamo.plan import ROUTER_MODES
-from toolkit.errors import UsageError, check_names, did_you_mean
+from toolkit.dynamo.plan import router_mode_of
+from toolkit.errors import UsageError, check_names
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
@@ -171,7 +171,7 @@ class DgdOptions:
     workers: int = 1
     prefill_workers: int = 1
     disagg: bool = False
-    router_mode: str = "round-robin"
+    router_mode: str | None = None  # None: the recipe's serving.dynamo.router_mode
     hf_token_secret: str | None = "hf-token"
 
     @classmethod
@@ -199,12 +199,7 @@ def plan_dgd(
         raise UsageError(
             f"--workers and --prefill-workers must be at least 1, not {workers}/{prefill_workers}"
         )
-    if router_mode not in ROUTER_MODES:
-        guess = did_you_mean(router_mode, list(ROUTER_MODES))
-        raise UsageError(
-            f"--router-mode must be one of {', '.join(ROUTER_MODES)}, not '{router_mode}'"
-            + (f"; did you mean '{guess}'?" if guess else "")
-        )
+    router_mode = router_mode_of(recipe, router_mode)
     args, model, notes = engine_args(recipe, progress=progress)
     name = k8s_name(recipe.display_name)
     img = image or IMAGE

@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 from toolkit import runner
 from toolkit._fs import atomic_write
 from toolkit.dynamo.plan import (
-    DEFAULT_ROUTER_MODE,
     PLAN_FILE,
     PROCESSES_FILE,
     SUBDIR,
@@ -72,7 +71,7 @@ def make_plan(
     *,
     backend: str | None,
     workers: int,
-    router_mode: str,
+    router_mode: str | None,
     auto_ports: bool,
     dry_run: bool,
     progress: Step = quiet,
@@ -110,13 +109,13 @@ def make_plan(
 @dataclass(frozen=True)
 class DynamoLaunch:
     """How `deploy_dynamo` runs a recipe: its backend (None: the recipe's), the workers and the
-    frontend's router mode, detached or in the foreground, on free ports or the recipe's, whether
+    frontend's router mode (None: the recipe's), detached or in the foreground, on free ports or the recipe's, whether
     to validate, the readiness deadline, and what the supervisor does when a process dies
     (`on_failure`, as `sdtk deploy --on-failure`)."""
 
     backend: str | None = None
     workers: int = 1
-    router_mode: str = DEFAULT_ROUTER_MODE
+    router_mode: str | None = None  # None: the recipe's serving.dynamo.router_mode
     detach: bool = False
     auto_ports: bool = False
     validate: bool = True

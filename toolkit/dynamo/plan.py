@@ -19,19 +19,12 @@ import shlex
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from toolkit.errors import UsageError, did_you_mean
+from toolkit.recipe import DynamoRouterMode
 
-ROUTER_MODES = (
-    "round-robin",
-    "random",
-    "power-of-two",
-    "kv",
-    "direct",
-    "least-loaded",
-    "device-aware-weighted",
-)
+ROUTER_MODES: tuple[str, ...] = get_args(DynamoRouterMode)  # serving.dynamo.router_mode
 DEFAULT_ROUTER_MODE = "round-robin"
 SUBDIR = "dynamo"  # <deployment>/dynamo: plan.json, processes.json, home/, discovery/
 PLAN_FILE = "plan.json"
@@ -126,17 +119,15 @@ class DynamoPlan:
         return "\n".join(lines) + "\n"
 
 
-def check_router_mode(mode: str) -> str:
+def router_mode_of(recipe: Any, mode: str | None) -> str:
+    """The router: --router-mode when given, else the recipe's serving.dynamo.router_mode."""
+    if mode is None:
+        return str(recipe.serving.dynamo.router_mode)
     if mode not in ROUTER_MODES:
         guess = did_you_mean(mode, list(ROUTER_MODES))
         raise UsageError(
             f"--router-mode must be one of {', '.join(ROUTER_MODES)}, not '{mode}'"
             + (f"; did you mean '{guess}'?" if guess else "")
-        )
-    if mode == "kv":
-        raise UsageError(
-            "--router-mode kv needs workers that publish KV events, which sdtk's reference worker does not",
-            hint="use round-robin (the default), least-loaded or power-of-two",
         )
     return mode
 
@@ -170,15 +161,18 @@ def plan_dynamo(
     engine_dir: Path,
     model_path: Path | str,
     ports: DynamoPorts,
-    router_mode: str = DEFAULT_ROUTER_MODE,
+    router_mode: str | None = None,
     python: str = sys.executable,
 ) -> DynamoPlan:
-    """The frontend and workers of `recipe`'s deployment in `root`, one worker per metrics port."""
+    """The frontend and workers of `recipe`'s deployment in `root`, one worker per metrics port;
+    the router is `router_mode`, or the recipe's (serving.dynamo.router_mode) when None. With
+    `kv`, every worker publishes KV events (sdtk's: `--publish-kv-events`, toolkit.dynamo.kvevents;
+    `dynamo.trtllm --publish-kv-events`, `dynamo/trtllm/backend_args.py` 179-190)."""
     http_port, worker_metrics_ports = ports.http, ports.worker_metrics
     workers = len(worker_metrics_ports)
     if workers < 1:
         raise UsageError(f"--workers must be at least 1, not {workers}")
-    check_router_mode(router_mode)
+    router_mode = router_mode_of(recipe, router_mode)
     env = environment(root)
     logs = root / "logs"
     # The served name: serving.model_name when the recipe sets it, else the recipe's name (the
@@ -216,31 +210,7 @@ def plan_dynamo(
         wname = f"worker-{i}"
         if backend == "reference":
             port = worker_metrics_ports[i]
-            argv = [
-                python,
-                "-m",
-                WORKER_MODULE,
-                "--engine-dir",
-                str(engine_dir),
-                "--model-path",
-                str(model_path),
-                "--served-model-name",
-                name,
-                "--namespace",
-                NAMESPACE,
-                "--worker-name",
-                wname,
-                "--max-batch-size",
-                str(recipe.build.max_batch_size),
-                "--max-seq-len",
-                str(recipe.build.max_seq_len),
-                "--metrics-port",
-                str(port),
-            ]
-            if not recipe.serving.add_special_tokens:
-                argv.append("--no-add-special-tokens")
-            if not _has_chat_template(Path(model_path)):
-                argv += ["--chat-template", str(TEMPLATE)]
+            argv = _reference_argv(python, recipe, engine_dir, model_path, name, wname, port)
             metrics = f"http://{LOOPBACK}:{port}/metrics"
         else:
             engine_yaml = str(engine_dir / "extra_llm_api_options.yaml")
@@ -258,6 +228,8 @@ def plan_dynamo(
                 NAMESPACE,
             ]
             metrics = ""
+        if router_mode == "kv":
+            argv.append("--publish-kv-events")
         procs.append(Proc(wname, argv, env, str(logs / f"dynamo-{wname}.log"), metrics))
     notes = [f"caches and file discovery under {root / SUBDIR}; {NOT_LOOPBACK}"]
     if backend != "reference":
@@ -279,6 +251,38 @@ def plan_dynamo(
         engine_yaml=engine_yaml,
         notes=notes,
     )
+
+
+def _reference_argv(
+    python: str, recipe: Any, engine_dir: Path, model_path: Path | str, name: str, wname: str, port: int
+) -> list[str]:
+    """sdtk's reference worker (toolkit.dynamo.worker) serving `engine_dir` as `name`."""
+    argv = [
+        python,
+        "-m",
+        WORKER_MODULE,
+        "--engine-dir",
+        str(engine_dir),
+        "--model-path",
+        str(model_path),
+        "--served-model-name",
+        name,
+        "--namespace",
+        NAMESPACE,
+        "--worker-name",
+        wname,
+        "--max-batch-size",
+        str(recipe.build.max_batch_size),
+        "--max-seq-len",
+        str(recipe.build.max_seq_len),
+        "--metrics-port",
+        str(port),
+    ]
+    if not recipe.serving.add_special_tokens:
+        argv.append("--no-add-special-tokens")
+    if not _has_chat_template(Path(model_path)):
+        argv += ["--chat-template", str(TEMPLATE)]
+    return argv
 
 
 def _has_chat_template(model_path: Path) -> bool:

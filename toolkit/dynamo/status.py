@@ -15,7 +15,7 @@ from typing import Any
 from toolkit.dynamo.launch import processes
 from toolkit.dynamo.plan import PLAN_FILE, SUBDIR, DynamoPlan
 from toolkit.server import procs
-from toolkit.server.state import ServerStatus, http_ok, read_state, server_status
+from toolkit.server.state import ServerStatus, StopResult, http_ok, read_state, server_status
 
 
 def _hex_addr(text: str) -> str:
@@ -71,7 +71,12 @@ def dynamo_status(root: Path | str, timeout: float = 2.0) -> ServerStatus:
 
     base = server_status(root, timeout)
     st = read_state(root)
-    if st is None or base.state in ("dead", "stopped"):
+    if st is None or base.state == "stopped":
+        return base
+    if base.state in ("dead", "restarting"):  # the supervisor is gone: what of its processes is left
+        left = [f"{n} pid {p['pid']}" for n, p in processes(root).items() if _alive(p)]
+        base.message = base.message.replace("the server recorded", "the Dynamo supervisor recorded", 1)
+        base.message += "; left running: " + (", ".join(left) if left else "none of its processes")
         return base
     plan = DynamoPlan.from_dict(json.loads((Path(root) / SUBDIR / PLAN_FILE).read_text()))
     record = processes(root)
@@ -119,6 +124,10 @@ def dynamo_status(root: Path | str, timeout: float = 2.0) -> ServerStatus:
     return base
 
 
+def _alive(entry: dict[str, Any]) -> bool:
+    return bool(entry.get("pid")) and procs.alive(int(entry["pid"]))
+
+
 def _last_failure(entry: dict[str, Any]) -> str:
     """'exited -9 at 2026-12-07 18:00:00' from a processes.json entry's last failure."""
     failures = entry.get("failures") or []
@@ -149,3 +158,36 @@ def kill_orphans(root: Path | str) -> list[int]:
     for pid in killed:
         procs.wait_gone(pid, 5.0)
     return killed
+
+
+def stopped_message(res: StopResult, record: dict[str, dict[str, Any]], grace: float) -> str:
+    """`sdtk stop`'s line for a Dynamo deployment: the supervisor and each process it ran (from
+    processes.json, read before the stop), instead of the Triton wording of toolkit.server.state."""
+    named = ", ".join(f"{n} (pid {p['pid']})" for n, p in record.items() if p.get("pid"))
+    what = f"the Dynamo supervisor (pid {res.pid})" + (f" with {named}" if named else "")
+    extra = res.message.split(";", 1)[1] if ";" in res.message else ""  # removed files, `--force`'s sweep
+    if not res.was_running:
+        return f"the Dynamo supervisor (pid {res.pid}) was not running;{extra}" if res.pid else res.message
+    left = [n for n, p in record.items() if p.get("pid") and procs.alive(int(p["pid"]))]
+    if res.graceful:
+        msg = f"stopped {what}"
+    else:
+        msg = f"{what} ignored SIGTERM for {grace:.0f}s and was killed"
+    if left:  # SIGKILLed with the group: not expected to be seen
+        msg += f"; still alive: {', '.join(left)}"
+    return msg + (f";{extra}" if extra else "")
+
+
+def stop_dynamo(root: Path | str, grace: float = 15.0, force: bool = False) -> StopResult:
+    """`sdtk stop` of a Dynamo deployment: what a SIGKILLed supervisor left behind (kill_orphans),
+    then toolkit.server.state's stop (SIGTERM to the supervisor, which stops the workers and the
+    frontend; SIGKILL to its group), reported with the processes it stopped."""
+    from toolkit.server.state import stop_server
+
+    record = processes(root)
+    orphans = kill_orphans(root)
+    res = stop_server(root, grace=grace, force=force)
+    res.message = stopped_message(res, record, grace)
+    if orphans:
+        res.message += f"; killed {len(orphans)} process(es) its dead supervisor left: pids {orphans}"
+    return res

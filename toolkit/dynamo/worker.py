@@ -14,6 +14,10 @@ Requests run in threads against the runtime's in-flight batcher (toolkit.referen
 the Triton reference model drives it. A client that goes away (`context.is_stopped()` /
 `is_killed()`, or the frontend dropping the stream) stops its generation at the next step.
 
+With `--publish-kv-events` (`--router-mode kv`) the worker publishes its live requests' prompt
+blocks as KV events and its block load (toolkit.dynamo.kvevents), so that Dynamo's KV router
+routes by prefix.
+
 Dynamo exports no speculative-decoding acceptance metric; each worker serves sdtk's `sdtk_spec_*`
 families (toolkit.ops.spec_metrics) and per-position acceptance on its own /metrics
 (`--metrics-port`, 127.0.0.1).
@@ -30,13 +34,35 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from toolkit.dynamo.kvevents import KvBlocks, dynamo_kv_blocks
+
 COMPONENT = "backend"
 ENDPOINT = "generate"
-KV_BLOCK_SIZE = 16  # what the worker advertises to the router (the reference runtime has no blocks)
+KV_BLOCK_SIZE = 16  # the router's block size (the reference runtime's KV is per sequence, not in blocks)
+ENGINE_DATA_KEY = "sdtk_spec"  # the response's nvext.engine_data.sdtk_spec: this request's acceptance
+ACCEPTANCE_KEYS = (
+    "steps",
+    "draft_tokens",
+    "accepted_tokens",
+    "acceptance_rate",
+    "acceptance_length",
+    "per_position_proposed",
+    "per_position_accepted",
+)
 POSITION_FAMILIES = (
     ("sdtk_spec_position_drafted_total", "draft tokens proposed at each draft position (1 = first)"),
     ("sdtk_spec_position_accepted_total", "draft tokens accepted at each draft position (1 = first)"),
 )
+
+
+def request_acceptance(stats: Any) -> dict[str, Any]:
+    """One request's speculation counts (toolkit.reference.stats.SpecStats), for the final chunk's
+    `engine_data`: Dynamo's frontend forwards a chunk's `engine_data` to the response's
+    `nvext.engine_data` when the request asks for it with `"nvext": {"extra_fields":
+    ["engine_data"]}` (ai-dynamo 1.6.1 `dynamo/common/backend/engine.py` GenerateChunk,
+    `dynamo/frontend/utils.py` nvext_extra_field_requested)."""
+    d = stats.to_dict()
+    return {k: d[k] for k in ACCEPTANCE_KEYS}
 
 
 class Cancelled(Exception):
@@ -94,7 +120,9 @@ class Handler:
         max_tokens: int,
         prefix: list[int] | None = None,
         max_seq_len: int | None = None,
+        kv: KvBlocks | None = None,
     ):
+        self.kv = kv  # --publish-kv-events: the blocks of the live requests, for the KV router
         self.max_seq_len = max_seq_len  # prompt + output: a longer max_tokens is cut to fit (length)
         self.rt = runtime
         self.spec = spec
@@ -117,7 +145,7 @@ class Handler:
     async def generate(self, request: dict[str, Any], context: Any) -> AsyncIterator[dict[str, Any]]:
         from dynamo.common.utils.token_ids import token_ids_to_list
 
-        prompt = token_ids_to_list(request.get("token_ids")) or []
+        routed = prompt = token_ids_to_list(request.get("token_ids")) or []  # routed: the router's tokens
         if self.prefix and prompt[: len(self.prefix)] != self.prefix:
             prompt = self.prefix + prompt
         stops = request.get("stop_conditions") or {}
@@ -154,6 +182,7 @@ class Handler:
                 loop.call_soon_threadsafe(chunks.put_nowait, ("error", e))
 
         thread = threading.Thread(target=work, name="sdtk-dynamo-generate", daemon=True)
+        held = self.kv.acquire(routed) if self.kv is not None else []
         thread.start()
         produced = 0
         finished = False
@@ -181,13 +210,17 @@ class Handler:
                     if self.metrics is not None:
                         self.metrics.observe(value.stats, produced)
                     finished = True
-                    yield self._final([], finish_reason(value.finish_reason, False), len(prompt), produced)
+                    final = self._final([], finish_reason(value.finish_reason, False), len(prompt), produced)
+                    final["engine_data"] = {ENGINE_DATA_KEY: request_acceptance(value.stats)}
+                    yield final
                     return
                 else:
                     raise value
         finally:  # the frontend dropped the stream, or we are done: the sequence leaves the batch
             stop.set()
             await asyncio.to_thread(thread.join)
+            if self.kv is not None:
+                self.kv.release(held)
             if not finished:
                 print(f"request {context.id()}: cancelled after {produced} token(s)", flush=True)
 
@@ -245,6 +278,8 @@ async def serve(args: argparse.Namespace, ready: Callable[[], None] = lambda: No
     cfg = ModelRuntimeConfig()
     cfg.context_length = args.max_seq_len
     cfg.max_num_seqs = args.max_batch_size
+    # The in-flight batch's KV capacity in router blocks: max_batch_size sequences of max_seq_len.
+    cfg.total_kv_blocks = args.max_batch_size * -(-args.max_seq_len // KV_BLOCK_SIZE)
     await register_model(
         ModelInput.Tokens,
         ModelType.Chat | ModelType.Completions,
@@ -257,7 +292,8 @@ async def serve(args: argparse.Namespace, ready: Callable[[], None] = lambda: No
         custom_template_path=args.chat_template or None,
     )
     prefix = special_prefix(runtime.tokenizer) if args.add_special_tokens else []
-    handler = Handler(runtime, spec, metrics, args.max_tokens, prefix, args.max_seq_len)
+    kv = await dynamo_kv_blocks(endpoint, KV_BLOCK_SIZE) if args.publish_kv_events else None
+    handler = Handler(runtime, spec, metrics, args.max_tokens, prefix, args.max_seq_len, kv)
     print(
         f"sdtk dynamo worker {args.worker_name}: serving '{args.served_model_name}' "
         f"({getattr(runtime.spec, 'mode', 'none')}) pid {os.getpid()} at {time.strftime('%H:%M:%S')}",
@@ -283,6 +319,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         dest="add_special_tokens",
         action="store_false",
         help="do not prepend the tokenizer's special prefix (BOS) to prompts the frontend tokenized",
+    )
+    p.add_argument(
+        "--publish-kv-events",
+        action="store_true",
+        help="publish the live requests' prompt blocks as KV events (Dynamo's --router-mode kv)",
     )
     p.add_argument(
         "--chat-template", default="", help="a Jinja chat template file (default: the tokenizer's)"

@@ -269,6 +269,24 @@ class ReferenceOptions(_Strict):
     )
 
 
+# Dynamo 1.6.1's `--router-mode` choices (ai-dynamo/dynamo v1.6.1,
+# components/src/dynamo/common/configuration/groups/router_args.py 226-245).
+DynamoRouterMode = Literal[
+    "round-robin", "random", "power-of-two", "kv", "direct", "least-loaded", "device-aware-weighted"
+]
+
+
+class DynamoServing(_Strict):
+    """The NVIDIA Dynamo targets' options (`sdtk deploy --target dynamo`, `--target k8s --engine dynamo`)."""
+
+    router_mode: DynamoRouterMode = Field(
+        "round-robin",
+        description="The frontend's router (`--router-mode`; the CLI's --router-mode overrides it). kv: "
+        "routes by the prefix blocks each worker holds, from the KV events the workers publish "
+        "(sdtk's reference workers and `dynamo.trtllm --publish-kv-events`); docs/dynamo.md.",
+    )
+
+
 class Serving(_Strict):
     """How Triton serves the deployment."""
 
@@ -323,6 +341,7 @@ class Serving(_Strict):
         True, description="Preprocessing: add BOS etc. like the tokenizer's default."
     )
     skip_special_tokens: bool = True
+    dynamo: DynamoServing = Field(default_factory=DynamoServing)
     chat_template: Literal["auto", "on", "off"] = Field(
         "auto",
         description="Send sdtk's own prompts (validate's gate, bench workloads, plan's probe, the demo) "

@@ -9,7 +9,11 @@ concurrency level read from them.
   `data: [DONE]`; an event with an `error` (Dynamo's frontend sends one when the worker serving the
   stream dies) fails the request. Chunks carry no token counts: the load generator counts tokens
   with the deployment's tokenizer (the usage's `prompt_tokens` gives the input tokens).
-- Acceptance: the OpenAI API has no per-request acceptance. `begin_level` / `end_level` (called by
+- Acceptance per request: sdtk's Dynamo workers return each request's counts in the response's
+  `nvext.engine_data.sdtk_spec` when the request asks for `nvext.extra_fields: ["engine_data"]`
+  (sent when the endpoint has the workers' metrics URLs): the records then carry accepted and
+  draft tokens, steps and per-position counts as the Triton endpoints' do.
+- Acceptance per level: `begin_level` / `end_level` (called by
   the load generator around each level, warm-up excluded) read every worker's counters
   (`sdtk_spec_draft_tokens_total`, `…_accepted_tokens_total`, `…_steps_total`,
   `sdtk_spec_position_{drafted,accepted}_total{position}`) and record the level's difference as
@@ -75,6 +79,25 @@ def counters_delta(before: Sequence[dict[str, Any]], after: Sequence[dict[str, A
         delta[key] = [int(round(table.get(p, 0))) for p in range(1, top + 1)]
     delta["source"] = f"sdtk_spec_* counters of {len(after)} worker(s)"
     return delta
+
+
+def request_acceptance(event: dict[str, Any]) -> dict[str, Any]:
+    """A stream event's per-request acceptance, as the load generator's chunk outputs: sdtk's
+    Dynamo worker puts its request's counts in the final chunk's `engine_data.sdtk_spec`, which the
+    frontend returns as `nvext.engine_data` to a request with `"nvext": {"extra_fields":
+    ["engine_data"]}` (toolkit.dynamo.worker.request_acceptance)."""
+    nvext = event.get("nvext")
+    data = nvext.get("engine_data") if isinstance(nvext, dict) else None
+    spec = data.get("sdtk_spec") if isinstance(data, dict) else None
+    if not isinstance(spec, dict):
+        return {}
+    return {
+        "total_accepted_draft_tokens": spec.get("accepted_tokens"),
+        "total_draft_tokens": spec.get("draft_tokens"),
+        "spec_steps": spec.get("steps"),
+        "per_position_proposed": spec.get("per_position_proposed"),
+        "per_position_accepted": spec.get("per_position_accepted"),
+    }
 
 
 class OpenAIEndpoint:
@@ -157,6 +180,8 @@ class OpenAIEndpoint:
         }
         if temperature > 0:
             body["seed"] = seed
+        if self.metrics_urls:  # sdtk's Dynamo workers: this request's acceptance in the response
+            body["nvext"] = {"extra_fields": ["engine_data"]}
         if sampling.top_p is not None:
             body["top_p"] = sampling.top_p
         try:
@@ -178,6 +203,7 @@ class OpenAIEndpoint:
                         continue
                     usage = event.get("usage") or {}
                     outputs = {"num_input_tokens": usage["prompt_tokens"]} if "prompt_tokens" in usage else {}
+                    outputs |= request_acceptance(event)
                     choice = (event.get("choices") or [{}])[0]
                     text = choice.get("text") or ""
                     if text or outputs:
