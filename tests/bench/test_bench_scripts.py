@@ -1,4 +1,4 @@
-"""scripts/bench_recipes.py and scripts/readme_plot.py on the real tiny models (tiny budgets: these
+"""scripts/bench.py run recipes and scripts/readme_plot.py on the real tiny models (tiny budgets: these
 check what the scripts write, not the speed)."""
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def test_bench_bls_replay_runs_the_served_loop_losslessly_and_writes_its_section
 
 
 def test_bench_forward_section(tmp_path):
-    """scripts/bench_forward.py times both forwards on the tiny models (a tiny budget here), checks
+    """scripts/bench.py run forward times both forwards on the tiny models (a tiny budget here), checks
     their logits bitwise and writes its marked section."""
     mod = _script("bench_forward")
     out = tmp_path / "benchmarks.md"
