@@ -22,8 +22,12 @@ SCRIPTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(SCRIPTS.parent))  # the project's own toolkit
 sys.path.insert(0, str(SCRIPTS))  # benchmarks/ and the scripts it wraps
 
-from benchmarks import BENCHMARKS, BY_NAME, Benchmark  # noqa: E402
-from benchmarks import _harness  # noqa: E402
+from benchmarks import (  # noqa: E402
+    BENCHMARKS,
+    BY_NAME,
+    Benchmark,
+    _harness,  # noqa: E402
+)
 
 
 def entry(bench: Benchmark):  # noqa: ANN201 - the benchmark module's main(argv)

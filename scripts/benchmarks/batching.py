@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks._harness import concurrency_axis, cpu_model, save_png, sdtk, speedup_axes  # scripts/benchmarks/_harness.py
+from benchmarks._harness import concurrency_axis, cpu_model, save_png, sdtk, speedup_axes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -333,4 +333,3 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"raw results: {raw}", file=sys.stderr)
     write_section(tp, abr, cmd, args.rounds, args.max_tokens, before, after, date)
-

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 from benchmarks import _harness  # noqa: E402
-from benchmarks._harness import cpu_model, sdtk  # scripts/benchmarks/_harness.py
+from benchmarks._harness import cpu_model, sdtk  # noqa: E402
 
 START, END = "<!-- bench_bls_concurrency:start -->", "<!-- bench_bls_concurrency:end -->"
 SIDES = {
@@ -136,4 +136,3 @@ def main(argv: list[str] | None = None) -> None:
     write_section(rows, cmd, (before, os.getloadavg()), a.max_tokens, a.requests)
     for name, r in rows.items():
         print(f"{name}: c=1 {r[1]:.3f}s c=4 {r[4]:.3f}s")
-

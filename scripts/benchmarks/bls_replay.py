@@ -48,7 +48,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
-from benchmarks._harness import cpu_model  # scripts/benchmarks/_harness.py
+from benchmarks._harness import cpu_model  # noqa: E402
 
 START, END = "<!-- bench_bls_replay:start -->", "<!-- bench_bls_replay:end -->"
 
@@ -251,4 +251,3 @@ def main(argv: list[str] | None = None) -> int:
         _harness.write_section(args.out, START, END, section)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
-

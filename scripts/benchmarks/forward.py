@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from benchmarks._harness import cpu_model, publish  # scripts/benchmarks/_harness.py
+from benchmarks._harness import cpu_model, publish  # noqa: E402
 
 START, END = "<!-- bench_forward:start -->", "<!-- bench_forward:end -->"
 WIDTHS = (1, 5)
@@ -121,4 +121,3 @@ def main(argv: list[str] | None = None) -> int:
     lines.append(END)
     publish("\n".join(lines), args.out, START, END, write=not args.no_write)
     return 0
-

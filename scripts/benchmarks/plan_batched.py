@@ -44,8 +44,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks._harness import cpu_model, publish, sdtk  # scripts/benchmarks/_harness.py
 from bench_membound_served import BASELINE, _plan  # the same plan invocation as the served check
+
+from benchmarks._harness import cpu_model, publish, sdtk  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -314,4 +315,3 @@ def main(argv: list[str] | None = None) -> int:
     )
     publish(section, args.out, start, end, write=not args.no_write)
     return 0
-

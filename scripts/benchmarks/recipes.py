@@ -192,4 +192,3 @@ def _write(path: Path, section: str, twin: bool = False) -> None:
     from benchmarks import _harness
 
     _harness.write_section(path, *((TWIN_START, TWIN_END) if twin else (START, END)), section)
-

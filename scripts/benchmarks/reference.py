@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 import transformers
-from benchmarks._harness import cpu_model  # scripts/benchmarks/_harness.py
 from transformers import AutoModelForCausalLM
 
+from benchmarks._harness import cpu_model  # noqa: E402
 from toolkit.recipe import DraftTarget, Eagle3, Lookahead, Medusa, NGram, NoSpeculation, load_recipe
 from toolkit.reference import ReferenceRuntime
 from toolkit.reference.models import CachedLM, inflate_mlp
@@ -282,4 +282,3 @@ def _write(path: Path, section: str, twin: bool = False) -> None:
     from benchmarks import _harness
 
     _harness.write_section(path, *((TWIN_START, TWIN_END) if twin else (START, END)), section)
-

@@ -83,6 +83,7 @@ def plot(pred: dict, abr: dict, tune: dict) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     from benchmarks._harness import save_png, speedup_axes
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -234,4 +235,3 @@ def main(argv: list[str] | None = None) -> None:
     raw.write_text(json.dumps({"plan": pred, "ab": abr, "tune": tune, **facts}, default=str, indent=1))
     write_section(pred, abr, tune, cmd, (before, after), args.max_batch_size, date)
     print(f"wrote {DOC.relative_to(ROOT)} (raw results: {raw})", file=sys.stderr)
-

@@ -19,7 +19,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks._harness import cpu_model, sdtk  # scripts/benchmarks/_harness.py
+from benchmarks._harness import cpu_model, sdtk  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -178,4 +178,3 @@ def main(argv: list[str] | None = None) -> None:
         print(row, file=sys.stderr)
         rows.append(row)
     write_section(rows, "python " + " ".join(sys.argv), args.rounds, args.max_tokens)
-

@@ -31,7 +31,6 @@ import argparse
 import contextlib
 import json
 import platform
-import re
 import shutil
 import statistics
 import subprocess
@@ -44,10 +43,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import _harness  # noqa: E402
 from benchmarks import _served_probes as served_probes  # noqa: E402 - the served models' own faults
 from benchmarks import _watchdog_probes as watchdog_probes  # noqa: E402 - the watchdog's faults
-
-from benchmarks import _harness  # noqa: E402
 from toolkit import stress  # noqa: E402
 
 RECIPES = (
@@ -561,4 +559,3 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_write:
         write(results, sys.argv[1:])
     sys.exit(1 if bad else 0)
-

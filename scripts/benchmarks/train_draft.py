@@ -33,7 +33,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
-from benchmarks._harness import cpu_model  # scripts/benchmarks/_harness.py
+from benchmarks._harness import cpu_model  # noqa: E402
 
 START, END = "<!-- bench_train_draft:start -->", "<!-- bench_train_draft:end -->"
 DEFAULT = ["tiny-eagle3", "tiny-draft-target"]
@@ -238,4 +238,3 @@ def render(args: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
                 )
     out += ["", "Commands: " + "; ".join(f"`{r['command']}`" for r in rows), END]
     return "\n".join(out)
-

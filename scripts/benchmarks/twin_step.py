@@ -29,8 +29,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
-from benchmarks._harness import cpu_model  # scripts/benchmarks/_harness.py
-
+from benchmarks._harness import cpu_model  # noqa: E402
 from toolkit.reference.models import MatrixLinear, inflate_mlp  # noqa: E402
 
 START, END = "<!-- bench_twin_step:start -->", "<!-- bench_twin_step:end -->"
@@ -114,4 +113,3 @@ def main(argv: list[str] | None = None) -> int:
 
         _harness.write_section(args.out, START, END, section)
     return 0
-

@@ -23,7 +23,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks._harness import cpu_model  # scripts/benchmarks/_harness.py
+from benchmarks._harness import cpu_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -280,4 +280,3 @@ def main(argv: list[str] | None = None) -> None:
             rows += got
         ab = None if args.no_compare else compare_run(Path(d))
     write_section(rows, ab, "python " + " ".join(sys.argv), args.rounds, args.requests, args.max_tokens)
-
