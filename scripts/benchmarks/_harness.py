@@ -72,14 +72,14 @@ def write_section(out: Path, start: str, end: str, section: str) -> bool:
     if not RUN.write:
         print(f"(not written: {start} in {out})", file=sys.stderr)
         return False
-    from benchmarks import _harness
+    from toolkit._fs import replace_section
 
     body = section.strip("\n")
     if body.startswith(start):
         body = body[len(start) :].lstrip("\n")
     if body.endswith(end):
         body = body[: -len(end)].rstrip("\n")
-    _harness.write_section(out, start, end, f"{start}\n{header()}\n\n{body}\n{end}")
+    replace_section(out, start, end, f"{start}\n{header()}\n\n{body}\n{end}")
     return True
 
 
