@@ -55,9 +55,11 @@ def cpu_model() -> str:
 
 
 def sdtk(*args: str) -> subprocess.CompletedProcess:
-    """Run .venv/bin/sdtk with `args` (stdin closed, output captured, return code not checked)."""
+    """Run the project's .venv/bin/sdtk (else the one beside the running Python) with `args`
+    (stdin closed, output captured, return code not checked)."""
+    exe = ROOT / ".venv" / "bin" / "sdtk"
     return subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "sdtk"), *args],
+        [str(exe if exe.exists() else Path(sys.executable).parent / "sdtk"), *args],
         capture_output=True,
         text=True,
         check=False,
