@@ -82,6 +82,7 @@ def write_section(out: Path, start: str, end: str, section: str) -> bool:
     if body.endswith(end):
         body = body[: -len(end)].rstrip("\n")
     replace_section(out, start, end, f"{start}\n{header()}\n\n{body}\n{end}")
+    print(f"(written: {start} in {out})", file=sys.stderr)
     return True
 
 

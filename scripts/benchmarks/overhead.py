@@ -235,7 +235,6 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import _harness
 
         _harness.write_section(args.out, START, END, section)
-        print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 

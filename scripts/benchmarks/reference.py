@@ -202,7 +202,6 @@ def main(argv: list[str] | None = None) -> int:
     print(section)
     if not args.no_write:
         _write(args.out, section, twin=rt.twin_label is not None)
-        print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 

@@ -234,4 +234,4 @@ def main(argv: list[str] | None = None) -> None:
     facts = {"command": cmd, "load": [before, after], "mbs": args.max_batch_size, "date": date}
     raw.write_text(json.dumps({"plan": pred, "ab": abr, "tune": tune, **facts}, default=str, indent=1))
     write_section(pred, abr, tune, cmd, (before, after), args.max_batch_size, date)
-    print(f"wrote {DOC.relative_to(ROOT)} (raw results: {raw})", file=sys.stderr)
+    print(f"raw results: {raw}", file=sys.stderr)

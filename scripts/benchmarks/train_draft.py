@@ -82,7 +82,6 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import _harness
 
         _harness.write_section(args.doc, START, END, section)
-        print(f"wrote {args.doc}", file=sys.stderr)
     return 0
 
 
