@@ -121,7 +121,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "reference",
         "How fast is the reference runtime against HF transformers' generate?",
         HISTORY, "bench_reference", "reference",
-        quick=("--runs", "1", "--new-tokens", "8", "--prompts", "1"),
+        quick=("--runs", "1", "--new-tokens", "8", "--prompts", "1", "--threads", "1"),
     ),
     Benchmark(
         "forward",
