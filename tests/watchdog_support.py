@@ -1,5 +1,5 @@
 """Shared support of the watchdog's fault probes: tests/server/test_watchdog_faults.py and
-scripts/watchdog_probes.py (the rows of `scripts/stress_served.py --faults`) both drive a
+scripts/benchmarks/_watchdog_probes.py (the rows of `scripts/bench.py run stress_served --faults`) both drive a
 detached tiny-baseline through real `sdtk` processes with these helpers.
 
 tests/conftest.py puts the tests directory on sys.path (the script does the same):

@@ -1,7 +1,7 @@
 """Mixed, concurrent traffic against a live deployment, and what it must not break.
 
 Used three ways: `sdtk deploy` sends a short burst after validation (toolkit.validate.survive_burst),
-the stress tests send a CI-sized run, and `scripts/stress_served.py` sends hundreds of requests per
+the stress tests send a CI-sized run, and `scripts/bench.py run stress_served` sends hundreds of requests per
 recipe.
 
 The traffic (`KINDS`): HTTP `generate`, HTTP `generate_stream`, gRPC streaming, HTTP streams the

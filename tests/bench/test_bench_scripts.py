@@ -1,5 +1,5 @@
-"""scripts/bench_recipes.py and scripts/readme_plot.py on the real tiny models (tiny budgets: these
-check what the scripts write, not the speed)."""
+"""Benchmarks of scripts/bench.py (recipes, overhead, bls_replay, forward, membound_served) and
+scripts/readme_plot.py on the real tiny models (tiny budgets: these check what they write, not the speed)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script(name: str):
+    """scripts/NAME.py, loaded from its file (a script that is not a registered benchmark)."""
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-def test_bench_recipes_section(tmp_path, capsys):
-    mod = _script("bench_recipes")
+def _benchmark(name: str, monkeypatch):
+    """scripts/benchmarks/NAME.py, imported as `scripts/bench.py run` imports it."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    return importlib.import_module(f"benchmarks.{name}")
+
+
+def test_bench_recipes_section(tmp_path, capsys, monkeypatch):
+    mod = _benchmark("recipes", monkeypatch)
     out = tmp_path / "benchmarks.md"
     out.write_text("# b\n\nbefore\n\n<!-- bench_recipes:start -->\nold\n<!-- bench_recipes:end -->\nafter\n")
     args = [
@@ -97,10 +104,10 @@ def test_readme_section_from_a_compare_json(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_bench_overhead_splits_cpu_time_into_forwards_and_the_rest(tmp_path):
+def test_bench_overhead_splits_cpu_time_into_forwards_and_the_rest(tmp_path, monkeypatch):
     import argparse
 
-    mod = _script("bench_overhead")
+    mod = _benchmark("overhead", monkeypatch)
     args = argparse.Namespace(
         models=Path(__file__).resolve().parents[2] / "models" / "tiny",
         threads=1,
@@ -126,7 +133,9 @@ def test_bench_overhead_splits_cpu_time_into_forwards_and_the_rest(tmp_path):
     assert len(rows) == 1 and rows[0].endswith(" 2.00 |") and "--tree old --tree . " in text
 
 
-def test_bench_bls_replay_runs_the_served_loop_losslessly_and_writes_its_section(tmp_path, capsys):
+def test_bench_bls_replay_runs_the_served_loop_losslessly_and_writes_its_section(
+    tmp_path, capsys, monkeypatch
+):
     """The BLS loop the script times makes the served models' verify_draft calls: its tokens equal
     the plain loop's (the script stops otherwise), every iteration commits 1..γ+1 tokens at its
     verify step, and the section lands between its markers (tiny budget, unpadded target: this
@@ -135,7 +144,7 @@ def test_bench_bls_replay_runs_the_served_loop_losslessly_and_writes_its_section
     target's one-row forwards are a part of all its forwards."""
     import re
 
-    mod = _script("bench_bls_replay")
+    mod = _benchmark("bls_replay", monkeypatch)
     out = tmp_path / "benchmarks.md"
     marks = "<!-- bench_bls_replay:start -->\nold\n<!-- bench_bls_replay:end -->"
     out.write_text(f"# Benchmarks\n\nbefore\n\n{marks}\n\nafter\n")
@@ -161,10 +170,10 @@ def test_bench_bls_replay_runs_the_served_loop_losslessly_and_writes_its_section
     capsys.readouterr()
 
 
-def test_bench_forward_section(tmp_path):
-    """scripts/bench_forward.py times both forwards on the tiny models (a tiny budget here), checks
+def test_bench_forward_section(tmp_path, monkeypatch):
+    """scripts/bench.py run forward times both forwards on the tiny models (a tiny budget here), checks
     their logits bitwise and writes its marked section."""
-    mod = _script("bench_forward")
+    mod = _benchmark("forward", monkeypatch)
     out = tmp_path / "benchmarks.md"
     out.write_text("# b\n\n<!-- bench_forward:start -->\nold\n<!-- bench_forward:end -->\nafter\n")
     assert mod.main(["--rounds", "1", "--steps", "2", "--context", "16", "--out", str(out)]) == 0

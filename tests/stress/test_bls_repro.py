@@ -1,7 +1,7 @@
 """Regression test for the BLS stub crash: the minimal reproduction of tests/stress/bls_repro,
 in its `fixed` variant (what sdtk's tensorrt_llm_bls does), under concurrent traffic.
 
-`scripts/stress_served.py --bls-repro naive` runs the `naive` variant, whose stub dies within
+`scripts/bench.py run stress_served --bls-repro naive` runs the `naive` variant, whose stub dies within
 seconds on Triton 2.51 (kept out of the suite: it kills a process on purpose).
 """
 

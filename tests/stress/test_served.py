@@ -4,7 +4,7 @@ CI-sized: 30 requests per recipe at concurrency 4, every kind of toolkit.stress.
 generate and generate_stream, gRPC streaming, abandoned HTTP streams, cancelled gRPC streams,
 malformed requests). Checked against yardsticks the served code does not compute: stub pids read
 from /proc before and after, and every completed greedy text against the in-process reference
-runtime with speculation off. `scripts/stress_served.py` runs the long version (≥ 300 requests
+runtime with speculation off. `scripts/bench.py run stress_served` runs the long version (≥ 300 requests
 per recipe, memory included).
 """
 

@@ -3,7 +3,7 @@
 On the tiny models most of a step is not arithmetic: transformers' LlamaModel.forward runs its
 output-capture and config-default decorators, the causal-mask factory, the rotary module, a
 module call per layer with keyword plumbing, the attention-function registry and the cache's
-dispatch. scripts/bench_forward.py times one forward both ways (docs/lab/benchmarks-history.md,
+dispatch. scripts/bench.py run forward times one forward both ways (docs/lab/benchmarks-history.md,
 "One forward: transformers' against the lean forward").
 
 LeanDecoder runs the same tensor operations as transformers 5's Llama code, in the same order,

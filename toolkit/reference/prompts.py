@@ -1,4 +1,4 @@
-"""A fixed set of code prompts for the reference runtime's tests and `scripts/bench_reference.py`:
+"""A fixed set of code prompts for the reference runtime's tests and `scripts/bench.py run reference`:
 short Python snippets written for them (not copied from the training corpus), each cut where a
 model must continue."""
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The watchdog's fault probes of `scripts/stress_served.py --faults`, on detached tiny-baseline
+"""The watchdog's fault probes of `scripts/bench.py run stress_served --faults`, on detached tiny-baseline
 deployments driven through real `sdtk` processes (the helpers of tests/watchdog_support.py,
 which tests/server/test_watchdog_faults.py uses too):
 
@@ -12,7 +12,7 @@ which tests/server/test_watchdog_faults.py uses too):
 Each row as stress_served.py's fault table has it (fault, expected, observed, detect_s,
 recover_s) plus `verdict`: pass or FAIL against the numbers of the fault's "Done when".
 
-    .venv/bin/python scripts/watchdog_probes.py        # print the rows only
+    .venv/bin/python scripts/benchmarks/_watchdog_probes.py        # print the rows only
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 

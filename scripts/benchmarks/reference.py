@@ -7,7 +7,7 @@ HF prompt lookup (`prompt_lookup_num_tokens`), each the median of --runs interle
 plus α (accepted/proposed), τ (tokens per target step) and c (one draft forward ÷ one target
 forward). It writes its section of docs/lab/benchmarks-history.md between the bench_reference markers.
 
-    python scripts/bench_reference.py [--models models/tiny] [--runs 5] [--new-tokens 96]
+    python scripts/bench.py run reference [--models models/tiny] [--runs 5] [--new-tokens 96]
 """
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ from typing import Any
 
 import torch
 import transformers
-from _bench import cpu_model  # scripts/_bench.py
 from transformers import AutoModelForCausalLM
 
+from benchmarks._harness import cpu_model  # noqa: E402
 from toolkit.recipe import DraftTarget, Eagle3, Lookahead, Medusa, NGram, NoSpeculation, load_recipe
 from toolkit.reference import ReferenceRuntime
 from toolkit.reference.models import CachedLM, inflate_mlp
 from toolkit.reference.prompts import PROMPTS
 from toolkit.trees import EAGLE_MC_SIM_7B_63, MEDUSA_MC_SIM_7B_63
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 START, END = "<!-- bench_reference:start -->", "<!-- bench_reference:end -->"
 # --inflate N (the memory-bound twin) writes its own section.
 TWIN_START, TWIN_END = "<!-- bench_reference_membound:start -->", "<!-- bench_reference_membound:end -->"
@@ -202,7 +202,6 @@ def main(argv: list[str] | None = None) -> int:
     print(section)
     if not args.no_write:
         _write(args.out, section, twin=rt.twin_label is not None)
-        print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 
@@ -244,7 +243,7 @@ def _section(
         f"Python {platform.python_version()}; float32, batch 1, greedy.",
         "",
         "```",
-        f"python scripts/bench_reference.py --models {_shown(args.models)} --runs {args.runs} --new-tokens {n}"
+        f"python scripts/bench.py run reference --models {_shown(args.models)} --runs {args.runs} --new-tokens {n}"
         + (f" --prompts {args.prompts}" if args.prompts else "")
         + (f" --threads {args.threads}" if args.threads else "")
         + (f" --inflate {args.inflate}" if args.inflate > 1 else ""),
@@ -279,10 +278,6 @@ def _goal(label: str) -> float:
 
 
 def _write(path: Path, section: str, twin: bool = False) -> None:
-    from toolkit._fs import replace_section
+    from benchmarks import _harness
 
-    replace_section(path, *((TWIN_START, TWIN_END) if twin else (START, END)), section)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    _harness.write_section(path, *((TWIN_START, TWIN_END) if twin else (START, END)), section)

@@ -11,13 +11,12 @@ checked on a live server (reference backend, in-flight batching, CPU).
 
 Writes its section of docs/lab/benchmarks-history.md.
 
-    python scripts/bench_schedule.py [--recipe tiny-eagle3] [--max-batch-size 16]
+    python scripts/bench.py run schedule [--recipe tiny-eagle3] [--max-batch-size 16]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -26,7 +25,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 START, END = "<!-- bench_schedule:start -->", "<!-- bench_schedule:end -->"
 PNG = ROOT / "docs" / "schedule.png"
@@ -34,12 +33,10 @@ DOC = ROOT / "docs" / "lab" / "benchmarks-history.md"  # its section; PNG is lin
 
 
 def _batching():
-    """scripts/bench_batching.py (its recipe copies, A/B runner and machine facts)."""
-    spec = importlib.util.spec_from_file_location("bench_batching", ROOT / "scripts" / "bench_batching.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """The batching benchmark (its recipe copies, A/B runner and machine facts)."""
+    from benchmarks import batching
+
+    return batching
 
 
 def now() -> str:
@@ -86,7 +83,8 @@ def plot(pred: dict, abr: dict, tune: dict) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from _bench import save_png, speedup_axes
+
+    from benchmarks._harness import save_png, speedup_axes
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     cs = [int(c) for c in pred["speedup"]]
@@ -198,12 +196,12 @@ def write_section(
         END,
     ]
     plot(pred, abr, tune)
-    from toolkit._fs import replace_section
+    from benchmarks import _harness
 
-    replace_section(DOC, START, END, "\n".join(lines))
+    _harness.write_section(DOC, START, END, "\n".join(lines))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--baseline", default="tiny-baseline")
     ap.add_argument("--recipe", default="tiny-eagle3")
@@ -214,7 +212,7 @@ def main() -> None:
     ap.add_argument(
         "--render", type=Path, help="only rewrite the section and plot from a raw results file of a run"
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.render:
         raw = json.loads(args.render.read_text())
         pred = raw["plan"]
@@ -236,8 +234,4 @@ def main() -> None:
     facts = {"command": cmd, "load": [before, after], "mbs": args.max_batch_size, "date": date}
     raw.write_text(json.dumps({"plan": pred, "ab": abr, "tune": tune, **facts}, default=str, indent=1))
     write_section(pred, abr, tune, cmd, (before, after), args.max_batch_size, date)
-    print(f"wrote {DOC.relative_to(ROOT)} (raw results: {raw})", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()
+    print(f"raw results: {raw}", file=sys.stderr)

@@ -12,17 +12,17 @@ Per recipe: deploy (detached, free ports), warm up, then `--requests` mixed requ
 - cancellation: a short request's latency after 6 abandoned 1000-token streams against the
   latency on the idle server (BLS entries, and the `tensorrt_llm` model direct for ensembles).
 
-    .venv/bin/python scripts/stress_served.py                      # all tiny recipes, 300 each
-    .venv/bin/python scripts/stress_served.py --recipes tiny-draft-target --requests 60 --no-write
-    .venv/bin/python scripts/stress_served.py --bls-repro naive    # the upstream crash, reproduced
-    .venv/bin/python scripts/stress_served.py --faults --recipes tiny-draft-target tiny-eagle3
+    .venv/bin/python scripts/bench.py run stress_served                      # all tiny recipes, 300 each
+    .venv/bin/python scripts/bench.py run stress_served --recipes tiny-draft-target --requests 60 --no-write
+    .venv/bin/python scripts/bench.py run stress_served --bls-repro naive    # the upstream crash, reproduced
+    .venv/bin/python scripts/bench.py run stress_served --faults --recipes tiny-draft-target tiny-eagle3
 
 `--faults` breaks one deployment per recipe on purpose (a killed stub, a read-only workdir, ...) and prints a table: fault,
 expected, observed, time to detect, time to recover (written into docs/benchmarks.md too); the
 served models' own probes (an address-space limit, injected thread and allocation failures, a
-stream cut by a stub death as `sdtk bench` counts it) come from scripts/served_probes.py, and the
+stream cut by a stub death as `sdtk bench` counts it) come from scripts/benchmarks/_served_probes.py, and the
 watchdog's own (a frozen stub, a crash loop, a damaged record, a port held and a full disk during
-a restart; once, on tiny-baseline, with a pass/FAIL verdict each) from scripts/watchdog_probes.py.
+a restart; once, on tiny-baseline, with a pass/FAIL verdict each) from scripts/benchmarks/_watchdog_probes.py.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import argparse
 import contextlib
 import json
 import platform
-import re
 import shutil
 import statistics
 import subprocess
@@ -41,12 +40,12 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import served_probes  # noqa: E402 - scripts/served_probes.py, beside this file
-import watchdog_probes  # noqa: E402 - scripts/watchdog_probes.py, beside this file
-
+from benchmarks import _harness  # noqa: E402
+from benchmarks import _served_probes as served_probes  # noqa: E402 - the served models' own faults
+from benchmarks import _watchdog_probes as watchdog_probes  # noqa: E402 - the watchdog's faults
 from toolkit import stress  # noqa: E402
 
 RECIPES = (
@@ -60,8 +59,8 @@ RECIPES = (
     "tiny-ngram-llmapi",
 )
 LEVELS = (1, 2, 4, 8)
-MARK = "<!-- stress_served.py -->"
-FAULTS_MARK = "<!-- stress_served.py --faults -->"
+MARK, MARK_END = "<!-- stress_served:start -->", "<!-- stress_served:end -->"
+FAULTS_MARK, FAULTS_END = "<!-- stress_served_faults:start -->", "<!-- stress_served_faults:end -->"
 
 
 def segfaults(pids: set[int]) -> list[str]:
@@ -227,10 +226,8 @@ def write(results: list[dict], argv: list[str]) -> None:
     section = "\n".join(
         [
             MARK,
-            "## Served stress (`scripts/stress_served.py`)",
+            "## Served stress (`scripts/bench.py run stress_served`)",
             "",
-            f"Machine: {platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores, "
-            f"{platform.platform()}; {time.strftime('%Y-%m-%d')}. Command: `{' '.join(['python', 'scripts/stress_served.py', *argv])}`.",
             "Mixed traffic per recipe (HTTP generate / generate_stream, gRPC streaming, abandoned HTTP streams, "
             "cancelled gRPC streams, malformed requests) in rounds at concurrency 1, 2, 4 and 8. Outputs are "
             "compared with the in-process reference runtime; stub pids are read from /proc. The last column is "
@@ -238,16 +235,10 @@ def write(results: list[dict], argv: list[str]) -> None:
             "`tensorrt_llm` directly (Triton 2.51's ensemble does not cancel a running step).",
             "",
             *rows,
-            MARK,
+            MARK_END,
         ]
     )
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text()
-    if MARK in text:
-        text = re.sub(re.escape(MARK) + ".*?" + re.escape(MARK), lambda m: section, text, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    path.write_text(text)
+    _harness.write_section(ROOT / "docs" / "benchmarks.md", MARK, MARK_END, section)
 
 
 def _sdtk(*args: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, float]:
@@ -494,11 +485,11 @@ def load_average() -> str:
 def write_faults(results: dict[str, list[dict]], argv: list[str], loads: tuple[str, str]) -> None:
     lines = [
         FAULTS_MARK,
-        "## Faults on a served deployment (`scripts/stress_served.py --faults`)",
+        "## Faults on a served deployment (`scripts/bench.py run stress_served --faults`)",
         "",
         f"Machine: {platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores; "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average (1, 5, 15 min) {loads[0]} at the "
-        f"start, {loads[1]} at the end. Command: `{' '.join(['python', 'scripts/stress_served.py', *argv])}`. "
+        f"start, {loads[1]} at the end. Command: `{' '.join(['python', 'scripts/bench.py run stress_served', *argv])}`. "
         "Streams are read with a 15 s client timeout. Rows before the second deploy run without a "
         "watchdog (`--on-failure none`): there the `ensemble` row is Triton 2.51's limit, not sdtk's: an "
         "ensemble request in flight when its stub dies is never answered (docs/runbooks/troubleshooting.md), "
@@ -506,7 +497,7 @@ def write_faults(results: dict[str, list[dict]], argv: list[str], loads: tuple[s
         "--detach` (`--on-failure restart`): it kills and relaunches the server, which ends every held "
         "request. Detect: when the client's request ended (racing deploys: when the loser exited); "
         "recover: from the fault until the restarted server was READY. The watchdog's probes "
-        "(scripts/watchdog_probes.py, each on its own detached tiny-baseline) carry a verdict against the "
+        "(scripts/benchmarks/_watchdog_probes.py, each on its own detached tiny-baseline) carry a verdict against the "
         'numbers of their "Done when"; there detect is when `sdtk status` first said what failed and '
         "recover is until the server was READY again (from the freeze, or from freeing the port or the disk).",
     ]
@@ -524,21 +515,13 @@ def write_faults(results: dict[str, list[dict]], argv: list[str], loads: tuple[s
                 f"{'' if r['detect_s'] is None else r['detect_s']} | {'' if r['recover_s'] is None else r['recover_s']} | "
                 f"{r.get('verdict', '')} |"
             )
-    lines.append(FAULTS_MARK)
+    lines.append(FAULTS_END)
     # observed text may quote a process's command line: paths under the repository relative to it
     section = "\n".join(lines).replace(str(ROOT) + "/", "")
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text()
-    if FAULTS_MARK in text:
-        text = re.sub(
-            re.escape(FAULTS_MARK) + ".*?" + re.escape(FAULTS_MARK), lambda m: section, text, flags=re.S
-        )
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    path.write_text(text)
+    _harness.write_section(ROOT / "docs" / "benchmarks.md", FAULTS_MARK, FAULTS_END, section)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipes", nargs="+", default=list(RECIPES))
     ap.add_argument("--requests", type=int, default=300, help="per recipe")
@@ -547,20 +530,20 @@ def main() -> None:
     ap.add_argument(
         "--faults", action="store_true", help="break a deployment per recipe on purpose (fault table)"
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.bls_repro:
         print(json.dumps(bls_repro(args.bls_repro, 60)))
         return
     if args.faults:
         loads = [load_average()]
         with tempfile.TemporaryDirectory(prefix="sdtk-faults-") as tmp:
-            # the deployment's faults above, then the served models' own (scripts/served_probes.py)
+            # the deployment's faults above, then the served models' own (scripts/benchmarks/_served_probes.py)
             faults = {
                 name: run_faults(name, Path(tmp) / name)
                 + served_probes.run(name, Path(tmp) / f"{name}-served")
                 for name in args.recipes
             }
-            # the watchdog's own, once (scripts/watchdog_probes.py)
+            # the watchdog's own, once (scripts/benchmarks/_watchdog_probes.py)
             faults["tiny-baseline: the watchdog"] = watchdog_probes.run(Path(tmp) / "watchdog")
         loads.append(load_average())
         if not args.no_write:
@@ -576,7 +559,3 @@ def main() -> None:
     if not args.no_write:
         write(results, sys.argv[1:])
     sys.exit(1 if bad else 0)
-
-
-if __name__ == "__main__":
-    main()

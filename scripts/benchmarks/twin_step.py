@@ -10,7 +10,7 @@ is what a verify step over q tokens costs against a plain step: about 1 on a GPU
 below its ridge point. Writes its section of docs/lab/benchmarks-history.md between the bench_twin_step
 markers.
 
-    python scripts/bench_twin_step.py [--inflate 32] [--reps 15] [--threads 1] [--no-write]
+    python scripts/bench.py run twin_step [--inflate 32] [--reps 15] [--threads 1] [--no-write]
 """
 
 from __future__ import annotations
@@ -26,11 +26,10 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
-from _bench import cpu_model  # noqa: E402
-
+from benchmarks._harness import cpu_model  # noqa: E402
 from toolkit.reference.models import MatrixLinear, inflate_mlp  # noqa: E402
 
 START, END = "<!-- bench_twin_step:start -->", "<!-- bench_twin_step:end -->"
@@ -64,14 +63,14 @@ def _kernel(model, cls: type) -> None:
             getattr(layer.mlp, name).__class__ = cls
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--inflate", type=int, default=32)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "lab" / "benchmarks-history.md")
     ap.add_argument("--no-write", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM
 
@@ -94,7 +93,7 @@ def main() -> int:
         f"- machine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__} ({args.threads} thread(s)), "
         f"Python {platform.python_version()}; load average {load0:.1f} before, {load1:.1f} after",
         f"- date: {now}",
-        f"- command: `python scripts/bench_twin_step.py --inflate {args.inflate} --reps {args.reps} "
+        f"- command: `python scripts/bench.py run twin_step --inflate {args.inflate} --reps {args.reps} "
         f"--threads {args.threads}`",
         f"- method: cached forwards of models/tiny/target padded ×{args.inflate} over q new tokens after a "
         f"{CONTEXT}-token context, median of {args.reps}; t(q) ÷ t(1) is a verify step's cost against a plain "
@@ -110,11 +109,7 @@ def main() -> int:
     section = "\n".join(lines) + "\n"
     print(section)
     if not args.no_write:
-        from toolkit._fs import replace_section
+        from benchmarks import _harness
 
-        replace_section(args.out, START, END, section)
+        _harness.write_section(args.out, START, END, section)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

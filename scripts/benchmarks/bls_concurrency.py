@@ -14,7 +14,7 @@ same way), tiny-draft-target as shipped (one BLS instance per batch slot) and ti
 with bls_instance_count 1 (the old default). Several rounds; medians. Writes its section of
 docs/lab/benchmarks-history.md.
 
-    python scripts/bench_bls_concurrency.py [--rounds 3] [--requests 16] [--max-tokens 32]
+    python scripts/bench.py run bls_concurrency [--rounds 3] [--requests 16] [--max-tokens 32]
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-from _bench import cpu_model, sdtk  # noqa: E402
+from benchmarks import _harness  # noqa: E402
+from benchmarks._harness import cpu_model, sdtk  # noqa: E402
 
 START, END = "<!-- bench_bls_concurrency:start -->", "<!-- bench_bls_concurrency:end -->"
 SIDES = {
@@ -117,33 +118,21 @@ def write_section(rows: dict[str, dict], cmd: str, load: tuple, max_tokens: int,
     for name, r in rows.items():
         lines.append(f"| {name} | {r[1]:.3f} | {r[4]:.3f} | {r[4] / r[1]:.2f}× | {r[4] / base[4]:.2f}× |")
     lines += ["", END]
-    path = ROOT / "docs" / "lab" / "benchmarks-history.md"
-    text = path.read_text()
-    block = "\n".join(lines)
-    if START in text:
-        head, rest = text.split(START, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
+    _harness.write_section(ROOT / "docs" / "lab" / "benchmarks-history.md", START, END, "\n".join(lines))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=32)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     before = os.getloadavg()
     rows = {
         name: measure(recipe, sets, a.rounds, a.requests, a.max_tokens)
         for name, (recipe, sets) in SIDES.items()
     }
-    cmd = f"python scripts/bench_bls_concurrency.py --rounds {a.rounds} --requests {a.requests} --max-tokens {a.max_tokens}"
+    cmd = f"python scripts/bench.py run bls_concurrency --rounds {a.rounds} --requests {a.requests} --max-tokens {a.max_tokens}"
     write_section(rows, cmd, (before, os.getloadavg()), a.max_tokens, a.requests)
     for name, r in rows.items():
         print(f"{name}: c=1 {r[1]:.3f}s c=4 {r[4]:.3f}s")
-
-
-if __name__ == "__main__":
-    main()

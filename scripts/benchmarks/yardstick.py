@@ -9,7 +9,7 @@ For each tiny recipe: deploy it (detached, free ports), then in rounds on the sa
 TTFT, token-level ITL, TPOT, the chunk interval and tokens per chunk, side by side. Optionally
 (--compare) `sdtk bench --compare tiny-baseline tiny-eagle3` on 32 requests.
 
-    python scripts/bench_yardstick.py [--recipes tiny-eagle3,tiny-medusa] [--rounds 2] [--no-compare]
+    python scripts/bench.py run yardstick [--recipes tiny-eagle3,tiny-medusa] [--rounds 2] [--no-compare]
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from _bench import cpu_model  # scripts/_bench.py
+from benchmarks._harness import cpu_model  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 RECIPES = (
@@ -161,7 +161,7 @@ def compare_run(tmp: Path) -> dict:
 
 def in_process_ratio() -> tuple[float, float] | None:
     """(mean, median per prompt) measured in process for tiny-eagle3 at γ = 3, from the
-    plan-accuracy section of docs/lab/benchmarks-history.md (scripts/bench_plan_accuracy.py)."""
+    plan-accuracy section of docs/lab/benchmarks-history.md (scripts/bench.py run plan_accuracy)."""
     text = (ROOT / "docs" / "lab" / "benchmarks-history.md").read_text()
     if "### tiny-eagle3" not in text:
         return None
@@ -175,7 +175,7 @@ def in_process_ratio() -> tuple[float, float] | None:
 
 def shipped_ratio() -> tuple[float, str] | None:
     """(speedup, per-round range) of tiny-eagle3 against the target alone, in process, from the
-    "Tiny recipes at their shipped settings" section (scripts/bench_recipes.py): the same recipe,
+    "Tiny recipes at their shipped settings" section (scripts/bench.py run recipes): the same recipe,
     the same workload, whole generations (prefill included, as bench's per-user tok/s)."""
     text = (ROOT / "docs" / "benchmarks.md").read_text()
     if "<!-- bench_recipes:start -->" not in text:
@@ -257,19 +257,19 @@ def write_section(rows: list[dict], ab: dict | None, cmd: str, rounds: int, n: i
             f"before, would have reported about {sp.point / ab['tpc']:.2f}×.",
         ]
     lines.append(END)
-    from toolkit._fs import replace_section
+    from benchmarks import _harness
 
-    replace_section(ROOT / "docs" / "benchmarks.md", START, END, "\n".join(lines))
+    _harness.write_section(ROOT / "docs" / "benchmarks.md", START, END, "\n".join(lines))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipes", default=RECIPES)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--no-compare", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     LOAD_AT_START.append(os.getloadavg()[0])
     rows = []
     with tempfile.TemporaryDirectory(prefix="sdtk-yardstick-") as d:
@@ -280,7 +280,3 @@ def main() -> None:
             rows += got
         ab = None if args.no_compare else compare_run(Path(d))
     write_section(rows, ab, "python " + " ".join(sys.argv), args.rounds, args.requests, args.max_tokens)
-
-
-if __name__ == "__main__":
-    main()

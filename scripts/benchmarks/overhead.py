@@ -22,7 +22,7 @@ round, so that load from other processes falls on all alike; the first tree is t
 the others are reported as ratios against it. Writes its section of docs/lab/benchmarks-history.md between
 the bench_overhead markers.
 
-    python scripts/bench_overhead.py [--tree OLD --tree .] [--runs 5] [--prompts 8] [--new-tokens 64]
+    python scripts/bench.py run overhead [--tree OLD --tree .] [--runs 5] [--prompts 8] [--new-tokens 64]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 START, END = "<!-- bench_overhead:start -->", "<!-- bench_overhead:end -->"
 MODES = ["none", "draft_target", "ngram", "lookahead", "medusa", "eagle3_chain", "eagle3_tree"]
 
@@ -232,10 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     section = _section(args, trees, rounds, load_before, os.getloadavg()[0])
     print(section)
     if not args.no_write:
-        from toolkit._fs import replace_section
+        from benchmarks import _harness
 
-        replace_section(args.out, START, END, section)
-        print(f"wrote {args.out}", file=sys.stderr)
+        _harness.write_section(args.out, START, END, section)
     return 0
 
 
@@ -274,7 +273,7 @@ def _section(
     cost = statistics.median(costs) if costs else 0.0
     names = [t.name if t != REPO else "this tree" for t in trees]
     paths = [t.name if t != REPO else "." for t in trees]
-    cmd = "python scripts/bench_overhead.py" + "".join(f" --tree {p}" for p in paths if len(trees) > 1)
+    cmd = "python scripts/bench.py run overhead" + "".join(f" --tree {p}" for p in paths if len(trees) > 1)
     cmd += f" --runs {args.runs} --prompts {args.prompts} --new-tokens {args.new_tokens} --threads {args.threads}"
     lines = [
         START,

@@ -8,7 +8,7 @@ same process: the baseline generates every prompt right before every recipe does
 prompt), --runs rounds after a warm-up; speedup = Σ baseline time ÷ Σ recipe time. The numbers
 stated in the tiny recipes' headers come from this script; it writes its section of docs/benchmarks.md between the bench_recipes markers.
 
-    python scripts/bench_recipes.py [RECIPE ...] [--runs 5] [--new-tokens 96] [--threads 1]
+    python scripts/bench.py run recipes [RECIPE ...] [--runs 5] [--new-tokens 96] [--threads 1]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from toolkit.recipe import load_recipe
 from toolkit.reference import ReferenceRuntime
 from toolkit.reference.prompts import PROMPTS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 START, END = "<!-- bench_recipes:start -->", "<!-- bench_recipes:end -->"
 # Recipes on the memory-bound twin (reference.inflate > 1) get their own section.
 TWIN_START, TWIN_END = "<!-- bench_recipes_membound:start -->", "<!-- bench_recipes_membound:end -->"
@@ -123,7 +123,6 @@ def main(argv: list[str] | None = None) -> int:
     print(section)
     if not args.no_write:
         _write(args.out, section, twin=rt.twin_label is not None)
-        print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 
@@ -161,7 +160,7 @@ def _section(
         f"{load:.1f} at the end), torch {torch.__version__} ({args.threads} thread(s)), float32, batch 1, greedy.",
         "",
         "```",
-        f"python scripts/bench_recipes.py {refs} --runs {args.runs} --new-tokens {args.new_tokens}"
+        f"python scripts/bench.py run recipes {refs} --runs {args.runs} --new-tokens {args.new_tokens}"
         + (f" --prompts {prompts}" if prompts != len(PROMPTS) else "")
         + f" --threads {args.threads}",
         "```",
@@ -189,10 +188,6 @@ def _section(
 
 
 def _write(path: Path, section: str, twin: bool = False) -> None:
-    from toolkit._fs import replace_section
+    from benchmarks import _harness
 
-    replace_section(path, *((TWIN_START, TWIN_END) if twin else (START, END)), section)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    _harness.write_section(path, *((TWIN_START, TWIN_END) if twin else (START, END)), section)

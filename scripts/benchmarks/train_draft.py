@@ -14,7 +14,7 @@ stdlib-trained family has never seen):
 The machine's 1-minute load average is recorded at the start and end of every phase. Writes its
 section of docs/benchmarks.md between the bench_train_draft markers.
 
-    python scripts/bench_train_draft.py [RECIPE ...] [--workload chat] [--max-minutes 10] [--served]
+    python scripts/bench.py run train_draft [RECIPE ...] [--workload chat] [--max-minutes 10] [--served]
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
-from _bench import cpu_model  # noqa: E402
+from benchmarks._harness import cpu_model  # noqa: E402
 
 START, END = "<!-- bench_train_draft:start -->", "<!-- bench_train_draft:end -->"
 DEFAULT = ["tiny-eagle3", "tiny-draft-target"]
@@ -79,10 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     section = render(args, rows)
     print(section)
     if not args.no_write:
-        from toolkit._fs import replace_section
+        from benchmarks import _harness
 
-        replace_section(args.doc, START, END, section)
-        print(f"wrote {args.doc}", file=sys.stderr)
+        _harness.write_section(args.doc, START, END, section)
     return 0
 
 
@@ -197,7 +196,7 @@ def render(args: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
         START,
         "## `sdtk train-draft` on CPU: a workload the shipped tiny draft does poorly on",
         "",
-        f"`python scripts/bench_train_draft.py {shlex.join(sys.argv[1:])}` ({now}; {cpu_model()}, "
+        f"`python scripts/bench.py run train_draft {shlex.join(sys.argv[1:])}` ({now}; {cpu_model()}, "
         f"{os.cpu_count()} CPUs, shared with other jobs: 1-minute load averages below, start→end of each phase).",
         f"Workload `{args.workload}` (bundled); the hold-out split is never trained on. τ and acceptance per "
         "position: plan's probe on the hold-out prompts (greedy), from `train_report.json`. In-process: "
@@ -238,7 +237,3 @@ def render(args: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
                 )
     out += ["", "Commands: " + "; ".join(f"`{r['command']}`" for r in rows), END]
     return "\n".join(out)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

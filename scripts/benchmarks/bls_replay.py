@@ -28,7 +28,7 @@ script stops. The timed A/B is repeated --runs times (each request plain then BL
 table shows the median of the runs. Writes its section of docs/lab/benchmarks-history.md between the
 bench_bls_replay markers.
 
-    python scripts/bench_bls_replay.py [--recipe recipes/tiny-draft-target-membound.yaml]
+    python scripts/bench.py run bls_replay [--recipe recipes/tiny-draft-target-membound.yaml]
         [--prompts 16] [--max-tokens 64] [--runs 3] [--threads 1] [--concurrency 1,2,4,8]
         [--no-write]
 """
@@ -45,10 +45,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
-from _bench import cpu_model  # noqa: E402
+from benchmarks._harness import cpu_model  # noqa: E402
 
 START, END = "<!-- bench_bls_replay:start -->", "<!-- bench_bls_replay:end -->"
 
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         f"({args.threads} thread(s)), Python {platform.python_version()}; load average "
         f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after",
         f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- command: `python scripts/bench_bls_replay.py --recipe {os.path.relpath(args.recipe, REPO)} "
+        f"- command: `python scripts/bench.py run bls_replay --recipe {os.path.relpath(args.recipe, REPO)} "
         f"--prompts {args.prompts} --max-tokens {n} --runs {args.runs} --threads {args.threads}"
         + (f" --concurrency {args.concurrency}`" if levels else "`"),
         f"- method: {args.prompts} prompts of the `code` workload (seed {args.seed}, as `sdtk plan` "
@@ -246,12 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     section = "\n".join(lines)
     print(section)
     if not args.no_write:
-        from toolkit._fs import replace_section
+        from benchmarks import _harness
 
-        replace_section(args.out, START, END, section)
-        print(f"wrote {args.out}", file=sys.stderr)
+        _harness.write_section(args.out, START, END, section)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The served-model fault probes of `scripts/stress_served.py --faults`, one deployment each:
+"""The served-model fault probes of `scripts/bench.py run stress_served --faults`, one deployment each:
 
 - the `tensorrt_llm` stub's address space limited to its size + 1 MiB (`prlimit --as`), then a
   1000-token stream and 4 short streams through `tensorrt_llm_bls`, `--tries` times: does
@@ -11,7 +11,7 @@
 
 Rows as stress_served.py's fault table has them (fault, expected, observed, detect_s, recover_s).
 
-    .venv/bin/python scripts/served_probes.py tiny-baseline     # print the rows only
+    .venv/bin/python scripts/benchmarks/_served_probes.py tiny-baseline     # print the rows only
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 BLS = "tensorrt_llm_bls"
 SHORT = {"text_input": "def fib(n):", "max_tokens": 48, "stream": True}

@@ -23,9 +23,9 @@ The section shows, per level: plan, the batched runtime in process and served (m
 round's or run's figure), and abs(a − b) ÷ b for plan against the batched runtime (the cost
 model's own error), plan against served (the goal's measure) and served against the batched
 runtime (what the serving path adds). Draft-target is not offered: served, its loop is the BLS's
-(scripts/bench_bls_replay.py replays that in process), not the runtime's own.
+(scripts/bench.py run bls_replay replays that in process), not the runtime's own.
 
-    python scripts/bench_plan_batched.py [RECIPE ...] [--concurrency 1,2,4,8] [--requests 16]
+    python scripts/bench.py run plan_batched [RECIPE ...] [--concurrency 1,2,4,8] [--requests 16]
         [--rounds 2] [--probe-prompts 16] [--live | --served DIR] [--keep DIR] [--no-write]
 """
 
@@ -44,10 +44,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from _bench import cpu_model, publish, sdtk  # scripts/_bench.py
 from bench_membound_served import BASELINE, _plan  # the same plan invocation as the served check
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks._harness import cpu_model, publish, sdtk  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 SECTION = "bench_plan_batched"
 DEFAULT = ["tiny-eagle3-membound", "tiny-ngram-membound"]
@@ -229,7 +230,7 @@ def rows(
     return lines
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("recipes", nargs="*", default=DEFAULT)
     ap.add_argument("--concurrency", default="1,2,4,8")
@@ -248,7 +249,7 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="keep RECIPE.plan.json and RECIPE.batched.json here")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "lab" / "benchmarks-history.md")
     ap.add_argument("--no-write", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     levels = [int(x) for x in args.concurrency.split(",")]
     if args.live and args.served:
         ap.error("--live measures the served side itself: leave out --served")
@@ -260,7 +261,7 @@ def main() -> int:
         if rec.speculative.mode == "none":
             ap.error(f"{recipe} does not speculate: name a speculative recipe")
         if bls_loop(rec, "reference"):  # plan's own test: it predicts that loop for such recipes
-            ap.error(f"{recipe} is served through the BLS loop (scripts/bench_bls_replay.py), not here")
+            ap.error(f"{recipe} is served through the BLS loop (scripts/bench.py run bls_replay), not here")
     load0 = os.getloadavg()[0]
     started = datetime.now(timezone.utc)
     table: list[str] = []
@@ -285,7 +286,7 @@ def main() -> int:
             "",
             f"- machine: {cpu_model()}, {os.cpu_count()} cores; load average {load0:.1f} before, {load1:.1f} after",
             f"- date: {started:%Y-%m-%d %H:%M} UTC",
-            f"- command: `python scripts/bench_plan_batched.py {' '.join(sys.argv[1:])}`",
+            f"- command: `python scripts/bench.py run plan_batched {' '.join(sys.argv[1:])}`",
             f"- method: plan as `sdtk plan RECIPE --gamma-max <the recipe's draft length> --probe-prompts "
             f"{args.probe_prompts} --requests {args.requests}`; batched: the reference runtime with the served model's in-flight batcher, "
             f"in process, 1 torch thread, a closed loop of c threads over the same {args.requests} `{args.workload}` "
@@ -314,7 +315,3 @@ def main() -> int:
     )
     publish(section, args.out, start, end, write=not args.no_write)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -11,7 +11,7 @@ after each). Reported: the median over rounds of the milliseconds per forward, a
 script stops if they differ). Writes its section of docs/lab/benchmarks-history.md between the
 bench_forward markers.
 
-    python scripts/bench_forward.py [--rounds 5] [--steps 50] [--context 200] [--threads 1]
+    python scripts/bench.py run forward [--rounds 5] [--steps 50] [--context 200] [--threads 1]
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from _bench import cpu_model, publish  # noqa: E402
+from benchmarks._harness import cpu_model, publish  # noqa: E402
 
 START, END = "<!-- bench_forward:start -->", "<!-- bench_forward:end -->"
 WIDTHS = (1, 5)
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     rows = [row for name in ("target", "draft") for row in time_model(args.models / name, args)]
-    cmd = "python scripts/bench_forward.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    cmd = "python scripts/bench.py run forward " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [
         START,
         "## One forward: transformers' against the lean forward (tiny models, CPU)",
@@ -121,7 +121,3 @@ def main(argv: list[str] | None = None) -> int:
     lines.append(END)
     publish("\n".join(lines), args.out, START, END, write=not args.no_write)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

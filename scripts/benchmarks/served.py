@@ -6,7 +6,7 @@ time from launch to READY, then generate 128 tokens per prompt over HTTP and in 
 the reference runtime (same prompts, greedy), several rounds each; report medians and the
 served/in-process tok/s ratio (goal >= 0.85). Writes its section of docs/benchmarks.md.
 
-    python scripts/bench_served.py [--recipes tiny-draft-target,tiny-eagle3] [--rounds 3]
+    python scripts/bench.py run served [--recipes tiny-draft-target,tiny-eagle3] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from _bench import cpu_model, sdtk  # scripts/_bench.py
+from benchmarks._harness import cpu_model, sdtk  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 PROMPTS = [
@@ -161,24 +161,20 @@ def write_section(rows: list[dict], cmd: str, rounds: int, max_tokens: int) -> N
         "steadier of the two, since wall time there depends on how the scheduler shares the cores.",
         END,
     ]
-    from toolkit._fs import replace_section
+    from benchmarks import _harness
 
-    replace_section(ROOT / "docs" / "benchmarks.md", START, END, "\n".join(lines))
+    _harness.write_section(ROOT / "docs" / "benchmarks.md", START, END, "\n".join(lines))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipes", default="tiny-baseline,tiny-draft-target,tiny-eagle3,tiny-medusa")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     rows = []
     for name in args.recipes.split(","):
         row = bench_recipe(name, args.rounds, args.max_tokens)
         print(row, file=sys.stderr)
         rows.append(row)
     write_section(rows, "python " + " ".join(sys.argv), args.rounds, args.max_tokens)
-
-
-if __name__ == "__main__":
-    main()

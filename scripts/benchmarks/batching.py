@@ -12,7 +12,7 @@ speculation trade-off it makes visible.
 
 Writes its section of docs/benchmarks.md.
 
-    python scripts/bench_batching.py [--rounds 3] [--levels 1,2,4,8,16] [--max-tokens 64] [--no-ab]
+    python scripts/bench.py run batching [--rounds 3] [--levels 1,2,4,8,16] [--max-tokens 64] [--no-ab]
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-from _bench import concurrency_axis, cpu_model, save_png, sdtk, speedup_axes  # scripts/_bench.py
+from benchmarks._harness import concurrency_axis, cpu_model, save_png, sdtk, speedup_axes  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 START, END = "<!-- bench_batching:start -->", "<!-- bench_batching:end -->"
@@ -263,12 +263,12 @@ def write_section(
         ]
     lines += ["", f"![throughput and speedup against concurrency]({PNG.name})", END]
     plot(tp, abr)
-    from toolkit._fs import replace_section
+    from benchmarks import _harness
 
-    replace_section(ROOT / "docs" / "benchmarks.md", START, END, "\n".join(lines))
+    _harness.write_section(ROOT / "docs" / "benchmarks.md", START, END, "\n".join(lines))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipe", default="tiny-baseline")
     ap.add_argument(
@@ -287,7 +287,7 @@ def main() -> None:
     )
     ap.add_argument("--no-ab", action="store_true")
     ap.add_argument("--render", type=Path, help="only rewrite the section from a raw results file of a run")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     levels = [int(x) for x in args.levels.split(",")]
     if args.render:
         raw = json.loads(args.render.read_text())
@@ -333,7 +333,3 @@ def main() -> None:
     )
     print(f"raw results: {raw}", file=sys.stderr)
     write_section(tp, abr, cmd, args.rounds, args.max_tokens, before, after, date)
-
-
-if __name__ == "__main__":
-    main()
