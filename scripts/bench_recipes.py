@@ -72,9 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             heads[role] = heads[role] or path
     rt = ReferenceRuntime.load(
         targets.pop(),
-        draft=heads["draft"],
-        medusa=heads["medusa_heads"],
-        eagle3=heads["eagle_head"],
+        {"draft": heads["draft"], "medusa_heads": heads["medusa_heads"], "eagle_head": heads["eagle_head"]},
         inflate=inflates.pop(),
     )
     if rt.twin_label:

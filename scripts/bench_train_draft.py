@@ -133,9 +133,11 @@ def inprocess(rec: Any, overlay: Path, holdout: Path, args: argparse.Namespace) 
         p = r.local_path
         return ReferenceRuntime.load(
             p(m.target),
-            draft=p(m.draft) if m.draft else None,
-            medusa=p(m.medusa_heads) if m.medusa_heads else None,
-            eagle3=p(m.eagle_head) if m.eagle_head else None,
+            {
+                "draft": p(m.draft) if m.draft else None,
+                "medusa_heads": p(m.medusa_heads) if m.medusa_heads else None,
+                "eagle_head": p(m.eagle_head) if m.eagle_head else None,
+            },
         )
 
     new = load_recipe(overlay)

@@ -117,12 +117,14 @@ def test_runtime_computes_in_the_recipes_dtype(tiny: Path, specs: dict[str, Any]
     from toolkit.reference import ReferenceRuntime, SamplingParams
 
     rt = ReferenceRuntime.load(
-        tiny / "target", draft=tiny / "draft", medusa=tiny / "medusa", eagle3=tiny / "eagle3", dtype=dtype
+        tiny / "target",
+        {"draft": tiny / "draft", "medusa_heads": tiny / "medusa", "eagle_head": tiny / "eagle3"},
+        dtype=dtype,
     )
     want = getattr(torch, dtype)
     assert rt.dtype == dtype
-    head = rt.eagle3
-    parts = [rt.target.model, rt.draft.model, rt.medusa, head.fc, head.layers, head.lm_head]
+    head = rt.weights["eagle_head"]
+    parts = [rt.target.model, rt.draft.model, rt.weights["medusa_heads"], head.fc, head.layers, head.lm_head]
     assert {p.dtype for m in parts for p in m.parameters()} == {want}
     assert rt.target.model.model.rotary_emb.inv_freq.dtype == head.rotary.inv_freq.dtype == torch.float32
     ids = rt.tokenizer(PROMPTS[0])["input_ids"]

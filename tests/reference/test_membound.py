@@ -29,7 +29,9 @@ TOKENS = 24
 @pytest.fixture(scope="module")
 def twin(tiny: Path) -> Any:
     return ReferenceRuntime.load(
-        tiny / "target", draft=tiny / "draft", medusa=tiny / "medusa", eagle3=tiny / "eagle3", inflate=N
+        tiny / "target",
+        {"draft": tiny / "draft", "medusa_heads": tiny / "medusa", "eagle_head": tiny / "eagle3"},
+        inflate=N,
     )
 
 

@@ -157,8 +157,10 @@ def test_train_draft_medusa_and_draft_export_and_stay_lossless(tmp_path, recipe,
     m = rec.models
     rt = ReferenceRuntime.load(
         rec.local_path(m.target),
-        draft=rec.local_path(m.draft) if m.draft else None,
-        medusa=rec.local_path(m.medusa_heads) if m.medusa_heads else None,
+        {
+            "draft": rec.local_path(m.draft) if m.draft else None,
+            "medusa_heads": rec.local_path(m.medusa_heads) if m.medusa_heads else None,
+        },
         spec=rec.speculative,
     )
     for text in PROMPTS[:3]:

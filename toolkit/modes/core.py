@@ -244,11 +244,6 @@ class ModeHooks(Protocol):
         """The mode's own build preflight checks (its own, or picked from `checks`)."""
         ...
 
-    def reference_speculator(self, spec: Any, runtime: Any, sampling: Any, draft: Any) -> Any:
-        """The reference runtime's Speculator for `spec`, None for plain decoding; imports its
-        toolkit/reference/<mode>.py (and so torch) inside. Raises where the runtime cannot run it."""
-        ...
-
     def draft_forwards(self, draft_len: int) -> int:
         """Cost shape for plan: draft-side forward passes per step at draft length `draft_len`."""
         ...
@@ -264,7 +259,6 @@ HOOKS: tuple[str, ...] = (
     "engine_args",
     "llmapi_config",
     "preflight",
-    "reference_speculator",
     "draft_forwards",
     "proposer",
 )

@@ -120,15 +120,6 @@ def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return checks.draft_target(ctx)
 
 
-def reference_speculator(spec: DraftTarget, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.errors import GenerationError
-    from toolkit.reference.draft_target import DraftTargetSpeculator
-
-    if runtime.draft is None:
-        raise GenerationError("draft_target needs a draft model", hint="load the runtime with draft=<dir>")
-    return DraftTargetSpeculator(draft if draft is not None else runtime.draft, spec.max_draft_len)
-
-
 def draft_forwards(draft_len: int) -> int:
     return draft_len  # the draft model runs once per proposed token
 

@@ -170,17 +170,6 @@ def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return [checks.head_fit(ctx, "eagle_head")]
 
 
-def reference_speculator(spec: Eagle, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.errors import CompatError
-
-    raise CompatError(
-        "EAGLE-1/2 is not implemented by the reference runtime",
-        mode=EAGLE,
-        backend="reference",
-        hint="use speculative.mode eagle3 with an EAGLE-3 head, or the engine backend",
-    )
-
-
 def draft_forwards(draft_len: int) -> int:
     return draft_len  # the head runs once per tree level: pass the depth, not the token budget
 

@@ -193,32 +193,6 @@ def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return [checks.head_fit(ctx, "eagle_head"), checks.eagle3_vocab_map(ctx), checks.eagle3_layers(ctx)]
 
 
-def reference_speculator(spec: Eagle3, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.errors import GenerationError
-    from toolkit.reference.core import tree_from_choices
-    from toolkit.reference.eagle3 import Eagle3Speculator
-
-    if runtime.eagle3 is None:
-        raise GenerationError("eagle3 needs an EAGLE-3 head", hint="load the runtime with eagle3=<dir>")
-    if spec.use_dynamic_tree:
-        raise GenerationError(
-            "EAGLE-3 dynamic trees are not implemented by the reference runtime",
-            hint="use a static tree (speculative.eagle_choices) or the default chain",
-        )
-    choices = spec.eagle_choices or [[0] * d for d in range(1, spec.max_draft_len + 1)]
-    speculator = Eagle3Speculator(runtime.eagle3, tree_from_choices(choices))
-    if spec.sa_config is None:
-        return speculator
-    if spec.eagle_choices is not None:
-        raise GenerationError(
-            "the SA enhancer replaces a chain; the reference runtime does not enhance an EAGLE-3 tree",
-            hint="drop speculative.eagle_choices or speculative.sa_config",
-        )
-    from toolkit.reference.sa import enhance
-
-    return enhance(speculator, spec.sa_config, spec.max_draft_len, runtime)
-
-
 def draft_forwards(draft_len: int) -> int:
     return draft_len  # the head runs once per chain position
 

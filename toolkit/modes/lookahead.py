@@ -139,12 +139,6 @@ def check_draft_len(spec: Lookahead) -> CheckResult:
     )
 
 
-def reference_speculator(spec: Lookahead, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.reference.lookahead import LookaheadSpeculator
-
-    return LookaheadSpeculator(spec.window, spec.ngram, spec.verification_set)
-
-
 def draft_forwards(draft_len: int) -> int:
     return 0  # the Jacobi branch rides in the target's own forward
 

@@ -134,20 +134,6 @@ def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return [checks.head_fit(ctx, "medusa_heads"), checks.medusa_heads(ctx)]
 
 
-def reference_speculator(spec: Medusa, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.errors import GenerationError
-    from toolkit.reference.medusa import MedusaSpeculator
-
-    if runtime.medusa is None:
-        raise GenerationError("medusa needs Medusa heads", hint="load the runtime with medusa=<dir>")
-    if not sampling.greedy:
-        raise GenerationError(
-            "Medusa decoding is greedy-only (as in TensorRT-LLM)",
-            hint="use temperature 0, or a mode that samples (draft_target, eagle3, ngram, lookahead)",
-        )
-    return MedusaSpeculator(runtime.medusa, spec.choices, spec.num_medusa_heads)
-
-
 def draft_forwards(draft_len: int) -> int:
     return 1  # the heads propose the whole tree in one pass
 

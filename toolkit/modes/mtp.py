@@ -130,16 +130,6 @@ def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return [Result("mtp-layers", PASSED, f"{n} MTP layer(s) ({where})")]
 
 
-def reference_speculator(spec: Mtp, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from pathlib import Path
-
-    from toolkit.reference.mtp import MtpSpeculator, load_mtp
-
-    model = runtime.target.model
-    dtype = runtime.target.embed.weight.dtype
-    return MtpSpeculator(load_mtp(Path(model.name_or_path), model, dtype), spec.max_draft_len)
-
-
 def draft_forwards(draft_len: int) -> int:
     return draft_len  # one MTP module step per draft token
 

@@ -93,12 +93,6 @@ def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return []
 
 
-def reference_speculator(spec: NGram, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.reference.ngram import NGramSpeculator
-
-    return NGramSpeculator(spec.max_draft_len, spec.max_matching_ngram_size, spec.is_use_oldest)
-
-
 def draft_forwards(draft_len: int) -> int:
     return 0  # looks tokens up: no model behind it
 

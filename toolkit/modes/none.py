@@ -68,10 +68,6 @@ def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return []
 
 
-def reference_speculator(spec: NoSpeculation, runtime: Any, sampling: Any, draft: Any) -> Any:
-    return None  # plain decoding: the runtime's own PlainSpeculator
-
-
 def draft_forwards(draft_len: int) -> int:
     return 0
 

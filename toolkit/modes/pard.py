@@ -100,16 +100,6 @@ def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return checks.draft_target(ctx)  # the same draft/target pairing checks (tokenizer, vocabulary)
 
 
-def reference_speculator(spec: Pard, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.errors import GenerationError
-    from toolkit.reference.pard import PardSpeculator, mask_token
-
-    if runtime.draft is None:
-        raise GenerationError("pard needs a PARD draft model", hint="load the runtime with draft=<dir>")
-    mask = spec.mask_token_id if spec.mask_token_id is not None else mask_token(runtime.draft.config)
-    return PardSpeculator(draft if draft is not None else runtime.draft, spec.max_draft_len, mask)
-
-
 def draft_forwards(draft_len: int) -> int:
     return 1  # one draft forward proposes all k tokens
 

@@ -149,12 +149,6 @@ def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return []
 
 
-def reference_speculator(spec: SuffixAutomatonSpec, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.reference.sa import standalone
-
-    return standalone(spec, runtime)
-
-
 def draft_forwards(draft_len: int) -> int:
     return 0  # walks an automaton: no model behind it
 

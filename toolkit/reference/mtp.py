@@ -242,3 +242,13 @@ class MtpSpeculator:
         rows = [0, *(i + 1 for i in verdict.path)]
         self.pend_h.append(fwd.hidden[rows])
         self.pend_t.extend(ctx.tokens[len(ctx.tokens) - len(rows) :])
+
+
+# ------------------------------------------------------------------ the proposer (proposers.py)
+
+
+def speculator(spec: Any, runtime: Any, sampling: Any, draft: Any) -> MtpSpeculator:
+    """The MTP layers of the target's own checkpoint (no source of their own)."""
+    model = runtime.target.model
+    dtype = runtime.target.embed.weight.dtype
+    return MtpSpeculator(load_mtp(Path(model.name_or_path), model, dtype), spec.max_draft_len)

@@ -8,6 +8,8 @@ x is accepted with probability p(x), and a rejection emits a draw from p with x 
 
 from __future__ import annotations
 
+from typing import Any
+
 from toolkit.reference.core import Context, Proposal, Verdict
 from toolkit.reference.models import Forward
 
@@ -63,3 +65,7 @@ class NGramSpeculator:
 
     def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
         """The index catches up lazily in `propose`."""
+
+
+def speculator(spec: Any, runtime: Any, sampling: Any, draft: Any) -> NGramSpeculator:
+    return NGramSpeculator(spec.max_draft_len, spec.max_matching_ngram_size, spec.is_use_oldest)

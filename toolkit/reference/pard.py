@@ -15,9 +15,14 @@ from are the same (docs/methods.md, "PARD").
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from toolkit.errors import ModelError
+import torch
+
+from toolkit.errors import GenerationError, ModelError
+from toolkit.modes.pard import INFO
+from toolkit.reference import draft_target
 from toolkit.reference.core import Context, Proposal, Verdict
 from toolkit.reference.models import CachedLM, Forward, argmax_list
 
@@ -67,3 +72,20 @@ class PardSpeculator:
     def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
         before = len(ctx.tokens) - len(verdict.path) - 1
         self.draft.crop(min(self.draft.length, before))
+
+
+# ------------------------------------------------------------------ the proposer (proposers.py)
+
+
+def load_weights(path: Path, target: Any, dtype: torch.dtype, spec: Any) -> CachedLM:
+    """The PARD draft at `path`: a causal LM sharing the target's vocabulary, as a draft-target draft."""
+    return draft_target.load_weights(path, target, dtype, spec)
+
+
+def speculator(spec: Any, runtime: Any, sampling: Any, draft: Any) -> PardSpeculator:
+    if runtime.draft is None:
+        raise GenerationError(
+            "pard needs a PARD draft model", hint=f"load the runtime with weights={{{INFO.source!r}: <dir>}}"
+        )
+    mask = spec.mask_token_id if spec.mask_token_id is not None else mask_token(runtime.draft.config)
+    return PardSpeculator(draft if draft is not None else runtime.draft, spec.max_draft_len, mask)

@@ -298,3 +298,7 @@ def enhance(inner: Any, sa_config: Any, draft_len: int, runtime: Any) -> SAEnhan
     threshold, enable_global_pool): longest-match SA, as upstream's enhancer always uses."""
     pool = pool_for(runtime, None) if sa_config.enable_global_pool else None
     return SAEnhanced(inner, SASpeculator(draft_len, -1, pool), sa_config.threshold, draft_len)
+
+
+def speculator(spec: Any, runtime: Any, sampling: Any, draft: Any) -> SASpeculator:
+    return standalone(spec, runtime)

@@ -188,9 +188,8 @@ def load_runtime(args: dict):
         args.get("speculative_config"), int(args.get("max_batch_size") or 1)
     )
     runtime = ReferenceRuntime.load(
-        target=Path(args["model"]),
-        draft=Path(draft) if draft else None,
-        eagle3=Path(head) if head else None,
+        Path(args["model"]),
+        {"draft": Path(draft) if draft else None, "eagle_head": Path(head) if head else None},
         spec=parse_speculative(spec),
         dtype=str(args.get("dtype") or "float32"),
         tokenizer=Path(args["tokenizer"]) if args.get("tokenizer") else None,
