@@ -14,7 +14,8 @@ def test_preallocated_kv_cache_equals_concatenation(runtime: Any, prompt_ids: li
     keys and values as transformers' concatenating DynamicCache, through growth, crops and keeps."""
     from transformers import DynamicCache
 
-    from toolkit.reference.models import CachedLM, PreallocLayer
+    from toolkit.reference.kvcache import PreallocLayer
+    from toolkit.reference.models import CachedLM
 
     model = runtime.target.model
     ours, plain = CachedLM(model), CachedLM(model)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from toolkit.modes.sa import SAEnhancerConfig, SuffixAutomatonSpec
+from toolkit.reference import PLAIN
 from toolkit.reference.prompts import PROMPTS
 from toolkit.reference.proposers import proposer
 from toolkit.reference.sa import SAEnhanced, enhance
@@ -23,7 +24,7 @@ FEW = PROMPTS[:6]
 @pytest.fixture(scope="module")
 def plain(runtime: Any, prompt_ids: list[list[int]]) -> list[list[int]]:
     return [
-        runtime.generate(ids, NEW_TOKENS, speculative=False, end_id=-1).token_ids for ids in prompt_ids[:6]
+        runtime.generate(ids, NEW_TOKENS, spec=PLAIN, end_id=-1).token_ids for ids in prompt_ids[:6]
     ]
 
 

@@ -26,13 +26,13 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMS
 from toolkit.errors import GenerationError, ModelError
 from toolkit.modes.eagle3 import INFO
 from toolkit.reference.core import Context, Proposal, Verdict, tree_from_choices
+from toolkit.reference.kvcache import preallocated_cache
 from toolkit.reference.models import (
     ContextMask,
     Forward,
     arange_row,
     ids_tensor,
     inference,
-    preallocated_cache,
     read_config,
     require_weights,
     rows_tensor,

@@ -38,7 +38,15 @@ from toolkit.reference.none import PlainSpeculator
 from toolkit.reference.processors import Processors, Trace, tree_prefixes
 from toolkit.reference.sampling import SamplingParams, generator
 from toolkit.reference.stats import SpecStats
-from toolkit.reference.steps import Adaptive, GenerationResult, adapt, chain_greedy, plain_greedy, take_tokens
+from toolkit.reference.steps import (
+    Adaptive,
+    GenerationResult,
+    Request,
+    adapt,
+    chain_greedy,
+    plain_greedy,
+    take_tokens,
+)
 
 # The dtypes the runtime computes in: the recipe's `dtype` (the engine directory's
 # pretrained_config.dtype). `auto` and float32 are the twin's exact default; bfloat16 and float16
@@ -91,6 +99,10 @@ def parse_speculative(data: dict[str, Any] | None) -> Any:
         raise ModelError(
             f"invalid speculative section: {e.errors()[0]['msg']}", hint="rebuild the engine directory"
         ) from None
+
+
+# The section of plain decoding: generate(spec=PLAIN) turns speculation off for one call.
+PLAIN = parse_speculative(None)
 
 
 class ReferenceRuntime:
@@ -210,7 +222,7 @@ class ReferenceRuntime:
         mode's proposer; None values are left out. `dtype`: what the target, the draft and the
         heads compute in (DTYPES; `auto` is float32). `inflate` > 1 pads the target's MLP that many
         times (the memory-bound twin, toolkit.membound); drafts and heads load unchanged."""
-        spec = spec if spec is not None else parse_speculative(None)
+        spec = spec if spec is not None else PLAIN
         if dtype not in DTYPES:
             raise ModelError(
                 f"the reference runtime computes in {', '.join(k for k in DTYPES if k != 'auto')}, not {dtype}",
@@ -304,45 +316,38 @@ class ReferenceRuntime:
         max_new_tokens: int,
         *,
         sampling: SamplingParams = SamplingParams(),
-        speculative: bool = True,
         spec: Any = None,
         end_id: int | None = None,
         on_tokens: Callable[[list[int]], None] | None = None,
         processors: Processors | None = None,
         trace: Trace | None = None,
     ) -> GenerationResult:
-        """`processors`: the request's penalties, min_tokens and bad words, applied to every
-        verification row with that row's own prefix (lossless in every mode); `trace`: filled
-        with each committed token's log prob / raw logits."""
-        prompt = self._check(prompt_ids, max_new_tokens)
-        mode_cfg = (spec if spec is not None else self.spec) if speculative else parse_speculative(None)
-        extra = (processors, trace)
+        """`spec`: the recipe `speculative` section to decode with (None: the runtime's own;
+        PLAIN: no speculation). `processors`: the request's penalties, min_tokens and bad words,
+        applied to every verification row with that row's own prefix (lossless in every mode);
+        `trace`: filled with each committed token's log prob / raw logits."""
+        req = Request(
+            prompt=self._check(prompt_ids, max_new_tokens),
+            max_new_tokens=max_new_tokens,
+            sampling=sampling,
+            spec=spec if spec is not None else self.spec,
+            eos=self._end_id(end_id),
+            on_tokens=on_tokens,
+            processors=processors,
+            trace=trace,
+        )
         if self.batcher is None:
             self._verified = []
             self.target.reset()
-            return self._generate(
-                prompt, max_new_tokens, sampling, mode_cfg, end_id, on_tokens, self.target, None, *extra
-            )
+            return self._generate(req, self.target, None)
         with self.batcher.join() as seq:
-            return self._generate(
-                prompt, max_new_tokens, sampling, mode_cfg, end_id, on_tokens, seq.target, seq.draft, *extra
-            )
+            return self._generate(req, seq.target, seq.draft)
 
-    def _generate(
-        self,
-        prompt: list[int],
-        max_new_tokens: int,
-        sampling: SamplingParams,
-        mode_cfg: Any,
-        end_id: int | None,
-        on_tokens: Callable[[list[int]], None] | None,
-        target: Any,
-        draft: Any,
-        processors: Processors | None = None,
-        trace: Trace | None = None,
-    ) -> GenerationResult:
+    def _generate(self, req: Request, target: Any, draft: Any) -> GenerationResult:
+        """One request on `target` (and the batch's `draft`): the mode's speculator, prefilled with
+        the prompt, then a greedy loop of its own where one applies, else the general steps."""
+        mode_cfg, sampling, prompt = req.spec, req.sampling, req.prompt
         speculator = self._speculator(mode_cfg, sampling, draft)
-        eos = self._end_id(end_id)
         adaptive = Adaptive(mode_cfg) if getattr(mode_cfg, "adaptive_draft_len", False) else None
         ctx = Context(
             tokens=list(prompt),
@@ -359,27 +364,40 @@ class ReferenceRuntime:
                 aux=speculator.needs_aux,
             )
         speculator.prefill(ctx, pre)
+        stats = SpecStats()
+        raw = req.processors is None or not req.processors.active
+        # Greedy steps are verified in the loop (core.verify's rule) when nothing else reads the logits.
+        greedy_raw = sampling.greedy and self._checker() is greedy_rule and raw and req.trace is None
+        if greedy_raw and isinstance(target, CachedLM):  # plain decoding and n-gram's chains
+            if type(speculator) is PlainSpeculator and self.draft_len_now(mode_cfg) is None:
+                return plain_greedy(ctx.tokens[-1], req.max_new_tokens, req.eos, req.on_tokens, target, stats)
+            if hasattr(speculator, "propose_chain") and self.batcher is None:
+                cap = self.draft_len_now(mode_cfg)
+                return chain_greedy(speculator, ctx.tokens, req, cap, adaptive, target, stats)
+        return self._steps(req, speculator, ctx, adaptive, stats, greedy_raw)
+
+    def _steps(
+        self,
+        req: Request,
+        speculator: Speculator,
+        ctx: Context,
+        adaptive: Adaptive | None,
+        stats: SpecStats,
+        greedy_raw: bool,
+    ) -> GenerationResult:
+        """The general loop: propose, one target forward over the proposal, verify, commit."""
+        max_new_tokens, sampling, mode_cfg, eos = req.max_new_tokens, req.sampling, req.spec, req.eos
+        on_tokens, processors, trace, target = req.on_tokens, req.processors, req.trace, ctx.target
         prompt_len = (
-            len(prompt) if processors is None or processors.prompt_len is None else processors.prompt_len
+            len(req.prompt) if processors is None or processors.prompt_len is None else processors.prompt_len
         )
         out: list[int] = []
-        stats = SpecStats()
         finish = "length"
         # A CachedLM runs a chain with no mask (as its forward does when given chain parents), and
         # an accepted chain prefix is a crop (as its keep does for rows 0..k).
         cached = isinstance(target, CachedLM)
         check = self._checker()
         raw = processors is None or not processors.active
-        # Greedy steps are verified here (core.verify's rule) when nothing else reads the logits.
-        greedy_raw = sampling.greedy and check is greedy_rule and raw and trace is None
-        if greedy_raw and cached:  # plain decoding and n-gram's chains have a loop of their own
-            if type(speculator) is PlainSpeculator and self.draft_len_now(mode_cfg) is None:
-                return plain_greedy(ctx.tokens[-1], max_new_tokens, eos, on_tokens, target, stats)
-            if hasattr(speculator, "propose_chain") and self.batcher is None:
-                cap = self.draft_len_now(mode_cfg)
-                return chain_greedy(
-                    speculator, ctx.tokens, max_new_tokens, cap, adaptive, eos, on_tokens, target, stats
-                )
         # Without a batcher the batch is this one sequence: its draft-length cap is fixed.
         batched = self.batcher is not None
         fixed_cap = None if batched else self.draft_len_now(mode_cfg)

@@ -10,7 +10,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.reference.models import CachedLM
+from toolkit.reference.processors import Processors, Trace
+from toolkit.reference.sampling import SamplingParams
 from toolkit.reference.stats import SpecStats
+
+
+@dataclass(frozen=True)
+class Request:
+    """One generate() call, as the decoding loops read it."""
+
+    prompt: list[int]
+    max_new_tokens: int
+    sampling: SamplingParams
+    spec: Any  # the recipe `speculative` section it decodes with
+    eos: int | None  # the end id (None: none)
+    on_tokens: Callable[[list[int]], None] | None = None
+    processors: Processors | None = None
+    trace: Trace | None = None
 
 
 @dataclass
@@ -73,11 +89,9 @@ def plain_greedy(
 def chain_greedy(
     speculator: Any,
     tokens: list[int],
-    max_new_tokens: int,
+    req: Request,
     cap: int | None,
     adaptive: Adaptive | None,
-    eos: int | None,
-    on_tokens: Callable[[list[int]], None] | None,
     target: CachedLM,
     stats: SpecStats,
 ) -> GenerationResult:
@@ -86,6 +100,7 @@ def chain_greedy(
     prefix equal to the target's argmaxes, then the argmax after it), the same tokens and
     SpecStats, without a Proposal, Forward or Verdict per step. The speculator's `update` is not
     called: a speculator offering `propose_chain` keeps its state in `propose_chain`."""
+    max_new_tokens, eos, on_tokens = req.max_new_tokens, req.eos, req.on_tokens
     out: list[int] = []
     propose = speculator.propose_chain
     rows = target._rows

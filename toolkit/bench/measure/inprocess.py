@@ -227,7 +227,6 @@ def generate_timed(
     sampling: Any,
     *,
     spec: Any = None,
-    speculative: bool = True,
     inside: list[float] | None = None,
     widths: list[int] | None = None,
 ) -> tuple[Any, list[float], list[int], float]:
@@ -261,7 +260,6 @@ def generate_timed(
             ids,
             new_tokens,
             sampling=sampling,
-            speculative=speculative,
             spec=spec,
             end_id=-1,
             on_tokens=on_tokens,

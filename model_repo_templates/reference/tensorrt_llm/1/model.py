@@ -649,12 +649,13 @@ class Generator:
             if max_new <= 0:
                 return
             if draft is None and self.spec is not None:
+                from toolkit.reference.runtime import PLAIN
+
                 result = self.rt.generate(
                     prompt,
                     max_new,
                     sampling=sampling,
-                    speculative=speculative,
-                    spec=spec,
+                    spec=spec if speculative else PLAIN,
                     end_id=end_id,
                     on_tokens=on_tokens,
                     processors=processors,
