@@ -51,6 +51,7 @@ from toolkit.modes.core import (
     NGramName,
     NoneName,
     ProposerFacts,
+    SelfTest,
     Support,
     register,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "NGramName",
     "NoneName",
     "ProposerFacts",
+    "SelfTest",
     "Support",
     "hooks",
     "info",

@@ -100,6 +100,25 @@ class Support:
 
 
 @dataclass(frozen=True)
+class SelfTest:
+    """How `sdtk selftest` deploys the mode on its tiny Llama checkpoints (toolkit.selftest): the
+    GPU paths it runs the mode on ("engine", "llmapi"), its `speculative:` section (less `mode`),
+    and the section's key, if any, for the layers the self-test's EAGLE-3 head captures (set where
+    the TensorRT-LLM version has it)."""
+
+    paths: tuple[str, ...]
+    section: tuple[tuple[str, Any], ...] = ()
+    capture_key: str | None = None
+
+    def spec(self, name: str, capture: list[int] | None) -> dict[str, Any]:
+        """The recipe's `speculative:` section; `capture`: the head's layers (None: leave them out)."""
+        out: dict[str, Any] = {"mode": name, **dict(self.section)}
+        if self.capture_key is not None and capture is not None:
+            out[self.capture_key] = capture
+        return out
+
+
+@dataclass(frozen=True)
 class ModeInfo:
     name: str  # the recipe's speculative.mode
     source: str | None  # the models.<source> it needs besides the target (None: none)
@@ -130,6 +149,8 @@ class ModeInfo:
     llmapi_disable_overlap: bool = False
     # llmapi: recipe fields whose speculative_config keys TensorRT-LLM 1.0 lacks (arrived in 1.1).
     llmapi_fields_since_1_1: tuple[str, ...] = ()
+    # `sdtk selftest`: how the GPU self-test deploys it; None: the self-test leaves it out.
+    selftest: SelfTest | None = None
 
     def triton_decoding_mode(self, backend: str) -> str:
         if backend == "engine" and self.engine_decoding_mode is not None:

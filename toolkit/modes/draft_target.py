@@ -17,6 +17,7 @@ from toolkit.modes.core import (
     ModeInfo,
     PreflightKit,
     ProposerFacts,
+    SelfTest,
     Support,
     batched,
     triton_bool,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 INFO = ModeInfo(
     DRAFT_TARGET,
     source="draft",
+    selftest=SelfTest(paths=("engine", "llmapi"), section=(("max_draft_len", 4),)),
     two_model=True,
     decoding_mode="",
     engine_build_args=("--use_paged_context_fmha", "enable"),  # examples/draft_target_model

@@ -19,6 +19,7 @@ from toolkit.modes.core import (
     ModeInfo,
     PreflightKit,
     ProposerFacts,
+    SelfTest,
     Support,
     batched,
     no_support,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 INFO = ModeInfo(
     EAGLE3,
     source="eagle_head",
+    selftest=SelfTest(paths=("llmapi",), section=(("max_draft_len", 3),), capture_key="layers_to_capture"),
     modelopt_mode="eagle",  # modelopt/torch/speculative: its eagle mode trains EAGLE-3 heads
     decoding_mode=EAGLE3,
     engine_decoding_mode=EAGLE,

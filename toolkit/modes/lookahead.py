@@ -19,6 +19,7 @@ from toolkit.modes.core import (
     ModeInfo,
     PreflightKit,
     ProposerFacts,
+    SelfTest,
     Support,
     batched,
     no_support,
@@ -35,6 +36,7 @@ LOOKAHEAD_FIELDS: tuple[str, str, str] = ("window", "ngram", "verification_set")
 INFO = ModeInfo(
     LOOKAHEAD,
     source=None,
+    selftest=SelfTest(paths=("engine",), section=tuple(zip(LOOKAHEAD_FIELDS, (3, 3, 2), strict=True))),
     decoding_mode=LOOKAHEAD,
     chain=False,
     engine_name="lookahead_decoding",

@@ -19,6 +19,7 @@ from toolkit.modes.core import (
     ModeInfo,
     PreflightKit,
     ProposerFacts,
+    SelfTest,
     Support,
     batched,
     no_support,
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
 INFO = ModeInfo(
     MEDUSA,
     source="medusa_heads",
+    selftest=SelfTest(
+        paths=("engine",), section=(("num_medusa_heads", 2), ("medusa_choices", [[0], [0, 0], [1], [0, 1]]))
+    ),
     modelopt_mode=MEDUSA,  # modelopt/torch/speculative's medusa mode
     decoding_mode=MEDUSA,
     heads_in_engine=True,

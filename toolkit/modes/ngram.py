@@ -16,6 +16,7 @@ from toolkit.modes.core import (
     NGramName,
     PreflightKit,
     ProposerFacts,
+    SelfTest,
     Support,
     batched,
     no_support,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 INFO = ModeInfo(
     NGRAM,
     source=None,
+    selftest=SelfTest(paths=("llmapi",), section=(("max_draft_len", 4), ("max_matching_ngram_size", 3))),
     decoding_mode=NGRAM,
     chain=True,
     engine_name="ngram",

@@ -13,6 +13,7 @@ from toolkit.modes.core import (
     NoneName,
     PreflightKit,
     ProposerFacts,
+    SelfTest,
     Support,
     batched,
 )
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 INFO = ModeInfo(
     NONE,
     source=None,
+    selftest=SelfTest(paths=("engine", "llmapi")),
     chain=False,
     engine_name=None,
     llmapi_types=(),
