@@ -99,6 +99,24 @@ class Support:
     min_version: str | None = None
 
 
+# What to use instead of a model-free mode's engine path (removed in the 1.3 line). SA: the
+# suffix-automaton drafter, `decoding_type: SA` (and the `sa_config` enhancer) of the 1.3 line's
+# llm_args.py.
+NO_DRAFT_MODEL_FIX = (
+    "mode: ngram (NGram) or SA (the 1.3 line's suffix-automaton drafter), which need no draft model"
+)
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """What the mode's engines allow besides the rest (toolkit.compat refuses a recipe past them);
+    `label` names the engines in the error."""
+
+    label: str
+    pipeline_parallel: bool = True
+    max_batch_size: int | None = None
+
+
 @dataclass(frozen=True)
 class SelfTest:
     """How `sdtk selftest` deploys the mode on its tiny Llama checkpoints (toolkit.selftest): the
@@ -151,6 +169,9 @@ class ModeInfo:
     llmapi_fields_since_1_1: tuple[str, ...] = ()
     # `sdtk selftest`: how the GPU self-test deploys it; None: the self-test leaves it out.
     selftest: SelfTest | None = None
+    # What to use instead of the engine path where a release removed it (toolkit.compat's fix-it).
+    instead_of_engine: str | None = None
+    engine_limits: EngineLimits | None = None
 
     def triton_decoding_mode(self, backend: str) -> str:
         if backend == "engine" and self.engine_decoding_mode is not None:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 INFO = ModeInfo(
     DRAFT_TARGET,
     source="draft",
+    instead_of_engine="use backend: llmapi (decoding_type DraftTarget), with the same draft model",
     selftest=SelfTest(paths=("engine", "llmapi"), section=(("max_draft_len", 4),)),
     two_model=True,
     decoding_mode="",

@@ -13,8 +13,10 @@ from toolkit.modes.core import (
     EAGLE3,
     ENGINE_ONLY_FIX,
     LLM_MODEL,
+    NO_DRAFT_MODEL_FIX,
     EagleName,
     EngineArgs,
+    EngineLimits,
     Finding,
     LlmapiCall,
     ModeInfo,
@@ -33,6 +35,9 @@ if TYPE_CHECKING:
 INFO = ModeInfo(
     EAGLE,
     source="eagle_head",
+    instead_of_engine="use mode: eagle3 on backend llmapi (an EAGLE-3 head; the 1.3 line converts Eagle configs "
+    f"to Eagle3), or {NO_DRAFT_MODEL_FIX}",
+    engine_limits=EngineLimits("EAGLE", pipeline_parallel=False, max_batch_size=512),
     decoding_mode=EAGLE3,
     engine_decoding_mode=EAGLE,
     heads_in_engine=True,

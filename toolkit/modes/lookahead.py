@@ -12,6 +12,7 @@ from toolkit.modes.core import (
     ENGINE_ONLY_FIX,
     LLM_MODEL,
     LOOKAHEAD,
+    NO_DRAFT_MODEL_FIX,
     EngineArgs,
     Finding,
     LlmapiCall,
@@ -36,6 +37,7 @@ LOOKAHEAD_FIELDS: tuple[str, str, str] = ("window", "ngram", "verification_set")
 INFO = ModeInfo(
     LOOKAHEAD,
     source=None,
+    instead_of_engine=f"use {NO_DRAFT_MODEL_FIX}, on backend llmapi",
     selftest=SelfTest(paths=("engine",), section=tuple(zip(LOOKAHEAD_FIELDS, (3, 3, 2), strict=True))),
     decoding_mode=LOOKAHEAD,
     chain=False,

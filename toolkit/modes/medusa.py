@@ -12,6 +12,7 @@ from toolkit.modes.core import (
     ENGINE_ONLY_FIX,
     LLM_MODEL,
     MEDUSA,
+    NO_DRAFT_MODEL_FIX,
     EngineArgs,
     Finding,
     LlmapiCall,
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 INFO = ModeInfo(
     MEDUSA,
     source="medusa_heads",
+    instead_of_engine="use mode: eagle3 on backend llmapi (an EAGLE-3 head: `sdtk train-draft`), or "
+    + NO_DRAFT_MODEL_FIX,
     selftest=SelfTest(
         paths=("engine",), section=(("num_medusa_heads", 2), ("medusa_choices", [[0], [0, 0], [1], [0, 1]]))
     ),

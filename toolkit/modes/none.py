@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 INFO = ModeInfo(
     NONE,
     source=None,
+    instead_of_engine="use backend: llmapi (TensorRT-LLM's PyTorch backend serves the target alone)",
     selftest=SelfTest(paths=("engine", "llmapi")),
     chain=False,
     engine_name=None,
