@@ -270,7 +270,7 @@ class ModeHooks(Protocol):
         or reference repository; render fills every other parameter with its default."""
         ...
 
-    def serving_checks(self, spec: Any, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+    def serving_checks(self, spec: Any, backend: str, engine_draft_len: int | None) -> list[Finding]:
         """What stops (or warns about) serving `spec` on `backend` with the built target engine."""
         ...
 

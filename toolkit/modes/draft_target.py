@@ -83,12 +83,12 @@ def triton_parameters(spec: DraftTarget, backend: str, model: str) -> dict[str, 
     }
 
 
-def serving_checks(spec: DraftTarget, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: DraftTarget, backend: str, engine_draft_len: int | None) -> list[Finding]:
     out = []
-    if backend == "engine" and engine_max_draft_len is not None and engine_max_draft_len < spec.max_draft_len:
+    if backend == "engine" and engine_draft_len is not None and engine_draft_len < spec.max_draft_len:
         out.append(
             Finding(
-                f"the target engine accepts at most {engine_max_draft_len} draft tokens "
+                f"the target engine accepts at most {engine_draft_len} draft tokens "
                 f"(build_config.max_draft_len), fewer than speculative.max_draft_len {spec.max_draft_len} "
                 "(tensorrtllm_backend#473)",
                 "rebuild the target with --max_draft_len ≥ speculative.max_draft_len, or lower it",

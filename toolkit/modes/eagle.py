@@ -131,7 +131,7 @@ def triton_parameters(spec: Eagle, backend: str, model: str) -> dict[str, str]:
     return {"eagle_choices": tree.to_triton_string(spec.eagle_choices) if spec.eagle_choices else ""}
 
 
-def serving_checks(spec: Eagle, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: Eagle, backend: str, engine_draft_len: int | None) -> list[Finding]:
     if backend != "engine":
         return []
     if spec.use_dynamic_tree:

@@ -155,7 +155,7 @@ def triton_parameters(spec: Eagle3, backend: str, model: str) -> dict[str, str]:
     return {"eagle_choices": tree.to_triton_string(spec.eagle_choices) if spec.eagle_choices else ""}
 
 
-def serving_checks(spec: Eagle3, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: Eagle3, backend: str, engine_draft_len: int | None) -> list[Finding]:
     if backend == "reference" and spec.use_dynamic_tree:
         return [
             Finding(

@@ -97,12 +97,12 @@ def triton_parameters(spec: Lookahead, backend: str, model: str) -> dict[str, st
     }
 
 
-def serving_checks(spec: Lookahead, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: Lookahead, backend: str, engine_draft_len: int | None) -> list[Finding]:
     need = spec.draft_len
-    if backend == "engine" and engine_max_draft_len != need:
+    if backend == "engine" and engine_draft_len != need:
         return [
             Finding(
-                f"build_config.max_draft_len is {engine_max_draft_len}, but lookahead (W={spec.window}, "
+                f"build_config.max_draft_len is {engine_draft_len}, but lookahead (W={spec.window}, "
                 f"N={spec.ngram}, G={spec.verification_set}) needs exactly {need}; the C++ backend would "
                 f"fail at load (tensorrtllm_backend#710)",
                 "rebuild the engine for these lookahead sizes",

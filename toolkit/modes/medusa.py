@@ -114,7 +114,7 @@ def triton_parameters(spec: Medusa, backend: str, model: str) -> dict[str, str]:
     return {"medusa_choices": tree.to_triton_string(spec.choices)}
 
 
-def serving_checks(spec: Medusa, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: Medusa, backend: str, engine_draft_len: int | None) -> list[Finding]:
     return []
 
 

@@ -81,7 +81,7 @@ def triton_parameters(spec: Mtp, backend: str, model: str) -> dict[str, str]:
     return {}
 
 
-def serving_checks(spec: Mtp, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: Mtp, backend: str, engine_draft_len: int | None) -> list[Finding]:
     return []
 
 

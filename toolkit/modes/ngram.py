@@ -72,7 +72,7 @@ def triton_parameters(spec: NGram, backend: str, model: str) -> dict[str, str]:
     return {}
 
 
-def serving_checks(spec: NGram, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: NGram, backend: str, engine_draft_len: int | None) -> list[Finding]:
     return []
 
 

@@ -55,7 +55,7 @@ def triton_parameters(spec: NoSpeculation, backend: str, model: str) -> dict[str
     return {}
 
 
-def serving_checks(spec: NoSpeculation, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: NoSpeculation, backend: str, engine_draft_len: int | None) -> list[Finding]:
     return []
 
 

@@ -77,7 +77,7 @@ def triton_parameters(spec: Pard, backend: str, model: str) -> dict[str, str]:
     return {}
 
 
-def serving_checks(spec: Pard, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: Pard, backend: str, engine_draft_len: int | None) -> list[Finding]:
     return []
 
 

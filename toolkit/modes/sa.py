@@ -117,9 +117,7 @@ def triton_parameters(spec: SuffixAutomatonSpec, backend: str, model: str) -> di
     return {}
 
 
-def serving_checks(
-    spec: SuffixAutomatonSpec, backend: str, engine_max_draft_len: int | None
-) -> list[Finding]:
+def serving_checks(spec: SuffixAutomatonSpec, backend: str, engine_draft_len: int | None) -> list[Finding]:
     return []
 
 

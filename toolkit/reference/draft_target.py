@@ -24,9 +24,9 @@ class DraftTargetSpeculator:
     needs_hidden = False
     needs_aux = False
 
-    def __init__(self, draft: CachedLM, max_draft_len: int):
+    def __init__(self, draft: CachedLM, draft_len: int):
         self.draft = draft
-        self.max_draft_len = max_draft_len
+        self.draft_len = draft_len
         self._greedy_chain = getattr(draft, "greedy_chain", None)
 
     def prefill(self, ctx: Context, fwd: Forward | None) -> None:
@@ -35,7 +35,7 @@ class DraftTargetSpeculator:
             self.draft.forward(ctx.tokens[:-1], logits_from=len(ctx.tokens) - 1)
 
     def propose(self, ctx: Context, budget: int) -> Proposal:
-        k = min(self.max_draft_len, budget)
+        k = min(self.draft_len, budget)
         if k <= 0:
             return Proposal()
         # The draft may lag behind by more than the root (after a fully accepted step it never

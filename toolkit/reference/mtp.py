@@ -197,11 +197,11 @@ class MtpSpeculator:
     needs_hidden = True
     needs_aux = False
 
-    def __init__(self, module: MtpModule, max_draft_len: int):
+    def __init__(self, module: MtpModule, draft_len: int):
         from transformers import DynamicCache
 
         self.module = module
-        self.max_draft_len = max_draft_len
+        self.draft_len = draft_len
         self._cache_type = DynamicCache
         self.cache: Any = DynamicCache()
         self.kept = 0  # committed pairs in the module's cache
@@ -219,7 +219,7 @@ class MtpSpeculator:
 
     @inference
     def propose(self, ctx: Context, budget: int) -> Proposal:
-        k = min(self.max_draft_len, budget)
+        k = min(self.draft_len, budget)
         # Nothing to draft from: a one-token prompt's first step. (A zero budget feeds nothing:
         # the pairs wait for the next step.)
         if k <= 0 or not self.pend_t:

@@ -44,7 +44,7 @@ class PardSpeculator:
     needs_hidden = False
     needs_aux = False
 
-    def __init__(self, draft: CachedLM, max_draft_len: int, mask_id: int):
+    def __init__(self, draft: CachedLM, draft_len: int, mask_id: int):
         vocab = int(draft.config.vocab_size)
         if not 0 <= mask_id < vocab:
             raise ModelError(
@@ -52,14 +52,14 @@ class PardSpeculator:
                 hint="fix speculative.mask_token_id or the draft's pard_token",
             )
         self.draft = draft
-        self.max_draft_len = max_draft_len
+        self.draft_len = draft_len
         self.mask_id = mask_id
 
     def prefill(self, ctx: Context, fwd: Forward | None) -> None:
         self.draft.reset()
 
     def propose(self, ctx: Context, budget: int) -> Proposal:
-        k = min(self.max_draft_len, budget)
+        k = min(self.draft_len, budget)
         if k <= 0:
             return Proposal()
         feed = ctx.tokens[self.draft.length :]

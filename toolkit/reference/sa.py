@@ -206,13 +206,13 @@ def pool_for(runtime: Any, size: int | None) -> GlobalPool:
 
 class SASpeculator:
     """Standalone SA: every step proposes the continuation of the longest match (no threshold),
-    up to `max_draft_len` tokens; a chain."""
+    up to `draft_len` tokens; a chain."""
 
     needs_hidden = False
     needs_aux = False
 
-    def __init__(self, max_draft_len: int, max_matching_ngram_size: int = -1, pool: GlobalPool | None = None):
-        self.max_draft_len = max_draft_len
+    def __init__(self, draft_len: int, max_matching_ngram_size: int = -1, pool: GlobalPool | None = None):
+        self.draft_len = draft_len
         self.max_n = max_matching_ngram_size
         self.pool = pool
         self.sa = SuffixAutomaton()
@@ -241,7 +241,7 @@ class SASpeculator:
     def propose_chain(self, tokens: list[int], budget: int) -> list[int]:
         """The proposal's tokens (a chain; empty: no match or no budget), for the generation
         loop's greedy chain path, which needs no Proposal."""
-        k = self.max_draft_len if self.max_draft_len < budget else budget
+        k = self.draft_len if self.draft_len < budget else budget
         self.match_len, chain = self.draft(tokens, k)
         return chain
 
