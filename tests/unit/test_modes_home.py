@@ -80,10 +80,6 @@ PENDING_CONSTANTS: dict[str, tuple[set[str], str]] = {
     ),
     "toolkit/build/preflight.py": ({"EAGLE3"}, "the shared head-fit check's draft-vocabulary bound"),
     "toolkit/repo/runbook.py": ({"LOOKAHEAD"}, "the runbook's per-request lookahead tensors"),
-    "toolkit/train/api.py": (
-        {"EAGLE3", "MEDUSA", "DRAFT_TARGET", "PARD", "MTP"},
-        "`sdtk train-draft`'s table of what each trainable mode's artifact is",
-    ),
     "toolkit/train/trainers.py": (
         {"EAGLE3", "MEDUSA", "DRAFT_TARGET", "PARD", "MTP"},
         "the trainer per mode",

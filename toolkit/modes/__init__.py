@@ -53,6 +53,7 @@ from toolkit.modes.core import (
     ProposerFacts,
     SelfTest,
     Support,
+    Training,
     register,
 )
 from toolkit.modes.lookahead import LOOKAHEAD_FIELDS
@@ -99,6 +100,7 @@ __all__ = [
     "ProposerFacts",
     "SelfTest",
     "Support",
+    "Training",
     "hooks",
     "info",
     "mode",

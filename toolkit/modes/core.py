@@ -118,6 +118,15 @@ class EngineLimits:
 
 
 @dataclass(frozen=True)
+class Training:
+    """What `sdtk train-draft` makes for the mode: the `models` field its artifact replaces, and the
+    artifact's directory under the output directory."""
+
+    replaces: str
+    directory: str
+
+
+@dataclass(frozen=True)
 class SelfTest:
     """How `sdtk selftest` deploys the mode on its tiny Llama checkpoints (toolkit.selftest): the
     GPU paths it runs the mode on ("engine", "llmapi"), its `speculative:` section (less `mode`),
@@ -167,6 +176,8 @@ class ModeInfo:
     llmapi_disable_overlap: bool = False
     # llmapi: recipe fields whose speculative_config keys TensorRT-LLM 1.0 lacks (arrived in 1.1).
     llmapi_fields_since_1_1: tuple[str, ...] = ()
+    # `sdtk train-draft`: what it trains for the mode; None: nothing.
+    training: Training | None = None
     # `sdtk selftest`: how the GPU self-test deploys it; None: the self-test leaves it out.
     selftest: SelfTest | None = None
     # What to use instead of the engine path where a release removed it (toolkit.compat's fix-it).

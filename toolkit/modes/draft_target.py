@@ -19,6 +19,7 @@ from toolkit.modes.core import (
     ProposerFacts,
     SelfTest,
     Support,
+    Training,
     batched,
     triton_bool,
 )
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 INFO = ModeInfo(
     DRAFT_TARGET,
+    training=Training("draft", "draft"),
     source="draft",
     instead_of_engine="use backend: llmapi (decoding_type DraftTarget), with the same draft model",
     selftest=SelfTest(paths=("engine", "llmapi"), section=(("max_draft_len", 4),)),

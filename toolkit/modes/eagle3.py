@@ -21,6 +21,7 @@ from toolkit.modes.core import (
     ProposerFacts,
     SelfTest,
     Support,
+    Training,
     batched,
     no_support,
 )
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 INFO = ModeInfo(
     EAGLE3,
+    training=Training("eagle_head", EAGLE3),
     source="eagle_head",
     selftest=SelfTest(paths=("llmapi",), section=(("max_draft_len", 3),), capture_key="layers_to_capture"),
     modelopt_mode="eagle",  # modelopt/torch/speculative: its eagle mode trains EAGLE-3 heads

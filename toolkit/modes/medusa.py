@@ -22,6 +22,7 @@ from toolkit.modes.core import (
     ProposerFacts,
     SelfTest,
     Support,
+    Training,
     batched,
     no_support,
 )
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 INFO = ModeInfo(
     MEDUSA,
+    training=Training("medusa_heads", MEDUSA),
     source="medusa_heads",
     instead_of_engine="use mode: eagle3 on backend llmapi (an EAGLE-3 head: `sdtk train-draft`), or "
     + NO_DRAFT_MODEL_FIX,

@@ -24,6 +24,7 @@ from toolkit.modes.core import (
     PreflightKit,
     ProposerFacts,
     Support,
+    Training,
     batched,
     no_support,
 )
@@ -38,6 +39,7 @@ COUNT_KEY = "num_nextn_predict_layers"
 
 INFO = ModeInfo(
     MTP,
+    training=Training("target", MTP),  # the trained artifact: a target that carries its MTP layers
     source=None,  # the MTP layers are part of the target checkpoint
     # The served reference model speculates with the mode its engine directory was built for.
     decoding_mode="",

@@ -20,6 +20,7 @@ from toolkit.modes.core import (
     PreflightKit,
     ProposerFacts,
     Support,
+    Training,
     batched,
     no_support,
 )
@@ -36,6 +37,7 @@ PARD_SINCE = "1.3.0rc7"
 
 INFO = ModeInfo(
     PARD,
+    training=Training("draft", PARD),
     source="draft",  # a PARD checkpoint is a plain causal LM sharing the target's tokenizer
     # The served reference model speculates with the mode its engine directory was built for.
     decoding_mode="",
