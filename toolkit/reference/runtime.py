@@ -387,7 +387,8 @@ class ReferenceRuntime:
     ) -> GenerationResult:
         """The general loop: propose, one target forward over the proposal, verify, commit."""
         max_new_tokens, sampling, mode_cfg, eos = req.max_new_tokens, req.sampling, req.spec, req.eos
-        on_tokens, processors, trace, target = req.on_tokens, req.processors, req.trace, ctx.target
+        on_tokens, processors, trace = req.on_tokens, req.processors, req.trace
+        target: Any = ctx.target  # a CachedLM, or a batch sequence's view of one
         prompt_len = (
             len(req.prompt) if processors is None or processors.prompt_len is None else processors.prompt_len
         )
