@@ -71,7 +71,7 @@ def test_missing_weights(tiny: Path, tmp_path: Path) -> None:
 
 
 def test_mode_without_its_model(tiny: Path) -> None:
-    with pytest.raises(ModelError, match="needs a medusa checkpoint"):
+    with pytest.raises(ModelError, match="needs a medusa_heads checkpoint"):
         ReferenceRuntime.load(tiny / "target", spec=Medusa(mode="medusa"))
 
 
