@@ -554,7 +554,6 @@ class FakeRuntime:
         max_new_tokens,
         *,
         sampling=None,
-        speculative=True,
         spec=None,
         end_id=None,
         on_tokens=None,
@@ -563,6 +562,8 @@ class FakeRuntime:
     ):
         from toolkit.reference import SpecStats
 
+        # Whether the call speculates: the runtime's own section (None) or a given one, not PLAIN's.
+        speculative = spec is None or spec.mode != "none"
         self.calls.append(("generate", list(prompt_ids), max_new_tokens, speculative, spec))
         seq, out, stats = list(prompt_ids), [], SpecStats()
         eos = self.eos_token_id if end_id is None else (None if end_id < 0 else end_id)
