@@ -141,7 +141,9 @@ def run_generate(
     runtime = _runtime(recipe)
     tokenizer = runtime.tokenizer
     ids = tokenizer(prompt)["input_ids"]
-    result = runtime.generate(ids, max_tokens, sampling=sampling, speculative=not no_speculation)
+    from toolkit.reference import PLAIN
+
+    result = runtime.generate(ids, max_tokens, sampling=sampling, spec=PLAIN if no_speculation else None)
     return {
         "text": tokenizer.decode(result.token_ids, skip_special_tokens=True),
         "token_ids": result.token_ids,
