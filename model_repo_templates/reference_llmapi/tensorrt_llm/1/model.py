@@ -376,12 +376,14 @@ class Generation:
         error: list[BaseException] = []
 
         def worker():
+            from toolkit.reference import PLAIN
+
             try:
                 self._result = self.rt.generate(
                     prompt_ids,
                     self.req.max_tokens,
                     sampling=sampling,
-                    speculative=self.speculative,
+                    spec=None if self.speculative else PLAIN,
                     end_id=end_id,
                     on_tokens=on_tokens,
                 )
