@@ -20,18 +20,7 @@ from typing import TYPE_CHECKING
 from toolkit import containers
 from toolkit.containers import probe, release
 from toolkit.errors import CompatError
-from toolkit.modes import (
-    DRAFT_TARGET,
-    EAGLE,
-    ENGINE_MAX,
-    LLMAPI_MIN,
-    LOOKAHEAD,
-    MEDUSA,
-    NONE,
-    REGISTRY,
-    ModeInfo,
-    info,
-)
+from toolkit.modes import BY_NAME, ENGINE_MAX, LLMAPI_MIN, REGISTRY, ModeInfo, info
 from toolkit.modes.core import ENGINE_DEPRECATED, ENGINE_DEPRECATION, ENGINE_REMOVAL
 
 if TYPE_CHECKING:
@@ -41,20 +30,6 @@ GPU_BACKENDS = ("engine", "llmapi")
 # The release lines `sdtk compat` shows a column for.
 COLUMNS = ("1.1", "1.2", "1.3")
 
-# What to use instead of a mode's engine path (removed in the 1.3 line). SA: the suffix-automaton
-# drafter, `decoding_type: SA` (and the `sa_config` enhancer) of the 1.3 line's llm_args.py.
-_NO_DRAFT_MODEL = (
-    "mode: ngram (NGram) or SA (the 1.3 line's suffix-automaton drafter), which need no draft model"
-)
-INSTEAD_OF_ENGINE: dict[str, str] = {
-    NONE: "use backend: llmapi (TensorRT-LLM's PyTorch backend serves the target alone)",
-    DRAFT_TARGET: "use backend: llmapi (decoding_type DraftTarget), with the same draft model",
-    MEDUSA: f"use mode: eagle3 on backend llmapi (an EAGLE-3 head: `sdtk train-draft`), or {_NO_DRAFT_MODEL}",
-    LOOKAHEAD: f"use {_NO_DRAFT_MODEL}, on backend llmapi",
-    EAGLE: "use mode: eagle3 on backend llmapi (an EAGLE-3 head; the 1.3 line converts Eagle configs to "
-    f"Eagle3), or {_NO_DRAFT_MODEL}",
-}
-
 
 def keep_engine() -> str:
     """Where the engine path still runs: the newest known container whose TensorRT-LLM has it."""
@@ -63,10 +38,38 @@ def keep_engine() -> str:
     return f"or keep backend: engine on TensorRT-LLM < {ENGINE_MAX}{where}"
 
 
+def _engine_limits(recipe: Recipe) -> None:
+    """The mode's engine limits (ModeInfo.engine_limits): pipeline parallelism, max_batch_size."""
+    lim = info(recipe.mode).engine_limits
+    if lim is None:
+        return
+    if not lim.pipeline_parallel and recipe.parallel.pp != 1:
+        raise CompatError(
+            f"{lim.label} engines do not support pipeline parallelism (parallel.pp={recipe.parallel.pp})",
+            mode=recipe.mode,
+            backend="engine",
+            hint="set parallel.pp: 1 and use tp instead",
+        )
+    top = lim.max_batch_size
+    if top is not None and recipe.build.max_batch_size > top:
+        raise CompatError(
+            f"{lim.label} engines allow max_batch_size <= {top} (build.max_batch_size={recipe.build.max_batch_size})",
+            mode=recipe.mode,
+            backend="engine",
+            hint="lower build.max_batch_size",
+        )
+
+
+def instead_of_engine(mode: str) -> str:
+    """What to use instead of the mode's engine path (its ModeInfo's `instead_of_engine`)."""
+    known = BY_NAME.get(mode)
+    return (known.instead_of_engine if known is not None else None) or "see `sdtk compat`"
+
+
 def removal_fix(mode: str) -> str:
     """The fix-it where a release removed the engine path: what to use instead, and, for a mode that
     has no other GPU path, the last release that still has it."""
-    instead = INSTEAD_OF_ENGINE.get(mode, "see `sdtk compat`")
+    instead = instead_of_engine(mode)
     return (
         instead if info(mode).llmapi.supported else f"{instead}; {keep_engine()}; or backend: reference (CPU)"
     )
@@ -197,9 +200,7 @@ def warnings(c: Cell, version: str | None) -> list[str]:
     if release.at_least(version, c.deprecated_from) and not (
         c.max_version and release.at_least(version, c.max_version)
     ):
-        return [
-            f"TensorRT-LLM {version}: {ENGINE_DEPRECATION}; {INSTEAD_OF_ENGINE.get(c.mode, 'see `sdtk compat`')}"
-        ]
+        return [f"TensorRT-LLM {version}: {ENGINE_DEPRECATION}; {instead_of_engine(c.mode)}"]
     return []
 
 
@@ -328,20 +329,7 @@ def check_recipe(
             hint="use backend: llmapi (TensorRT-LLM >= 1.2) or reference, or drop those fields",
         )
     if res.backend == "engine":
-        if recipe.mode == EAGLE and recipe.parallel.pp != 1:
-            raise CompatError(
-                f"EAGLE engines do not support pipeline parallelism (parallel.pp={recipe.parallel.pp})",
-                mode=EAGLE,
-                backend="engine",
-                hint="set parallel.pp: 1 and use tp instead",
-            )
-        if recipe.mode == EAGLE and recipe.build.max_batch_size > 512:
-            raise CompatError(
-                f"EAGLE engines allow max_batch_size <= 512 (build.max_batch_size={recipe.build.max_batch_size})",
-                mode=EAGLE,
-                backend="engine",
-                hint="lower build.max_batch_size",
-            )
+        _engine_limits(recipe)
         if info(recipe.mode).two_model and recipe.serving.decoupled:
             raise CompatError(
                 "the official tensorrt_llm_bls draft-target loop rejects streaming, so serving.decoupled must be "

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from toolkit import modes
 from toolkit.errors import GenerationError, ModelError
-from toolkit.modes import EAGLE3, MEDUSA
 from toolkit.recipe import ModelSource, Recipe
 
 
@@ -85,13 +85,10 @@ def _runtime(recipe: Recipe, dtype: str | None = None) -> Any:
         return resolve_model(recipe, source, what) if source is not None else None
 
     target = resolve_model(recipe, models.target, "target")
-    paths = dict(
-        target=target,
-        draft=optional(models.draft, "draft"),
-        medusa_heads=optional(models.medusa_heads if spec.mode == MEDUSA else None, "Medusa heads"),
-        eagle_head=optional(models.eagle_head if spec.mode == EAGLE3 else None, "EAGLE-3 head"),
-        tokenizer=optional(models.tokenizer, "tokenizer"),
-    )
+    # The mode's own source (the recipe refuses the others).
+    need = modes.info(spec.mode).source
+    weights = {s: optional(getattr(models, s), f"models.{s}") for s in modes.SOURCES if s == need}
+    paths = dict(target=target, **weights, tokenizer=optional(models.tokenizer, "tokenizer"))
     inflate = recipe.reference.inflate
     dtype = dtype or reference_dtype(recipe)
     models_key = tuple(sorted((k, str(v)) for k, v in paths.items()))
@@ -110,9 +107,7 @@ def _runtime(recipe: Recipe, dtype: str | None = None) -> Any:
             del _RUNTIMES[old]
         _RUNTIMES[key] = ReferenceRuntime.load(
             target,
-            draft=paths["draft"],
-            medusa=paths["medusa_heads"],
-            eagle3=paths["eagle_head"],
+            weights,
             tokenizer=paths["tokenizer"],
             spec=spec,
             dtype=dtype,
@@ -146,7 +141,9 @@ def run_generate(
     runtime = _runtime(recipe)
     tokenizer = runtime.tokenizer
     ids = tokenizer(prompt)["input_ids"]
-    result = runtime.generate(ids, max_tokens, sampling=sampling, speculative=not no_speculation)
+    from toolkit.reference import PLAIN
+
+    result = runtime.generate(ids, max_tokens, sampling=sampling, spec=PLAIN if no_speculation else None)
     return {
         "text": tokenizer.decode(result.token_ids, skip_special_tokens=True),
         "token_ids": result.token_ids,

@@ -138,7 +138,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
     torch.set_num_threads(args.threads)
     m = args.models
-    rt = ReferenceRuntime.load(m / "target", draft=m / "draft", medusa=m / "medusa", eagle3=m / "eagle3")
+    rt = ReferenceRuntime.load(
+        m / "target", {"draft": m / "draft", "medusa_heads": m / "medusa", "eagle_head": m / "eagle3"}
+    )
     clock = ForwardClock()
     for lm in (rt.target, rt.draft):
         if getattr(lm, "lean", None) is not None:
@@ -153,7 +155,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             # not as an lm_head call: time that instead (the argmax after it stays outside).
             clock.wrap(lm, "_head_rows")
     # The heads' methods call their submodules one by one: hook them all (nesting is counted once).
-    for mod in [*rt.eagle3.modules(), *rt.medusa.modules()]:
+    for mod in [*rt.weights["eagle_head"].modules(), *rt.weights["medusa_heads"].modules()]:
         clock.hook(mod)
     prompts = [rt.tokenizer(p)["input_ids"] for p in PROMPTS[: args.prompts]]
     specs = _specs(rt)

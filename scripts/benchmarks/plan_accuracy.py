@@ -40,7 +40,7 @@ DEFAULT_RECIPES = ("tiny-draft-target", "tiny-eagle3", "tiny-ngram")
 def measure(rt, recipe, prompts, gammas, new_tokens, rounds):
     """Decode tokens/s per configuration (γ = 0 is the baseline), interleaved per prompt."""
     from toolkit.bench.measure.inprocess import generate_timed
-    from toolkit.reference import SamplingParams
+    from toolkit.reference import PLAIN, SamplingParams
 
     sp = SamplingParams()
     spec = recipe.speculative
@@ -59,8 +59,7 @@ def measure(rt, recipe, prompts, gammas, new_tokens, rounds):
                     ids,
                     new_tokens,
                     sp,
-                    speculative=g > 0,
-                    spec=spec.model_copy(update={"max_draft_len": g}) if g else None,
+                    spec=spec.model_copy(update={"max_draft_len": g}) if g else PLAIN,
                 )
                 # Tokens committed after the first step, over the time those steps took.
                 secs[g] += sum(durs)

@@ -137,6 +137,7 @@ def batched(recipe: str, args: argparse.Namespace, levels: list[int], work: Path
     from toolkit.bench.measure.inprocess import encode, load_runtime
     from toolkit.bench.measure.workloads import load_workload
     from toolkit.recipe import load_recipe
+    from toolkit.reference import PLAIN
 
     torch.set_num_threads(1)  # a served reference instance's (toolkit.generate.reference_threads)
     rec = load_recipe(recipe)
@@ -148,7 +149,7 @@ def batched(recipe: str, args: argparse.Namespace, levels: list[int], work: Path
     prompts = [encode(rt, t)[-budget:] for t in texts]
     live = Live(recipe, work / recipe) if args.live else None
     try:
-        rt.generate(prompts[0], 4, speculative=True, end_id=-1)  # warm-up
+        rt.generate(prompts[0], 4, end_id=-1)  # warm-up
         sends = {}
         if live is not None:
             sends = {
@@ -165,7 +166,7 @@ def batched(recipe: str, args: argparse.Namespace, levels: list[int], work: Path
                         rec_[f"served_{side}"] = closed_loop(lambda i, s=side: sends[s][i](), len(texts), c)
 
                     def local(i: int, spec: bool = side == "spec") -> int:
-                        res = rt.generate(prompts[i], args.max_tokens, speculative=spec, end_id=-1)
+                        res = rt.generate(prompts[i], args.max_tokens, spec=None if spec else PLAIN, end_id=-1)
                         return len(res.token_ids)
 
                     rec_[side] = closed_loop(local, len(prompts), c)

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from toolkit.recipe import load_recipe
-from toolkit.reference import ReferenceRuntime
+from toolkit.reference import PLAIN, ReferenceRuntime
 from toolkit.reference.prompts import PROMPTS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,9 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             heads[role] = heads[role] or path
     rt = ReferenceRuntime.load(
         targets.pop(),
-        draft=heads["draft"],
-        medusa=heads["medusa_heads"],
-        eagle3=heads["eagle_head"],
+        {"draft": heads["draft"], "medusa_heads": heads["medusa_heads"], "eagle_head": heads["eagle_head"]},
         inflate=inflates.pop(),
     )
     if rt.twin_label:
@@ -87,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     # prompt right before the recipe does, so load from other processes (a shared machine) falls
     # on both sides of each pair alike. Speedup = Σ baseline time ÷ Σ recipe time over all pairs
     # (both generate exactly n tokens per prompt).
-    rt.generate(prompts[0], n, speculative=False, end_id=-1)  # warm-up
+    rt.generate(prompts[0], n, spec=PLAIN, end_id=-1)  # warm-up
     for r in recipes.values():
         rt.generate(prompts[0], n, spec=r.speculative, end_id=-1)
     base_t: dict[str, list[float]] = {ref: [0.0] * args.runs for ref in recipes}
@@ -97,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         for ids in prompts:
             for ref, r in recipes.items():
                 t = time.perf_counter()
-                rt.generate(ids, n, speculative=False, end_id=-1)
+                rt.generate(ids, n, spec=PLAIN, end_id=-1)
                 t1 = time.perf_counter()
                 g = rt.generate(ids, n, spec=r.speculative, end_id=-1)
                 t2 = time.perf_counter()

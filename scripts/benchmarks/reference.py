@@ -95,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     m = args.models
     n = args.new_tokens
     rt = ReferenceRuntime.load(
-        m / "target", draft=m / "draft", medusa=m / "medusa", eagle3=m / "eagle3", inflate=args.inflate
+        m / "target",
+        {"draft": m / "draft", "medusa_heads": m / "medusa", "eagle_head": m / "eagle3"},
+        inflate=args.inflate,
     )
     hf = AutoModelForCausalLM.from_pretrained(m / "target", dtype=torch.float32).eval()
     inflate_mlp(hf, args.inflate)  # HF runs the same padded target
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                 total += hf.generate(torch.tensor([ids]), generation_config=cfg, **kw).shape[1] - len(ids)
         return total
 
-    heads = len(rt.medusa)
+    heads = len(rt.weights["medusa_heads"])
     specs: dict[str, Any] = {
         "draft_target": DraftTarget(mode="draft_target", max_draft_len=GAMMA),
         "ngram": NGram(mode="ngram", max_draft_len=GAMMA, max_matching_ngram_size=3),

@@ -123,7 +123,7 @@ def inprocess(rec: Any, overlay: Path, holdout: Path, args: argparse.Namespace) 
     import torch
 
     from toolkit.recipe import load_recipe
-    from toolkit.reference import ReferenceRuntime
+    from toolkit.reference import PLAIN, ReferenceRuntime
 
     torch.set_num_threads(args.threads)
     l0 = load1()
@@ -133,9 +133,11 @@ def inprocess(rec: Any, overlay: Path, holdout: Path, args: argparse.Namespace) 
         p = r.local_path
         return ReferenceRuntime.load(
             p(m.target),
-            draft=p(m.draft) if m.draft else None,
-            medusa=p(m.medusa_heads) if m.medusa_heads else None,
-            eagle3=p(m.eagle_head) if m.eagle_head else None,
+            {
+                "draft": p(m.draft) if m.draft else None,
+                "medusa_heads": p(m.medusa_heads) if m.medusa_heads else None,
+                "eagle_head": p(m.eagle_head) if m.eagle_head else None,
+            },
         )
 
     new = load_recipe(overlay)
@@ -145,13 +147,13 @@ def inprocess(rec: Any, overlay: Path, holdout: Path, args: argparse.Namespace) 
     prompts = [rt_old.tokenizer(t)["input_ids"][-budget:] for t in texts]
     n = args.new_tokens
     for rt, r in ((rt_old, rec), (rt_new, new)):  # warm-up
-        rt.generate(prompts[0], n, speculative=False, end_id=-1)
+        rt.generate(prompts[0], n, spec=PLAIN, end_id=-1)
         rt.generate(prompts[0], n, spec=r.speculative, end_id=-1)
     t_base, t_old, t_new = ([0.0] * args.runs for _ in range(3))
     for i in range(args.runs):
         for ids in prompts:  # interleaved per prompt: load falls on all three alike
             t = time.perf_counter()
-            rt_old.generate(ids, n, speculative=False, end_id=-1)
+            rt_old.generate(ids, n, spec=PLAIN, end_id=-1)
             t1 = time.perf_counter()
             rt_old.generate(ids, n, spec=rec.speculative, end_id=-1)
             t2 = time.perf_counter()

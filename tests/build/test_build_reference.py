@@ -43,9 +43,10 @@ def _check_engine_dir(d: Path, recipe, role: str) -> dict:
         "max_position_embeddings",
         "mapping",
         "quantization",
-        "max_draft_len",
     ):
         assert key in pc, key  # fmt: skip
+    # The draft length is stated once, under trtllm-build's key in build_config (what deploy reads).
+    assert "max_draft_len" not in pc
     assert pc["mapping"] == {"world_size": 1, "tp_size": 1, "pp_size": 1}
     # What the reference runtime computes in: the recipe's dtype, float32 for auto (not the checkpoint's).
     assert pc["dtype"] == ("float32" if recipe.dtype == "auto" else recipe.dtype)
@@ -60,7 +61,7 @@ def _check_engine_dir(d: Path, recipe, role: str) -> dict:
     assert bc["plugin_config"] == {}
     target = role == "target"
     assert bc["speculative_decoding_mode"] == (SPEC_NAMES[recipe.mode] if target else None)
-    assert bc["max_draft_len"] == (recipe.speculative.draft_len if target else 0) == pc["max_draft_len"]
+    assert bc["max_draft_len"] == (recipe.speculative.draft_len if target else 0)
     assert ref["role"] == role
     assert ref["speculative"] == recipe.speculative.model_dump(mode="json")
     assert ref["inflate"] == (recipe.reference.inflate if target else 1)  # the memory-bound twin

@@ -69,9 +69,8 @@ def test_layout_of_each_container(tag):
     assert c.engine_path.value == "yes" and c.engine_path.verified
     assert c.sources["backend_dockerfile"].ref == f"r{tag}"
     # every converter the engine path can run is recorded
-    assert set(engine.CONVERTERS.values()) | {engine.MEDUSA_CONVERTER, engine.EAGLE_CONVERTER} <= set(
-        c.converters
-    )
+    assert set(engine.HEAD_CONVERTERS) == {"medusa", "eagle"}
+    assert set(engine.CONVERTERS.values()) | set(engine.HEAD_CONVERTERS) <= set(c.converters)
     for name, f in c.facts().items():
         assert f.quote, name
         assert f.verified or len(f.unverified or "") > 20, f"{name}: say why it is unverified"

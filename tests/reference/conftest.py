@@ -29,7 +29,9 @@ def _one_thread() -> Any:
 
 @pytest.fixture(scope="session")
 def tiny() -> Path:
-    assert (TINY / "target" / "config.json").is_file(), f"{TINY / 'target'} is missing (models/tiny is committed)"
+    assert (TINY / "target" / "config.json").is_file(), (
+        f"{TINY / 'target'} is missing (models/tiny is committed)"
+    )
     return TINY
 
 
@@ -38,7 +40,8 @@ def runtime(tiny: Path) -> Any:
     from toolkit.reference import ReferenceRuntime
 
     return ReferenceRuntime.load(
-        tiny / "target", draft=tiny / "draft", medusa=tiny / "medusa", eagle3=tiny / "eagle3"
+        tiny / "target",
+        {"draft": tiny / "draft", "medusa_heads": tiny / "medusa", "eagle_head": tiny / "eagle3"},
     )
 
 
@@ -78,7 +81,7 @@ def greedy_reference(hf_target: Any, prompt_ids: list[list[int]]) -> list[list[i
 @pytest.fixture(scope="session")
 def specs(runtime: Any) -> dict[str, Any]:
     """One configuration per mode (trees included), as recipes would give them."""
-    heads = len(runtime.medusa)
+    heads = len(runtime.weights["medusa_heads"])
     return {
         "none": NoSpeculation(),
         "draft_target": DraftTarget(mode="draft_target", max_draft_len=4),

@@ -19,7 +19,8 @@ def batched(tiny: Any) -> Any:
     from toolkit.reference import ReferenceRuntime
 
     rt = ReferenceRuntime.load(
-        tiny / "target", draft=tiny / "draft", medusa=tiny / "medusa", eagle3=tiny / "eagle3"
+        tiny / "target",
+        {"draft": tiny / "draft", "medusa_heads": tiny / "medusa", "eagle_head": tiny / "eagle3"},
     )
     rt.enable_batching(max_batch_size=8, capacity=256)
     yield rt

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from toolkit.errors import GenerationError
-from toolkit.reference import SamplingParams
+from toolkit.reference import PLAIN, SamplingParams
 from toolkit.reference.core import Context, Proposal, speculative_sampling, verify
 from toolkit.reference.prompts import PROMPTS
 from toolkit.reference.sampling import generator, probs
@@ -151,4 +151,4 @@ def test_medusa_refuses_sampling(runtime: Any, specs: dict[str, Any]) -> None:
     with pytest.raises(GenerationError, match="greedy-only"):
         runtime.generate(ids, 4, spec=specs["medusa"], sampling=SamplingParams(temperature=0.7, seed=1))
     greedy = runtime.generate(ids, 8, spec=specs["medusa"], end_id=-1)
-    assert greedy.token_ids == runtime.generate(ids, 8, speculative=False, end_id=-1).token_ids
+    assert greedy.token_ids == runtime.generate(ids, 8, spec=PLAIN, end_id=-1).token_ids

@@ -47,7 +47,7 @@ def test_eagle_1_2_is_not_implemented(runtime: Any, prompt_ids: list[list[int]])
 
 
 def test_medusa_tree_deeper_than_heads(runtime: Any, prompt_ids: list[list[int]]) -> None:
-    deep = [[0] * d for d in range(1, len(runtime.medusa) + 2)]
+    deep = [[0] * d for d in range(1, len(runtime.weights["medusa_heads"]) + 2)]
     with pytest.raises(GenerationError, match="deep"):
         runtime.generate(prompt_ids[0], 4, spec=Medusa(mode="medusa", medusa_choices=deep))
 
@@ -71,7 +71,7 @@ def test_missing_weights(tiny: Path, tmp_path: Path) -> None:
 
 
 def test_mode_without_its_model(tiny: Path) -> None:
-    with pytest.raises(ModelError, match="needs a medusa checkpoint"):
+    with pytest.raises(ModelError, match="needs a medusa_heads checkpoint"):
         ReferenceRuntime.load(tiny / "target", spec=Medusa(mode="medusa"))
 
 
@@ -88,7 +88,7 @@ def test_draft_with_another_vocabulary(tiny: Path, tmp_path: Path) -> None:
     )
     LlamaForCausalLM(cfg).save_pretrained(tmp_path / "draft")
     with pytest.raises(ModelError, match="draft vocab_size 97 differs"):
-        ReferenceRuntime.load(tiny / "target", draft=tmp_path / "draft")
+        ReferenceRuntime.load(tiny / "target", {"draft": tmp_path / "draft"})
 
 
 def test_medusa_heads_of_another_width(tiny: Path, tmp_path: Path) -> None:
@@ -107,7 +107,7 @@ def test_medusa_heads_of_another_width(tiny: Path, tmp_path: Path) -> None:
         str(d / "model.safetensors"),
     )
     with pytest.raises(ModelError, match="hidden_size 8 does not fit"):
-        ReferenceRuntime.load(tiny / "target", medusa=d)
+        ReferenceRuntime.load(tiny / "target", {"medusa_heads": d})
 
 
 def test_eagle3_capture_layers_that_do_not_fit(tiny: Path, runtime: Any) -> None:
@@ -116,7 +116,9 @@ def test_eagle3_capture_layers_that_do_not_fit(tiny: Path, runtime: Any) -> None
     layers = [0, 1, runtime.target.config.num_hidden_layers + 5]
     with pytest.raises(ModelError, match="cannot capture layer|layers are captured") as info:
         ReferenceRuntime.load(
-            tiny / "target", eagle3=tiny / "eagle3", spec=Eagle3(mode="eagle3", layers_to_capture=layers)
+            tiny / "target",
+            {"eagle_head": tiny / "eagle3"},
+            spec=Eagle3(mode="eagle3", layers_to_capture=layers),
         )
     assert "layers_to_capture" in (info.value.hint or "")
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from toolkit.gate import TIE_MARGIN, first_divergence
+from toolkit.reference import PLAIN
 from toolkit.reference.prompts import PROMPTS
 from toolkit.validate import ValidationReport, _correctness, _GateSetup
 
@@ -48,7 +49,7 @@ def cases() -> tuple[Any, list[tuple[str, str, str]], list[tuple[str, str, str]]
     ties, wrong = [], []
     for prompt in PROMPTS[:8]:
         ids = tok(prompt)["input_ids"]
-        base = rt.generate(ids, N, speculative=False, end_id=-1).token_ids
+        base = rt.generate(ids, N, spec=PLAIN, end_id=-1).token_ids
         with torch.inference_mode():
             logits = rt.target.model(torch.tensor([ids + base])).logits[0, len(ids) - 1 : -1]
         top = torch.topk(logits, 5)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from toolkit.reference import PLAIN
 from toolkit.reference.models import CachedLM
 from toolkit.reference.prompts import PROMPTS
 from toolkit.validate import ValidationReport, _correctness, _GateSetup
@@ -51,7 +52,7 @@ def texts(rt: Any, spec: Any, prompts: Sequence[str]) -> list[tuple[str, str, st
     out = []
     for prompt in prompts:
         ids = rt.tokenizer(prompt)["input_ids"]
-        plain = rt.generate(ids, N, speculative=False, end_id=-1).token_ids
+        plain = rt.generate(ids, N, spec=PLAIN, end_id=-1).token_ids
         served = rt.generate(ids, N, spec=spec, end_id=-1).token_ids
         out.append((prompt, *(rt.tokenizer.decode(t, skip_special_tokens=True) for t in (served, plain))))
     return out
@@ -117,16 +118,18 @@ def test_runtime_computes_in_the_recipes_dtype(tiny: Path, specs: dict[str, Any]
     from toolkit.reference import ReferenceRuntime, SamplingParams
 
     rt = ReferenceRuntime.load(
-        tiny / "target", draft=tiny / "draft", medusa=tiny / "medusa", eagle3=tiny / "eagle3", dtype=dtype
+        tiny / "target",
+        {"draft": tiny / "draft", "medusa_heads": tiny / "medusa", "eagle_head": tiny / "eagle3"},
+        dtype=dtype,
     )
     want = getattr(torch, dtype)
     assert rt.dtype == dtype
-    head = rt.eagle3
-    parts = [rt.target.model, rt.draft.model, rt.medusa, head.fc, head.layers, head.lm_head]
+    head = rt.weights["eagle_head"]
+    parts = [rt.target.model, rt.draft.model, rt.weights["medusa_heads"], head.fc, head.layers, head.lm_head]
     assert {p.dtype for m in parts for p in m.parameters()} == {want}
     assert rt.target.model.model.rotary_emb.inv_freq.dtype == head.rotary.inv_freq.dtype == torch.float32
     ids = rt.tokenizer(PROMPTS[0])["input_ids"]
-    plain = rt.generate(ids, 12, speculative=False, end_id=-1).token_ids
+    plain = rt.generate(ids, 12, spec=PLAIN, end_id=-1).token_ids
     for mode in ("draft_target", "eagle3_tree", "medusa", "lookahead", "ngram"):
         assert len(rt.generate(ids, 12, spec=specs[mode], end_id=-1).token_ids) == 12
     sampled = rt.generate(
@@ -135,6 +138,6 @@ def test_runtime_computes_in_the_recipes_dtype(tiny: Path, specs: dict[str, Any]
     assert len(sampled.token_ids) == 12
     rt.enable_batching(2, 256)  # the KV pool and the additive mask in the model's dtype
     assert rt.batcher.target_pool.keys[0].dtype == want
-    assert rt.generate(ids, 12, speculative=False, end_id=-1).token_ids == plain
+    assert rt.generate(ids, 12, spec=PLAIN, end_id=-1).token_ids == plain
     with pytest.raises(ModelError, match="float32, bfloat16, float16, not int8"):
         ReferenceRuntime.load(tiny / "target", dtype="int8")

@@ -14,7 +14,8 @@ def test_preallocated_kv_cache_equals_concatenation(runtime: Any, prompt_ids: li
     keys and values as transformers' concatenating DynamicCache, through growth, crops and keeps."""
     from transformers import DynamicCache
 
-    from toolkit.reference.models import CachedLM, PreallocLayer
+    from toolkit.reference.kvcache import PreallocLayer
+    from toolkit.reference.models import CachedLM
 
     model = runtime.target.model
     ours, plain = CachedLM(model), CachedLM(model)
@@ -116,13 +117,13 @@ def test_greedy_chain_path_equals_the_general_loop(
     if case.get("lean") is False:
         monkeypatch.setattr(runtime.target, "lean", None)
     used: list[int] = []
-    chain_path = runtime_mod._chain_greedy
+    chain_path = runtime_mod.chain_greedy
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         used.append(1)
         return chain_path(*args, **kwargs)
 
-    monkeypatch.setattr(runtime_mod, "_chain_greedy", counted)
+    monkeypatch.setattr(runtime_mod, "chain_greedy", counted)
     general = runtime._speculator
     accepted = 0
     for ids in prompt_ids[:6]:

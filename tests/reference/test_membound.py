@@ -16,7 +16,7 @@ from toolkit.errors import ModelError
 from toolkit.generate import run_generate
 from toolkit.membound import recipe_label
 from toolkit.recipe import DraftTarget, Eagle3, Medusa, parse_recipe
-from toolkit.reference import ReferenceRuntime
+from toolkit.reference import PLAIN, ReferenceRuntime
 from toolkit.reference.models import inflate_mlp, step_bytes
 from toolkit.reference.prompts import PROMPTS
 
@@ -29,7 +29,9 @@ TOKENS = 24
 @pytest.fixture(scope="module")
 def twin(tiny: Path) -> Any:
     return ReferenceRuntime.load(
-        tiny / "target", draft=tiny / "draft", medusa=tiny / "medusa", eagle3=tiny / "eagle3", inflate=N
+        tiny / "target",
+        {"draft": tiny / "draft", "medusa_heads": tiny / "medusa", "eagle_head": tiny / "eagle3"},
+        inflate=N,
     )
 
 
@@ -66,7 +68,7 @@ def test_padded_target_greedy_output_equals_transformers_on_the_tiny_target(
             got = padded.generate(torch.tensor([p]), do_sample=False, max_new_tokens=TOKENS)[0, len(p) :]
             assert got.tolist() == want.tolist()
             # The reference runtime on the twin, plain and speculative: the same tokens.
-            assert twin.generate(p, TOKENS, speculative=False).token_ids == want.tolist()
+            assert twin.generate(p, TOKENS, spec=PLAIN).token_ids == want.tolist()
 
 
 @pytest.mark.parametrize("mode", ["draft_target", "eagle3", "medusa"])
@@ -79,7 +81,7 @@ def test_drafts_and_heads_work_unchanged_on_the_twin(
         "medusa": Medusa(mode="medusa", medusa_choices=[[0], [1], [0, 0]]),
     }[mode]
     p = prompt_ids[1]
-    plain = runtime.generate(p, TOKENS, speculative=False).token_ids
+    plain = runtime.generate(p, TOKENS, spec=PLAIN).token_ids
     got = twin.generate(p, TOKENS, spec=spec)
     assert got.token_ids == plain
     assert got.stats.accepted_tokens > 0  # the unpadded draft/heads still predict the padded target
@@ -110,7 +112,7 @@ def test_every_loader_pads_the_target(tiny: Path, tmp_path: Path, twin: Any) -> 
         recipe, PROMPTS[0], 8, no_speculation=True, temperature=0.0, top_k=0, top_p=1.0, seed=None
     )
     ids = loaded.tokenizer(PROMPTS[0])["input_ids"]
-    assert out["token_ids"] == twin.generate(ids, 8, speculative=False).token_ids
+    assert out["token_ids"] == twin.generate(ids, 8, spec=PLAIN).token_ids
 
 
 def test_a_model_without_a_gated_mlp_is_refused() -> None:

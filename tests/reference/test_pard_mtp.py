@@ -24,7 +24,7 @@ SPECS = {"pard": Pard(mode="pard", max_draft_len=4), "mtp": Mtp(mode="mtp", max_
 def pard_rt(tiny: Any) -> Any:
     from toolkit.reference import ReferenceRuntime
 
-    return ReferenceRuntime.load(tiny / "target", draft=tiny / "pard", spec=SPECS["pard"])
+    return ReferenceRuntime.load(tiny / "target", {"draft": tiny / "pard"}, spec=SPECS["pard"])
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_batched_greedy_equals_transformers(
     from .test_batching import run_concurrently
 
     target, draft = (tiny / "target", tiny / "pard") if mode == "pard" else (tiny / "mtp", None)
-    rt = ReferenceRuntime.load(target, draft=draft, spec=SPECS[mode])
+    rt = ReferenceRuntime.load(target, {"draft": draft}, spec=SPECS[mode])
     rt.enable_batching(max_batch_size=4, capacity=256)
     try:
         results = run_concurrently(rt, prompt_ids[:8], 4, end_id=end_id)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from hf_yardstick import hf_processors
 
-from toolkit.reference import SamplingParams
+from toolkit.reference import PLAIN, SamplingParams
 from toolkit.reference.processors import Processors, Trace
 
 from .conftest import MODES
@@ -22,7 +22,7 @@ REP, PRES, FREQ = 1.3, 0.4, 0.3
 def request_processors(runtime: Any, ids: list[int], end_id: int) -> Processors:
     """Penalties that change the plain greedy output, a bad word of one and one of two tokens taken
     from it, and min_tokens past its first EOS."""
-    plain = runtime.generate(ids, N, speculative=False, end_id=end_id).token_ids
+    plain = runtime.generate(ids, N, spec=PLAIN, end_id=end_id).token_ids
     return Processors(
         repetition_penalty=REP,
         presence_penalty=PRES,
@@ -47,7 +47,7 @@ def processed_greedy(runtime: Any, hf_target: Any, prompt_ids: list[list[int]], 
                 logits_processor=hf_processors(proc, len(ids), end_id),
             )
         want = seq[0, len(ids) :].tolist()
-        assert want != runtime.generate(ids, N, speculative=False, end_id=end_id).token_ids, (
+        assert want != runtime.generate(ids, N, spec=PLAIN, end_id=end_id).token_ids, (
             "the processors changed nothing: the test would prove nothing"
         )
         out.append((ids, proc, want))
@@ -70,13 +70,13 @@ def test_processors_greedy_equal_transformers_in_every_mode(
 
 def test_bad_words_and_min_tokens_alone(runtime: Any, prompt_ids: list[list[int]], end_id: int) -> None:
     ids = prompt_ids[0]
-    plain = runtime.generate(ids, N, speculative=False, end_id=end_id).token_ids
+    plain = runtime.generate(ids, N, spec=PLAIN, end_id=end_id).token_ids
     banned = Processors(bad_words=((plain[0],),))
-    got = runtime.generate(ids, N, speculative=False, end_id=end_id, processors=banned).token_ids
+    got = runtime.generate(ids, N, spec=PLAIN, end_id=end_id, processors=banned).token_ids
     assert got[0] != plain[0] and plain[0] not in got
     # min_tokens holds the end id back: an end id that greedy picks first is never picked early.
     forced = Processors(min_tokens=5, end_id=plain[0])
-    got = runtime.generate(ids, 6, speculative=False, end_id=plain[0], processors=forced).token_ids
+    got = runtime.generate(ids, 6, spec=PLAIN, end_id=plain[0], processors=forced).token_ids
     assert plain[0] not in got[:5]
 
 
@@ -150,7 +150,7 @@ def test_verify_draft_processes_each_row_with_its_prefix(
     good = runtime.verify_draft(ids, want[:5], end_id=-1, processors=proc, trace=trace)
     assert good.new_tokens == want[:6] and good.accepted == 5
     assert len(trace.token_log_probs) == 6
-    plain = runtime.generate(ids, 8, speculative=False, end_id=-1).token_ids
+    plain = runtime.generate(ids, 8, spec=PLAIN, end_id=-1).token_ids
     bad = runtime.verify_draft(ids, plain[:5], end_id=-1, processors=proc)
     k = next(i for i, (a, b) in enumerate(zip(plain, want, strict=False)) if a != b)
     assert bad.accepted == k and bad.new_tokens == want[: k + 1]

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from toolkit.modes import hooks
 from toolkit.modes.sa import SAEnhancerConfig, SuffixAutomatonSpec
+from toolkit.reference import PLAIN
 from toolkit.reference.prompts import PROMPTS
+from toolkit.reference.proposers import proposer
 from toolkit.reference.sa import SAEnhanced, enhance
 
 from .conftest import NEW_TOKENS
@@ -23,7 +24,7 @@ FEW = PROMPTS[:6]
 @pytest.fixture(scope="module")
 def plain(runtime: Any, prompt_ids: list[list[int]]) -> list[list[int]]:
     return [
-        runtime.generate(ids, NEW_TOKENS, speculative=False, end_id=-1).token_ids for ids in prompt_ids[:6]
+        runtime.generate(ids, NEW_TOKENS, spec=PLAIN, end_id=-1).token_ids for ids in prompt_ids[:6]
     ]
 
 
@@ -67,7 +68,7 @@ def test_the_enhancer_replaces_eagle3_drafts_on_long_matches_losslessly(
     made: list[SAEnhanced] = []
 
     def factory(cfg: Any, sampling: Any, draft: Any = None) -> Any:
-        inner = hooks(cfg.mode).reference_speculator(cfg, runtime, sampling, draft)
+        inner = proposer(cfg.mode).speculator(cfg, runtime, sampling, draft)
         made.append(enhance(inner, SAEnhancerConfig(threshold=2), cfg.max_draft_len, runtime))
         return made[-1]
 
@@ -84,7 +85,7 @@ def test_the_enhancer_replaces_eagle3_drafts_on_long_matches_losslessly(
     monkeypatch.undo()
     alone = runtime.generate(prompt_ids[0], NEW_TOKENS, spec=eagle3, end_id=-1)
     monkeypatch.setattr(runtime, "_speculator", lambda cfg, sampling, draft=None: made.append(
-        enhance(hooks(cfg.mode).reference_speculator(cfg, runtime, sampling, draft),
+        enhance(proposer(cfg.mode).speculator(cfg, runtime, sampling, draft),
                 SAEnhancerConfig(threshold=10**6), cfg.max_draft_len, runtime)) or made[-1])  # fmt: skip
     never = runtime.generate(prompt_ids[0], NEW_TOKENS, spec=eagle3, end_id=-1)
     assert made[0].replaced == 0 and never.token_ids == alone.token_ids
@@ -101,7 +102,7 @@ def test_the_recipe_field_sa_config_turns_the_enhancer_on(
     eagle3 = type(specs["eagle3_chain"]).model_validate(
         {**specs["eagle3_chain"].model_dump(exclude_unset=True), "sa_config": {"threshold": 2}}
     )
-    assert isinstance(hooks("eagle3").reference_speculator(eagle3, runtime, None, None), SAEnhanced)
+    assert isinstance(proposer("eagle3").speculator(eagle3, runtime, None, None), SAEnhanced)
     for ids, ref in zip(prompt_ids[:3], plain, strict=False):
         assert runtime.generate(ids, NEW_TOKENS, spec=eagle3, end_id=-1).token_ids == ref
 

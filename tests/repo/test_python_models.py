@@ -554,7 +554,6 @@ class FakeRuntime:
         max_new_tokens,
         *,
         sampling=None,
-        speculative=True,
         spec=None,
         end_id=None,
         on_tokens=None,
@@ -563,6 +562,8 @@ class FakeRuntime:
     ):
         from toolkit.reference import SpecStats
 
+        # Whether the call speculates: the runtime's own section (None) or a given one, not PLAIN's.
+        speculative = spec is None or spec.mode != "none"
         self.calls.append(("generate", list(prompt_ids), max_new_tokens, speculative, spec))
         seq, out, stats = list(prompt_ids), [], SpecStats()
         eos = self.eos_token_id if end_id is None else (None if end_id < 0 else end_id)
@@ -968,7 +969,9 @@ def test_reference_sampling_knobs_and_outputs(ref_module, tiny_runtime):
     rt = tiny_runtime
     gen = ref_module.Generator(rt, None, exclude_input_in_output=True, decoupled=True)
     prompt = rt.tokenizer("def read_lines(path):\n")["input_ids"]
-    greedy_ids = rt.generate(prompt, 8, speculative=False, end_id=-1).token_ids
+    from toolkit.reference import PLAIN
+
+    greedy_ids = rt.generate(prompt, 8, spec=PLAIN, end_id=-1).token_ids
     # temperature 1 without top_k/top_p is greedy, as TensorRT-LLM's defaults make it.
     (out,) = list(gen(llm_request(prompt, 8, temperature=np.float32(1.0), end_id=-1)))
     assert toks(out) == greedy_ids

@@ -52,10 +52,12 @@ def runtime(tiny: Path) -> Any:
 @pytest.fixture(scope="module")
 def expected(runtime: Any) -> dict[str, str]:
     """The target's plain greedy text per prompt, as the ensemble returns it (prompt excluded)."""
+    from toolkit.reference import PLAIN
+
     out = {}
     for prompt in PROMPTS:
         ids = runtime.tokenizer.encode(prompt)
-        tokens = runtime.generate(ids, NEW_TOKENS, speculative=False).token_ids
+        tokens = runtime.generate(ids, NEW_TOKENS, spec=PLAIN).token_ids
         if tokens and tokens[-1] == runtime.eos_token_id:
             tokens = tokens[:-1]
         out[prompt] = runtime.tokenizer.decode(tokens, skip_special_tokens=True)

@@ -120,7 +120,7 @@ def test_train_draft_medusa_and_draft_export_and_stay_lossless(tmp_path, recipe,
     """Medusa heads (FasterDecoding layout) and a distilled draft: a few steps, exported where the
     overlay points, loaded by the reference runtime, whose speculative output equals its greedy one."""
     from toolkit.recipe import load_recipe
-    from toolkit.reference import ReferenceRuntime
+    from toolkit.reference import PLAIN, ReferenceRuntime
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p, "max_tokens": 12}) + "\n" for p in PROMPTS))
@@ -157,12 +157,14 @@ def test_train_draft_medusa_and_draft_export_and_stay_lossless(tmp_path, recipe,
     m = rec.models
     rt = ReferenceRuntime.load(
         rec.local_path(m.target),
-        draft=rec.local_path(m.draft) if m.draft else None,
-        medusa=rec.local_path(m.medusa_heads) if m.medusa_heads else None,
+        {
+            "draft": rec.local_path(m.draft) if m.draft else None,
+            "medusa_heads": rec.local_path(m.medusa_heads) if m.medusa_heads else None,
+        },
         spec=rec.speculative,
     )
     for text in PROMPTS[:3]:
         ids = rt.tokenizer(text)["input_ids"]
         spec = rt.generate(ids, 24, end_id=-1)
         assert spec.stats.draft_tokens > 0  # it did speculate
-        assert spec.token_ids == rt.generate(ids, 24, speculative=False, end_id=-1).token_ids
+        assert spec.token_ids == rt.generate(ids, 24, spec=PLAIN, end_id=-1).token_ids

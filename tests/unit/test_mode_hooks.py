@@ -180,8 +180,7 @@ def test_the_doc_dflash_plugin_registers_and_prices_its_drafting():
     assert mode.name == "dflash" and mode.info.llmapi.supported and not mode.info.engine.supported
     spec = m.DFlash.model_validate({"mode": "dflash", "max_draft_len": 3})
     assert spec.draft_len == 3 and mode.hooks.draft_forwards(spec.draft_len) == 3  # not free
-    with pytest.raises(CompatError, match="no DFlash"):
-        mode.hooks.reference_speculator(spec, None, None, None)
+    assert not mode.info.reference.supported and "no DFlash" in mode.info.reference.reason
 
 
 def test_adding_dflash_takes_its_home_and_one_line_in_the_registry(tmp_path):
@@ -209,11 +208,19 @@ r = parse_recipe({"models": {"target": "a/b"}, "backend": "llmapi", "trtllm_vers
                   "speculative": {"mode": "dflash", "max_draft_len": 2}})
 ctx = SimpleNamespace(recipe=r, version="1.3.0", sources={"target": SimpleNamespace(repo="a/b", revision=None, path=None)})
 out = CliRunner().invoke(cli, ["compat", "--mode", "dflash"])
+from toolkit.errors import CompatError
+from toolkit.reference.proposers import proposer
+try:
+    proposer("dflash")
+    reference = "a proposer"
+except CompatError as e:
+    reference = str(e)
 print(json.dumps({
     "modes": list(modes.MODES), "llmapi_modes": list(modes.LLMAPI_MODES), "draft_len": r.speculative.draft_len,
     "llmapi": compat.cell("dflash", "llmapi").supported, "engine": compat.cell("dflash", "engine").supported,
     "speculative_config": llm_args(ctx)["speculative_config"],
     "draft_forwards": proposers.draft_forwards("dflash", 2), "compat_rc": out.exit_code,
+    "reference": reference,
 }))
 """
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
@@ -224,3 +231,5 @@ print(json.dumps({
     assert got["llmapi"] and not got["engine"] and got["compat_rc"] == 0
     assert got["speculative_config"] == {"decoding_type": "DFlash", "max_draft_len": 2}
     assert got["draft_forwards"] == 2
+    # The reference runtime asks the registry, which says why it has no proposer for it.
+    assert "does not run mode dflash: the reference runtime has no DFlash" in got["reference"]

@@ -20,11 +20,13 @@ def pretrained_config(ctx: BuildContext, role: str) -> dict:
         "max_position_embeddings": f.max_position_embeddings,
         "mapping": {"world_size": p.tp * p.pp, "tp_size": p.tp, "pp_size": p.pp},
         "quantization": {"quant_algo": None, "kv_cache_quant_algo": None},
-        "max_draft_len": ctx.recipe.speculative.draft_len if role == "target" else 0,
     }
 
 
 def build_config(ctx: BuildContext, role: str) -> dict:
+    """`max_draft_len`: the recipe's draft length (its `draft_len`), under trtllm-build's key, which
+    deploy reads (toolkit.repo.engines); the only place config.json states it besides the
+    recipe's own `speculative` section in `reference`."""
     lim = ctx.recipe.build
     target = role == "target"
     return {

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from toolkit import __version__, compat, containers
+from toolkit import __version__, compat, containers, modes
 from toolkit import progress as prog
 from toolkit._fs import atomic_write
 from toolkit.build import engine, llmapi, preflight, reference
@@ -133,7 +133,9 @@ def _fetch_level(ctx: BuildContext, role: str) -> str:
         return "metadata" if role == "tokenizer" else "full"
     # llmapi: TensorRT-LLM downloads what it serves; sdtk needs configs/tokenizers for preflight,
     # and whole directories only where the version wants a local speculative_model_dir.
-    if role in ("draft", "eagle_head") and not llmapi.schema_for(ctx.version).hub_ids:
+    # The sources an llmapi mode hands TensorRT-LLM as its speculative model.
+    speculative = {m.source for m in modes.REGISTRY if m.llmapi.supported and m.source is not None}
+    if role in speculative and not llmapi.schema_for(ctx.version).hub_ids:
         return "full"
     return "metadata"
 

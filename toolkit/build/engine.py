@@ -38,8 +38,8 @@ CONVERTERS = {
     "mixtral": "llama",
     "qwen2": "qwen",
 }
-MEDUSA_CONVERTER = modes.MEDUSA  # the keys of the container facts' `converters`
-EAGLE_CONVERTER = modes.EAGLE
+# The converters heads convert with (ModeInfo.engine_converter): keys of the container facts' `converters`.
+HEAD_CONVERTERS: tuple[str, ...] = tuple(m.engine_converter for m in modes.REGISTRY if m.engine_converter)
 TRTLLM_BUILD = "trtllm-build"
 _HINT_TOOLS = (
     "run inside the TensorRT-LLM container (nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3) "

@@ -457,7 +457,7 @@ def memory_estimate(ctx: BuildContext) -> dict | None:
 
     if not model("target", draft_len):
         return None
-    for role in ("draft", "medusa_heads", "eagle_head"):
+    for role in modes.SOURCES:
         if role in ctx.sources:
             model(role, draft_len if role == "draft" else 0)
     total = sum(parts.values())

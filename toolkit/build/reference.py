@@ -37,9 +37,8 @@ def engine_config(ctx: BuildContext, role: str) -> dict:
             "role": role,
             "checkpoint": _path(ctx, role),
             "tokenizer": _path(ctx, "tokenizer" if "tokenizer" in ctx.sources else role),
-            "draft": _path(ctx, "draft") if role == "target" else None,
-            "medusa_heads": _path(ctx, "medusa_heads") if role == "target" else None,
-            "eagle_head": _path(ctx, "eagle_head") if role == "target" else None,
+            # The mode sources (toolkit.modes.SOURCES), each loaded by its mode's reference proposer.
+            **{source: _path(ctx, source) if role == "target" else None for source in modes.SOURCES},
             # The memory-bound twin: the runtime pads the target's MLP on load (toolkit.membound).
             "inflate": ctx.recipe.reference.inflate if role == "target" else 1,
             # A GGUF source's conversion (file, sha256, quantization): reports print its note.

@@ -167,13 +167,14 @@ class Handler:
             loop.call_soon_threadsafe(chunks.put_nowait, ("tokens", list(tokens)))
 
         def work() -> None:
+            from toolkit.reference import PLAIN
+
             try:
                 result = self.rt.generate(
                     prompt,
                     max_new,
                     sampling=sampling,
-                    speculative=self.spec is not None,
-                    spec=self.spec,
+                    spec=self.spec if self.spec is not None else PLAIN,
                     end_id=end_id,
                     on_tokens=on_tokens,
                 )

@@ -2,8 +2,10 @@
 
 Each mode module holds its registry entry (`INFO`, a `ModeInfo`), its recipe class (`SPEC`, the
 `speculative:` variant toolkit.recipe builds its tagged union from) and its hooks (`ModeHooks`:
-Triton parameters, llmapi config, preflight checks, reference speculator factory, cost shape for
-plan, proposer facts for bench). `register` checks each plug-in when this package is imported.
+Triton parameters, llmapi config, preflight checks, cost shape for plan, proposer facts for
+bench). `register` checks each plug-in when this package is imported. A mode the reference
+backend runs has its proposer in toolkit/reference/<mode>.py (its speculator and the loading of
+its weights), which the reference runtime chooses by the mode's name (toolkit.reference.proposers).
 
 Everything that lists modes derives from `REGISTRY`: the recipe's mode names and required sources
 (toolkit.recipe), the CLI's `--mode` choices, the compatibility cells (toolkit.compat), the
@@ -49,7 +51,9 @@ from toolkit.modes.core import (
     NGramName,
     NoneName,
     ProposerFacts,
+    SelfTest,
     Support,
+    Training,
     register,
 )
 from toolkit.modes.lookahead import LOOKAHEAD_FIELDS
@@ -79,6 +83,7 @@ __all__ = [
     "NONE",
     "PLUGINS",
     "REGISTRY",
+    "SOURCES",
     "SPEC_MODE_NAMES",
     "DraftTargetName",
     "Eagle3Name",
@@ -93,7 +98,9 @@ __all__ = [
     "NGramName",
     "NoneName",
     "ProposerFacts",
+    "SelfTest",
     "Support",
+    "Training",
     "hooks",
     "info",
     "mode",
@@ -114,6 +121,8 @@ CHAIN_MODES: tuple[str, ...] = tuple(m.name for m in REGISTRY if m.chain)
 LLMAPI_MODES: tuple[str, ...] = tuple(m.name for m in REGISTRY if m.llmapi.supported)
 # Which model source each mode needs; the others must be absent.
 MODE_SOURCES: dict[str, str | None] = {m.name: m.source for m in REGISTRY}
+# The model sources a mode may need besides the target (`models.<source>`), in the registry's order.
+SOURCES: tuple[str, ...] = tuple(dict.fromkeys(m.source for m in REGISTRY if m.source is not None))
 # trtllm-build's --speculative_decoding_mode names; sdtk's own for modes trtllm-build lacks.
 SPEC_MODE_NAMES: dict[str, str | None] = {m.name: m.engine_name for m in REGISTRY}
 LLMAPI_DECODING_TYPES: dict[str, tuple[str, ...]] = {

@@ -99,6 +99,52 @@ class Support:
     min_version: str | None = None
 
 
+# What to use instead of a model-free mode's engine path (removed in the 1.3 line). SA: the
+# suffix-automaton drafter, `decoding_type: SA` (and the `sa_config` enhancer) of the 1.3 line's
+# llm_args.py.
+NO_DRAFT_MODEL_FIX = (
+    "mode: ngram (NGram) or SA (the 1.3 line's suffix-automaton drafter), which need no draft model"
+)
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """What the mode's engines allow besides the rest (toolkit.compat refuses a recipe past them);
+    `label` names the engines in the error."""
+
+    label: str
+    pipeline_parallel: bool = True
+    max_batch_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Training:
+    """What `sdtk train-draft` makes for the mode: the `models` field its artifact replaces, and the
+    artifact's directory under the output directory."""
+
+    replaces: str
+    directory: str
+
+
+@dataclass(frozen=True)
+class SelfTest:
+    """How `sdtk selftest` deploys the mode on its tiny Llama checkpoints (toolkit.selftest): the
+    GPU paths it runs the mode on ("engine", "llmapi"), its `speculative:` section (less `mode`),
+    and the section's key, if any, for the layers the self-test's EAGLE-3 head captures (set where
+    the TensorRT-LLM version has it)."""
+
+    paths: tuple[str, ...]
+    section: tuple[tuple[str, Any], ...] = ()
+    capture_key: str | None = None
+
+    def spec(self, name: str, capture: list[int] | None) -> dict[str, Any]:
+        """The recipe's `speculative:` section; `capture`: the head's layers (None: leave them out)."""
+        out: dict[str, Any] = {"mode": name, **dict(self.section)}
+        if self.capture_key is not None and capture is not None:
+            out[self.capture_key] = capture
+        return out
+
+
 @dataclass(frozen=True)
 class ModeInfo:
     name: str  # the recipe's speculative.mode
@@ -130,6 +176,13 @@ class ModeInfo:
     llmapi_disable_overlap: bool = False
     # llmapi: recipe fields whose speculative_config keys TensorRT-LLM 1.0 lacks (arrived in 1.1).
     llmapi_fields_since_1_1: tuple[str, ...] = ()
+    # `sdtk train-draft`: what it trains for the mode; None: nothing.
+    training: Training | None = None
+    # `sdtk selftest`: how the GPU self-test deploys it; None: the self-test leaves it out.
+    selftest: SelfTest | None = None
+    # What to use instead of the engine path where a release removed it (toolkit.compat's fix-it).
+    instead_of_engine: str | None = None
+    engine_limits: EngineLimits | None = None
 
     def triton_decoding_mode(self, backend: str) -> str:
         if backend == "engine" and self.engine_decoding_mode is not None:
@@ -228,7 +281,7 @@ class ModeHooks(Protocol):
         or reference repository; render fills every other parameter with its default."""
         ...
 
-    def serving_checks(self, spec: Any, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+    def serving_checks(self, spec: Any, backend: str, engine_draft_len: int | None) -> list[Finding]:
         """What stops (or warns about) serving `spec` on `backend` with the built target engine."""
         ...
 
@@ -242,11 +295,6 @@ class ModeHooks(Protocol):
 
     def preflight(self, ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
         """The mode's own build preflight checks (its own, or picked from `checks`)."""
-        ...
-
-    def reference_speculator(self, spec: Any, runtime: Any, sampling: Any, draft: Any) -> Any:
-        """The reference runtime's Speculator for `spec`, None for plain decoding; imports its
-        toolkit/reference/<mode>.py (and so torch) inside. Raises where the runtime cannot run it."""
         ...
 
     def draft_forwards(self, draft_len: int) -> int:
@@ -264,7 +312,6 @@ HOOKS: tuple[str, ...] = (
     "engine_args",
     "llmapi_config",
     "preflight",
-    "reference_speculator",
     "draft_forwards",
     "proposer",
 )

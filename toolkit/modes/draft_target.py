@@ -17,7 +17,9 @@ from toolkit.modes.core import (
     ModeInfo,
     PreflightKit,
     ProposerFacts,
+    SelfTest,
     Support,
+    Training,
     batched,
     triton_bool,
 )
@@ -29,7 +31,10 @@ if TYPE_CHECKING:
 
 INFO = ModeInfo(
     DRAFT_TARGET,
+    training=Training("draft", "draft"),
     source="draft",
+    instead_of_engine="use backend: llmapi (decoding_type DraftTarget), with the same draft model",
+    selftest=SelfTest(paths=("engine", "llmapi"), section=(("max_draft_len", 4),)),
     two_model=True,
     decoding_mode="",
     engine_build_args=("--use_paged_context_fmha", "enable"),  # examples/draft_target_model
@@ -80,12 +85,12 @@ def triton_parameters(spec: DraftTarget, backend: str, model: str) -> dict[str, 
     }
 
 
-def serving_checks(spec: DraftTarget, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: DraftTarget, backend: str, engine_draft_len: int | None) -> list[Finding]:
     out = []
-    if backend == "engine" and engine_max_draft_len is not None and engine_max_draft_len < spec.max_draft_len:
+    if backend == "engine" and engine_draft_len is not None and engine_draft_len < spec.max_draft_len:
         out.append(
             Finding(
-                f"the target engine accepts at most {engine_max_draft_len} draft tokens "
+                f"the target engine accepts at most {engine_draft_len} draft tokens "
                 f"(build_config.max_draft_len), fewer than speculative.max_draft_len {spec.max_draft_len} "
                 "(tensorrtllm_backend#473)",
                 "rebuild the target with --max_draft_len ≥ speculative.max_draft_len, or lower it",
@@ -118,15 +123,6 @@ def llmapi_config(spec: DraftTarget, call: LlmapiCall) -> dict[str, Any] | None:
 
 def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return checks.draft_target(ctx)
-
-
-def reference_speculator(spec: DraftTarget, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.errors import GenerationError
-    from toolkit.reference.draft_target import DraftTargetSpeculator
-
-    if runtime.draft is None:
-        raise GenerationError("draft_target needs a draft model", hint="load the runtime with draft=<dir>")
-    return DraftTargetSpeculator(draft if draft is not None else runtime.draft, spec.max_draft_len)
 
 
 def draft_forwards(draft_len: int) -> int:

@@ -13,8 +13,10 @@ from toolkit.modes.core import (
     EAGLE3,
     ENGINE_ONLY_FIX,
     LLM_MODEL,
+    NO_DRAFT_MODEL_FIX,
     EagleName,
     EngineArgs,
+    EngineLimits,
     Finding,
     LlmapiCall,
     ModeInfo,
@@ -33,6 +35,9 @@ if TYPE_CHECKING:
 INFO = ModeInfo(
     EAGLE,
     source="eagle_head",
+    instead_of_engine="use mode: eagle3 on backend llmapi (an EAGLE-3 head; the 1.3 line converts Eagle configs "
+    f"to Eagle3), or {NO_DRAFT_MODEL_FIX}",
+    engine_limits=EngineLimits("EAGLE", pipeline_parallel=False, max_batch_size=512),
     decoding_mode=EAGLE3,
     engine_decoding_mode=EAGLE,
     heads_in_engine=True,
@@ -126,7 +131,7 @@ def triton_parameters(spec: Eagle, backend: str, model: str) -> dict[str, str]:
     return {"eagle_choices": tree.to_triton_string(spec.eagle_choices) if spec.eagle_choices else ""}
 
 
-def serving_checks(spec: Eagle, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: Eagle, backend: str, engine_draft_len: int | None) -> list[Finding]:
     if backend != "engine":
         return []
     if spec.use_dynamic_tree:
@@ -168,17 +173,6 @@ def llmapi_config(spec: Eagle, call: LlmapiCall) -> dict[str, Any] | None:
 
 def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return [checks.head_fit(ctx, "eagle_head")]
-
-
-def reference_speculator(spec: Eagle, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.errors import CompatError
-
-    raise CompatError(
-        "EAGLE-1/2 is not implemented by the reference runtime",
-        mode=EAGLE,
-        backend="reference",
-        hint="use speculative.mode eagle3 with an EAGLE-3 head, or the engine backend",
-    )
 
 
 def draft_forwards(draft_len: int) -> int:

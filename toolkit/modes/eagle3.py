@@ -19,7 +19,9 @@ from toolkit.modes.core import (
     ModeInfo,
     PreflightKit,
     ProposerFacts,
+    SelfTest,
     Support,
+    Training,
     batched,
     no_support,
 )
@@ -34,7 +36,9 @@ if TYPE_CHECKING:
 
 INFO = ModeInfo(
     EAGLE3,
+    training=Training("eagle_head", EAGLE3),
     source="eagle_head",
+    selftest=SelfTest(paths=("llmapi",), section=(("max_draft_len", 3),), capture_key="layers_to_capture"),
     modelopt_mode="eagle",  # modelopt/torch/speculative: its eagle mode trains EAGLE-3 heads
     decoding_mode=EAGLE3,
     engine_decoding_mode=EAGLE,
@@ -153,7 +157,7 @@ def triton_parameters(spec: Eagle3, backend: str, model: str) -> dict[str, str]:
     return {"eagle_choices": tree.to_triton_string(spec.eagle_choices) if spec.eagle_choices else ""}
 
 
-def serving_checks(spec: Eagle3, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: Eagle3, backend: str, engine_draft_len: int | None) -> list[Finding]:
     if backend == "reference" and spec.use_dynamic_tree:
         return [
             Finding(
@@ -191,32 +195,6 @@ def llmapi_config(spec: Eagle3, call: LlmapiCall) -> dict[str, Any] | None:
 
 def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return [checks.head_fit(ctx, "eagle_head"), checks.eagle3_vocab_map(ctx), checks.eagle3_layers(ctx)]
-
-
-def reference_speculator(spec: Eagle3, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.errors import GenerationError
-    from toolkit.reference.core import tree_from_choices
-    from toolkit.reference.eagle3 import Eagle3Speculator
-
-    if runtime.eagle3 is None:
-        raise GenerationError("eagle3 needs an EAGLE-3 head", hint="load the runtime with eagle3=<dir>")
-    if spec.use_dynamic_tree:
-        raise GenerationError(
-            "EAGLE-3 dynamic trees are not implemented by the reference runtime",
-            hint="use a static tree (speculative.eagle_choices) or the default chain",
-        )
-    choices = spec.eagle_choices or [[0] * d for d in range(1, spec.max_draft_len + 1)]
-    speculator = Eagle3Speculator(runtime.eagle3, tree_from_choices(choices))
-    if spec.sa_config is None:
-        return speculator
-    if spec.eagle_choices is not None:
-        raise GenerationError(
-            "the SA enhancer replaces a chain; the reference runtime does not enhance an EAGLE-3 tree",
-            hint="drop speculative.eagle_choices or speculative.sa_config",
-        )
-    from toolkit.reference.sa import enhance
-
-    return enhance(speculator, spec.sa_config, spec.max_draft_len, runtime)
 
 
 def draft_forwards(draft_len: int) -> int:

@@ -12,6 +12,7 @@ from toolkit.modes.core import (
     ENGINE_ONLY_FIX,
     LLM_MODEL,
     LOOKAHEAD,
+    NO_DRAFT_MODEL_FIX,
     EngineArgs,
     Finding,
     LlmapiCall,
@@ -19,6 +20,7 @@ from toolkit.modes.core import (
     ModeInfo,
     PreflightKit,
     ProposerFacts,
+    SelfTest,
     Support,
     batched,
     no_support,
@@ -35,6 +37,8 @@ LOOKAHEAD_FIELDS: tuple[str, str, str] = ("window", "ngram", "verification_set")
 INFO = ModeInfo(
     LOOKAHEAD,
     source=None,
+    instead_of_engine=f"use {NO_DRAFT_MODEL_FIX}, on backend llmapi",
+    selftest=SelfTest(paths=("engine",), section=tuple(zip(LOOKAHEAD_FIELDS, (3, 3, 2), strict=True))),
     decoding_mode=LOOKAHEAD,
     chain=False,
     engine_name="lookahead_decoding",
@@ -93,12 +97,12 @@ def triton_parameters(spec: Lookahead, backend: str, model: str) -> dict[str, st
     }
 
 
-def serving_checks(spec: Lookahead, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: Lookahead, backend: str, engine_draft_len: int | None) -> list[Finding]:
     need = spec.draft_len
-    if backend == "engine" and engine_max_draft_len != need:
+    if backend == "engine" and engine_draft_len != need:
         return [
             Finding(
-                f"build_config.max_draft_len is {engine_max_draft_len}, but lookahead (W={spec.window}, "
+                f"build_config.max_draft_len is {engine_draft_len}, but lookahead (W={spec.window}, "
                 f"N={spec.ngram}, G={spec.verification_set}) needs exactly {need}; the C++ backend would "
                 f"fail at load (tensorrtllm_backend#710)",
                 "rebuild the engine for these lookahead sizes",
@@ -137,12 +141,6 @@ def check_draft_len(spec: Lookahead) -> CheckResult:
         PASSED,
         f"max_draft_len {need} for (W,N,G)=({spec.window},{spec.ngram},{spec.verification_set})",
     )
-
-
-def reference_speculator(spec: Lookahead, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.reference.lookahead import LookaheadSpeculator
-
-    return LookaheadSpeculator(spec.window, spec.ngram, spec.verification_set)
 
 
 def draft_forwards(draft_len: int) -> int:

@@ -12,6 +12,7 @@ from toolkit.modes.core import (
     ENGINE_ONLY_FIX,
     LLM_MODEL,
     MEDUSA,
+    NO_DRAFT_MODEL_FIX,
     EngineArgs,
     Finding,
     LlmapiCall,
@@ -19,7 +20,9 @@ from toolkit.modes.core import (
     ModeInfo,
     PreflightKit,
     ProposerFacts,
+    SelfTest,
     Support,
+    Training,
     batched,
     no_support,
 )
@@ -31,7 +34,13 @@ if TYPE_CHECKING:
 
 INFO = ModeInfo(
     MEDUSA,
+    training=Training("medusa_heads", MEDUSA),
     source="medusa_heads",
+    instead_of_engine="use mode: eagle3 on backend llmapi (an EAGLE-3 head: `sdtk train-draft`), or "
+    + NO_DRAFT_MODEL_FIX,
+    selftest=SelfTest(
+        paths=("engine",), section=(("num_medusa_heads", 2), ("medusa_choices", [[0], [0, 0], [1], [0, 1]]))
+    ),
     modelopt_mode=MEDUSA,  # modelopt/torch/speculative's medusa mode
     decoding_mode=MEDUSA,
     heads_in_engine=True,
@@ -107,7 +116,7 @@ def triton_parameters(spec: Medusa, backend: str, model: str) -> dict[str, str]:
     return {"medusa_choices": tree.to_triton_string(spec.choices)}
 
 
-def serving_checks(spec: Medusa, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: Medusa, backend: str, engine_draft_len: int | None) -> list[Finding]:
     return []
 
 
@@ -132,20 +141,6 @@ def llmapi_config(spec: Medusa, call: LlmapiCall) -> dict[str, Any] | None:
 
 def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return [checks.head_fit(ctx, "medusa_heads"), checks.medusa_heads(ctx)]
-
-
-def reference_speculator(spec: Medusa, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.errors import GenerationError
-    from toolkit.reference.medusa import MedusaSpeculator
-
-    if runtime.medusa is None:
-        raise GenerationError("medusa needs Medusa heads", hint="load the runtime with medusa=<dir>")
-    if not sampling.greedy:
-        raise GenerationError(
-            "Medusa decoding is greedy-only (as in TensorRT-LLM)",
-            hint="use temperature 0, or a mode that samples (draft_target, eagle3, ngram, lookahead)",
-        )
-    return MedusaSpeculator(runtime.medusa, spec.choices, spec.num_medusa_heads)
 
 
 def draft_forwards(draft_len: int) -> int:

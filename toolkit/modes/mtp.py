@@ -24,6 +24,7 @@ from toolkit.modes.core import (
     PreflightKit,
     ProposerFacts,
     Support,
+    Training,
     batched,
     no_support,
 )
@@ -38,6 +39,7 @@ COUNT_KEY = "num_nextn_predict_layers"
 
 INFO = ModeInfo(
     MTP,
+    training=Training("target", MTP),  # the trained artifact: a target that carries its MTP layers
     source=None,  # the MTP layers are part of the target checkpoint
     # The served reference model speculates with the mode its engine directory was built for.
     decoding_mode="",
@@ -81,7 +83,7 @@ def triton_parameters(spec: Mtp, backend: str, model: str) -> dict[str, str]:
     return {}
 
 
-def serving_checks(spec: Mtp, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: Mtp, backend: str, engine_draft_len: int | None) -> list[Finding]:
     return []
 
 
@@ -128,16 +130,6 @@ def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
             )
         ]
     return [Result("mtp-layers", PASSED, f"{n} MTP layer(s) ({where})")]
-
-
-def reference_speculator(spec: Mtp, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from pathlib import Path
-
-    from toolkit.reference.mtp import MtpSpeculator, load_mtp
-
-    model = runtime.target.model
-    dtype = runtime.target.embed.weight.dtype
-    return MtpSpeculator(load_mtp(Path(model.name_or_path), model, dtype), spec.max_draft_len)
 
 
 def draft_forwards(draft_len: int) -> int:

@@ -16,6 +16,7 @@ from toolkit.modes.core import (
     NGramName,
     PreflightKit,
     ProposerFacts,
+    SelfTest,
     Support,
     batched,
     no_support,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 INFO = ModeInfo(
     NGRAM,
     source=None,
+    selftest=SelfTest(paths=("llmapi",), section=(("max_draft_len", 4), ("max_matching_ngram_size", 3))),
     decoding_mode=NGRAM,
     chain=True,
     engine_name="ngram",
@@ -70,7 +72,7 @@ def triton_parameters(spec: NGram, backend: str, model: str) -> dict[str, str]:
     return {}
 
 
-def serving_checks(spec: NGram, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: NGram, backend: str, engine_draft_len: int | None) -> list[Finding]:
     return []
 
 
@@ -91,12 +93,6 @@ def llmapi_config(spec: NGram, call: LlmapiCall) -> dict[str, Any] | None:
 
 def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return []
-
-
-def reference_speculator(spec: NGram, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.reference.ngram import NGramSpeculator
-
-    return NGramSpeculator(spec.max_draft_len, spec.max_matching_ngram_size, spec.is_use_oldest)
 
 
 def draft_forwards(draft_len: int) -> int:

@@ -13,6 +13,7 @@ from toolkit.modes.core import (
     NoneName,
     PreflightKit,
     ProposerFacts,
+    SelfTest,
     Support,
     batched,
 )
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 INFO = ModeInfo(
     NONE,
     source=None,
+    instead_of_engine="use backend: llmapi (TensorRT-LLM's PyTorch backend serves the target alone)",
+    selftest=SelfTest(paths=("engine", "llmapi")),
     chain=False,
     engine_name=None,
     llmapi_types=(),
@@ -52,7 +55,7 @@ def triton_parameters(spec: NoSpeculation, backend: str, model: str) -> dict[str
     return {}
 
 
-def serving_checks(spec: NoSpeculation, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: NoSpeculation, backend: str, engine_draft_len: int | None) -> list[Finding]:
     return []
 
 
@@ -66,10 +69,6 @@ def llmapi_config(spec: NoSpeculation, call: LlmapiCall) -> dict[str, Any] | Non
 
 def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return []
-
-
-def reference_speculator(spec: NoSpeculation, runtime: Any, sampling: Any, draft: Any) -> Any:
-    return None  # plain decoding: the runtime's own PlainSpeculator
 
 
 def draft_forwards(draft_len: int) -> int:

@@ -20,6 +20,7 @@ from toolkit.modes.core import (
     PreflightKit,
     ProposerFacts,
     Support,
+    Training,
     batched,
     no_support,
 )
@@ -36,6 +37,7 @@ PARD_SINCE = "1.3.0rc7"
 
 INFO = ModeInfo(
     PARD,
+    training=Training("draft", PARD),
     source="draft",  # a PARD checkpoint is a plain causal LM sharing the target's tokenizer
     # The served reference model speculates with the mode its engine directory was built for.
     decoding_mode="",
@@ -77,7 +79,7 @@ def triton_parameters(spec: Pard, backend: str, model: str) -> dict[str, str]:
     return {}
 
 
-def serving_checks(spec: Pard, backend: str, engine_max_draft_len: int | None) -> list[Finding]:
+def serving_checks(spec: Pard, backend: str, engine_draft_len: int | None) -> list[Finding]:
     return []
 
 
@@ -98,16 +100,6 @@ def llmapi_config(spec: Pard, call: LlmapiCall) -> dict[str, Any] | None:
 
 def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return checks.draft_target(ctx)  # the same draft/target pairing checks (tokenizer, vocabulary)
-
-
-def reference_speculator(spec: Pard, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.errors import GenerationError
-    from toolkit.reference.pard import PardSpeculator, mask_token
-
-    if runtime.draft is None:
-        raise GenerationError("pard needs a PARD draft model", hint="load the runtime with draft=<dir>")
-    mask = spec.mask_token_id if spec.mask_token_id is not None else mask_token(runtime.draft.config)
-    return PardSpeculator(draft if draft is not None else runtime.draft, spec.max_draft_len, mask)
 
 
 def draft_forwards(draft_len: int) -> int:

@@ -117,9 +117,7 @@ def triton_parameters(spec: SuffixAutomatonSpec, backend: str, model: str) -> di
     return {}
 
 
-def serving_checks(
-    spec: SuffixAutomatonSpec, backend: str, engine_max_draft_len: int | None
-) -> list[Finding]:
+def serving_checks(spec: SuffixAutomatonSpec, backend: str, engine_draft_len: int | None) -> list[Finding]:
     return []
 
 
@@ -147,12 +145,6 @@ def enhancer_config(sa_config: SAEnhancerConfig) -> dict[str, Any]:
 
 def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     return []
-
-
-def reference_speculator(spec: SuffixAutomatonSpec, runtime: Any, sampling: Any, draft: Any) -> Any:
-    from toolkit.reference.sa import standalone
-
-    return standalone(spec, runtime)
 
 
 def draft_forwards(draft_len: int) -> int:

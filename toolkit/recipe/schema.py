@@ -446,7 +446,7 @@ class Recipe(_Strict):
         need = MODE_SOURCES[mode]
         if need is not None and getattr(self.models, need) is None:
             raise FieldError(f"models.{need}", f"is required by speculative.mode '{mode}'")
-        for other in ("draft", "medusa_heads", "eagle_head"):
+        for other in modes.SOURCES:
             if other != need and getattr(self.models, other) is not None:
                 users = [m for m, s in MODE_SOURCES.items() if s == other]
                 raise FieldError(

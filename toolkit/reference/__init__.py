@@ -3,8 +3,8 @@
 Imports torch and transformers; nothing on the CLI's import path imports this package.
 """
 
-from toolkit.reference.runtime import GenerationResult, ReferenceRuntime, VerifyResult
+from toolkit.reference.runtime import PLAIN, GenerationResult, ReferenceRuntime, VerifyResult
 from toolkit.reference.sampling import SamplingParams
 from toolkit.reference.stats import SpecStats
 
-__all__ = ["GenerationResult", "ReferenceRuntime", "SamplingParams", "SpecStats", "VerifyResult"]
+__all__ = ["PLAIN", "GenerationResult", "ReferenceRuntime", "SamplingParams", "SpecStats", "VerifyResult"]

@@ -8,10 +8,15 @@ On rejection the draft cache is rolled back to the accepted prefix.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import torch
 
+from toolkit.errors import GenerationError, ModelError
+from toolkit.modes.draft_target import INFO
 from toolkit.reference.core import Context, Proposal, Verdict
-from toolkit.reference.models import CachedLM, Forward
+from toolkit.reference.models import CachedLM, Forward, load_causal_lm
 from toolkit.reference.sampling import draw, probs
 
 
@@ -19,9 +24,9 @@ class DraftTargetSpeculator:
     needs_hidden = False
     needs_aux = False
 
-    def __init__(self, draft: CachedLM, max_draft_len: int):
+    def __init__(self, draft: CachedLM, draft_len: int):
         self.draft = draft
-        self.max_draft_len = max_draft_len
+        self.draft_len = draft_len
         self._greedy_chain = getattr(draft, "greedy_chain", None)
 
     def prefill(self, ctx: Context, fwd: Forward | None) -> None:
@@ -30,7 +35,7 @@ class DraftTargetSpeculator:
             self.draft.forward(ctx.tokens[:-1], logits_from=len(ctx.tokens) - 1)
 
     def propose(self, ctx: Context, budget: int) -> Proposal:
-        k = min(self.max_draft_len, budget)
+        k = min(self.draft_len, budget)
         if k <= 0:
             return Proposal()
         # The draft may lag behind by more than the root (after a fully accepted step it never
@@ -63,3 +68,27 @@ class DraftTargetSpeculator:
         before = len(ctx.tokens) - len(verdict.path) - 1
         # The draft cached the old context plus all but the last draft token; keep what was accepted.
         self.draft.crop(min(self.draft.length, before + len(verdict.path)))
+
+
+# ------------------------------------------------------------------ the proposer (proposers.py)
+
+
+def load_weights(path: Path, target: Any, dtype: torch.dtype, spec: Any) -> CachedLM:
+    """The draft model at `path`, which must share the target's vocabulary."""
+    draft = load_causal_lm(Path(path), "draft", dtype)
+    dvocab, tvocab = draft.config.vocab_size, target.config.vocab_size
+    if dvocab != tvocab:
+        raise ModelError(
+            f"draft vocab_size {dvocab} differs from the target's {tvocab}",
+            hint="draft and target must share one tokenizer and vocabulary",
+        )
+    return CachedLM(draft)
+
+
+def speculator(spec: Any, runtime: Any, sampling: Any, draft: Any) -> DraftTargetSpeculator:
+    if runtime.draft is None:
+        raise GenerationError(
+            "draft_target needs a draft model",
+            hint=f"load the runtime with weights={{{INFO.source!r}: <dir>}}",
+        )
+    return DraftTargetSpeculator(draft if draft is not None else runtime.draft, spec.max_draft_len)

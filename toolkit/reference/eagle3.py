@@ -23,21 +23,23 @@ from torch import nn
 from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
-from toolkit.errors import ModelError
-from toolkit.reference.core import Context, Proposal, Verdict
+from toolkit.errors import GenerationError, ModelError
+from toolkit.modes.eagle3 import INFO
+from toolkit.reference.core import Context, Proposal, Verdict, tree_from_choices
+from toolkit.reference.kvcache import preallocated_cache
 from toolkit.reference.models import (
     ContextMask,
     Forward,
     arange_row,
     ids_tensor,
     inference,
-    preallocated_cache,
     read_config,
     require_weights,
     rows_tensor,
     same_row,
     tree_mask,
 )
+from toolkit.reference.sa import enhance
 
 
 class Eagle3Head(nn.Module):
@@ -347,3 +349,39 @@ class Eagle3Speculator:
             feats = torch.cat([self.feats, feats], dim=1)
             nxt = self.next_tokens + nxt
         self.feats, self.next_tokens = feats, nxt
+
+
+# ------------------------------------------------------------------ the proposer (proposers.py)
+
+
+def load_weights(path: Path, target: Any, dtype: torch.dtype, spec: Any) -> Eagle3Head:
+    """The head at `path` on the target model `target` (its input embedding shared); the layers it
+    captures: `spec.layers_to_capture` where set, else the head's config."""
+    head = load_eagle3_head(Path(path), target.config, layers=getattr(spec, "layers_to_capture", None))
+    for part in (head.fc, head.layers, head.norm, head.lm_head):
+        part.to(dtype)  # the rotary frequencies stay float32, as the target's
+    head.embed = target.get_input_embeddings()
+    return head
+
+
+def speculator(spec: Any, runtime: Any, sampling: Any, draft: Any) -> Any:
+    head = runtime.weights.get(INFO.source)
+    if head is None:
+        raise GenerationError(
+            "eagle3 needs an EAGLE-3 head", hint=f"load the runtime with weights={{{INFO.source!r}: <dir>}}"
+        )
+    if spec.use_dynamic_tree:
+        raise GenerationError(
+            "EAGLE-3 dynamic trees are not implemented by the reference runtime",
+            hint="use a static tree (speculative.eagle_choices) or the default chain",
+        )
+    choices = spec.eagle_choices or [[0] * d for d in range(1, spec.max_draft_len + 1)]
+    made = Eagle3Speculator(head, tree_from_choices(choices))
+    if spec.sa_config is None:
+        return made
+    if spec.eagle_choices is not None:
+        raise GenerationError(
+            "the SA enhancer replaces a chain; the reference runtime does not enhance an EAGLE-3 tree",
+            hint="drop speculative.eagle_choices or speculative.sa_config",
+        )
+    return enhance(made, spec.sa_config, spec.max_draft_len, runtime)

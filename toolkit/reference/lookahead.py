@@ -16,6 +16,7 @@ candidates are a deterministic function of the context, so both are lossless.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any
 
 from toolkit.reference.core import Context, Proposal, Verdict
 from toolkit.reference.models import Forward
@@ -108,3 +109,7 @@ class LookaheadSpeculator:
         for gram in zip(*self.levels, out, strict=True):
             self._remember(gram)
         self.levels = [*self.levels[1:], out]
+
+
+def speculator(spec: Any, runtime: Any, sampling: Any, draft: Any) -> LookaheadSpeculator:
+    return LookaheadSpeculator(spec.window, spec.ngram, spec.verification_set)

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from toolkit.errors import GenerationError, ModelError
+from toolkit.modes.medusa import INFO
 from toolkit.reference.core import Context, Proposal, Verdict, prune, tree_from_choices
 from toolkit.reference.models import Forward, inference, read_config, require_weights
 
@@ -144,3 +145,24 @@ class MedusaSpeculator:
         assert fwd.hidden is not None
         row = verdict.path[-1] + 1 if verdict.path else 0
         self.head_logits = self.heads.logits(fwd.hidden.select(0, row), len(self.top))
+
+
+# ------------------------------------------------------------------ the proposer (proposers.py)
+
+
+def load_weights(path: Path, target: Any, dtype: torch.dtype, spec: Any) -> MedusaHeads:
+    return load_medusa_heads(Path(path), target.config).to(dtype)
+
+
+def speculator(spec: Any, runtime: Any, sampling: Any, draft: Any) -> MedusaSpeculator:
+    heads = runtime.weights.get(INFO.source)
+    if heads is None:
+        raise GenerationError(
+            "medusa needs Medusa heads", hint=f"load the runtime with weights={{{INFO.source!r}: <dir>}}"
+        )
+    if not sampling.greedy:
+        raise GenerationError(
+            "Medusa decoding is greedy-only (as in TensorRT-LLM)",
+            hint="use temperature 0, or a mode that samples (draft_target, eagle3, ngram, lookahead)",
+        )
+    return MedusaSpeculator(heads, spec.choices, spec.num_medusa_heads)

@@ -197,11 +197,11 @@ class MtpSpeculator:
     needs_hidden = True
     needs_aux = False
 
-    def __init__(self, module: MtpModule, max_draft_len: int):
+    def __init__(self, module: MtpModule, draft_len: int):
         from transformers import DynamicCache
 
         self.module = module
-        self.max_draft_len = max_draft_len
+        self.draft_len = draft_len
         self._cache_type = DynamicCache
         self.cache: Any = DynamicCache()
         self.kept = 0  # committed pairs in the module's cache
@@ -219,7 +219,7 @@ class MtpSpeculator:
 
     @inference
     def propose(self, ctx: Context, budget: int) -> Proposal:
-        k = min(self.max_draft_len, budget)
+        k = min(self.draft_len, budget)
         # Nothing to draft from: a one-token prompt's first step. (A zero budget feeds nothing:
         # the pairs wait for the next step.)
         if k <= 0 or not self.pend_t:
@@ -242,3 +242,13 @@ class MtpSpeculator:
         rows = [0, *(i + 1 for i in verdict.path)]
         self.pend_h.append(fwd.hidden[rows])
         self.pend_t.extend(ctx.tokens[len(ctx.tokens) - len(rows) :])
+
+
+# ------------------------------------------------------------------ the proposer (proposers.py)
+
+
+def speculator(spec: Any, runtime: Any, sampling: Any, draft: Any) -> MtpSpeculator:
+    """The MTP layers of the target's own checkpoint (no source of their own)."""
+    model = runtime.target.model
+    dtype = runtime.target.embed.weight.dtype
+    return MtpSpeculator(load_mtp(Path(model.name_or_path), model, dtype), spec.max_draft_len)

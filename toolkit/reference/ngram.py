@@ -8,6 +8,8 @@ x is accepted with probability p(x), and a rejection emits a draw from p with x 
 
 from __future__ import annotations
 
+from typing import Any
+
 from toolkit.reference.core import Context, Proposal, Verdict
 from toolkit.reference.models import Forward
 
@@ -16,8 +18,8 @@ class NGramSpeculator:
     needs_hidden = False
     needs_aux = False
 
-    def __init__(self, max_draft_len: int, max_matching_ngram_size: int, use_oldest: bool = True):
-        self.max_draft_len = max_draft_len
+    def __init__(self, draft_len: int, max_matching_ngram_size: int, use_oldest: bool = True):
+        self.draft_len = draft_len
         self.max_n = max_matching_ngram_size
         self.use_oldest = use_oldest
         # ends[ngram] = the end (exclusive) of its first occurrence (use_oldest) or of its latest
@@ -48,7 +50,7 @@ class NGramSpeculator:
     def propose_chain(self, tokens: list[int], budget: int) -> list[int]:
         """The proposal's tokens (a chain; empty: no match or no budget), for the generation
         loop's greedy chain path, which needs no Proposal."""
-        k = self.max_draft_len if self.max_draft_len < budget else budget
+        k = self.draft_len if self.draft_len < budget else budget
         if k <= 0:
             return []
         size = len(tokens)
@@ -63,3 +65,7 @@ class NGramSpeculator:
 
     def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
         """The index catches up lazily in `propose`."""
+
+
+def speculator(spec: Any, runtime: Any, sampling: Any, draft: Any) -> NGramSpeculator:
+    return NGramSpeculator(spec.max_draft_len, spec.max_matching_ngram_size, spec.is_use_oldest)

@@ -15,9 +15,14 @@ from are the same (docs/methods.md, "PARD").
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from toolkit.errors import ModelError
+import torch
+
+from toolkit.errors import GenerationError, ModelError
+from toolkit.modes.pard import INFO
+from toolkit.reference import draft_target
 from toolkit.reference.core import Context, Proposal, Verdict
 from toolkit.reference.models import CachedLM, Forward, argmax_list
 
@@ -39,7 +44,7 @@ class PardSpeculator:
     needs_hidden = False
     needs_aux = False
 
-    def __init__(self, draft: CachedLM, max_draft_len: int, mask_id: int):
+    def __init__(self, draft: CachedLM, draft_len: int, mask_id: int):
         vocab = int(draft.config.vocab_size)
         if not 0 <= mask_id < vocab:
             raise ModelError(
@@ -47,14 +52,14 @@ class PardSpeculator:
                 hint="fix speculative.mask_token_id or the draft's pard_token",
             )
         self.draft = draft
-        self.max_draft_len = max_draft_len
+        self.draft_len = draft_len
         self.mask_id = mask_id
 
     def prefill(self, ctx: Context, fwd: Forward | None) -> None:
         self.draft.reset()
 
     def propose(self, ctx: Context, budget: int) -> Proposal:
-        k = min(self.max_draft_len, budget)
+        k = min(self.draft_len, budget)
         if k <= 0:
             return Proposal()
         feed = ctx.tokens[self.draft.length :]
@@ -67,3 +72,20 @@ class PardSpeculator:
     def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
         before = len(ctx.tokens) - len(verdict.path) - 1
         self.draft.crop(min(self.draft.length, before))
+
+
+# ------------------------------------------------------------------ the proposer (proposers.py)
+
+
+def load_weights(path: Path, target: Any, dtype: torch.dtype, spec: Any) -> CachedLM:
+    """The PARD draft at `path`: a causal LM sharing the target's vocabulary, as a draft-target draft."""
+    return draft_target.load_weights(path, target, dtype, spec)
+
+
+def speculator(spec: Any, runtime: Any, sampling: Any, draft: Any) -> PardSpeculator:
+    if runtime.draft is None:
+        raise GenerationError(
+            "pard needs a PARD draft model", hint=f"load the runtime with weights={{{INFO.source!r}: <dir>}}"
+        )
+    mask = spec.mask_token_id if spec.mask_token_id is not None else mask_token(runtime.draft.config)
+    return PardSpeculator(draft if draft is not None else runtime.draft, spec.max_draft_len, mask)

@@ -1,4 +1,7 @@
-"""ReferenceRuntime: load a target (plus a draft or heads) and generate with any speculative mode."""
+"""ReferenceRuntime: load a target (plus a draft or heads) and generate with any speculative mode.
+
+The runtime asks each mode's proposer (toolkit/reference/<mode>.py, chosen by the mode's name in
+toolkit.reference.proposers) for its speculator and to load its weights; nothing here names a mode."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,16 +19,13 @@ from typing import Any
 import torch
 
 from toolkit import modes
-from toolkit.errors import CompatError, GenerationError, ModelError
-from toolkit.modes import DRAFT_TARGET, EAGLE, EAGLE3, MEDUSA
+from toolkit.errors import GenerationError, ModelError
 from toolkit.recipe import Speculative
+from toolkit.reference import proposers
 from toolkit.reference.core import Context, Proposal, Speculator, Verdict, verify, verify_greedy
 from toolkit.reference.core import verify as greedy_rule  # verify's rule, whatever `verify` is set to
-from toolkit.reference.eagle3 import Eagle3Head, load_eagle3_head
-from toolkit.reference.medusa import MedusaHeads, load_medusa_heads
 from toolkit.reference.models import (
     CachedLM,
-    Forward,
     TreeShape,
     argmax_list,
     inflate_mlp,
@@ -34,12 +34,19 @@ from toolkit.reference.models import (
     step_bytes,
     tree_shape,
 )
+from toolkit.reference.none import PlainSpeculator
 from toolkit.reference.processors import Processors, Trace, tree_prefixes
 from toolkit.reference.sampling import SamplingParams, generator
 from toolkit.reference.stats import SpecStats
-
-# The load() keyword of each mode's extra checkpoint: `draft`, else the mode's own name.
-_NEEDS = {DRAFT_TARGET: "draft", MEDUSA: MEDUSA, EAGLE3: EAGLE3}
+from toolkit.reference.steps import (
+    Adaptive,
+    GenerationResult,
+    Request,
+    adapt,
+    chain_greedy,
+    plain_greedy,
+    take_tokens,
+)
 
 # The dtypes the runtime computes in: the recipe's `dtype` (the engine directory's
 # pretrained_config.dtype). `auto` and float32 are the twin's exact default; bfloat16 and float16
@@ -76,53 +83,10 @@ def accept_every_draft(
 
 
 @dataclass
-class GenerationResult:
-    token_ids: list[int]  # generated tokens only; an EOS that stopped generation is included
-    stats: SpecStats
-    finish_reason: str  # "length" | "eos"
-
-
-@dataclass
 class VerifyResult:
     new_tokens: list[int]  # the accepted draft prefix plus one target token
     accepted: int
     drafted: int = 0  # draft tokens verified (a load-aware schedule may verify fewer than given)
-
-
-class Adaptive:
-    """Per-request draft length for chain modes: shrink γ by one when the running acceptance
-    (an exponential average of accepted/proposed per step) falls below `low`, grow it by one
-    after a step that accepted every draft token; between 1 and max_draft_len."""
-
-    def __init__(self, cfg: Any, low: float = 0.5, weight: float = 0.5):
-        self.max = int(cfg.max_draft_len)
-        self.draft_len = self.max
-        self.low = low
-        self.weight = weight
-        self.rate = 1.0
-
-    def update(self, proposed: int, accepted: int) -> None:
-        self.rate = (1 - self.weight) * self.rate + self.weight * (accepted / proposed)
-        if accepted == proposed:
-            self.draft_len = min(self.max, self.draft_len + 1)
-        elif self.rate < self.low:
-            self.draft_len = max(1, self.draft_len - 1)
-
-
-class PlainSpeculator:
-    """Autoregressive decoding: one target forward per token (the baseline)."""
-
-    needs_hidden = False
-    needs_aux = False
-
-    def prefill(self, ctx: Context, fwd: Forward | None) -> None:
-        """Nothing to prepare."""
-
-    def propose(self, ctx: Context, budget: int) -> Proposal:
-        return Proposal()
-
-    def update(self, ctx: Context, proposal: Proposal, fwd: Forward, verdict: Verdict) -> None:
-        """Nothing to track."""
 
 
 def parse_speculative(data: dict[str, Any] | None) -> Any:
@@ -137,6 +101,10 @@ def parse_speculative(data: dict[str, Any] | None) -> Any:
         ) from None
 
 
+# The section of plain decoding: generate(spec=PLAIN) turns speculation off for one call.
+PLAIN = parse_speculative(None)
+
+
 class ReferenceRuntime:
     """Lossless speculative decoding in PyTorch (float32; bfloat16 or float16 when asked) for every
     mode but EAGLE-1/2: one sequence at a time, or, after enable_batching(), concurrent calls
@@ -148,16 +116,14 @@ class ReferenceRuntime:
         target: CachedLM,
         tokenizer: Any,
         spec: Any,
-        draft: CachedLM | None = None,
-        medusa: MedusaHeads | None = None,
-        eagle3: Eagle3Head | None = None,
+        weights: Mapping[str, Any] | None = None,
     ):
         self.target = target
         self.tokenizer = tokenizer
         self.spec = spec
-        self.draft = draft
-        self.medusa = medusa
-        self.eagle3 = eagle3
+        # Each mode source's loaded weights (a draft CachedLM, heads), keyed by the recipe's
+        # `models.<source>` name (toolkit.modes.SOURCES); the proposers read theirs.
+        self.weights: dict[str, Any] = dict(weights or {})
         # Which tokens the target cache holds for verify_draft's prefix reuse; generate() invalidates it.
         self._verified: list[int] = []
         self._verify_gen: tuple[int | None, torch.Generator] | None = None
@@ -235,72 +201,53 @@ class ReferenceRuntime:
 
     # ------------------------------------------------------------------ loading
 
+    @property
+    def draft(self) -> CachedLM | None:
+        """The second causal LM a two-model mode drafts with (the weights' CachedLM), if loaded."""
+        return next((w for w in self.weights.values() if isinstance(w, CachedLM)), None)
+
     @classmethod
     def load(
         cls,
         target: Path,
-        draft: Path | None = None,
-        medusa: Path | None = None,
-        eagle3: Path | None = None,
+        weights: Mapping[str, Path | None] | None = None,
+        *,
         spec: Any = None,
         dtype: str = "float32",
         tokenizer: Path | None = None,
         inflate: int = 1,
     ) -> ReferenceRuntime:
-        """`dtype`: what the target, the draft and the heads compute in (DTYPES; `auto` is
-        float32). `inflate` > 1 pads the target's MLP that many times (the memory-bound twin,
-        toolkit.membound); drafts and heads load unchanged."""
-        spec = spec if spec is not None else parse_speculative(None)
+        """`weights`: the mode sources to load besides the target, keyed by the recipe's
+        `models.<source>` name (toolkit.modes.SOURCES: a draft model, heads), each loaded by its
+        mode's proposer; None values are left out. `dtype`: what the target, the draft and the
+        heads compute in (DTYPES; `auto` is float32). `inflate` > 1 pads the target's MLP that many
+        times (the memory-bound twin, toolkit.membound); drafts and heads load unchanged."""
+        spec = spec if spec is not None else PLAIN
         if dtype not in DTYPES:
             raise ModelError(
                 f"the reference runtime computes in {', '.join(k for k in DTYPES if k != 'auto')}, not {dtype}",
                 hint="set dtype: float32 (the default), bfloat16 or float16 for the reference backend",
             )
         dt = DTYPES[dtype]
-        if spec.mode == EAGLE:
-            raise CompatError(
-                "EAGLE-1/2 is not implemented by the reference runtime",
-                mode=EAGLE,
-                backend="reference",
-                hint="use speculative.mode eagle3 with an EAGLE-3 head, or the engine backend",
-            )
-        given = {"draft": draft, MEDUSA: medusa, EAGLE3: eagle3}
-        need = _NEEDS.get(spec.mode)
-        if need is not None and given[need] is None:
+        proposers.proposer(spec.mode)  # a mode the runtime does not run fails before any loading
+        paths = {k: Path(v) for k, v in (weights or {}).items() if v is not None}
+        loaders = {source: proposers.loader(source, spec.mode) for source in paths}
+        need = modes.info(spec.mode).source
+        if need is not None and need not in paths:
             raise ModelError(
-                f"speculative mode {spec.mode} needs a {need} checkpoint", hint=f"pass {need}=<directory>"
+                f"speculative mode {spec.mode} needs a {need} checkpoint",
+                hint=f"pass weights={{{need!r}: <directory>}}",
             )
         target_model = load_causal_lm(Path(target), "target", dt)
         inflate_mlp(target_model, inflate)
-        tcfg = target_model.config
-        draft_lm = None
-        if draft is not None:
-            draft_model = load_causal_lm(Path(draft), "draft", dt)
-            dcfg = draft_model.config
-            if dcfg.vocab_size != tcfg.vocab_size:
-                raise ModelError(
-                    f"draft vocab_size {dcfg.vocab_size} differs from the target's {tcfg.vocab_size}",
-                    hint="draft and target must share one tokenizer and vocabulary",
-                )
-            draft_lm = CachedLM(draft_model)
-        heads = load_medusa_heads(Path(medusa), tcfg).to(dt) if medusa is not None else None
-        head = None
-        capture: Sequence[int] = ()
-        if eagle3 is not None:
-            override = getattr(spec, "layers_to_capture", None)
-            head = load_eagle3_head(Path(eagle3), tcfg, layers=override)
-            for part in (head.fc, head.layers, head.norm, head.lm_head):
-                part.to(dt)  # the rotary frequencies stay float32, as the target's
-            capture = head.capture
-            head.embed = target_model.get_input_embeddings()
-        target_lm = CachedLM(target_model, capture=capture)
+        loaded = {s: loaders[s].load_weights(p, target_model, dt, spec) for s, p in paths.items()}
+        # The target layers a head reads (an EAGLE-3 head's captured hidden states).
+        capture: Sequence[int] = next((w.capture for w in loaded.values() if getattr(w, "capture", ())), ())
         runtime = cls(
-            target=target_lm,
+            target=CachedLM(target_model, capture=capture),
             tokenizer=_load_tokenizer(Path(tokenizer) if tokenizer else Path(target)),
             spec=spec,
-            draft=draft_lm,
-            medusa=heads,
-            eagle3=head,
+            weights=loaded,
         )
         runtime.inflate = max(1, inflate)
         if os.environ.get(LOSSY_ENV) == "1":
@@ -334,10 +281,8 @@ class ReferenceRuntime:
             return Path(ref[key]) if ref.get(key) else None
 
         return cls.load(
-            target=Path(ref["checkpoint"]),
-            draft=opt("draft"),
-            medusa=opt("medusa_heads"),
-            eagle3=opt("eagle_head"),
+            Path(ref["checkpoint"]),
+            {source: opt(source) for source in modes.SOURCES},
             spec=parse_speculative(ref.get("speculative")),
             dtype=str(cfg.get("pretrained_config", {}).get("dtype", "float32")),
             tokenizer=opt("tokenizer"),
@@ -371,45 +316,38 @@ class ReferenceRuntime:
         max_new_tokens: int,
         *,
         sampling: SamplingParams = SamplingParams(),
-        speculative: bool = True,
         spec: Any = None,
         end_id: int | None = None,
         on_tokens: Callable[[list[int]], None] | None = None,
         processors: Processors | None = None,
         trace: Trace | None = None,
     ) -> GenerationResult:
-        """`processors`: the request's penalties, min_tokens and bad words, applied to every
-        verification row with that row's own prefix (lossless in every mode); `trace`: filled
-        with each committed token's log prob / raw logits."""
-        prompt = self._check(prompt_ids, max_new_tokens)
-        mode_cfg = (spec if spec is not None else self.spec) if speculative else parse_speculative(None)
-        extra = (processors, trace)
+        """`spec`: the recipe `speculative` section to decode with (None: the runtime's own;
+        PLAIN: no speculation). `processors`: the request's penalties, min_tokens and bad words,
+        applied to every verification row with that row's own prefix (lossless in every mode);
+        `trace`: filled with each committed token's log prob / raw logits."""
+        req = Request(
+            prompt=self._check(prompt_ids, max_new_tokens),
+            max_new_tokens=max_new_tokens,
+            sampling=sampling,
+            spec=spec if spec is not None else self.spec,
+            eos=self._end_id(end_id),
+            on_tokens=on_tokens,
+            processors=processors,
+            trace=trace,
+        )
         if self.batcher is None:
             self._verified = []
             self.target.reset()
-            return self._generate(
-                prompt, max_new_tokens, sampling, mode_cfg, end_id, on_tokens, self.target, None, *extra
-            )
+            return self._generate(req, self.target, None)
         with self.batcher.join() as seq:
-            return self._generate(
-                prompt, max_new_tokens, sampling, mode_cfg, end_id, on_tokens, seq.target, seq.draft, *extra
-            )
+            return self._generate(req, seq.target, seq.draft)
 
-    def _generate(
-        self,
-        prompt: list[int],
-        max_new_tokens: int,
-        sampling: SamplingParams,
-        mode_cfg: Any,
-        end_id: int | None,
-        on_tokens: Callable[[list[int]], None] | None,
-        target: Any,
-        draft: Any,
-        processors: Processors | None = None,
-        trace: Trace | None = None,
-    ) -> GenerationResult:
+    def _generate(self, req: Request, target: Any, draft: Any) -> GenerationResult:
+        """One request on `target` (and the batch's `draft`): the mode's speculator, prefilled with
+        the prompt, then a greedy loop of its own where one applies, else the general steps."""
+        mode_cfg, sampling, prompt = req.spec, req.sampling, req.prompt
         speculator = self._speculator(mode_cfg, sampling, draft)
-        eos = self._end_id(end_id)
         adaptive = Adaptive(mode_cfg) if getattr(mode_cfg, "adaptive_draft_len", False) else None
         ctx = Context(
             tokens=list(prompt),
@@ -426,27 +364,41 @@ class ReferenceRuntime:
                 aux=speculator.needs_aux,
             )
         speculator.prefill(ctx, pre)
+        stats = SpecStats()
+        raw = req.processors is None or not req.processors.active
+        # Greedy steps are verified in the loop (core.verify's rule) when nothing else reads the logits.
+        greedy_raw = sampling.greedy and self._checker() is greedy_rule and raw and req.trace is None
+        if greedy_raw and isinstance(target, CachedLM):  # plain decoding and n-gram's chains
+            if type(speculator) is PlainSpeculator and self.draft_len_now(mode_cfg) is None:
+                return plain_greedy(ctx.tokens[-1], req.max_new_tokens, req.eos, req.on_tokens, target, stats)
+            if hasattr(speculator, "propose_chain") and self.batcher is None:
+                cap = self.draft_len_now(mode_cfg)
+                return chain_greedy(speculator, ctx.tokens, req, cap, adaptive, target, stats)
+        return self._steps(req, speculator, ctx, adaptive, stats, greedy_raw)
+
+    def _steps(
+        self,
+        req: Request,
+        speculator: Speculator,
+        ctx: Context,
+        adaptive: Adaptive | None,
+        stats: SpecStats,
+        greedy_raw: bool,
+    ) -> GenerationResult:
+        """The general loop: propose, one target forward over the proposal, verify, commit."""
+        max_new_tokens, sampling, mode_cfg, eos = req.max_new_tokens, req.sampling, req.spec, req.eos
+        on_tokens, processors, trace = req.on_tokens, req.processors, req.trace
+        target: Any = ctx.target  # a CachedLM, or a batch sequence's view of one
         prompt_len = (
-            len(prompt) if processors is None or processors.prompt_len is None else processors.prompt_len
+            len(req.prompt) if processors is None or processors.prompt_len is None else processors.prompt_len
         )
         out: list[int] = []
-        stats = SpecStats()
         finish = "length"
         # A CachedLM runs a chain with no mask (as its forward does when given chain parents), and
         # an accepted chain prefix is a crop (as its keep does for rows 0..k).
         cached = isinstance(target, CachedLM)
         check = self._checker()
         raw = processors is None or not processors.active
-        # Greedy steps are verified here (core.verify's rule) when nothing else reads the logits.
-        greedy_raw = sampling.greedy and check is greedy_rule and raw and trace is None
-        if greedy_raw and cached:  # plain decoding and n-gram's chains have a loop of their own
-            if type(speculator) is PlainSpeculator and self.draft_len_now(mode_cfg) is None:
-                return _plain_greedy(ctx.tokens[-1], max_new_tokens, eos, on_tokens, target, stats)
-            if hasattr(speculator, "propose_chain") and self.batcher is None:
-                cap = self.draft_len_now(mode_cfg)
-                return _chain_greedy(
-                    speculator, ctx.tokens, max_new_tokens, cap, adaptive, eos, on_tokens, target, stats
-                )
         # Without a batcher the batch is this one sequence: its draft-length cap is fixed.
         batched = self.batcher is not None
         fixed_cap = None if batched else self.draft_len_now(mode_cfg)
@@ -509,7 +461,7 @@ class ReferenceRuntime:
                 target.crop(start + len(commit))
             tokens.extend(commit)
             update(ctx, prop, fwd, verdict)
-            take, ended = _take(commit, remaining, eos)
+            take, ended = take_tokens(commit, remaining, eos)
             if ended:
                 finish = "eos"
             if chain and prop.num_draft == len(ptoks):
@@ -517,7 +469,7 @@ class ReferenceRuntime:
             else:
                 stats.record(prop.per_depth(), len(take))
             if adaptive is not None and ptoks:
-                _adapt(adaptive, stats, len(ptoks), len(path))
+                adapt(adaptive, stats, len(ptoks), len(path))
             out.extend(take)
             if on_tokens is not None:
                 on_tokens(take)
@@ -643,11 +595,9 @@ class ReferenceRuntime:
         return prompt
 
     def _speculator(self, cfg: Any, sampling: SamplingParams, draft: Any = None) -> Speculator:
-        """The mode's own factory (toolkit/modes/<mode>.py `reference_speculator`); an unknown mode
-        is a CompatError, never another mode's speculator."""
-        factory = modes.hooks(cfg.mode, backend="reference").reference_speculator
-        speculator: Speculator | None = factory(cfg, self, sampling, draft)
-        return PlainSpeculator() if speculator is None else speculator
+        """The speculator of the mode's own proposer (toolkit/reference/<mode>.py, chosen by the
+        mode's name); an unknown mode is a CompatError, never another mode's speculator."""
+        return proposers.speculator(cfg, self, sampling, draft)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -661,105 +611,6 @@ def _step_tree(parents: tuple[int, ...]) -> TreeShape | None:
 def _step_parents(parents: tuple[int, ...]) -> tuple[int, ...]:
     """A step's parents: the root (the last committed token), then the proposal's nodes under it."""
     return (-1, *(p + 1 for p in parents))
-
-
-def _plain_greedy(
-    token: int,
-    max_new_tokens: int,
-    eos: int | None,
-    on_tokens: Callable[[list[int]], None] | None,
-    target: CachedLM,
-    stats: SpecStats,
-) -> GenerationResult:
-    """Greedy decoding without speculation: one `greedy_next` per token (the output head on the
-    step's one row and its argmax), the same tokens and SpecStats as the general loop's steps
-    with an empty proposal, without a Proposal, Forward or Verdict per step."""
-    out: list[int] = []
-    finish = "length"
-    greedy_next = target.greedy_next
-    ids = [token]
-    while len(out) < max_new_tokens:
-        token = greedy_next(ids)
-        ids = [token]
-        out.append(token)
-        if on_tokens is not None:
-            on_tokens(ids)
-        if token == eos:
-            finish = "eos"
-            break
-    n = len(out)
-    stats.steps += n
-    stats.tokens += n
-    return GenerationResult(token_ids=out, stats=stats, finish_reason=finish)
-
-
-def _chain_greedy(
-    speculator: Any,
-    tokens: list[int],
-    max_new_tokens: int,
-    cap: int | None,
-    adaptive: Adaptive | None,
-    eos: int | None,
-    on_tokens: Callable[[list[int]], None] | None,
-    target: CachedLM,
-    stats: SpecStats,
-) -> GenerationResult:
-    """Greedy decoding with a speculator that proposes chains (`propose_chain(tokens, budget)`,
-    n-gram's): the general loop's steps for a chain and verify's greedy rule (the longest draft
-    prefix equal to the target's argmaxes, then the argmax after it), the same tokens and
-    SpecStats, without a Proposal, Forward or Verdict per step. The speculator's `update` is not
-    called: a speculator offering `propose_chain` keeps its state in `propose_chain`."""
-    out: list[int] = []
-    propose = speculator.propose_chain
-    rows = target._rows
-    # (proposed, committed) -> steps, recorded into `stats` when the loop ends (record_chains).
-    counted: dict[tuple[int, int], int] = {}
-    while len(out) < max_new_tokens:
-        remaining = max_new_tokens - len(out)
-        budget = remaining - 1
-        if cap is not None and cap < budget:
-            budget = cap
-        if adaptive is not None and adaptive.draft_len < budget:
-            budget = adaptive.draft_len
-        draft = propose(tokens, budget)
-        n = len(draft)
-        start = target.length
-        preds = rows([tokens[-1], *draft])
-        k = 0
-        while k < n and draft[k] == preds[k]:
-            k += 1
-        commit = draft[:k]
-        commit.append(preds[k])
-        target.crop(start + k + 1)
-        tokens.extend(commit)
-        take, ended = _take(commit, remaining, eos)
-        key = (n, len(take))
-        counted[key] = counted.get(key, 0) + 1
-        if adaptive is not None and n:
-            _adapt(adaptive, stats, n, k)
-        out.extend(take)
-        if on_tokens is not None:
-            on_tokens(take)
-        if ended:
-            stats.record_chains(counted)
-            return GenerationResult(token_ids=out, stats=stats, finish_reason="eos")
-    stats.record_chains(counted)
-    return GenerationResult(token_ids=out, stats=stats, finish_reason="length")
-
-
-def _take(commit: list[int], remaining: int, eos: int | None) -> tuple[list[int], bool]:
-    """What the request gets of a step's committed tokens: at most `remaining`, up to and
-    including the first end id; and whether it hit one."""
-    take = commit[:remaining] if len(commit) > remaining else commit
-    if eos is not None and eos in take:
-        return take[: take.index(eos) + 1], True
-    return take, False
-
-
-def _adapt(adaptive: Adaptive, stats: SpecStats, proposed: int, accepted: int) -> None:
-    """The adaptive draft length after a step, and its histogram."""
-    adaptive.update(proposed, accepted)
-    stats.draft_len_histogram[adaptive.draft_len] = stats.draft_len_histogram.get(adaptive.draft_len, 0) + 1
 
 
 def _process(

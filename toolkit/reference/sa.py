@@ -206,13 +206,13 @@ def pool_for(runtime: Any, size: int | None) -> GlobalPool:
 
 class SASpeculator:
     """Standalone SA: every step proposes the continuation of the longest match (no threshold),
-    up to `max_draft_len` tokens; a chain."""
+    up to `draft_len` tokens; a chain."""
 
     needs_hidden = False
     needs_aux = False
 
-    def __init__(self, max_draft_len: int, max_matching_ngram_size: int = -1, pool: GlobalPool | None = None):
-        self.max_draft_len = max_draft_len
+    def __init__(self, draft_len: int, max_matching_ngram_size: int = -1, pool: GlobalPool | None = None):
+        self.draft_len = draft_len
         self.max_n = max_matching_ngram_size
         self.pool = pool
         self.sa = SuffixAutomaton()
@@ -241,7 +241,7 @@ class SASpeculator:
     def propose_chain(self, tokens: list[int], budget: int) -> list[int]:
         """The proposal's tokens (a chain; empty: no match or no budget), for the generation
         loop's greedy chain path, which needs no Proposal."""
-        k = self.max_draft_len if self.max_draft_len < budget else budget
+        k = self.draft_len if self.draft_len < budget else budget
         self.match_len, chain = self.draft(tokens, k)
         return chain
 
@@ -298,3 +298,7 @@ def enhance(inner: Any, sa_config: Any, draft_len: int, runtime: Any) -> SAEnhan
     threshold, enable_global_pool): longest-match SA, as upstream's enhancer always uses."""
     pool = pool_for(runtime, None) if sa_config.enable_global_pool else None
     return SAEnhanced(inner, SASpeculator(draft_len, -1, pool), sa_config.threshold, draft_len)
+
+
+def speculator(spec: Any, runtime: Any, sampling: Any, draft: Any) -> SASpeculator:
+    return standalone(spec, runtime)

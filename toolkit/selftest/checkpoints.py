@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import TieProneCheckpoint
+from toolkit.modes import SOURCES
 
 # Layers the EAGLE-3 head captures: TensorRT-LLM's default {1, L//2-1, L-4} for L target layers.
 TARGET_LAYERS = 8
@@ -95,7 +96,7 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
         )
 
     # Keyed (and named) by the recipe's model sources.
-    paths = {role: root / role for role in ("target", "draft", "medusa_heads", "eagle_head")}
+    paths = {role: root / role for role in ("target", *SOURCES)}
     for role, cfg in (("target", llama(2, 1, TARGET_LAYERS)), ("draft", llama(1, 1, 1))):
         model = LlamaForCausalLM(cfg)
         if role == "target":

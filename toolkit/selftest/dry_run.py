@@ -26,6 +26,7 @@ from toolkit import progress as prog
 from toolkit.build import PreflightFailed, build
 from toolkit.deploy import plan_deploy
 from toolkit.errors import SdtkError
+from toolkit.modes import SOURCES
 from toolkit.selftest.run import engine_notes, plan_modes, selftest_recipe
 
 
@@ -159,7 +160,7 @@ def dry_run(
     with tempfile.TemporaryDirectory(prefix="sdtk-selftest-plan-") as tmp:
         ckpts = Path(tmp) / "checkpoints"
         paths = {}
-        for role in ("target", "draft", "medusa_heads", "eagle_head"):
+        for role in ("target", *SOURCES):
             (ckpts / role).mkdir(parents=True)
             paths[role] = ckpts / role
         for role in ("target", "draft"):  # the self-test's checkpoints are Llama (selftest.make_checkpoints)

@@ -21,7 +21,7 @@ from toolkit.build.llmapi import schema_for
 from toolkit.containers.images import DEFAULT_TRTLLM
 from toolkit.deploy import DeployOptions, deploy
 from toolkit.errors import UsageError
-from toolkit.modes import DRAFT_TARGET, EAGLE3, LOOKAHEAD, LOOKAHEAD_FIELDS, MEDUSA, NGRAM, info
+from toolkit.modes import REGISTRY, SelfTest, info
 from toolkit.modes.core import ENGINE_DEPRECATION, ENGINE_REMOVAL
 from toolkit.recipe import parse_recipe
 from toolkit.selftest.checkpoints import (
@@ -103,16 +103,15 @@ class SelftestResult:
 # --------------------------------------------------------------------------- plan
 
 
-def _spec(mode: str) -> dict[str, Any]:
-    specs: dict[str, dict[str, Any]] = {
-        "none": {"mode": "none"},
-        DRAFT_TARGET: {"mode": DRAFT_TARGET, "max_draft_len": 4},
-        MEDUSA: {"mode": MEDUSA, "num_medusa_heads": 2, "medusa_choices": [[0], [0, 0], [1], [0, 1]]},
-        EAGLE3: {"mode": EAGLE3, "max_draft_len": 3, "layers_to_capture": CAPTURE},
-        NGRAM: {"mode": NGRAM, "max_draft_len": 4, "max_matching_ngram_size": 3},
-        LOOKAHEAD: {"mode": LOOKAHEAD, **dict(zip(LOOKAHEAD_FIELDS, (3, 3, 2), strict=True))},
-    }
-    return specs[mode]
+def _selftest(mode: str) -> SelfTest:
+    """The mode's self-test facts (its ModeInfo's); a mode the self-test leaves out is an error."""
+    found = info(mode).selftest
+    if found is None:
+        raise UsageError(
+            f"the self-test does not deploy mode {mode}",
+            hint="its modes are: " + ", ".join(m.name for m in REGISTRY if m.selftest is not None),
+        )
+    return found
 
 
 REFERENCE_LLMAPI = "reference-llmapi"  # the reference backend serving the llmapi repository
@@ -129,10 +128,9 @@ def selftest_recipe(mode: str, backend: str, paths: dict[str, Path], version: st
     source = info(mode).source
     if source is not None:
         models[source] = {"path": str(paths[source])}
-    spec = _spec(mode)
-    if mode == EAGLE3 and backend == "llmapi" and version is not None and not schema_for(version).tree_fields:
-        # 1.0's EagleDecodingConfig has no eagle3_layers_to_capture; CAPTURE is its default anyway
-        spec.pop("layers_to_capture")
+    # 1.0's EagleDecodingConfig has no eagle3_layers_to_capture; CAPTURE is its default anyway.
+    without = backend == "llmapi" and version is not None and not schema_for(version).tree_fields
+    spec = _selftest(mode).spec(mode, None if without else CAPTURE)
     data: dict[str, Any] = {
         "name": f"selftest-{backend}-{mode}".replace("_", "-"),
         "backend": "reference" if _reference(backend) else backend,
@@ -140,8 +138,8 @@ def selftest_recipe(mode: str, backend: str, paths: dict[str, Path], version: st
         "speculative": spec,
         "dtype": "float32" if _reference(backend) else "float16",
         "build": {"max_batch_size": 2, "max_input_len": 128, "max_seq_len": 256, "max_num_tokens": 512},
-        # Draft-target's BLS and both LLM models are non-decoupled on the GPU path, and so on its twin.
-        "serving": {"decoupled": not (backend in ("engine", "reference") and mode == DRAFT_TARGET)},
+        # A two-model mode's BLS and both LLM models are non-decoupled on the GPU path, and so on its twin.
+        "serving": {"decoupled": not (backend in ("engine", "reference") and info(mode).two_model)},
     }
     if backend == REFERENCE_LLMAPI:
         data["serving"]["repository"] = "llmapi"
@@ -160,8 +158,9 @@ def plan_modes(version: str | None) -> list[tuple[str, str]]:
         return [(m, "reference" if b == "engine" else REFERENCE_LLMAPI) for m, b in plan_modes(WOULD_RUN)]
     # The support matrix decides, on the release tuple: the engine path through 1.2.x (deprecated on
     # 1.2.x), none on the 1.3 line; the llmapi path from 1.0.
-    out = [(m, "engine") for m in ("none", DRAFT_TARGET, MEDUSA, LOOKAHEAD)]
-    out += [(m, "llmapi") for m in ("none", EAGLE3, NGRAM, DRAFT_TARGET)]
+    out = [
+        (m.name, b) for b in ("engine", "llmapi") for m in REGISTRY if m.selftest and b in m.selftest.paths
+    ]
     return [(m, b) for m, b in out if not compat.problems(compat.cell(m, b), version, "llama")]
 
 

@@ -317,12 +317,13 @@ class Row:
         if self.max_new <= 0:
             return
         if self.draft is None and self.gen.spec is not None:
+            from toolkit.reference import PLAIN
+
             result = self.rt.generate(
                 self.prompt,
                 self.max_new,
                 sampling=self.sampling,
-                speculative=self.speculative,
-                spec=self.spec,
+                spec=self.spec if self.speculative else PLAIN,
                 end_id=self.end_id,
                 on_tokens=on_tokens,
                 processors=self.processors,

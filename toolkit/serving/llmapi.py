@@ -191,9 +191,8 @@ def load_runtime(args: dict):
         args.get("speculative_config"), int(args.get("max_batch_size") or 1)
     )
     runtime = ReferenceRuntime.load(
-        target=Path(args["model"]),
-        draft=Path(draft) if draft else None,
-        eagle3=Path(head) if head else None,
+        Path(args["model"]),
+        {"draft": Path(draft) if draft else None, "eagle_head": Path(head) if head else None},
         spec=parse_speculative(spec),
         dtype=str(args.get("dtype") or "float32"),
         tokenizer=Path(args["tokenizer"]) if args.get("tokenizer") else None,
@@ -380,12 +379,14 @@ class Generation:
         error: list[BaseException] = []
 
         def worker():
+            from toolkit.reference import PLAIN
+
             try:
                 self._result = self.rt.generate(
                     prompt_ids,
                     self.req.max_tokens,
                     sampling=sampling,
-                    speculative=self.speculative,
+                    spec=None if self.speculative else PLAIN,
                     end_id=end_id,
                     on_tokens=on_tokens,
                 )

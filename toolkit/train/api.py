@@ -26,31 +26,17 @@ from typing import Any
 from toolkit import hub
 from toolkit._fs import atomic_write
 from toolkit.errors import ModelError, SdtkError, UsageError, require_extra
-from toolkit.modes import DRAFT_TARGET, EAGLE3, MEDUSA
-from toolkit.modes.mtp import MTP
-from toolkit.modes.pard import PARD
+from toolkit.modes import REGISTRY
 from toolkit.progress import Step, quiet
 from toolkit.recipe import load_recipe, load_yaml, resolve_recipe_path
 from toolkit.train import data as data_mod
 from toolkit.train.evaluate import holdout_metrics
 from toolkit.train.trainers import train
 
-# mode -> the `models` field the trained artifact replaces, and its directory under OUT
-# (MTP's layers are part of the target checkpoint: the trained artifact is a target that carries them.)
-TRAINABLE = {
-    EAGLE3: "eagle_head",
-    MEDUSA: "medusa_heads",
-    DRAFT_TARGET: "draft",
-    PARD: "draft",
-    MTP: "target",
-}
-HEAD_DIRS = {
-    EAGLE3: EAGLE3,
-    MEDUSA: MEDUSA,
-    DRAFT_TARGET: "draft",
-    PARD: PARD,
-    MTP: MTP,
-}  # OUT/<dir>: the trained artifact
+# mode -> the `models` field the trained artifact replaces, and its directory under OUT (each
+# mode's ModeInfo.training).
+TRAINABLE = {m.name: m.training.replaces for m in REGISTRY if m.training is not None}
+HEAD_DIRS = {m.name: m.training.directory for m in REGISTRY if m.training is not None}
 
 
 @dataclass

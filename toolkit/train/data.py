@@ -195,7 +195,7 @@ def self_distill(
 
 
 def _reference_generator(target: Path) -> Callable[[str, int], Example]:
-    from toolkit.reference import ReferenceRuntime
+    from toolkit.reference import PLAIN, ReferenceRuntime
 
     rt = ReferenceRuntime.load(target=target)
     budget = rt.max_context
@@ -204,7 +204,7 @@ def _reference_generator(target: Path) -> Callable[[str, int], Example]:
         tok = rt.tokenizer
         ids = [int(i) for i in (tok(text)["input_ids"] if callable(tok) else tok.encode(text))]
         ids = ids[-(budget - max_new - 1) :]
-        res = rt.generate(ids, max_new, speculative=False)
+        res = rt.generate(ids, max_new, spec=PLAIN)
         return Example(text, ids, [int(t) for t in res.token_ids])
 
     return gen

@@ -16,7 +16,7 @@ def holdout_metrics(
 ) -> dict[str, Any]:
     rec = load_recipe(recipe)
     n = sum(1 for line in Path(holdout_file).read_text().splitlines() if line.strip())
-    gamma = _draft_len(rec)  # plan probes γ = 1..gamma (chains); trees and windows probe their own shapes
+    draft_len = _draft_len(rec)  # plan probes chains up to it; trees and windows probe their own shapes
     res = plan(
         recipe,
         prompts_file=holdout_file,
@@ -24,7 +24,7 @@ def holdout_metrics(
         probe=True,
         probe_prompts=n,
         probe_tokens=tokens,
-        gamma_max=gamma,
+        gamma_max=draft_len,  # bench's name for the longest draft length
         concurrency=(1,),
         threads=threads,
         seed=seed,

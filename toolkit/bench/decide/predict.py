@@ -25,11 +25,12 @@ from toolkit.bench.decide.runs import (
 from toolkit.bench.decide.timing import ReplayStep, StepTiming, interpolate
 from toolkit.bench.measure.metrics import Interval
 from toolkit.bench.proposers import (
-    ONE_PASS_SOURCE,
+    ONE_PASS_MODES,
     WINDOW_FIELDS,
     draft_forwards,
     has_draft_model,
     has_window,
+    tree_field,
     window_of,
 )
 from toolkit.modes import CHAIN_MODES, info
@@ -218,12 +219,10 @@ def config_shape(mode: str, settings: dict[str, Any], spec: Any) -> cm.Shape:
     if info(mode).chain and settings.get("max_draft_len") is not None:
         g = settings["max_draft_len"]
         return cm.chain_shape(g, draft_forwards=draft_forwards(mode, g))
-    if "medusa_choices" in settings or info(mode).source == ONE_PASS_SOURCE:
-        ch = settings.get("medusa_choices") or spec.choices
-        return cm.tree_shape(len(ch), tree.depth(ch), draft_forwards=1)
-    if "eagle_choices" in settings:
-        ch = settings["eagle_choices"]
-        return cm.tree_shape(len(ch), tree.depth(ch))
+    paths = _tree(mode, settings, spec)
+    if paths is not None:  # the head runs per level (its draft_forwards at the depth), or once
+        depth = tree.depth(paths)
+        return cm.tree_shape(len(paths), depth, draft_forwards=draft_forwards(mode, depth))
     if has_window(settings):
         return cm.lookahead_shape(*window_of(settings))
     return cm.Shape(0, 1, "none")
@@ -236,11 +235,21 @@ def config_draft_len(mode: str, settings: dict[str, Any], spec: Any) -> int:
         )
     if "max_draft_len" in settings:
         return int(settings["max_draft_len"])
-    if "medusa_choices" in settings:
-        return len(settings["medusa_choices"])
-    if "eagle_choices" in settings:
-        return len(settings["eagle_choices"])
+    found = tree_field(spec.model_copy(update=settings))  # a tree the settings set: its paths
+    if found is not None and found[0] in settings:
+        return len(found[1])
     return spec.draft_len
+
+
+def _tree(mode: str, settings: dict[str, Any], spec: Any) -> list[list[int]] | None:
+    """The static tree of a configuration, from the mode's proposer facts (its `proposer` hook) on
+    the recipe's `speculative` with the configuration's overrides: where `settings` set the tree,
+    or always for heads that propose their tree in one pass (ONE_PASS_MODES); else None."""
+    found = tree_field(spec.model_copy(update=settings)) if spec is not None else None
+    if found is None:
+        return None
+    field_, paths = found
+    return paths if field_ in settings or mode in ONE_PASS_MODES else None
 
 
 # --------------------------------------------------------------------------- prediction

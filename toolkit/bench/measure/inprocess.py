@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from toolkit.errors import UsageError
-from toolkit.modes import MODE_SOURCES, info
+from toolkit.modes import SOURCES, info
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
@@ -25,7 +25,7 @@ FORWARD_SIZES = (1, 2, 3, 5, 9, 17, 33)
 
 def _sources(recipe: Recipe) -> dict[str, Any]:
     out = {"target": recipe.models.target}
-    for role in dict.fromkeys(src for src in MODE_SOURCES.values() if src):
+    for role in SOURCES:
         if getattr(recipe.models, role) is not None:
             out[role] = getattr(recipe.models, role)
     return out
@@ -75,10 +75,8 @@ def load_runtime(recipe: Recipe) -> Any:
     if target is None:  # probe_possible() turns such recipes away first
         raise UsageError(f"the target {m.target.describe()} is not a local directory")
     return ReferenceRuntime.load(
-        target=target,
-        draft=p(m.draft),
-        medusa=p(m.medusa_heads),
-        eagle3=p(m.eagle_head),
+        target,
+        {source: p(getattr(m, source)) for source in SOURCES},
         spec=recipe.speculative,
         # What the served model computes in: the build writes the recipe's dtype into the engine
         # config (`auto`: the reference backend's float32) and the served runtime loads that.
@@ -229,7 +227,6 @@ def generate_timed(
     sampling: Any,
     *,
     spec: Any = None,
-    speculative: bool = True,
     inside: list[float] | None = None,
     widths: list[int] | None = None,
 ) -> tuple[Any, list[float], list[int], float]:
@@ -263,7 +260,6 @@ def generate_timed(
             ids,
             new_tokens,
             sampling=sampling,
-            speculative=speculative,
             spec=spec,
             end_id=-1,
             on_tokens=on_tokens,

@@ -19,12 +19,13 @@ from toolkit.bench.orchestrate.probe import run_probe
 from toolkit.errors import UsageError
 from toolkit.generate import reference_threads
 from toolkit.membound import recipe_label
+from toolkit.modes import SOURCES
 from toolkit.progress import Step
 
 if TYPE_CHECKING:
     from toolkit.recipe import Recipe
 
-_ROLES = ("draft", "medusa_heads", "eagle_head")
+_ROLES = SOURCES  # the mode sources besides the target (toolkit.modes)
 
 
 def run_plan(

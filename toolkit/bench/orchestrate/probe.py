@@ -109,8 +109,10 @@ def run_probe(
     tokens_label = f"{lengths[0]}" if len(set(lengths)) == 1 else f"{min(lengths)}-{max(lengths)}"
     sampling = SamplingParams(temperature=temperature, seed=seed if temperature > 0 else None)
 
+    from toolkit.reference import PLAIN
+
     # Warm-up: first calls pay for allocation and lazy initialisation.
-    rt.generate(prompts[0], 4, sampling=sampling, speculative=False, end_id=-1)
+    rt.generate(prompts[0], 4, sampling=sampling, spec=PLAIN, end_id=-1)
     from toolkit.reference.stats import SpecStats
 
     cands = probe_candidates(rec, gamma_max)
@@ -129,7 +131,7 @@ def run_probe(
     )
     # Interleaved per prompt, so that every configuration sees the same machine conditions.
     for ids, n in zip(prompts, lengths, strict=True):
-        res, durs, _, first = generate_timed(rt, ids, n, sampling, speculative=False, inside=base_inside)
+        res, durs, _, first = generate_timed(rt, ids, n, sampling, spec=PLAIN, inside=base_inside)
         outputs.append(res.token_ids)
         base_steps += durs
         prefill.append(first)
