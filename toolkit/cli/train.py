@@ -42,6 +42,12 @@ from toolkit.progress import steps
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--threads", type=int, help="torch threads for training (default: torch's).")
 @click.option(
+    "--draft-vocab",
+    type=click.IntRange(min=1),
+    help="EAGLE-3 from scratch: draft vocabulary size (d2t), the most frequent tokens of the data "
+    "(default: half the target's vocabulary, at most 32000).",
+)
+@click.option(
     "--dry-run", is_flag=True, help="Print the multi-GPU launch command, memory and steps; train nothing."
 )
 @click.option("--gpus", default=8, show_default=True, type=int, help="--dry-run: GPUs per node.")

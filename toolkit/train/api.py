@@ -57,6 +57,7 @@ class TrainOptions:
     gen_tokens: int = 128
     eval_tokens: int = 64
     threads: int | None = None
+    draft_vocab: int | None = None  # EAGLE-3 from scratch: the reduced draft vocabulary (d2t)
     progress: bool = True
 
 

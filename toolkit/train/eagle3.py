@@ -51,6 +51,15 @@ def default_layer_ids(num_layers: int) -> list[int]:
     return sorted({1, max(1, num_layers // 2 - 1), max(1, num_layers - 4)})
 
 
+def rope_theta(config: Any) -> float:
+    """The target's RoPE base: `rope_theta`, or transformers 5's `rope_parameters["rope_theta"]`
+    (its configs no longer carry the attribute); 10000 when neither says."""
+    theta = getattr(config, "rope_theta", None)
+    if theta is None:
+        theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta")
+    return float(theta or 10000)
+
+
 def modelopt_config(
     target_config: Any, draft_vocab_size: int, layer_ids: list[int], rope_theta: float = 10000
 ) -> dict[str, Any]:
@@ -95,7 +104,7 @@ def draft_vocab(
     vocab_size = counts.numel()
     counts[eos] = counts.max() + 1  # always keep </s>
     counts[bos] = -1
-    if pad != bos:
+    if pad not in (bos, eos):  # a tokenizer whose pad is its eos (SmolLM2) keeps it
         counts[pad] = -1
     order = sorted(range(vocab_size), key=lambda i: (-int(counts[i]), i))  # ties: lower id first
     used = torch.tensor(sorted(order[:draft_vocab_size]), dtype=torch.long)

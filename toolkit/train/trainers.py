@@ -129,8 +129,12 @@ def _eagle3(target_dir: Path, current: Path | None, stream: Any, opts: Any, devi
         theta = float(from_cfg.get("rope_theta") or 10000)
     else:
         dv = c.vocab_size // 2 if c.vocab_size <= 64000 else 32000
+        if getattr(opts, "draft_vocab", None):
+            dv = int(opts.draft_vocab)
+            if not 1 <= dv <= c.vocab_size:
+                raise UsageError(f"--draft-vocab must be between 1 and {c.vocab_size}, got {dv}")
         layer_ids = eagle3.default_layer_ids(c.num_hidden_layers)
-        theta = float(getattr(c, "rope_theta", None) or 10000)
+        theta = eagle3.rope_theta(c)
     eagle3.convert(model, eagle3.modelopt_config(c, dv, layer_ids, rope_theta=theta))
     coverage = None
     if opts.from_ is not None:
