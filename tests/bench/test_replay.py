@@ -38,11 +38,15 @@ def test_replay_sums_the_runtimes_own_statistics():
 
 @pytest.mark.tritonserver
 @pytest.mark.slow
-@pytest.mark.parametrize("served", ["tiny-ngram", "tiny-draft-target"], indirect=True)
+@pytest.mark.parametrize(
+    "served", ["tiny-ngram", "tiny-draft-target", "tiny-sa", "tiny-pard", "tiny-mtp"], indirect=True
+)
 def test_replay_equals_the_servers_counters(served, tmp_path):
     """tiny-draft-target: the replay runs the BLS loop (target decodes len(draft) + 1 tokens per
-    iteration), which proposes fewer drafts than the in-process speculator would. The deployment
-    is shared (tests/conftest.py `served`): acceptance is per request, whatever ran before."""
+    iteration), which proposes fewer drafts than the in-process speculator would. SA, PARD and MTP
+    run in the served model's own speculator, as in process. The deployment is shared
+    (tests/conftest.py `served`): acceptance is per request, whatever ran before (tiny-sa's global
+    pool is off, so earlier requests leave nothing behind)."""
     rec, d = served
     url, model = deployed_address(d, "grpc")
     res = bench(
@@ -61,3 +65,6 @@ def test_replay_equals_the_servers_counters(served, tmp_path):
     rp = replay_acceptance(rec, prompts, res.levels[0].records)
     assert rp.server_draft_tokens == sum(r.draft_tokens for r in res.levels[0].records) > 0
     assert rp.matches_server, (rp.accepted_draft_tokens, rp.draft_tokens, rp.server_accepted_draft_tokens)
+    # Acceptance per draft position: one figure per position proposed, up to the draft length.
+    assert 1 <= len(rp.per_position) <= rec.speculative.max_draft_len
+    assert all(0.0 <= a <= 1.0 for a in rp.per_position) and rp.per_position[0] > 0

@@ -95,6 +95,64 @@ def test_sweep_configs_and_baseline_overrides():
         sweep_configs(rec, [0])
 
 
+def test_sweep_configs_add_the_modes_knob_at_the_recipes_own_draft_length():
+    """SA's match size and the SA enhancer's threshold (each mode home's proposer facts, `knob`)
+    are swept beside the draft length: every value but the recipe's own, at its own γ."""
+    sa = load_recipe("tiny-sa")
+    g = sa.speculative.max_draft_len
+    knobs = [c for c in sweep_configs(sa, [2, g]) if "knob" in c]
+    assert [c["knob"] for c in knobs] == [{"max_matching_ngram_size": 3}, {"max_matching_ngram_size": 8}]
+    for c in knobs:  # each a valid recipe change, at the recipe's own draft length
+        r = load_recipe("tiny-sa", c["overrides"])
+        assert c["draft_len"] == r.speculative.max_draft_len == g
+        assert r.speculative.max_matching_ngram_size == c["knob"]["max_matching_ngram_size"]
+    enhanced = sweep_configs(load_recipe("tiny-eagle3-sa"), None)
+    assert [c["label"] for c in enhanced if "knob" in c] == ["threshold=2 γ=3", "threshold=8 γ=3"]
+    r = load_recipe("tiny-eagle3-sa", enhanced[-1]["overrides"])
+    assert r.speculative.sa_config is not None and r.speculative.sa_config.threshold == 8
+    # Without the enhancer EAGLE-3 has no knob; n-gram has none either.
+    assert not [c for c in sweep_configs(load_recipe("tiny-eagle3"), None) if "knob" in c]
+    assert not [c for c in sweep_configs(load_recipe("tiny-ngram"), None) if "knob" in c]
+
+
+def test_tune_sweeps_the_knob_into_the_best_setting_not_the_schedule(monkeypatch, tmp_path):
+    """tiny-sa at γ = 2 and its own 5, and the match size 3 and 8 at γ = 5: the configuration with
+    N = 8 is fastest at every level, so it is the best setting and its overlay carries N; the
+    draft_len_schedule (which TensorRT-LLM varies alone) is the draft lengths' own winners."""
+    deployed: list[list[str]] = []
+    speed = {"baseline": 1.0, "γ=2": 1.3, "γ=5": 1.5, "max_matching_ngram_size=3 γ=5": 1.4}
+
+    def load_at(url, model, wl, opts, load, *, label, **kw):
+        s = speed.get(label, 1.8)  # max_matching_ngram_size=8 γ=5
+        res = BenchResult(endpoint="fake", workload={"name": "code", "prompts": 36}, settings={})
+        for c in load.concurrency or (1, 2):
+            gap = 1 / (100.0 * s)
+            recs = [
+                record(i, ttft=gap, gaps=[gap * (1 + 0.01 * (i % 3))] * 11, concurrency=c) for i in range(12)
+            ]
+            res.levels.append(LevelResult(c, None, recs, duration=1.0))
+        return res
+
+    monkeypatch.setattr(side_mod, "load_at", load_at)
+    t = tune(
+        "tiny-sa",
+        method="redeploy",
+        draft_lens=[2, 5],
+        concurrency=(1, 2),
+        deploy_fn=fake_deploy(deployed),
+        predict=False,
+        check=False,
+        report_dir=tmp_path,
+        progress=False,
+    )
+    assert ["speculative.max_draft_len=5", "speculative.max_matching_ngram_size=8"] in deployed
+    assert t.best["label"] == "max_matching_ngram_size=8 γ=5"
+    assert t.overlay == {"speculative": {"max_draft_len": 5, "max_matching_ngram_size": 8}}
+    assert t.schedule == {1: 5, 2: 5}  # γ=5 beats γ=2; the knob rows are not the schedule's
+    text = render(t)
+    assert "5 (max_matching_ngram_size=8)" in text and "5 (max_matching_ngram_size=3)" in text
+
+
 def test_tune_redeploy_schedule_and_overlay(fake_measure, tmp_path):
     deployed = []
     pr = PlanResult("tiny-draft-target", "draft_target", "reference", "measured", list(LEVELS))

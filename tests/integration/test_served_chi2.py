@@ -3,8 +3,8 @@ generated tokens, sampled through real Triton with tritonclient (one request per
 its own seed), against the target's exact distribution computed with transformers.
 
 Two served paths: draft-target through its BLS entry (`tensorrt_llm_bls`, the draft and the
-target as separate models, TensorRT-LLM's `draft_tokens_external` verification), and EAGLE-3
-through the `ensemble` (pre/postprocessing around the speculating `tensorrt_llm`). The draws are
+target as separate models, TensorRT-LLM's `draft_tokens_external` verification), and EAGLE-3, SA,
+PARD and MTP through the `ensemble` (pre/postprocessing around the speculating `tensorrt_llm`). The draws are
 compared as the client sees them, as text: the target's distribution of the text of its first two
 tokens is Σ p(t1)·p(t2 | t1) over the token pairs that decode to that text (an end token ends the
 text early, as the served model leaves it out), from one batched transformers forward over every
@@ -43,7 +43,7 @@ SETTINGS = {
     "t1": (SamplingParams(temperature=1.0), SamplingParams(temperature=0.8)),
     "t07_p09": (SamplingParams(temperature=0.7, top_p=0.9), SamplingParams(temperature=1.0, top_p=0.9)),
 }
-RECIPES = ("tiny-draft-target", "tiny-eagle3")
+RECIPES = ("tiny-draft-target", "tiny-eagle3", "tiny-sa", "tiny-pard", "tiny-mtp")
 # A prompt whose first drafts are often accepted (its last token recurs in it), and whose first two
 # tokens still vary at temperature 1 (in-process: tests/reference/test_chi2_modes.py REPEATING).
 PROMPT = "for i in range(10):\n    for j in range(10):\n        for k in range"

@@ -64,6 +64,12 @@ def has_window(spec_or_settings: Any) -> bool:
     return hooks(spec_or_settings.mode).proposer(spec_or_settings).window is not None
 
 
+def knob_of(spec: Any) -> tuple[str, tuple[int, ...]] | None:
+    """(the dotted `speculative` field, the values to try) that tune sweeps besides the draft
+    length (the SA enhancer's threshold, SA's match size), or None for a mode without one."""
+    return hooks(spec.mode).proposer(spec).knob
+
+
 def window_of(spec_or_settings: Any) -> tuple[int, int, int]:
     """(W, N, G) of a windowed proposer's recipe `speculative`, or of its settings."""
     if isinstance(spec_or_settings, dict):

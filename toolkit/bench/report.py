@@ -528,6 +528,15 @@ def _pred_table(preds: Sequence[Any], conc: Sequence[int], iid: bool = False) ->
 # --------------------------------------------------------------------------- tune
 
 
+def _tune_rows(t: TuneResult) -> list[tuple[int, str | None]]:
+    """(draft length, the label of a configuration that also sets the mode's knob, else None) per
+    row of tune's table: each draft length once, then each knob configuration."""
+    knobs: list[tuple[int, str | None]] = [
+        (int(c["draft_len"]), str(c["label"])) for c in t.configs if "knob" in c
+    ]
+    return [(g, None) for g in dict.fromkeys(t.draft_lens)] + knobs
+
+
 def render_tune(t: TuneResult) -> str:
     out = [f"sdtk tune: {t.target}  workload {t.workload['name']}  method {t.method}"]
     if t.workload.get("synthetic"):
@@ -539,14 +548,15 @@ def render_tune(t: TuneResult) -> str:
         + ["predicted c=" + str(t.concurrency[0]), "accept len"]
     )
     rows = []
-    for g in t.draft_lens:
-        row: list[Any] = [g]
+    for g, knob in _tune_rows(t):
+        by_level = {c.concurrency: c for c in t.cells if c.draft_len == g and c.label == knob} if knob else {}
+        row: list[Any] = [f"{g} ({knob.split(' ')[0]})" if knob else g]
         for c in t.concurrency:
-            cell = t.cell(g, c)
+            cell = by_level.get(c) if knob else t.cell(g, c)
             row.append(cell.speedup.fmt() if cell is not None else "-")
-        pred = t.predicted.get(g, {}).get(t.concurrency[0]) if t.predicted else None
+        pred = t.predicted.get(g, {}).get(t.concurrency[0]) if t.predicted and not knob else None
         row.append(num(pred))
-        cell0 = t.cell(g, t.concurrency[0])
+        cell0 = by_level.get(t.concurrency[0]) if knob else t.cell(g, t.concurrency[0])
         row.append(num(cell0.acceptance_length) if cell0 else "-")
         rows.append(row)
     out.append(table(cols, rows))

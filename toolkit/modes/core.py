@@ -252,10 +252,13 @@ class EngineArgs:
 @dataclass(frozen=True)
 class ProposerFacts:
     """How bench reads a recipe's drafts: the static tree (the recipe field and its paths), or the
-    Jacobi window (W, N, G); None where the mode has none."""
+    Jacobi window (W, N, G); None where the mode has none. `knob`: a `speculative` field besides the
+    draft length that `tune` also sweeps, at the recipe's own draft length (its dotted path and the
+    values to try, the recipe's own among them or not); None where the mode has none."""
 
     tree: tuple[str, list[list[int]]] | None = None
     window: tuple[int, int, int] | None = None
+    knob: tuple[str, tuple[int, ...]] | None = None
 
 
 class PreflightKit(Protocol):

@@ -27,7 +27,7 @@ from toolkit.modes.core import (
 )
 from toolkit.modes.load_aware import LoadAware
 from toolkit.modes.medusa import check_tree
-from toolkit.modes.sa import SAEnhancerConfig, enhancer_config
+from toolkit.modes.sa import THRESHOLDS, SAEnhancerConfig, enhancer_config
 from toolkit.schema import FieldError
 
 if TYPE_CHECKING:
@@ -203,5 +203,7 @@ def draft_forwards(draft_len: int) -> int:
 
 def proposer(spec: Eagle3) -> ProposerFacts:
     return ProposerFacts(
-        tree=("eagle_choices", spec.eagle_choices) if spec.eagle_choices is not None else None
+        tree=("eagle_choices", spec.eagle_choices) if spec.eagle_choices is not None else None,
+        # The SA enhancer's threshold, which tune sweeps beside the draft length.
+        knob=("sa_config.threshold", THRESHOLDS) if spec.sa_config is not None else None,
     )

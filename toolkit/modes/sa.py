@@ -151,5 +151,12 @@ def draft_forwards(draft_len: int) -> int:
     return 0  # walks an automaton: no model behind it
 
 
+# What `tune` tries besides the draft length: the longest match (upstream's default), and matches
+# capped at N tokens (N = 3 is n-gram's shipped window; docs/methods.md, "SA against n-gram").
+MATCH_SIZES = (-1, 3, 8)
+# The enhancer's threshold (match length at which SA's draft replaces the drafter's): tune's values.
+THRESHOLDS = (2, 4, 8)
+
+
 def proposer(spec: SuffixAutomatonSpec) -> ProposerFacts:
-    return ProposerFacts()
+    return ProposerFacts(knob=("max_matching_ngram_size", MATCH_SIZES))

@@ -27,7 +27,7 @@ from toolkit.bench.decide.compare import compare_levels
 from toolkit.bench.decide.predict import PlanResult, config_draft_len, valid_schedule
 from toolkit.bench.measure.records import BenchResult
 from toolkit.bench.options import RunOptions
-from toolkit.bench.proposers import DRAFT_MODEL_MODES, has_draft_model, is_chain
+from toolkit.bench.proposers import DRAFT_MODEL_MODES, has_draft_model, is_chain, knob_of
 from toolkit.bench.results import Cell, LevelComparison, TuneResult
 from toolkit.errors import UsageError
 from toolkit.modes import CHAIN_MODES, MODE_SOURCES
@@ -54,7 +54,7 @@ def sweep_configs(recipe: Recipe, draft_lens: Sequence[int] | None) -> list[dict
                 raise UsageError(f"draft lengths must be positive integers, got {g!r}")
         return [
             {"label": f"γ={g}", "draft_len": g, "overrides": [f"speculative.max_draft_len={g}"]} for g in lens
-        ]
+        ] + knob_configs(recipe)
     if draft_lens:
         raise UsageError(f"mode {mode} has no single draft length to sweep", hint="leave out --draft-lens")
     out = []
@@ -62,6 +62,37 @@ def sweep_configs(recipe: Recipe, draft_lens: Sequence[int] | None) -> list[dict
         ov = [f"speculative.{k}={_yaml_scalar(v)}" for k, v in settings.items()]
         out.append({"label": label, "draft_len": config_draft_len(mode, settings, spec), "overrides": ov})
     return out
+
+
+def knob_configs(recipe: Recipe) -> list[dict[str, Any]]:
+    """The mode's other knob (its proposer facts' `knob`: the SA enhancer's threshold, SA's match
+    size), each value but the recipe's own at the recipe's own draft length. They take part in the
+    best configuration and its overlay; the draft_len_schedule is the draft lengths' own (at the
+    recipe's knob value), since TensorRT-LLM's schedule varies the draft length alone."""
+    spec: Any = recipe.speculative
+    knob = knob_of(spec)
+    if knob is None:
+        return []
+    path, values = knob
+    own: Any = spec
+    for part in path.split("."):
+        own = getattr(own, part)
+    g = spec.max_draft_len
+    return [
+        {
+            "label": f"{path.rsplit('.', 1)[-1]}={v} γ={g}",
+            "draft_len": g,
+            "overrides": [f"speculative.max_draft_len={g}", f"speculative.{path}={v}"],
+            "knob": {path: v},
+        }
+        for v in values
+        if v != own
+    ]
+
+
+def _draft_lens_only(result: TuneResult) -> set[str]:
+    """The labels of the configurations that vary the draft length alone (no `knob`)."""
+    return {c["label"] for c in result.configs if "knob" not in c}
 
 
 def _yaml_scalar(v: Any) -> str:
@@ -200,6 +231,7 @@ def finish(result: TuneResult, resamples: int, seed: int, plan_result: PlanResul
                         lc.speculative["output_tok_s"],
                     )
                 )
+    plain = _draft_lens_only(result)
     if plan_result is not None:
         result.plan = plan_result.to_dict()
         for p in plan_result.predictions:
@@ -208,15 +240,19 @@ def finish(result: TuneResult, resamples: int, seed: int, plan_result: PlanResul
                 result.predicted[g] = {
                     c: p.speedup.get(c, p.speedup[min(p.speedup)]) for c in result.concurrency
                 }
-        errs = [
+        errs = [  # plan predicts the recipe's own knob value: the draft lengths' cells only
             abs(result.predicted[c.draft_len][c.concurrency] - c.speedup.point)
             for c in result.cells
-            if c.draft_len in result.predicted and c.speedup.point is not None
+            if c.draft_len in result.predicted and c.speedup.point is not None and c.label in plain
         ]
         result.prediction_error = statistics.median(errs) if errs else None
     chain = result.mode in CHAIN_MODES and chain_sweep(result.configs)
     for conc in result.concurrency:
-        cells = [c for c in result.cells if c.concurrency == conc and c.speedup.point is not None]
+        cells = [
+            c
+            for c in result.cells
+            if c.concurrency == conc and c.speedup.point is not None and c.label in plain
+        ]
         if not cells:
             continue
         top = max(cells, key=lambda c: (_point(c), -c.draft_len))
@@ -257,8 +293,14 @@ def _point(cell: Cell) -> float:
 
 
 def _best_cell(result: TuneResult, concurrency: int) -> Cell | None:
-    """The configuration with the highest measured speedup at this concurrency (None: none)."""
-    cells = [c for c in result.cells if c.concurrency == concurrency and c.speedup.point is not None]
+    """The draft length with the highest measured speedup at this concurrency (None: none): what
+    the schedule check sets the schedule against (knob configurations are not the schedule's)."""
+    plain = _draft_lens_only(result)
+    cells = [
+        c
+        for c in result.cells
+        if c.concurrency == concurrency and c.speedup.point is not None and c.label in plain
+    ]
     return max(cells, key=_point) if cells else None
 
 
