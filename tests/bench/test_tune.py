@@ -122,7 +122,7 @@ def test_tune_sweeps_the_knob_into_the_best_setting_not_the_schedule(monkeypatch
     deployed: list[list[str]] = []
     speed = {"baseline": 1.0, "γ=2": 1.3, "γ=5": 1.5, "max_matching_ngram_size=3 γ=5": 1.4}
 
-    def load_at(url, model, wl, opts, load, *, label, **kw):
+    def load_at(side, url, model, wl, opts, load, *, label, **kw):
         s = speed.get(label, 1.8)  # max_matching_ngram_size=8 γ=5
         res = BenchResult(endpoint="fake", workload={"name": "code", "prompts": 36}, settings={})
         for c in load.concurrency or (1, 2):
