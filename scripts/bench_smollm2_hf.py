@@ -50,7 +50,7 @@ GOALS = {"assisted": 1.3, "lookup": 1.2}
 def load_prompts(workload: str, count: int) -> list[str]:
     from toolkit.bench.measure.workloads import load_workload
 
-    return [p.prompt for p in load_workload(workload).prompts[:count]]
+    return [p.text for p in load_workload(workload).prompts[:count]]
 
 
 def rounds(contenders: dict[str, Callable[[int], list[int]]], prompts: int, runs: int) -> dict[str, Any]:
@@ -191,6 +191,10 @@ class Bench:
         return out, ratios
 
 
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def section(
     bench: Bench,
     results: dict[str, Any],
@@ -218,7 +222,7 @@ def section(
         " ".join(["python scripts/bench_smollm2_hf.py", *argv]),
         "```",
         "",
-        f"Target: {gguf.weights_note(bench.recipe) or bench.target}. {n} prompts of the `{args.workload}` "
+        f"{_sentence(gguf.weights_note(bench.recipe) or f'target: {bench.target}')}. {n} prompts of the `{args.workload}` "
         f"workload through the model's chat template, at most {args.new_tokens} new tokens each (both "
         f"sides stop at `{bench.rt.tokenizer.eos_token}`); median of {args.runs} interleaved rounds after a "
         "warm-up round. τ = tokens per target forward (the reference's count); identical = the greedy "
