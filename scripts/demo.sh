@@ -14,7 +14,8 @@
 # that wins most clearly today, on requests whose answers repeat their input (summaries that keep
 # the source's wording, corrected text, code handed back with a change): scripts/demo_prompts.jsonl.
 # The A/B: against recipes/smollm2-135m-baseline.yaml at concurrency 1, 6 requests of at most 48
-# tokens, in 2 rounds with the sides alternating (both deployed throughout).
+# tokens, in 2 rounds with the sides alternating. The baseline is deployed in the background from
+# the start (no validation of its own), so that its launch overlaps the speculative side's.
 #
 # A tiny-* recipe takes the quick path, as before: `scripts/demo.sh recipes/tiny-ngram.yaml` A/Bs
 # it against recipes/tiny-baseline.yaml on the bundled `code` workload at concurrency 1, 2, 4
@@ -59,9 +60,20 @@ esac
 base="$(basename "$BASELINE" .yaml)"
 REPORTS="$WORKDIR/reports/compare-$base-vs-$name"
 
+# The A/B's baseline is deployed beside the speculative side from the start (the reference
+# backend decodes on one thread, so a 2-core machine launches it while the first deployment
+# validates and streams); its log goes to a file, and the A/B waits for it.
+mkdir -p "$WORKDIR"
+BASE_LOG="$WORKDIR/deploy-$base.log"
+BASE_DEPLOYMENT="$WORKDIR/$base"
+echo "== sdtk deploy $BASELINE --no-validate, in the background (log: $BASE_LOG)" >&2
+sdtk deploy "$BASELINE" --workdir "$WORKDIR" --detach --auto-ports --no-validate >"$BASE_LOG" 2>&1 &
+base_pid=$!
+trap 'echo "== sdtk stop" >&2; wait "$base_pid" 2>/dev/null || true
+      sdtk stop --workdir "$DEPLOYMENT" || true; sdtk stop --workdir "$BASE_DEPLOYMENT" || true' EXIT
+
 echo "== sdtk deploy $RECIPE (build, render, launch, wait for READY, validate)" >&2
 sdtk deploy "$RECIPE" --workdir "$WORKDIR" --detach --auto-ports
-trap 'echo "== sdtk stop" >&2; sdtk stop --workdir "$DEPLOYMENT"' EXIT
 
 echo "== sdtk status" >&2
 sdtk status --workdir "$DEPLOYMENT"
@@ -72,9 +84,14 @@ for quoted in "${PROMPTS[@]}"; do
   sdtk infer "$prompt" --workdir "$DEPLOYMENT" --stream --max-tokens 48
 done
 
-# The A/B: the baseline is deployed (and stopped again) by bench under the same workdir; the
-# speculative side is the deployment above. Same prompts, same order, paired per request.
+# The A/B: both deployments above. Same prompts, same order, paired per request.
+if ! wait "$base_pid"; then
+  cat "$BASE_LOG" >&2
+  echo "sdtk demo: deploying the baseline $BASELINE failed (log above: $BASE_LOG)" >&2
+  exit 1
+fi
+tail -n 1 "$BASE_LOG" >&2
 echo "== sdtk bench --compare $base $name (is speculation worth it here?)" >&2
-sdtk bench --compare "$BASELINE" "$DEPLOYMENT" --workdir "$WORKDIR" "${WORKLOAD[@]}" \
+sdtk bench --compare "$BASE_DEPLOYMENT" "$DEPLOYMENT" --workdir "$WORKDIR" "${WORKLOAD[@]}" \
   --concurrency "$CONCURRENCY" --requests "$REQUESTS" --max-tokens "$MAX_TOKENS" "${EXTRA[@]}" \
   --report-dir "$REPORTS"

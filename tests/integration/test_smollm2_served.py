@@ -118,10 +118,10 @@ def test_smollm2_ngram_served_ab_against_the_baseline(smollm2_cache, monkeypatch
     assert all(r.ok for r in base.records + spec.records) and len(spec.records) == 4
     tokens = {side: {r.index: r.output_tokens for r in lv.records} for side, lv in (("b", base), ("s", spec))}
     assert tokens["b"] == tokens["s"] and all(n > 0 for n in tokens["s"].values())
-    # The answers copy their prompts: most of their tokens come from accepted drafts (about two in
-    # three in process, τ ≈ 3 at the recipe's draft length).
+    # Most demo answers copy their prompts: in process, about two tokens in three of the copying
+    # ones come from accepted drafts, one in ten of the two that do not (scripts/demo_prompts.jsonl).
     accepted = sum(r.accepted_draft_tokens or 0 for r in spec.records)
-    assert accepted > 0.3 * sum(tokens["s"].values()), (accepted, tokens["s"])
+    assert accepted > 0.2 * sum(tokens["s"].values()), (accepted, tokens["s"])
     (level,) = ab.levels
     assert level.paired and level.pairs == 4
     assert level.speedup.lo <= level.speedup.point <= level.speedup.hi
