@@ -70,7 +70,10 @@ def test_smollm2_ngram_deploys_and_validates(smollm2_cache, monkeypatch, tmp_pat
         # Served greedy output against transformers' on held-out prompts, sent as a chat client sends them.
         rendered = chat.for_recipe(rec).render_all(HELD_OUT)
         with TritonClient(dep.http_url, model=dep.model) as client:
-            served = [client.generate(p, max_tokens=SERVED_TOKENS, temperature=0.0) for p in rendered]
+            served = [
+                client.generate(p, max_tokens=SERVED_TOKENS, temperature=0.0, exclude_input_in_output=True)
+                for p in rendered
+            ]
     expected = _transformers_greedy(rec.local_path(rec.models.target), rendered, SERVED_TOKENS)  # type: ignore[arg-type]
     assert [r.text for r in served] == expected
     assert all(text.strip() for text in expected)
