@@ -90,7 +90,7 @@ if ! wait "$base_pid"; then
   echo "sdtk demo: deploying the baseline $BASELINE failed (log above: $BASE_LOG)" >&2
   exit 1
 fi
-tail -n 1 "$BASE_LOG" >&2
+grep -h "ready in" "$BASE_LOG" >&2 || true
 echo "== sdtk bench --compare $base $name (is speculation worth it here?)" >&2
 sdtk bench --compare "$BASE_DEPLOYMENT" "$DEPLOYMENT" --workdir "$WORKDIR" "${WORKLOAD[@]}" \
   --concurrency "$CONCURRENCY" --requests "$REQUESTS" --max-tokens "$MAX_TOKENS" "${EXTRA[@]}" \
