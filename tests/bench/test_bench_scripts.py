@@ -278,3 +278,46 @@ def test_membound_served_keeps_the_per_request_records(tmp_path, monkeypatch):
     mod._keep(none, "t.compare.json", subprocess.CompletedProcess([], 0, out, ""))
     mod._keep_records(none, "t.requests.jsonl", json.loads(out))
     assert sorted(p.name for p in keep.iterdir()) == ["r.2.compare.json", "r.2.requests.jsonl", "r.plan.json"]
+
+
+@pytest.mark.slow  # SmolLM2-135M (converted once per session by tests/conftest.py) on 2 cores
+def test_bench_smollm2_hf_section(smollm2_cache, monkeypatch, tmp_path):
+    """scripts/bench_smollm2_hf.py at a tiny budget: its section replaces the old one between its
+    markers, every contender's greedy output equals HF plain `generate`'s (the script checks it
+    token for token), and without a draft the draft-target ratio is said not measured."""
+    from toolkit.hub import gguf
+
+    monkeypatch.setenv(gguf.CACHE_ENV, str(smollm2_cache))
+    mod = _script("bench_smollm2_hf")
+    out = tmp_path / "benchmarks.md"
+    out.write_text("# b\n\n<!-- bench_smollm2_hf:start -->\nold\n<!-- bench_smollm2_hf:end -->\nafter\n")
+    assert mod.main(["--prompts", "1", "--new-tokens", "6", "--runs", "1", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("# b\n\n<!-- bench_smollm2_hf:start -->\n## SmolLM2-135M-Instruct")
+    assert text.endswith("<!-- bench_smollm2_hf:end -->\nafter\n") and "old" not in text
+    assert "dequantized from Q4_1, not the original bf16 weights" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| method")]
+    names = [row.split(" | ")[0].lstrip("| ") for row in rows]
+    assert names == [
+        "HF generate: target only",
+        "reference: target only",
+        "reference: n-gram (γ = 3, n-gram ≤ 3)",
+        "HF prompt lookup (γ = 3, n-gram ≤ 3)",
+    ]
+    assert all(row.endswith("| 1/1 |") for row in rows), rows
+    assert "- reference n-gram ÷ HF prompt lookup: **" in text
+    assert "- reference draft-target ÷ HF assisted generation: not measured in this run" in text
+
+
+def test_demo_script_parses_and_its_prompts_load():
+    """scripts/demo.sh is valid bash, and its prompt file (what its A/B sends; its first three are
+    the streamed generations) loads as a bench workload, each request bounded at 48 tokens."""
+    import subprocess
+
+    from toolkit.bench.measure.workloads import load_workload
+
+    subprocess.run(["bash", "-n", str(ROOT / "scripts" / "demo.sh")], check=True)
+    wl = load_workload(prompts_file=ROOT / "scripts" / "demo_prompts.jsonl")
+    assert len(wl.prompts) == 6 and all(p.max_tokens == 48 for p in wl.prompts)
+    assert wl.prompts[0].text.startswith("Summarize in one sentence: The Eiffel Tower")
+    assert "scripts/demo_prompts.jsonl" in (ROOT / "scripts" / "demo.sh").read_text()
