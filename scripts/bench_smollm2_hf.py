@@ -111,7 +111,7 @@ class Bench:
         self.recipe = rec = load_recipe(str(RECIPE))
         self.gamma = args.gamma or rec.speculative.max_draft_len  # type: ignore[union-attr]
         self.target = gguf.ensure_converted(str(rec.models.target.gguf), rec.base_dir)
-        self.rt = ReferenceRuntime.load(self.target, draft=args.draft)
+        self.rt = ReferenceRuntime.load(self.target, {"draft": args.draft})
         self.hf = AutoModelForCausalLM.from_pretrained(self.target, dtype=torch.float32).eval()
         self.hf_draft = (
             AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).eval()

@@ -73,6 +73,16 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         preset=("--plan", "--section", "bench_membound_plan"),
     ),
     Benchmark(
+        "membound_new_modes",
+        "Do SA, PARD and MTP pay on the memory-bound twin, served at concurrency 1?",
+        HISTORY, "bench_membound_served_new_modes", "membound_served",
+        quick=("--requests", "2", "--max-tokens", "8"),
+        preset=(
+            "tiny-sa-membound", "tiny-pard-membound", "tiny-mtp-membound", "--concurrency", "1",
+            "--out", HISTORY, "--section", "bench_membound_served_new_modes",
+        ),
+    ),
+    Benchmark(
         "yardstick",
         "How exact are sdtk bench's measurements, against an independent client on one deployment?",
         RESULTS, "bench_yardstick", "yardstick",

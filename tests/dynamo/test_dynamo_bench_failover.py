@@ -130,6 +130,7 @@ def _stream(url: str, model: str, out: dict) -> None:
     out["end"] = time.monotonic()
 
 
+@pytest.mark.alone  # two requests must be mid-stream together: other tests' load beside it stretches their start past a short stream's end
 def test_a_killed_worker_fails_its_stream_fast_and_comes_back(deployment):
     import httpx
 

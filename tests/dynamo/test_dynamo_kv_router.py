@@ -48,6 +48,7 @@ def served(processes: dict) -> dict[str, float]:
     }
 
 
+@pytest.mark.alone  # the long request must outlast three routed ones: other tests' load beside it stretches those past its end
 def test_requests_sharing_a_prefix_land_on_the_worker_that_holds_it(tmp_path):
     import httpx
 

@@ -65,6 +65,7 @@ def run_detached(repo: Path, wd: Path) -> int:
     return int(out.stdout.strip())
 
 
+@pytest.mark.alone  # its Python backend's /tmp/python_env_* is found by what appeared since launch: another server starting beside it makes that ambiguous
 @pytest.mark.slow  # over 5 s (pytest --durations on the 2-core box)
 def test_detach_status_logs_stop_cycles(make_repo, tmp_path):
     repo = make_repo({"ensemble": dict(decoupled=True, max_batch_size=8)})
@@ -112,6 +113,7 @@ def test_detach_status_logs_stop_cycles(make_repo, tmp_path):
         assert not stop_server(wd).was_running  # idempotent
 
 
+@pytest.mark.alone  # its Python backend's /tmp/python_env_* is found by what appeared since launch: another server starting beside it makes that ambiguous
 def test_dead_server_is_reported_and_cleaned(make_repo, tmp_path):
     repo = make_repo({"ensemble": dict(decoupled=True, max_batch_size=8)})
     wd = tmp_path / "wd"
