@@ -17,7 +17,7 @@ Dockerfile at r25.11 pins 1.2.0rc2, see toolkit/data/containers/25.11.json), 25.
 Not in the table: 0.18.x and 0.19.x (rows 25.02-25.05 exist in the matrix, but sdtk has no contract
 facts for those containers), and anything after 26.07: the matrix at r26.07 ends there, the r26.08
 branch has no trtllm-python-py3 row, and TensorRT-LLM 1.3 ships only in NVIDIA's Dynamo container
-so far (triton-inference-server/server issue #8805). For those pass an explicit image; sdtk then says which facts it could not
+so far (triton-inference-server/server#8805). For those pass an explicit image; sdtk then says which facts it could not
 verify for it.
 """
 
