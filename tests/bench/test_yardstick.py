@@ -5,7 +5,8 @@ for the entry model of every tiny recipe (real Triton, real tiny models, referen
   the LLM-API model, which has no such output, the deployment's tokenizer over the cumulative
   text) must equal the target tokenizer's count of the text the yardstick received, over HTTP
   and gRPC. Greedy decoding makes the texts of the two runs identical.
-- Mean TPOT over HTTP within 5%, on TPOT_RECIPES: the timing (first and last chunk arrival) is
+- Mean TPOT over HTTP within 5%, on TPOT_RECIPES, in the serial pass (`alone`: in the parallel
+  pass three other workers' servers moved the quotient below by up to 15% in one CI run): the timing (first and last chunk arrival) is
   the same code for every entry model, so one recipe per serving path carries it (the reference
   model, the LLM-API model counted by tokenizer; the BLS draft-target loop, which is not decoupled
   as on the GPU path, by its mean latency, since a whole response has no TPOT); the token
@@ -148,11 +149,20 @@ def test_bench_matches_independent_client(served, request, tmp_path):
         assert [r.output_tokens for r in recs] == [m.tokens for m in truth], protocol
         if recipe != "tiny-baseline":  # bench asked for perf metrics under the model's input names
             assert s["acceptance"]["draft_tokens"] > 0, (protocol, s["acceptance"])
-    if recipe not in TPOT_RECIPES:
-        return
+
+
+@pytest.mark.alone  # a client's clock under 3 other workers' load moves by 10% between turns
+@pytest.mark.parametrize("served", TPOT_RECIPES, indirect=True)
+def test_bench_tpot_matches_independent_client(served, request, tmp_path):
+    _, dep = served
+    recipe = request.node.callspec.params["served"]
+    prompts = load_workload("code", max_tokens=MAX_TOKENS, seed=0).sample(N, 0)
+    client = SSEClient(dep.http_url, dep.model, str(TINY / "target"))
+    client.run(prompts[0].text, 8)  # warm the connection path like bench's warm-up
+    source = "tokenizer" if recipe.endswith("-llmapi") else "server"
     attempts = []
     for _ in range(ATTEMPTS):
-        a = _tpot_attempt(wd, client, tmp_path, source)
+        a = _tpot_attempt(dep.workdir, client, tmp_path, source)
         attempts.append(a)
         if abs(_relative(a) - 1) <= 0.05:
             break
