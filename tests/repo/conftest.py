@@ -112,6 +112,9 @@ def write_engine(
         },
     }
     if backend == "reference":
+        # sdtk's reference build states the draft length once, in `speculative` (toolkit.build.configs).
+        if max_draft_len is None:
+            del cfg["build_config"]["max_draft_len"]
         cfg["reference"] = {
             "role": role,
             "checkpoint": f"/models/{role}",

@@ -23,13 +23,14 @@ def pretrained_config(ctx: BuildContext, role: str) -> dict:
     }
 
 
-def build_config(ctx: BuildContext, role: str) -> dict:
-    """`max_draft_len`: the recipe's draft length (its `draft_len`), under trtllm-build's key, which
-    deploy reads (toolkit.repo.engines); the only place config.json states it besides the
-    recipe's own `speculative` section in `reference`."""
+def build_config(ctx: BuildContext, role: str, *, with_draft_len: bool = True) -> dict:
+    """`max_draft_len`: the recipe's draft length (its `draft_len`) under trtllm-build's key, which
+    deploy reads (toolkit.repo.engines). `with_draft_len=False` leaves it out: the reference build's
+    config.json states the draft length once, in the recipe section its runtime reads
+    (`reference.speculative`), where deploy reads it too."""
     lim = ctx.recipe.build
     target = role == "target"
-    return {
+    out = {
         "max_input_len": lim.max_input_len,
         "max_seq_len": lim.max_seq_len,
         "max_batch_size": lim.max_batch_size,
@@ -38,3 +39,6 @@ def build_config(ctx: BuildContext, role: str) -> dict:
         "speculative_decoding_mode": SPEC_MODE_NAMES[ctx.mode] if target else None,
         "plugin_config": {},
     }
+    if not with_draft_len:
+        del out["max_draft_len"]
+    return out
