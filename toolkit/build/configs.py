@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from toolkit.build.context import SPEC_MODE_NAMES, BuildContext
 
 
@@ -30,7 +32,7 @@ def build_config(ctx: BuildContext, role: str, *, with_draft_len: bool = True) -
     (`reference.speculative`), where deploy reads it too."""
     lim = ctx.recipe.build
     target = role == "target"
-    out = {
+    out: dict[str, Any] = {
         "max_input_len": lim.max_input_len,
         "max_seq_len": lim.max_seq_len,
         "max_batch_size": lim.max_batch_size,
