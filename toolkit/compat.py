@@ -238,11 +238,32 @@ def check(mode: str, backend: str, version: str | None = None, family: str | Non
 
 @dataclass(frozen=True)
 class Resolution:
-    backend: str
+    """The support matrix applied to one recipe, once per build or deployment: the cell it runs
+    in (its backend), the TensorRT-LLM version planned for and where that came from, why, and the
+    warnings (deprecations; also at the end of `why`). Later stages read it instead of asking
+    the matrix again."""
+
+    cell: Cell
     version: str | None
     version_source: str  # "installed", "recipe", "none"
     why: str  # ends with the deprecation warnings, when there are any
     warnings: tuple[str, ...] = ()
+
+    @property
+    def backend(self) -> str:
+        return self.cell.backend
+
+    def check_family(self, family: str | None) -> None:
+        """The target's model family (known once its checkpoint is resolved) against the same
+        cell; CompatError naming the fix where the cell does not take it."""
+        found = problems(self.cell, None, family)
+        if found:
+            raise CompatError(
+                f"speculative.mode '{self.cell.mode}' on backend '{self.backend}': " + "; ".join(found),
+                mode=self.cell.mode,
+                backend=self.backend,
+                hint=self.cell.fix or "see `sdtk compat`",
+            )
 
 
 def resolve_backend(
@@ -293,7 +314,7 @@ def resolve_backend(
 def _resolved(c: Cell, version: str | None, source: str, why: str) -> Resolution:
     warned = tuple(warnings(c, version))
     text = why + "".join(f"; WARNING: {w}" for w in warned)
-    return Resolution(c.backend, version, source, text, warned)
+    return Resolution(c, version, source, text, warned)
 
 
 def check_recipe(

@@ -101,7 +101,7 @@ def run_recipe(name, args):
         workload=probe_wl,
         probe_prompts=args.probe_prompts,
         probe_tokens=args.new_tokens,
-        gamma_max=args.gamma_max,
+        draft_len_max=args.gamma_max,
         concurrency=(1,),
         seed=args.seed,
         runtime=rt,

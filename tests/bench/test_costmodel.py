@@ -37,9 +37,9 @@ def test_table_1(alpha, gamma, speed, ops):
 
 
 @pytest.mark.parametrize("c", sorted(OPTIMAL))
-def test_optimal_gamma_table(c):
+def test_optimal_draft_len_table(c):
     for alpha, (g, s) in zip((0.6, 0.7, 0.8, 0.9), OPTIMAL[c], strict=True):
-        got_g, got_s = cm.optimal_gamma(alpha, c)
+        got_g, got_s = cm.optimal_draft_len(alpha, c)
         assert (got_g, round(got_s, 2)) == (g, s), (c, alpha)
 
 

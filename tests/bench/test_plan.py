@@ -107,7 +107,13 @@ def test_probe_draft_target_identical_draft(random_models, tmp_path):
         "models: {target: ./target, draft: ./same}\nspeculative: {mode: draft_target, max_draft_len: 2}\n",
     )
     p = plan(
-        r, workload="code", probe_prompts=3, probe_tokens=12, gamma_max=3, concurrency=(1, 2), progress=False
+        r,
+        workload="code",
+        probe_prompts=3,
+        probe_tokens=12,
+        draft_len_max=3,
+        concurrency=(1, 2),
+        progress=False,
     )
     assert isinstance(p, PlanResult) and p.probe is not None
     assert p.basis.startswith("measured") and p.batching == "inflight"
@@ -175,7 +181,7 @@ def test_probe_with_gpu_adds_sizing_and_roofline(random_models):
         gpu="h100",
         probe_prompts=2,
         probe_tokens=8,
-        gamma_max=2,
+        draft_len_max=2,
         concurrency=(1, 64),
         temperature=0.7,
         progress=False,
@@ -208,7 +214,7 @@ def test_probe_runs_each_prompt_to_its_own_max_tokens(random_models, tmp_path, m
         prompts_file=jsonl,
         probe_prompts=2,
         probe_tokens=None,
-        gamma_max=2,
+        draft_len_max=2,
         concurrency=(1,),
         progress=False,
     )
@@ -258,7 +264,7 @@ def test_probe_ngram_and_lookahead(random_models):
         workload="summarization",
         probe_prompts=2,
         probe_tokens=10,
-        gamma_max=3,
+        draft_len_max=3,
         concurrency=(1, 2),
         progress=False,
     )
@@ -335,8 +341,8 @@ def test_hub_recipe_gets_sizing_and_assumptions_only():
 
 
 def test_bad_inputs():
-    with pytest.raises(UsageError, match="gamma_max"):
-        plan("tiny-draft-target", gamma_max=0, progress=False)
+    with pytest.raises(UsageError, match="draft_len_max"):
+        plan("tiny-draft-target", draft_len_max=0, progress=False)
     with pytest.raises(UsageError, match="positive integers"):
         plan("tiny-draft-target", concurrency=(0,), progress=False)
     with pytest.raises(UsageError, match="cannot probe"):
@@ -393,7 +399,7 @@ def test_bls_loops_fall_out_of_step_in_the_batcher():
     t=3.5  B (back since 3.0, waited 0.5) verifies alone → 5.5: B's request is done
     t=5.5  A (back since 4.0, waited 1.5) verifies alone → 7.5, then its fill → 8.5: done."""
     costs = simulate_bls(
-        [[1, 1], [0, 0]], loops=2, gamma=1, away=0.5, forward=lambda w, r: 2.0 if w > 1 else 1.0
+        [[1, 1], [0, 0]], loops=2, draft_len=1, away=0.5, forward=lambda w, r: 2.0 if w > 1 else 1.0
     )
     assert costs.verify == pytest.approx((2.0 + 2.0 + 2.5 + 3.5) / 4)  # waits included
     assert costs.fill == pytest.approx(1.0)
@@ -402,22 +408,22 @@ def test_bls_loops_fall_out_of_step_in_the_batcher():
     )
     # Loops that never leave out of step (no fills, the same away) share every forward, and a
     # fill rides in a forward padded to a verify row beside it.
-    same = simulate_bls([[0, 0]] * 4, loops=2, gamma=3, away=0.1, forward=lambda w, r: w * (1 + r / 10))
+    same = simulate_bls([[0, 0]] * 4, loops=2, draft_len=3, away=0.1, forward=lambda w, r: w * (1 + r / 10))
     assert same.one_row == 0.0 and same.verify == pytest.approx(4 * 1.2)
-    mixed = simulate_bls([[1], [0, 0]], loops=2, gamma=3, away=0.0, forward=lambda w, r: w * (1 + r / 10))
+    mixed = simulate_bls([[1], [0, 0]], loops=2, draft_len=3, away=0.0, forward=lambda w, r: w * (1 + r / 10))
     assert mixed.fill == pytest.approx(4 * 1.2)  # A's fill beside B's second verify
     # One loop: each iteration its verify forward alone, each fill a plain forward alone.
-    alone = simulate_bls([[2, 1, 0]], loops=1, gamma=2, away=9.0, forward=lambda w, r: float(w))
+    alone = simulate_bls([[2, 1, 0]], loops=1, draft_len=2, away=9.0, forward=lambda w, r: float(w))
     assert (alone.verify, alone.fill, alone.one_row, alone.forwards) == (3.0, 1.0, 1.0, 6)
     # Fewer requests than loops: repeated, each copy one iteration further on, so every loop has
     # one (plan prices the plain side at that many rows).
-    busy = simulate_bls([[0]], loops=4, gamma=1, away=0.0, forward=lambda w, r: 1.0)
+    busy = simulate_bls([[0]], loops=4, draft_len=1, away=0.0, forward=lambda w, r: 1.0)
     assert (busy.rows, busy.forwards) == (4.0, 1)
     for bad in ({"loops": 0, "away": 0.0}, {"loops": 1, "away": float("nan")}):
         with pytest.raises(ValueError):
-            simulate_bls([[0]], gamma=1, forward=lambda w, r: 1.0, **bad)
+            simulate_bls([[0]], draft_len=1, forward=lambda w, r: 1.0, **bad)
     with pytest.raises(ValueError, match="no BLS iterations"):
-        simulate_bls([[]], loops=1, gamma=1, away=0.0, forward=lambda w, r: 1.0)
+        simulate_bls([[]], loops=1, draft_len=1, away=0.0, forward=lambda w, r: 1.0)
     assert interpolate([(1, 10.0), (8, 17.0)], 4) == pytest.approx(13.0)
     assert interpolate([(4, 12.0), (8, 16.0)], 2) == pytest.approx(10.0)
     # Step times measured at γ = 1, 2, 3 where γ = 2 is dearer (a slow 3-token kernel): the
@@ -491,7 +497,7 @@ def test_speedup_at_a_concurrency_grows_each_step_and_adds_that_levels_serving_c
     fills = [[2, 0, 4], [1, 3], [0, 0, 2, 1], [3], [1, 1, 1]]
     four = t.bls_costs(4, 4, 2.6, fills)
     replay = simulate_bls(
-        fills, loops=4, gamma=4, away=0.2 + 1.5, forward=lambda w, r: 2.0 * t.batch_cost(w, r)
+        fills, loops=4, draft_len=4, away=0.2 + 1.5, forward=lambda w, r: 2.0 * t.batch_cost(w, r)
     )
     assert four.loops == replay
     assert four.step == pytest.approx(0.2 + replay.verify) and four.fill == pytest.approx(replay.fill)
@@ -539,7 +545,9 @@ def test_plan_predicts_the_mean_of_per_request_rates_that_bench_compare_reports(
     rec = load_recipe("tiny-ngram")
     p3 = next(
         p
-        for p in predict_measured(probe, "ngram", rec.speculative, gamma_max=3, concurrency=[1], alpha=None)
+        for p in predict_measured(
+            probe, "ngram", rec.speculative, draft_len_max=3, concurrency=[1], alpha=None
+        )
         if p.draft_len == 3
     )
     assert p3.throughput[1] == pytest.approx(p3.expected_tokens) == pytest.approx(36 / 21)
@@ -591,7 +599,7 @@ def test_plan_on_the_memory_bound_twin_says_so(random_models, tmp_path):
         workload="code",
         probe_prompts=2,
         probe_tokens=6,
-        gamma_max=1,
+        draft_len_max=1,
         concurrency=(1,),
         progress=False,
     )
@@ -625,7 +633,7 @@ def test_served_predictions_amortise_a_per_step_serving_cost():
     timing = StepTiming(t_base=1.58e-3, forward_points=[(1, 1.5e-3)])
     probe = Probe(4, 11, 0.0, {"name": "code"}, timing, [cfg])
     rec = load_recipe("tiny-ngram")
-    preds = predict_measured(probe, "ngram", rec.speculative, gamma_max=4, concurrency=[1], alpha=None)
+    preds = predict_measured(probe, "ngram", rec.speculative, draft_len_max=4, concurrency=[1], alpha=None)
     result = PlanResult("tiny-ngram", "ngram", "reference", "measured", [1], probe=probe, predictions=preds)
     result.recommendation = recommend(preds, "ngram", [1], "measured")
     in_process = {p.draft_len: p.speedup[1] for p in preds}
@@ -685,7 +693,7 @@ def test_draft_target_through_the_bls_loop_pays_the_plain_fill():
     assert not bls_loop(load_recipe("tiny-eagle3"), "reference")
     for backend, fills in (("reference", True), ("llmapi", False)):
         result = PlanResult("tiny-draft-target", "draft_target", backend, "", [1])
-        predict_from_probe(result, rec, probe, gamma_max=3, concurrency=[1], twin=None)
+        predict_from_probe(result, rec, probe, draft_len_max=3, concurrency=[1], twin=None)
         p3 = next(p for p in result.predictions if p.draft_len == 3)
         tau = p3.expected_tokens
         want = cm.bls_loop_speedup(tau, 3, 1e-3, 1.5e-3) if fills else cm.served_speedup(tau, 1e-3, 1.5e-3)
@@ -775,9 +783,7 @@ def test_replay_speedup_drains_the_batch():
     uneven, pre = [(3, 1), (3, 2), (5, 2)], [1.0, 1.5, 2.0]
     kw = dict(t_step=1.5, width=2, batch=2)
     assert _replay(t, uneven, pre, count=3, **kw) == pytest.approx(_replay(t, uneven, pre, **kw))
-    assert _replay(t, uneven, pre, count=6, **kw) == pytest.approx(
-        _replay(t, uneven * 2, pre * 2, **kw)
-    )
+    assert _replay(t, uneven, pre, count=6, **kw) == pytest.approx(_replay(t, uneven * 2, pre * 2, **kw))
     # One client: each request's rate is its own, so any count weighs them as the probe does.
     for count in (1, 2, 4, 5, 7):
         assert _replay(t, uneven, pre, t_step=1.5, width=2, batch=1, count=count) == pytest.approx(
@@ -809,14 +815,10 @@ def test_replay_speedup_drains_the_batch():
     lock = 1.5 * 1.2 * 5 / 2.75
     two = [(6, 2), (6, 2)]
     kw2 = dict(t_step=1.5, width=4, batch=2)
-    assert _replay(t, two, [1.0, 1.0], step_widths=[[1, 4], [1, 4]], **kw2) == pytest.approx(
-        plain6 / lock
-    )
+    assert _replay(t, two, [1.0, 1.0], step_widths=[[1, 4], [1, 4]], **kw2) == pytest.approx(plain6 / lock)
     # Crossed, every iteration is padded to 4 tokens.
     crossed = 1.5 * 1.2 * 8 / 2.75
-    assert _replay(t, two, [1.0, 1.0], step_widths=[[1, 4], [4, 1]], **kw2) == pytest.approx(
-        plain6 / crossed
-    )
+    assert _replay(t, two, [1.0, 1.0], step_widths=[[1, 4], [4, 1]], **kw2) == pytest.approx(plain6 / crossed)
     # Without them, the widest of 2 independent draws from the same widths (1 or 4, even odds):
     # 4 with probability 3/4.
     iid = 1.5 * (0.25 * 1.2 + 0.75 * 4.8) / 2.75 * 2

@@ -173,15 +173,15 @@ def test_memory_estimate_vs_gpu(make_recipe, standins, monkeypatch):
 
 def test_memory_formula():
     """2 × layers × kv_heads × head_dim × bytes per token, over max_batch_size × max_seq_len tokens."""
+    from toolkit import compat
     from toolkit.build.context import BuildContext
     from toolkit.hub import ModelFacts, Resolved
     from toolkit.recipe import parse_recipe
 
     recipe = parse_recipe({"models": {"target": "a/b"}, "build": {"max_batch_size": 8, "max_seq_len": 8192,
                                                                   "max_input_len": 4096}})  # fmt: skip
-    ctx = BuildContext(
-        recipe, "x", True, "llmapi", "", None, "none", None, root=__import__("pathlib").Path("/x")
-    )
+    resolution = compat.Resolution(compat.cell("none", "llmapi"), None, "none", "")
+    ctx = BuildContext(recipe, "x", True, resolution, None, root=__import__("pathlib").Path("/x"))
     facts = ModelFacts(source="catalogue", num_hidden_layers=32, num_key_value_heads=8, head_dim=128,
                        parameters=8_030_261_248)  # fmt: skip
     ctx.sources["target"] = Resolved("target", "a/b", facts=facts)

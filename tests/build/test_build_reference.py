@@ -12,6 +12,7 @@ from toolkit import __version__
 from toolkit.build import build
 from toolkit.hub import has_weights
 from toolkit.recipe import load_recipe
+from toolkit.repo import read_engine
 
 REPO = Path(__file__).resolve().parents[2]
 LEAD_TINY = sorted((REPO / "recipes").glob("tiny-*.yaml"))
@@ -45,8 +46,9 @@ def _check_engine_dir(d: Path, recipe, role: str) -> dict:
         "quantization",
     ):
         assert key in pc, key  # fmt: skip
-    # The draft length is stated once, under trtllm-build's key in build_config (what deploy reads).
-    assert "max_draft_len" not in pc
+    # The draft length is stated once: in the recipe section the runtime reads (below), under
+    # neither of trtllm-build's keys.
+    assert "max_draft_len" not in pc and "max_draft_len" not in bc
     assert pc["mapping"] == {"world_size": 1, "tp_size": 1, "pp_size": 1}
     # What the reference runtime computes in: the recipe's dtype, float32 for auto (not the checkpoint's).
     assert pc["dtype"] == ("float32" if recipe.dtype == "auto" else recipe.dtype)
@@ -61,7 +63,8 @@ def _check_engine_dir(d: Path, recipe, role: str) -> dict:
     assert bc["plugin_config"] == {}
     target = role == "target"
     assert bc["speculative_decoding_mode"] == (SPEC_NAMES[recipe.mode] if target else None)
-    assert bc["max_draft_len"] == (recipe.speculative.draft_len if target else 0)
+    # What deploy reads as the engine's draft length (render's serving checks): from that section.
+    assert read_engine(d, role).max_draft_len == (recipe.speculative.draft_len if target else 0)
     assert ref["role"] == role
     assert ref["speculative"] == recipe.speculative.model_dump(mode="json")
     assert ref["inflate"] == (recipe.reference.inflate if target else 1)  # the memory-bound twin

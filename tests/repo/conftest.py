@@ -40,9 +40,16 @@ _SPECS: dict[str, dict[str, Any]] = {
     "eagle3": {"mode": "eagle3", "max_draft_len": 3},
     "lookahead": {"mode": "lookahead", "window": 5, "ngram": 3, "verification_set": 4},
     "ngram": {"mode": "ngram", "max_draft_len": 4, "max_matching_ngram_size": 3},
-    "pard": {"mode": "pard", "max_draft_len": 4}, "mtp": {"mode": "mtp", "max_draft_len": 2},
+    "pard": {"mode": "pard", "max_draft_len": 4},
+    "mtp": {"mode": "mtp", "max_draft_len": 2},
 }
-_SOURCES = {"draft_target": "draft", "medusa": "medusa_heads", "eagle": "eagle_head", "eagle3": "eagle_head", "pard": "draft"}
+_SOURCES = {
+    "draft_target": "draft",
+    "medusa": "medusa_heads",
+    "eagle": "eagle_head",
+    "eagle3": "eagle_head",
+    "pard": "draft",
+}
 
 
 def make_recipe(backend: str, mode: str, **sections: Any) -> Recipe:
@@ -105,6 +112,9 @@ def write_engine(
         },
     }
     if backend == "reference":
+        # sdtk's reference build states the draft length once, in `speculative` (toolkit.build.configs).
+        if max_draft_len is None:
+            del cfg["build_config"]["max_draft_len"]
         cfg["reference"] = {
             "role": role,
             "checkpoint": f"/models/{role}",
@@ -142,8 +152,10 @@ def engines_for(tmp: Path, recipe: Recipe, backend: str, **kwargs: Any) -> dict[
 
 
 @pytest.fixture
-def render(tmp_path: Path) -> Callable[..., Any]:
-    """render(backend, mode, **recipe_sections) → RenderResult, in a fresh directory."""
+def render(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+    """render(backend, mode, **recipe_sections) → RenderResult, in a fresh directory;
+    `templates=root` renders from another template root (for that call only)."""
+    from toolkit.repo import render as render_module
     from toolkit.repo import render_repository
 
     count = [0]
@@ -156,15 +168,19 @@ def render(tmp_path: Path) -> Callable[..., Any]:
         recipe = recipe or make_recipe(backend, mode, **kw.pop("sections", {}))
         engines = kw.pop("engines", None) or engines_for(root, recipe, backend)
         options = kw.pop("llmapi_options", llmapi_options(recipe) if backend == "llmapi" else None)
-        return render_repository(
-            recipe,
-            engines,
-            out or root / "repo",
-            backend=backend,
-            llmapi_options=options,
-            tokenizer_dir=kw.pop("tokenizer_dir", "/models/tokenizer"),
-            **kw,
-        )
+        templates = kw.pop("templates", None)
+        with monkeypatch.context() as m:
+            if templates is not None:
+                m.setattr(render_module, "templates_dir", lambda: Path(templates).absolute())
+            return render_repository(
+                recipe,
+                engines,
+                out or root / "repo",
+                backend=backend,
+                llmapi_options=options,
+                tokenizer_dir=kw.pop("tokenizer_dir", "/models/tokenizer"),
+                **kw,
+            )
 
     return run
 

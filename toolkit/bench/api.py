@@ -159,7 +159,7 @@ def plan(
     """Probe acceptance and costs, size the GPU, and recommend a speculative configuration.
 
     `options`: what to probe, size and predict (PlanOptions); keyword arguments named after its
-    fields, or after RunOptions fields, change `options` or `opts` (`plan(recipe, gamma_max=4)`).
+    fields, or after RunOptions fields, change `options` or `opts` (`plan(recipe, draft_len_max=4)`).
     From `opts` the probe takes the workload, seed, temperature (default greedy) and progress
     (its step messages), and the predictions the requests per level of the `bench --compare` run
     they are for (`requests`, `sdtk bench`'s default unless given: its closed loop is replayed
@@ -169,7 +169,7 @@ def plan(
     plan_changes, run_changes = split_changes(changes, PlanOptions)
     options = dataclasses.replace(options or PlanOptions(), **plan_changes)
     opts = RunOptions.of(opts, **run_changes)
-    plan_mod.check_plan(options.gamma_max, options.probe_prompts, options.probe_tokens)
+    plan_mod.check_plan(options.draft_len_max, options.probe_prompts, options.probe_tokens)
     plan_mod.check_concurrency(options.concurrency)
     rec = load_recipe_any(recipe, overrides)
     wl = as_sent(workload_for(opts), rec)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from toolkit.build.context import SPEC_MODE_NAMES, BuildContext
 
 
@@ -23,13 +25,14 @@ def pretrained_config(ctx: BuildContext, role: str) -> dict:
     }
 
 
-def build_config(ctx: BuildContext, role: str) -> dict:
-    """`max_draft_len`: the recipe's draft length (its `draft_len`), under trtllm-build's key, which
-    deploy reads (toolkit.repo.engines); the only place config.json states it besides the
-    recipe's own `speculative` section in `reference`."""
+def build_config(ctx: BuildContext, role: str, *, with_draft_len: bool = True) -> dict:
+    """`max_draft_len`: the recipe's draft length (its `draft_len`) under trtllm-build's key, which
+    deploy reads (toolkit.repo.engines). `with_draft_len=False` leaves it out: the reference build's
+    config.json states the draft length once, in the recipe section its runtime reads
+    (`reference.speculative`), where deploy reads it too."""
     lim = ctx.recipe.build
     target = role == "target"
-    return {
+    out: dict[str, Any] = {
         "max_input_len": lim.max_input_len,
         "max_seq_len": lim.max_seq_len,
         "max_batch_size": lim.max_batch_size,
@@ -38,3 +41,6 @@ def build_config(ctx: BuildContext, role: str) -> dict:
         "speculative_decoding_mode": SPEC_MODE_NAMES[ctx.mode] if target else None,
         "plugin_config": {},
     }
+    if not with_draft_len:
+        del out["max_draft_len"]
+    return out

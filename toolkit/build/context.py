@@ -8,7 +8,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit import containers, modes
+from toolkit import compat, containers, modes
 from toolkit.hub import Resolved
 from toolkit.recipe import Recipe
 
@@ -64,10 +64,9 @@ class BuildContext:
     recipe: Recipe
     name: str
     dry_run: bool
-    backend: str
-    why: str
-    version: str | None  # TensorRT-LLM version planned for (installed wins over the recipe)
-    version_source: str  # "installed" | "recipe" | "none"
+    # The support matrix applied once (toolkit.compat): the backend, the TensorRT-LLM version planned
+    # for (installed wins over the recipe) and why; the preflight reads it, it does not ask again.
+    resolution: compat.Resolution
     installed_version: str | None
     root: Path  # workdir/<recipe name>
     # where scripts and binaries are (toolkit/data/containers/)
@@ -80,6 +79,24 @@ class BuildContext:
 
     def examples(self) -> Examples:
         return examples_dir(self.container)
+
+    @property
+    def backend(self) -> str:
+        return self.resolution.backend
+
+    @property
+    def why(self) -> str:
+        return self.resolution.why
+
+    @property
+    def version(self) -> str | None:
+        """The TensorRT-LLM version planned for."""
+        return self.resolution.version
+
+    @property
+    def version_source(self) -> str:
+        """installed | recipe | none"""
+        return self.resolution.version_source
 
     @property
     def mode(self) -> str:

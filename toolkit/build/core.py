@@ -55,6 +55,9 @@ class BuildResult:
     backend_why: str
     trtllm_version: str | None
     version_source: str
+    # The support matrix's answer the build ran with (backend, backend_why, trtllm_version and
+    # version_source above are its fields): deploy hands it to render instead of asking again.
+    resolution: compat.Resolution = field(repr=False, compare=False)
     dry_run: bool
     root: Path
     outputs: dict[str, str]
@@ -112,7 +115,7 @@ def choose_backend(recipe: Recipe, *, dry_run: bool, installed: str | None) -> c
         cell = compat.cell(recipe.mode, "reference")
         if cell.supported:
             return compat.Resolution(
-                "reference", None, "none",
+                cell, None, "none",
                 f"auto → reference: TensorRT-LLM is not installed ({cell.reason}); "
                 "add --dry-run to plan the GPU build instead",
             )  # fmt: skip
@@ -299,10 +302,7 @@ def _context(
         recipe=recipe,
         name=name,
         dry_run=dry_run,
-        backend=res.backend,
-        why=res.why,
-        version=res.version,
-        version_source=res.version_source,
+        resolution=res,
         installed_version=installed,
         root=root,
         container=containers.layout(trtllm_version=res.version, container=container, root=container_root),
@@ -314,15 +314,11 @@ def _preflight(ctx: BuildContext, runtime: CheckResult, say: Progress) -> list[C
     """Every preflight check, each reported unless it passed; PreflightFailed if any failed."""
     results: list[CheckResult] = [runtime]
     try:
-        warned: tuple[str, ...] = ()
+        # The backend was resolved once (_context); only the target's model family is new here.
         if ctx.backend != "reference":
-            warned = compat.check_recipe(
-                ctx.recipe,
-                installed_version=ctx.installed_version,
-                family=ctx.sources["target"].facts.model_type,
-            ).warnings
+            ctx.resolution.check_family(ctx.sources["target"].facts.model_type)
         # A deprecated path (the engine path on TensorRT-LLM 1.2.x) runs, with a warning.
-        results.append(CheckResult("backend", WARNING if warned else PASSED, ctx.why))
+        results.append(CheckResult("backend", WARNING if ctx.resolution.warnings else PASSED, ctx.why))
     except CompatError as e:
         results.append(CheckResult("backend", preflight.FAILED, str(e), e.hint))
     results += preflight.check_sources(ctx, _needs(ctx))
@@ -372,6 +368,7 @@ def _result(ctx: BuildContext, steps: list[Step], results: list[CheckResult]) ->
         backend_why=ctx.why,
         trtllm_version=ctx.version,
         version_source=ctx.version_source,
+        resolution=ctx.resolution,
         dry_run=ctx.dry_run,
         root=ctx.root,
         outputs=outputs,

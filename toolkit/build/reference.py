@@ -32,7 +32,8 @@ def engine_config(ctx: BuildContext, role: str) -> dict:
     return {
         "version": f"sdtk-reference-{__version__}",
         "pretrained_config": pretrained_config(ctx, role),
-        "build_config": build_config(ctx, role),
+        # The draft length once: in `speculative` below (the recipe's section), not in build_config too.
+        "build_config": build_config(ctx, role, with_draft_len=False),
         "reference": {
             "role": role,
             "checkpoint": _path(ctx, role),

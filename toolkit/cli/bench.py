@@ -193,7 +193,14 @@ def bench(
     "with that many; the share that runs in the draining tail changes the speedup); for a run with "
     "--rounds K, its requests per round (requests ÷ K). Default: bench's.",
 )
-@click.option("--gamma-max", default=8, show_default=True, type=int, help="Longest draft length to consider.")
+@click.option(
+    "--gamma-max",
+    "draft_len_max",
+    default=8,
+    show_default=True,
+    type=int,
+    help="Longest draft length (γ) to consider.",
+)
 @click.option(
     "--concurrency",
     default="1,2,4,8,16,32,64",
@@ -217,7 +224,7 @@ def plan(
     no_probe: bool,
     probe_prompts: int,
     requests: int | None,
-    gamma_max: int,
+    draft_len_max: int,
     concurrency: str,
     serving_overhead_ms: float | None,
     overrides: tuple[str, ...],
@@ -236,7 +243,7 @@ def plan(
         tp=tp,
         probe=False if no_probe else None,
         probe_prompts=probe_prompts,
-        gamma_max=gamma_max,
+        draft_len_max=draft_len_max,
         concurrency=_ints(concurrency) or (1,),
         serving_overhead=serving_overhead_ms / 1e3 if serving_overhead_ms else None,
     )  # the overrides are in the loaded recipe

@@ -15,8 +15,8 @@ from toolkit.server.workdir import DEFAULT_WORKDIR, REPO_SUBDIR
 
 def render_target(recipe: Recipe, options: DeployOptions, progress: Step) -> DeployResult:
     """Write the files that deploy `recipe` on `options.target` (k8s | slurm) under `options.out`;
-    the support matrix's warnings (the engine path deprecated on 1.2.x) go to `progress` too."""
-    from toolkit.compat import check_recipe
+    the support matrix's warnings (the engine path deprecated on 1.2.x), from the topology that
+    applied it once, go to `progress` too."""
     from toolkit.repo.render import entry_point
 
     target, out = options.target, options.out
@@ -38,7 +38,7 @@ def render_target(recipe: Recipe, options: DeployOptions, progress: Step) -> Dep
     # What clients call is decided (and a bad serving.model_name refused) before a file is written.
     entry, kind = entry_point(recipe, topology.backend)
     files = write_k8s(k8s, out, validate=True) if target == "k8s" else write_slurm(slurm, out)
-    for w in check_recipe(recipe, installed_version=topology.trtllm_version).warnings:
+    for w in topology.warnings:
         progress(f"WARNING: {w}")
     return DeployResult(
         recipe=recipe.display_name,

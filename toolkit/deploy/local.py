@@ -2,7 +2,9 @@
 tritonserver here → validate, detached or in the foreground.
 
 The deployment is resolved once (`resolve`: the recipe as deployed, its directory, the build's
-backend, the rendered repository and its launch plan) and every later stage reads that.
+backend through the support matrix, the launch plan and the rendered repository) and every later
+stage reads that; `sdtk deploy --dry-run` (toolkit.deploy.plan) reads the same resolution,
+unrendered.
 """
 
 from __future__ import annotations
@@ -28,24 +30,34 @@ if TYPE_CHECKING:
     from toolkit.build import BuildResult
     from toolkit.repo import RenderResult
     from toolkit.server.launch import TritonServer
+    from toolkit.server.plan import LaunchPlan
 
 _stderr = steps("deploy")
 
 
 @dataclass(frozen=True)
 class LocalDeployment:
-    """One local deployment, resolved once: the recipe as deployed, its directory, the build
-    (backend, support-matrix resolution, sources) and the rendered repository (entry model,
-    launch plan)."""
+    """One local deployment, resolved once (`resolve`): the recipe as deployed (`--backend`
+    applied), its directory, the build (its backend through the support matrix,
+    `built.resolution`; the sources), the launch plan (toolkit.server.plan) and, unless it is a
+    dry run, the rendered repository (entry model; it carries the same plan)."""
 
     recipe: Recipe
     root: Path
     built: BuildResult
-    rendered: RenderResult
+    launch: LaunchPlan
+    rendered: RenderResult | None = None  # None: a dry run renders nothing
+
+    @property
+    def repo(self) -> RenderResult:
+        """The rendered repository (what launch, validation and the watchdog read)."""
+        if self.rendered is None:
+            raise SdtkError(f"the dry run of {self.recipe.display_name} rendered no repository")
+        return self.rendered
 
     def result(self) -> DeployResult:
         """The DeployResult before launch: what was built and rendered."""
-        built, rendered = self.built, self.rendered
+        built, rendered = self.built, self.repo
         return DeployResult(
             recipe=self.recipe.display_name,
             backend=built.backend,
@@ -66,19 +78,52 @@ class LocalDeployment:
         )
 
 
-def resolve(recipe: Recipe, *, backend: str | None, workdir: Path | None, progress: Step) -> LocalDeployment:
-    """Build (or reuse) the engines, render the model repository and save the deployed recipe:
-    the deployment every later stage reads."""
+def resolve(
+    recipe: Recipe,
+    *,
+    backend: str | None,
+    workdir: Path | None,
+    progress: Step,
+    dry_run: bool = False,
+    container: str | None = None,
+    container_root: Path | str | None = None,
+) -> LocalDeployment:
+    """The deployment every later stage reads, resolved in this one place: the build (or its plan,
+    `dry_run`) resolves the backend through the support matrix, once; the launch plan follows from
+    it, once; then (not a dry run) the repository is rendered with both and the deployed recipe
+    saved. `container`, `container_root`: the tritonserver:<yy.mm> layout a dry run plans for, as
+    `build`'s."""
     from toolkit.build import build
+    from toolkit.server.plan import plan_launch
+
+    if backend is not None and backend != recipe.backend:  # as build() applies it
+        recipe = recipe.model_copy(update={"backend": backend})
+    root = deployment_dir(recipe, workdir)
+    built = build(
+        recipe,
+        workdir=root.parent,
+        dry_run=dry_run,
+        progress=progress,
+        container=container,
+        container_root=container_root,
+    )
+    d = LocalDeployment(recipe, root, built, plan_launch(recipe, built.backend))
+    return d if dry_run else _render(d, progress)
+
+
+def _render(d: LocalDeployment, progress: Step) -> LocalDeployment:
+    """Render the resolved deployment's repository (its backend and launch plan as resolved) and
+    save the deployed recipe beside it."""
     from toolkit.repo import render_repository
 
-    root = deployment_dir(recipe, workdir)
-    built = build(recipe, backend=backend, workdir=root.parent, dry_run=False, progress=progress)
+    built, root = d.built, d.root
     engines: dict[str, Path | str] = {
         role: Path(path) for role, path in built.outputs.items() if role in ("target", "draft")
     }
     progress(f"rendering the {built.backend} model repository into {root / REPO_SUBDIR}")
-    rendered = render_repository(recipe, engines, root / REPO_SUBDIR, backend=built.backend)
+    rendered = render_repository(
+        d.recipe, engines, root / REPO_SUBDIR, backend=built.backend, launch=d.launch
+    )
     for w in rendered.warnings:
         progress(f"warning: {w}")
     if rendered.missing:
@@ -86,8 +131,8 @@ def resolve(recipe: Recipe, *, backend: str | None, workdir: Path | None, progre
             f"the repository at {rendered.path} still needs: {', '.join(rendered.missing)}",
             hint=f"see {rendered.runbook}",
         )
-    save_recipe(recipe, root)
-    return LocalDeployment(recipe, root, built, rendered)
+    save_recipe(d.recipe, root)
+    return replace(d, rendered=rendered)
 
 
 def render(
@@ -95,7 +140,7 @@ def render(
 ) -> tuple[Any, Any]:
     """Build (or reuse) the engines and render the model repository. Returns (BuildResult, RenderResult)."""
     d = resolve(recipe, backend=backend, workdir=workdir, progress=progress)
-    return d.built, d.rendered
+    return d.built, d.repo
 
 
 @contextlib.contextmanager
@@ -137,8 +182,6 @@ def deploy_local(
     from toolkit.server.launch import check_launch_path, check_workdir_free
     from toolkit.server.lock import WorkdirLock
 
-    if options.backend is not None and options.backend != recipe.backend:  # as build() applies it
-        recipe = recipe.model_copy(update={"backend": options.backend})
     options = replace(options, on_failure=options.on_failure or ("none" if options.detach else "stop"))
     root = deployment_dir(recipe, options.workdir)
     if not options.render_only:
@@ -147,7 +190,7 @@ def deploy_local(
     # server inherits the lock (toolkit.server.lock), this process drops its copy on return.
     with WorkdirLock.acquire(root, f"sdtk deploy {recipe.display_name}") as lock, _disk_full_named(root):
         check_workdir_free(root)
-        d = resolve(recipe, backend=None, workdir=options.workdir, progress=progress)
+        d = resolve(recipe, backend=options.backend, workdir=options.workdir, progress=progress)
         result = d.result()
         if options.render_only:
             return result
@@ -170,7 +213,7 @@ def _launch(d: LocalDeployment, options: DeployOptions, progress: Step) -> Trito
     if d.built.backend != "reference" and not options.tritonserver:
         progress("the engine and llmapi backends need tritonserver from NVIDIA's TensorRT-LLM container")
     server = server_for(
-        d.recipe, d.rendered, d.root, tritonserver=options.tritonserver, auto_ports=options.auto_ports
+        d.recipe, d.repo, d.root, tritonserver=options.tritonserver, auto_ports=options.auto_ports
     )
     server.ready_timeout = options.ready_timeout
     server.validation = "pending" if options.validate else "skipped"  # status tells an unfinished one
@@ -216,8 +259,8 @@ def _started(
         progress(
             survive_burst(
                 server,
-                decoupled=d.rendered.decoupled,
-                llmapi=d.rendered.entry_kind == "llmapi",
+                decoupled=d.repo.decoupled,
+                llmapi=d.repo.entry_kind == "llmapi",
                 output_room=build.max_seq_len - build.max_input_len,
             )
         )

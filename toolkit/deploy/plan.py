@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolkit.deploy.result import deployment_dir
 from toolkit.progress import quiet
 from toolkit.recipe import Recipe
 from toolkit.server.workdir import REPO_SUBDIR
@@ -87,24 +86,22 @@ def plan_deploy(
     /opt/tritonserver/bin/tritonserver) unless --tritonserver names another; the reference backend
     uses the tritonserver `deploy` would pick. `container` / `container_root`: as for `build`.
     """
-    from toolkit.build import build
+    from toolkit.deploy.local import resolve
     from toolkit.repo.render import entry_point
     from toolkit.server.discover import Candidate
     from toolkit.server.launch import TritonServer
-    from toolkit.server.plan import plan_launch
 
-    root = deployment_dir(recipe, workdir)
-    built = build(
+    d = resolve(
         recipe,
         backend=backend,
-        workdir=root.parent,
-        dry_run=True,
+        workdir=workdir,
         progress=quiet,
+        dry_run=True,
         container=container,
         container_root=container_root,
     )
+    recipe, root, built, launch = d.recipe, d.root, d.built, d.launch
     entry, _kind = entry_point(recipe, built.backend)
-    launch = plan_launch(recipe, built.backend)  # what render_repository will store
     binary: Any = tritonserver
     if binary is None and built.backend != "reference":
         from toolkit import containers

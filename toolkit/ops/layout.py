@@ -39,6 +39,7 @@ class Topology:
     nodes: int
     why: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    warnings: tuple[str, ...] = ()  # the support matrix's (a deprecated path), also at the end of `why`
 
     @property
     def ranks(self) -> int:
@@ -107,7 +108,7 @@ def plan_topology(
     if backend == "reference":
         if world > 1:
             notes.append(f"backend reference runs on CPU; parallel.tp×pp = {world} is ignored")
-        return Topology(backend, version, launch, gpus_per_node, 1, res.why, tuple(notes))
+        return Topology(backend, version, launch, gpus_per_node, 1, res.why, tuple(notes), res.warnings)
     if launch.multi_model:
         notes.append(
             "engine draft-target runs in orchestrator mode (--multi-model): one tritonserver that "
@@ -116,7 +117,7 @@ def plan_topology(
     nodes = max(1, math.ceil(world / gpus_per_node))
     if nodes > 1:
         _check_multi_node(backend, launch, world, nodes, gpus_per_node)
-    return Topology(backend, version, launch, gpus_per_node, nodes, res.why, tuple(notes))
+    return Topology(backend, version, launch, gpus_per_node, nodes, res.why, tuple(notes), res.warnings)
 
 
 def _check_multi_node(backend: str, launch: LaunchPlan, world: int, nodes: int, gpus_per_node: int) -> None:

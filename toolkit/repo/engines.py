@@ -74,7 +74,15 @@ class EngineInfo:
 
     @property
     def max_draft_len(self) -> int:
-        return self.number("max_draft_len", 0)
+        """build_config.max_draft_len (trtllm-build's engines, the llmapi build); a reference
+        directory states the draft length once, in its recipe section (`reference.speculative`,
+        by the mode's draft_len rule), and a draft model there takes no draft tokens (0)."""
+        ref = self.reference
+        if ref is None or "max_draft_len" in self.build:
+            return self.number("max_draft_len", 0)
+        if self.role != "target":
+            return 0
+        return int(_speculative(ref.get("speculative"), self.config_path).draft_len)
 
     @property
     def max_beam_width(self) -> int:
@@ -100,6 +108,22 @@ class EngineInfo:
         mapping = self.pretrained.get("mapping") or {}
         tp, pp = int(mapping.get("tp_size", 1) or 1), int(mapping.get("pp_size", 1) or 1)
         return int(mapping.get("world_size", tp * pp) or tp * pp)
+
+
+def _speculative(data: Any, config_path: Path) -> Any:
+    """A reference directory's `speculative` section as its recipe class; RenderError if invalid."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from toolkit.recipe import Speculative
+
+    try:
+        return TypeAdapter(Speculative).validate_python(data or {"mode": "none"})
+    except ValidationError as e:
+        raise RenderError(
+            f"reference.speculative is invalid: {e.errors()[0]['msg']}",
+            file=config_path,
+            hint="rebuild the engine directory (`sdtk build`)",
+        ) from None
 
 
 def read_engine(path: Path | str, role: str) -> EngineInfo:

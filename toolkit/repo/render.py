@@ -37,7 +37,7 @@ from toolkit.repo.result import MANIFEST, RUNBOOK, RenderResult
 from toolkit.repo.templates import RepoFile, environment, pybool, python_model, render_template
 from toolkit.repo.versions import LLMAPI_MODEL_DIRS, llmapi_late_inputs
 from toolkit.resources import templates_dir
-from toolkit.server.plan import plan_launch
+from toolkit.server.plan import LaunchPlan, plan_launch
 
 BACKENDS = ("engine", "llmapi", "reference")
 TRTLLM_DIR_ENV = "TRTLLM_DIR"
@@ -547,33 +547,17 @@ def _write(out: Path, files: list[RepoFile], empty_dirs: list[str]) -> None:
 # --------------------------------------------------------------------------- entry point
 
 
-def render_repository(
-    recipe: Recipe,
-    engines: dict[str, Path | str],
-    out_dir: Path | str,
-    *,
-    backend: str,
-    llmapi_options: dict[str, Any] | None = None,
-    tokenizer_dir: Path | str | None = None,
-    trtllm_dir: Path | str | None = None,
-    templates: Path | str | None = None,
-) -> RenderResult:
-    """Render the Triton model repository of `recipe` into `out_dir` (atomically).
-
-    engines: {"target": dir, "draft": dir} engine directories with config.json ("draft" only
-      for draft-target on engine/reference).
-    backend: "engine" | "llmapi" | "reference" (resolved, not "auto").
-    llmapi_options: the build's extra_llm_api_options (speculative_config included); default:
-      the file the target's config.json `llmapi` section names.
-    tokenizer_dir: override the tokenizer pre/postprocessing load.
-    trtllm_dir: a TensorRT-LLM checkout whose llmapi model.py to copy; default $TRTLLM_DIR.
-    templates: another template root (tests).
-    """
-    from toolkit.compat import check
-
+def _check_pair(recipe: Recipe, backend: str, launch: LaunchPlan | None) -> None:
+    """The (mode, backend) pair and serving options render refuses. With the deployment's launch
+    plan, the support matrix was applied by the build that resolved its backend: not asked again."""
     if backend not in BACKENDS:
         raise RenderError(f"backend must be one of {', '.join(BACKENDS)}, not '{backend}'")
-    check(recipe.mode, backend)  # CompatError for pairs the support matrix rules out
+    if launch is None:
+        from toolkit.compat import check
+
+        check(recipe.mode, backend)  # CompatError for pairs the support matrix rules out
+    elif launch.backend != backend:
+        raise RenderError(f"the launch plan is for backend '{launch.backend}', not '{backend}'")
     if (
         recipe.repository_layout(backend) == "inflight_batcher_llm"
         and modes.info(recipe.mode).two_model
@@ -588,6 +572,48 @@ def render_repository(
             backend=backend,
             hint="set serving.decoupled: false (the draft-target BLS does not stream)",
         )
+
+
+def _launch_plan(recipe: Recipe, backend: str, target: EngineInfo, launch: LaunchPlan | None) -> LaunchPlan:
+    """The deployment's launch plan, planned once, for engines built for the recipe's world size;
+    without one, the plan of the target engine as built."""
+    if launch is None:
+        return plan_launch(recipe, backend, engine_world_size=target.world_size)
+    if target.world_size != recipe.parallel.world_size:
+        raise RenderError(
+            f"the target engine was built for world size {target.world_size}, but the recipe's "
+            f"parallel.tp×pp is {recipe.parallel.world_size}",
+            file=target.config_path,
+            hint="rebuild the engines for this recipe (`sdtk build`)",
+        )
+    return launch
+
+
+def render_repository(
+    recipe: Recipe,
+    engines: dict[str, Path | str],
+    out_dir: Path | str,
+    *,
+    backend: str,
+    llmapi_options: dict[str, Any] | None = None,
+    tokenizer_dir: Path | str | None = None,
+    trtllm_dir: Path | str | None = None,
+    launch: LaunchPlan | None = None,
+) -> RenderResult:
+    """Render the Triton model repository of `recipe` into `out_dir` (atomically).
+
+    engines: {"target": dir, "draft": dir} engine directories with config.json ("draft" only
+      for draft-target on engine/reference).
+    backend: "engine" | "llmapi" | "reference" (resolved, not "auto").
+    llmapi_options: the build's extra_llm_api_options (speculative_config included); default:
+      the file the target's config.json `llmapi` section names.
+    tokenizer_dir: override the tokenizer pre/postprocessing load.
+    trtllm_dir: a TensorRT-LLM checkout whose llmapi model.py to copy; default $TRTLLM_DIR.
+    launch: the deployment's launch plan (toolkit.deploy.local.resolve: planned once, after the
+      build resolved `backend` through the support matrix); render then checks no cell and plans
+      no launch of its own. None: both here, the launch from the target engine's world size.
+    """
+    _check_pair(recipe, backend, launch)
     out = Path(out_dir).expanduser().absolute()
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not _is_repository(out))):
         raise RenderError(
@@ -604,7 +630,7 @@ def render_repository(
     info = {role: read_engine(engines[role], role) for role in roles}
     warnings = _check_engines(recipe, backend, info)
     entry, kind = entry_point(recipe, backend)
-    root = Path(templates).absolute() if templates is not None else templates_dir()
+    root = templates_dir()
     env = environment(root)
 
     missing: list[str] = []
@@ -644,7 +670,7 @@ def render_repository(
         decoupled=recipe.serving.decoupled,
         files=[],
         tensorrt_llm_models=llm_models,
-        launch=plan_launch(recipe, backend, engine_world_size=info["target"].world_size),
+        launch=_launch_plan(recipe, backend, info["target"], launch),
         warnings=warnings,
         missing=missing,
     )

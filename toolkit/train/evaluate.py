@@ -24,7 +24,7 @@ def holdout_metrics(
         probe=True,
         probe_prompts=n,
         probe_tokens=tokens,
-        gamma_max=draft_len,  # bench's name for the longest draft length
+        draft_len_max=draft_len,  # bench's name for the longest draft length
         concurrency=(1,),
         threads=threads,
         seed=seed,

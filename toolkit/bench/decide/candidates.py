@@ -30,7 +30,7 @@ def _tree_prefixes(choices: list[list[int]], max_candidates: int = 4) -> list[li
     return out
 
 
-def probe_candidates(recipe: Recipe, gamma_max: int) -> list[tuple[str, dict[str, Any]]]:
+def probe_candidates(recipe: Recipe, draft_len_max: int) -> list[tuple[str, dict[str, Any]]]:
     """Configurations the probe runs: (label, speculative fields to override)."""
     spec: Any = recipe.speculative  # any mode's: a field is read only where the mode has it
     if not info(spec.mode).reference.supported:
@@ -38,7 +38,7 @@ def probe_candidates(recipe: Recipe, gamma_max: int) -> list[tuple[str, dict[str
     if is_chain(spec):
         # The longest chain gives acceptance at every position (and its accepted runs predict τ
         # for every shorter γ); shorter chains add measured step times to interpolate between.
-        g = max(gamma_max, spec.max_draft_len)
+        g = max(draft_len_max, spec.max_draft_len)
         extra = sorted({1, (g + 1) // 2} - {g}, reverse=True)
         return [(f"γ={x}", {"max_draft_len": x}) for x in [g, *extra]]
     tree = tree_field(spec)

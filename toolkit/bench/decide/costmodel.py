@@ -24,42 +24,42 @@ from dataclasses import dataclass
 from typing import Protocol
 
 
-def expected_tokens(alpha: float, gamma: int) -> float:
+def expected_tokens(alpha: float, draft_len: int) -> float:
     """Leviathan Eq. 1: E[#tokens per step] = (1 − α^{γ+1}) / (1 − α), capped geometric."""
     _check_alpha(alpha)
-    _check_gamma(gamma)
+    _check_draft_len(draft_len)
     if alpha >= 1.0:
-        return gamma + 1.0
-    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+        return draft_len + 1.0
+    return (1 - alpha ** (draft_len + 1)) / (1 - alpha)
 
 
-def speedup(alpha: float, gamma: int, c: float) -> float:
+def speedup(alpha: float, draft_len: int, c: float) -> float:
     """Leviathan Thm 3.8: walltime improvement (1 − α^{γ+1}) / ((1 − α)(γc + 1))."""
     if c < 0:
         raise ValueError(f"cost ratio c must be ≥ 0, got {c}")
-    return expected_tokens(alpha, gamma) / (gamma * c + 1)
+    return expected_tokens(alpha, draft_len) / (draft_len * c + 1)
 
 
-def ops_factor(alpha: float, gamma: int, c_hat: float = 0.0) -> float:
+def ops_factor(alpha: float, draft_len: int, c_hat: float = 0.0) -> float:
     """Leviathan Thm 3.11: arithmetic operations grow by (1 − α)(γĉ + γ + 1)/(1 − α^{γ+1})."""
-    return (gamma * c_hat + gamma + 1) / expected_tokens(alpha, gamma)
+    return (draft_len * c_hat + draft_len + 1) / expected_tokens(alpha, draft_len)
 
 
-def optimal_gamma(alpha: float, c: float, max_gamma: int = 64) -> tuple[int, float]:
-    """argmax_γ S(α, γ, c) over 1..max_gamma (Leviathan §3.5: found numerically)."""
-    best = max(range(1, max_gamma + 1), key=lambda g: (speedup(alpha, g, c), -g))
+def optimal_draft_len(alpha: float, c: float, draft_len_max: int = 64) -> tuple[int, float]:
+    """argmax_γ S(α, γ, c) over 1..draft_len_max (Leviathan §3.5: found numerically)."""
+    best = max(range(1, draft_len_max + 1), key=lambda g: (speedup(alpha, g, c), -g))
     return best, speedup(alpha, best, c)
 
 
-def expected_tokens_from_marginals(marginals: Sequence[float], gamma: int | None = None) -> float:
+def expected_tokens_from_marginals(marginals: Sequence[float], draft_len: int | None = None) -> float:
     """Non-i.i.d. E = 1 + Σ_{k<γ} m_k, where m_k = P(draft positions 1..k+1 all accepted).
 
     With conditional acceptances a_i, m_k = Π_{i≤k} a_i; measured chain statistics give m_k
     directly as accepted_k / proposed_k.
     """
-    ms = list(marginals if gamma is None else marginals[:gamma])
-    if gamma is not None and gamma > len(marginals):
-        raise ValueError(f"only {len(marginals)} positions were measured, cannot evaluate γ={gamma}")
+    ms = list(marginals if draft_len is None else marginals[:draft_len])
+    if draft_len is not None and draft_len > len(marginals):
+        raise ValueError(f"only {len(marginals)} positions were measured, cannot evaluate γ={draft_len}")
     for m in ms:
         if not 0 <= m <= 1:
             raise ValueError(f"marginal acceptance {m} is outside [0, 1]")
@@ -82,8 +82,8 @@ def conditionals_from_marginals(marginals: Sequence[float]) -> list[float]:
     return out
 
 
-def iid_marginals(alpha: float, gamma: int) -> list[float]:
-    return [alpha ** (k + 1) for k in range(gamma)]
+def iid_marginals(alpha: float, draft_len: int) -> list[float]:
+    return [alpha ** (k + 1) for k in range(draft_len)]
 
 
 def _check_alpha(alpha: float) -> None:
@@ -91,9 +91,9 @@ def _check_alpha(alpha: float) -> None:
         raise ValueError(f"acceptance rate α must lie in [0, 1], got {alpha}")
 
 
-def _check_gamma(gamma: int) -> None:
-    if gamma < 0:
-        raise ValueError(f"draft length γ must be ≥ 0, got {gamma}")
+def _check_draft_len(draft_len: int) -> None:
+    if draft_len < 0:
+        raise ValueError(f"draft length γ must be ≥ 0, got {draft_len}")
 
 
 # --------------------------------------------------------------------------- step costs
@@ -150,8 +150,10 @@ class Shape:
     label: str = ""
 
 
-def chain_shape(gamma: int, *, draft_forwards: int | None = None) -> Shape:
-    return Shape(gamma if draft_forwards is None else draft_forwards, gamma + 1, f"chain γ={gamma}")
+def chain_shape(draft_len: int, *, draft_forwards: int | None = None) -> Shape:
+    return Shape(
+        draft_len if draft_forwards is None else draft_forwards, draft_len + 1, f"chain γ={draft_len}"
+    )
 
 
 def tree_shape(nodes: int, depth: int, *, draft_forwards: int | None = None) -> Shape:
@@ -206,7 +208,7 @@ def served_speedup(expected: float, t_plain: float, t_spec: float, overhead: flo
 
 def bls_loop_speedup(
     expected: float,
-    gamma: int,
+    draft_len: int,
     t_plain: float,
     t_step: float,
     overhead: float = 0.0,
@@ -220,9 +222,9 @@ def bls_loop_speedup(
     (γ+1)(t_plain + o) / (t_step + (γ+1−τ)·t_fill + o). `t_fill`: what one of those plain steps
     costs, t_plain unless said otherwise (in a batch the loops drift apart, and a fill row
     rides in forwards padded to the rows that verify)."""
-    fill = max(0.0, gamma + 1 - expected)
+    fill = max(0.0, draft_len + 1 - expected)
     fill_step = t_plain if t_fill is None else t_fill
-    return served_speedup(gamma + 1.0, t_plain, t_step + fill * fill_step, overhead)
+    return served_speedup(draft_len + 1.0, t_plain, t_step + fill * fill_step, overhead)
 
 
 def request_mean_speedup(
@@ -267,10 +269,10 @@ def request_mean_speedup(
 
 
 def leviathan_speedup_with_verify(
-    expected: float, gamma_draft: int, c: float, kappa: float, verify_tokens: int
+    expected: float, draft_len: int, c: float, kappa: float, verify_tokens: int
 ) -> float:
     """Batch-1 closed form of `step_speedup` with linear costs: E / (γc + 1 + κ(n − 1))."""
-    return expected / (gamma_draft * c + 1 + kappa * (verify_tokens - 1))
+    return expected / (draft_len * c + 1 + kappa * (verify_tokens - 1))
 
 
 def fmt_x(x: float | None, digits: int = 2) -> str:

@@ -54,7 +54,7 @@ def simulate_bls(
     requests: Sequence[Sequence[int]],
     *,
     loops: int,
-    gamma: int,
+    draft_len: int,
     away: float,
     forward: Callable[[int, int], float],
 ) -> LoopCosts:
@@ -105,7 +105,7 @@ def simulate_bls(
             now = returns[0][0]
             continue
         # One forward over every active request's step: a verify step (γ + 1 tokens) or a fill.
-        width = gamma + 1 if any(lp.fills < 0 for lp in active) else 1
+        width = draft_len + 1 if any(lp.fills < 0 for lp in active) else 1
         rows = len(active)
         seconds = forward(width, rows)
         now += seconds
@@ -137,7 +137,7 @@ def iteration_costs(
     requests: Sequence[Sequence[int]],
     *,
     loops: int,
-    gamma: int,
+    draft_len: int,
     t_step: float,
     serving: float,
     forward: Callable[[int, int], float],
@@ -149,8 +149,8 @@ def iteration_costs(
     target's batch. The step is the draft plus the wait for and the run of its verify forward; a
     fill costs the forward it rides in. At one loop: max(t_step, forward(γ + 1, 1)) and
     forward(1, 1)."""
-    draft = max(0.0, t_step - forward(gamma + 1, 1))
-    replay = simulate_bls(requests, loops=loops, gamma=gamma, away=draft + serving, forward=forward)
+    draft = max(0.0, t_step - forward(draft_len + 1, 1))
+    replay = simulate_bls(requests, loops=loops, draft_len=draft_len, away=draft + serving, forward=forward)
     return IterationCosts(draft + replay.verify, replay.fill, replay)
 
 

@@ -51,7 +51,7 @@ class PlanOptions:
 
     `gpu`: the GPU to size for (None: h100 when nothing was probed); `probe`: True / False, or
     None to probe when this machine can; `probe_prompts` prompts of `probe_tokens` new tokens each
-    (None: each prompt's own max_tokens); draft lengths up to `gamma_max`; predictions at
+    (None: each prompt's own max_tokens); draft lengths up to `draft_len_max`; predictions at
     `concurrency`, and for `assumed_alphas` without a probe; `context`: KV tokens for the
     roofline; `tp`: the TP size to check (default the recipe's); `fetch`: what the hub look-ups
     may download; `threads`: torch threads during the probe (None: a reference deployment's);
@@ -62,7 +62,7 @@ class PlanOptions:
     probe: bool | None = None
     probe_prompts: int = 24
     probe_tokens: int | None = 64
-    gamma_max: int = 8
+    draft_len_max: int = 8
     concurrency: Sequence[int] = DEFAULT_CONCURRENCY
     assumed_alphas: Sequence[float] = ASSUMED_ALPHAS
     context: int | None = None
@@ -72,11 +72,13 @@ class PlanOptions:
     serving_overhead: float | None = None
 
 
-def check_plan(gamma_max: int, probe_prompts: int, probe_tokens: int | None) -> None:
+def check_plan(draft_len_max: int, probe_prompts: int, probe_tokens: int | None) -> None:
     """`probe_tokens` None: each prompt's own max_tokens (a workload's prompts are validated
     when it is loaded)."""
-    if gamma_max < 1:
-        raise UsageError(f"gamma_max must be ≥ 1, got {gamma_max}")
+    if draft_len_max < 1:
+        raise UsageError(
+            f"the longest draft length (draft_len_max, --gamma-max) must be ≥ 1, got {draft_len_max}"
+        )
     if probe_prompts < 1 or (probe_tokens is not None and probe_tokens < 2):
         raise UsageError("the probe needs at least 1 prompt and 2 new tokens per prompt")
 
@@ -108,7 +110,7 @@ def predict_from_probe(
     rec: Recipe,
     probe: Probe,
     *,
-    gamma_max: int,
+    draft_len_max: int,
     concurrency: list[int],
     twin: str | None,
 ) -> None:
@@ -122,7 +124,7 @@ def predict_from_probe(
         probe,
         spec.mode,
         spec,
-        gamma_max=gamma_max,
+        draft_len_max=draft_len_max,
         concurrency=concurrency,
         alpha=alpha.point if alpha else None,
         bls_loop=through_bls,
@@ -171,7 +173,7 @@ def add_serving_overhead(
         result.probe,
         rec.speculative.mode,
         rec.speculative,
-        gamma_max=max(p.draft_len for p in result.predictions),
+        draft_len_max=max(p.draft_len for p in result.predictions),
         concurrency=result.concurrency,
         alpha=alpha.point if alpha else None,
         bls_loop=bls_loop(rec, result.backend),
@@ -198,7 +200,7 @@ def size_and_roofline(
     `target_dtype`: the target checkpoint's own dtype when known (a recipe dtype `auto` takes it);
     `concurrency`: the checked levels."""
     gpu, context, tp = options.gpu, options.context, options.tp
-    gamma_max, assumed_alphas = options.gamma_max, options.assumed_alphas
+    draft_len_max, assumed_alphas = options.draft_len_max, options.assumed_alphas
     spec = rec.speculative
     mode = spec.mode
     if gpu is None:
@@ -253,7 +255,7 @@ def size_and_roofline(
         result.roofline_predictions = predict_roofline(cands, t_roof, d_roof, concurrency, mode, spec)
     if mode in CHAIN_MODES or result.probe is None:
         result.assumed = assumed_table(
-            assumed_alphas, max(gamma_max, 10), concurrency, t_roof, d_roof, mode, spec
+            assumed_alphas, max(draft_len_max, 10), concurrency, t_roof, d_roof, mode, spec
         )
     if not result.basis:
         result.basis = f"roofline ({gpu_obj.name}, tp={use_tp})"

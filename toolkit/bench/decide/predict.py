@@ -255,16 +255,16 @@ def _tree(mode: str, settings: dict[str, Any], spec: Any) -> list[list[int]] | N
 # --------------------------------------------------------------------------- prediction
 
 
-def verify_widths(cfg: ProbeConfig, gamma: int) -> list[float] | None:
+def verify_widths(cfg: ProbeConfig, draft_len: int) -> list[float] | None:
     """P(a step verifies k + 1 tokens), k = 0..γ, from a chain probe at a draft length ≥ γ: a
     step that proposed L tokens there proposes min(L, γ) at γ (n-gram's proposal is a prefix of
     its longer one; a draft model's or head's always γ). None without steps."""
     if not cfg.steps:
         return None
-    at_least = [cfg.steps] + [min(cfg.steps, n) for n in cfg.per_position_proposed[:gamma]]
-    at_least += [0] * (gamma + 1 - len(at_least))  # positions never proposed
+    at_least = [cfg.steps] + [min(cfg.steps, n) for n in cfg.per_position_proposed[:draft_len]]
+    at_least += [0] * (draft_len + 1 - len(at_least))  # positions never proposed
     at_least.append(0)
-    return [(at_least[k] - at_least[k + 1]) / cfg.steps for k in range(gamma + 1)]
+    return [(at_least[k] - at_least[k + 1]) / cfg.steps for k in range(draft_len + 1)]
 
 
 def _request_mean(
@@ -288,14 +288,14 @@ def _recorded(cfg: ProbeConfig) -> bool:
 
 
 def _chain_widths(
-    primary: ProbeConfig, runs: Sequence[Sequence[float]], gamma: int
+    primary: ProbeConfig, runs: Sequence[Sequence[float]], draft_len: int
 ) -> list[list[int]] | None:
     """Each probed request's step widths at draft length γ (runs.step_widths), from the widths
     the longest chain probe recorded; None where it recorded none."""
     if not _recorded(primary):
         return None
     return [
-        step_widths(run, proposals(tokens, wide), gamma)
+        step_widths(run, proposals(tokens, wide), draft_len)
         for run, tokens, wide in zip(runs, primary.step_tokens, primary.step_widths, strict=True)
     ]
 
@@ -322,7 +322,7 @@ def _per_step(
     replayed in the batcher (`StepTiming.bls_costs`); else `StepTiming.speedup_at`."""
     if fills is not None:
         costs = {b: t.bls_costs(g, b, step, fills) for b in bs}
-        return {b: partial(t.bls_speedup_at, gamma=g, batch=b, costs=costs[b]) for b in bs}
+        return {b: partial(t.bls_speedup_at, draft_len=g, batch=b, costs=costs[b]) for b in bs}
     return {b: partial(t.speedup_at, t_step=step, width=g + 1, batch=b, widths=widths) for b in bs}
 
 
@@ -331,7 +331,7 @@ def predict_measured(
     mode: str,
     spec: Any,
     *,
-    gamma_max: int,
+    draft_len_max: int,
     concurrency: Sequence[int],
     alpha: float | None,
     bls_loop: bool = False,
@@ -376,7 +376,7 @@ def predict_measured(
     chain_cfgs = [c for c in probe.configs if "max_draft_len" in c.settings and mode in CHAIN_MODES]
     out = (
         _predict_chain(
-            probe, chain_cfgs, gamma_max, concurrency, alpha, bls_loop, has_draft_model(mode), requests
+            probe, chain_cfgs, draft_len_max, concurrency, alpha, bls_loop, has_draft_model(mode), requests
         )
         if chain_cfgs
         else []
@@ -392,7 +392,7 @@ def predict_measured(
 def _predict_chain(
     probe: Probe,
     chain_cfgs: list[ProbeConfig],
-    gamma_max: int,
+    draft_len_max: int,
     concurrency: Sequence[int],
     alpha: float | None,
     bls_loop: bool,
@@ -410,9 +410,9 @@ def _predict_chain(
     step_pts = [(c.settings["max_draft_len"], c.t_step) for c in chain_cfgs if c.t_step > 0]
     own_pts = [(c.settings["max_draft_len"], c.t_own) for c in chain_cfgs if c.t_step > 0]
     c_lev = t.c_forward if (t.c_forward is not None and draft_model) else 0.0
-    for g in range(1, min(gamma_max, gmax) + 1):
+    for g in range(1, min(draft_len_max, gmax) + 1):
         # Through the BLS loop, τ is what a verify step commits there (simulate_tau's `bls`).
-        tau = partial(simulate_tau, gamma=g, bls=bls_loop)
+        tau = partial(simulate_tau, draft_len=g, bls=bls_loop)
         e = tau(runs) if runs else cm.expected_tokens_from_marginals(primary.marginals, g)
         # Through the probed step times as measured: a probed γ keeps its own time. A step is
         # not always dearer for a longer draft (on the memory-bound twin a 3-token verify
@@ -626,7 +626,7 @@ def recommend(
 
 def assumed_table(
     alphas: Sequence[float],
-    gamma_max: int,
+    draft_len_max: int,
     concurrency: Sequence[int],
     target: sz.Roofline,
     draft: sz.Roofline | None,
@@ -641,7 +641,7 @@ def assumed_table(
     out = []
     for a in alphas:
         cands: list[tuple[str, dict[str, Any], cm.Shape, float, float | None, str]] = []
-        for g in range(1, gamma_max + 1):
+        for g in range(1, draft_len_max + 1):
             # The mode's cost shape (its draft_forwards hook); unpriced without a draft roofline.
             fw = draft_forwards(mode, g) if draft is not None else 0
             shape = cm.chain_shape(g, draft_forwards=fw)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 
-def run_lengths(step_tokens: Sequence[int], gamma_max: int, p_tail: float) -> list[float]:
+def run_lengths(step_tokens: Sequence[int], draft_len_max: int, p_tail: float) -> list[float]:
     """How many drafts the proposer would get right from every root position of one generation.
 
     A step run at γ_max that accepted a < γ_max drafts from root p tells R_p = a exactly, and
@@ -20,25 +20,25 @@ def run_lengths(step_tokens: Sequence[int], gamma_max: int, p_tail: float) -> li
     r_next = 0.0
     for c in reversed(step_tokens):
         a = c - 1
-        if a < gamma_max:
+        if a < draft_len_max:
             run = [float(a - k) for k in range(a + 1)]
         else:
             tail = p_tail * (1 + r_next)
-            run = [gamma_max - k + tail for k in range(a + 1)]
+            run = [draft_len_max - k + tail for k in range(a + 1)]
         out[:0] = run
         r_next = run[0]
     return out
 
 
-def _steps(run: Sequence[float], gamma: int, bls: bool) -> Iterator[tuple[int, int, int]]:
+def _steps(run: Sequence[float], draft_len: int, bls: bool) -> Iterator[tuple[int, int, int]]:
     """(tokens a step from root p commits, tokens the loop advances, p) for each step of one
     generation replayed at draft length γ (see simulate_tau)."""
     p, n = 0, len(run)
     while p < n:
-        a = min(run[p], gamma)
+        a = min(run[p], draft_len)
         lo = int(a)
         c = min(lo + 1 + (1 if (a - lo) >= 0.5 else 0), n - p)
-        advance = min(gamma + 1, n - p) if bls else c
+        advance = min(draft_len + 1, n - p) if bls else c
         yield c, advance, p
         p += advance
 
@@ -54,7 +54,7 @@ def proposals(step_tokens: Sequence[int], step_widths: Sequence[int]) -> list[in
     return [max(0, w - 1) for c, w in zip(step_tokens, step_widths, strict=True) for _ in range(c)]
 
 
-def step_widths(run: Sequence[float], offered: Sequence[int], gamma: int) -> list[int]:
+def step_widths(run: Sequence[float], offered: Sequence[int], draft_len: int) -> list[int]:
     """The tokens each step of one generation verifies at draft length γ (its proposal, at most
     γ and at most the tokens left after the next one, and one more), replaying its run lengths:
     the same steps as `step_count`. `offered`: the drafts offered from every position
@@ -62,10 +62,10 @@ def step_widths(run: Sequence[float], offered: Sequence[int], gamma: int) -> lis
     n = len(run)
     if len(offered) != n:
         raise ValueError(f"{len(offered)} proposals for a generation of {n} tokens")
-    return [min(offered[p], gamma, n - p - 1) + 1 for _, _, p in _steps(run, gamma, False)]
+    return [min(offered[p], draft_len, n - p - 1) + 1 for _, _, p in _steps(run, draft_len, False)]
 
 
-def simulate_tau(runs: Sequence[Sequence[float]], gamma: int, *, bls: bool = False) -> float:
+def simulate_tau(runs: Sequence[Sequence[float]], draft_len: int, *, bls: bool = False) -> float:
     """Tokens per step at draft length γ, replaying the run lengths: each step from root p
     commits min(R_p, γ) + 1 tokens (fractional R: the expectation of the rounding).
 
@@ -76,20 +76,20 @@ def simulate_tau(runs: Sequence[Sequence[float]], gamma: int, *, bls: bool = Fal
     a hard stretch cluster, and so commits more per verify step than the speculative loop."""
     steps = tokens = 0
     for r in runs:
-        for c, _, _ in _steps(r, gamma, bls):
+        for c, _, _ in _steps(r, draft_len, bls):
             steps += 1
             tokens += c
     return tokens / steps if steps else 1.0
 
 
-def step_count(run: Sequence[float], gamma: int) -> int:
+def step_count(run: Sequence[float], draft_len: int) -> int:
     """The steps one generation takes at draft length γ, replaying its run lengths (simulate_tau's
     steps). The prompt step emits no token; the first of these steps commits the first tokens."""
-    return sum(1 for _ in _steps(run, gamma, False))
+    return sum(1 for _ in _steps(run, draft_len, False))
 
 
-def bls_fills(run: Sequence[float], gamma: int) -> list[int]:
+def bls_fills(run: Sequence[float], draft_len: int) -> list[int]:
     """The plain fill steps of each BLS iteration of one generation replayed at draft length γ:
     the target decodes up to γ + 1 tokens per iteration (fewer at the end), the first τ of them
     from the verify step (simulate_tau's `bls`)."""
-    return [advance - c for c, advance, _ in _steps(run, gamma, True)]
+    return [advance - c for c, advance, _ in _steps(run, draft_len, True)]

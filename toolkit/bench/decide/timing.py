@@ -204,14 +204,14 @@ class StepTiming:
         base = sum(mean_rate(order, False) for order in orders)
         return sum(mean_rate(order, True) for order in orders) / base if base > 0 else 0.0
 
-    def bls_speedup_at(self, expected: float, gamma: int, batch: int, costs: IterationCosts) -> float:
+    def bls_speedup_at(self, expected: float, draft_len: int, batch: int, costs: IterationCosts) -> float:
         """`speedup_at` through draft-target's BLS loop at draft length γ (costmodel.bls_loop_speedup),
         `expected` its τ per verify step, `costs` its iteration's at this concurrency (`bls_costs`)."""
         t_plain, o = self.t_base * self.growths(1, batch)[0], self.overhead_at(batch)
-        return cm.bls_loop_speedup(expected, gamma, t_plain, costs.step, o, t_fill=costs.fill)
+        return cm.bls_loop_speedup(expected, draft_len, t_plain, costs.step, o, t_fill=costs.fill)
 
     def bls_costs(
-        self, gamma: int, batch: int, t_step: float, requests: Sequence[Sequence[int]]
+        self, draft_len: int, batch: int, t_step: float, requests: Sequence[Sequence[int]]
     ) -> IterationCosts:
         """A BLS iteration's costs at `batch` loops (at most max_batch_size, as `rows`) replayed
         over `requests` (the fill steps of each one's iterations, runs.bls_fills) with the batched
@@ -223,7 +223,7 @@ class StepTiming:
         return iteration_costs(
             requests,
             loops=self.rows(batch),
-            gamma=gamma,
+            draft_len=draft_len,
             t_step=t_step,
             serving=self.overhead_at(batch),
             forward=lambda width, rows: self.batch_cost(width, rows) * scale,

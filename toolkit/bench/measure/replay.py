@@ -103,7 +103,9 @@ def replay_acceptance(
     )
 
 
-def _bls_draft_target(rt: Any, prompt: list[int], max_new: int, gamma: int) -> tuple[list[int], list[int]]:
+def _bls_draft_target(
+    rt: Any, prompt: list[int], max_new: int, draft_len: int
+) -> tuple[list[int], list[int]]:
     """Per-position (proposed, accepted) of one request through the BLS draft-target loop
     (model_repo_templates/inflight_batcher_llm/tensorrt_llm_bls, `_speculate`), greedy, with the
     target and draft models of `rt` and the tokenizer's end id (left out of every output)."""
@@ -113,10 +115,10 @@ def _bls_draft_target(rt: Any, prompt: list[int], max_new: int, gamma: int) -> t
     draft_rt = ReferenceRuntime(target=rt.draft, tokenizer=rt.tokenizer, spec=parse_speculative(None))
     eos = rt.eos_token_id
     end = eos if eos is not None else -1
-    proposed, accepted = [0] * gamma, [0] * gamma
+    proposed, accepted = [0] * draft_len, [0] * draft_len
     tokens, generated = list(prompt), 0
     while generated < max_new:
-        k = min(gamma, max_new - generated - 1)
+        k = min(draft_len, max_new - generated - 1)
         draft: list[int] = []
         for _ in range(k):  # the draft model: request_output_len k, stops at the end id
             step = draft_rt.verify_draft(tokens + draft, [], end_id=end).new_tokens

@@ -44,8 +44,8 @@ def run_plan(
     `options` says (PlanOptions; its serving_overhead is the caller's to add).
     `requests`: per level, those of the `sdtk bench --compare` run the measured predictions are
     for (its closed loop is replayed with that many; None: the probed prompts)."""
-    gpu, probe, gamma_max, fetch = options.gpu, options.probe, options.gamma_max, options.fetch
-    plan_mod.check_plan(gamma_max, options.probe_prompts, options.probe_tokens)
+    gpu, probe, draft_len_max, fetch = options.gpu, options.probe, options.draft_len_max, options.fetch
+    plan_mod.check_plan(draft_len_max, options.probe_prompts, options.probe_tokens)
     levels = plan_mod.check_concurrency(options.concurrency)
     mode = rec.speculative.mode
     result = plan_mod.new_plan(rec, resolved_backend(rec), levels)
@@ -74,7 +74,7 @@ def run_plan(
             )
         measured.threads = threads
         plan_mod.predict_from_probe(
-            result, rec, measured, gamma_max=gamma_max, concurrency=levels, twin=recipe_label(rec)
+            result, rec, measured, draft_len_max=draft_len_max, concurrency=levels, twin=recipe_label(rec)
         )
     gpu_name = None
     if components and (gpu is not None or not do_probe):

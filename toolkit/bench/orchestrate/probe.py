@@ -90,8 +90,12 @@ def run_probe(
 ) -> Probe:
     """`options.probe_prompts` prompts of `options.probe_tokens` new tokens each; None: each
     prompt's own max_tokens, as the served requests of the same workload ask (`sdtk tune` probes
-    the very requests it serves); draft lengths up to `options.gamma_max`."""
-    probe_prompts, probe_tokens, gamma_max = options.probe_prompts, options.probe_tokens, options.gamma_max
+    the very requests it serves); draft lengths up to `options.draft_len_max`."""
+    probe_prompts, probe_tokens, draft_len_max = (
+        options.probe_prompts,
+        options.probe_tokens,
+        options.draft_len_max,
+    )
     from toolkit.reference.sampling import SamplingParams
 
     t_start = time.perf_counter()
@@ -115,7 +119,7 @@ def run_probe(
     rt.generate(prompts[0], 4, sampling=sampling, spec=PLAIN, end_id=-1)
     from toolkit.reference.stats import SpecStats
 
-    cands = probe_candidates(rec, gamma_max)
+    cands = probe_candidates(rec, draft_len_max)
     cfg_specs = [spec.model_copy(update=settings) for _, settings in cands]
     base_steps: list[float] = []
     base_inside: list[float] = []  # per plain decode step: seconds inside the target's forwards

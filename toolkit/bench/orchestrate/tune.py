@@ -135,7 +135,7 @@ def run_tune(
         # The probe runs the very requests the sweep serves: the same prompts in the same order
         # (Workload.sample with the run's seed), each to its own max_tokens.
         plan_options = PlanOptions(
-            gamma_max=gmax, concurrency=result.concurrency, probe_prompts=opts.requests, probe_tokens=None
+            draft_len_max=gmax, concurrency=result.concurrency, probe_prompts=opts.requests, probe_tokens=None
         )
         plan_result = run_plan(
             rec, wl, plan_options, seed=opts.seed, requests=opts.requests, progress=opts.steps("plan")
