@@ -184,6 +184,9 @@ class ModeInfo:
     llmapi_disable_overlap: bool = False
     # llmapi: recipe fields whose speculative_config keys TensorRT-LLM 1.0 lacks (arrived in 1.1).
     llmapi_fields_since_1_1: tuple[str, ...] = ()
+    # llmapi: speculative_config keys that carry a recipe field under another name in some release
+    # (key, field): what the reference llmapi model reads back (toolkit.serving.llmapi).
+    llmapi_aliases: tuple[tuple[str, str], ...] = ()
     # `sdtk train-draft`: what it trains for the mode; None: nothing.
     training: Training | None = None
     # `sdtk selftest`: how the GPU self-test deploys it; None: the self-test leaves it out.

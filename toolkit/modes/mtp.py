@@ -88,6 +88,7 @@ INFO = ModeInfo(
     chain=True,
     engine_name=None,
     llmapi_types=("MTP",),
+    llmapi_aliases=((COUNT_KEY, "max_draft_len"),),  # up to 1.2 the draft length's key (llmapi_config)
     draft_len_rule="max_draft_len (MTP module steps; num_nextn_predict_layers up to 1.2)",
     engine=no_support(
         "MTP is a PyTorch-backend feature (MTPDecodingConfig supports pytorch and _autodeploy only)",
