@@ -267,7 +267,9 @@ def selftest(
     if dry_run and stand_in:
         from toolkit.errors import UsageError
 
-        raise UsageError("--stand-in goes without --dry-run (a dry run plans the container's own TensorRT-LLM)")
+        raise UsageError(
+            "--stand-in goes without --dry-run (a dry run plans the container's own TensorRT-LLM)"
+        )
     if dry_run:
         from toolkit.selftest.dry_run import dry_run as plan
 

@@ -49,7 +49,9 @@ COUNT_KEYS = (COUNT_KEY, "mtp_num_hidden_layers")
 # - main: in NVIDIA/TensorRT-LLM main @00679c6 (a 2026 snapshot that has DeepSeek-V4), but which
 #   release first has it could not be read at a tag: accepted with a warning;
 # - since: a line before which upstream did not have it (refused there).
-UPSTREAM_MAIN = "NVIDIA/TensorRT-LLM tensorrt_llm/_torch/models/modeling_speculative.py @00679c6 (MTPForCausalLM)"
+UPSTREAM_MAIN = (
+    "NVIDIA/TensorRT-LLM tensorrt_llm/_torch/models/modeling_speculative.py @00679c6 (MTPForCausalLM)"
+)
 VERIFIED: dict[str, tuple[str, str]] = {
     # DeepseekV3MTP is the only MTP layer of the 2025 file (@b35ac1b); the 1.0.0 docs example runs
     # MTPDecodingConfig on nvidia/DeepSeek-R1-FP4.

@@ -231,12 +231,13 @@ def _mtp_target(path: Path, tokenizer: Any) -> None:
         qk_nope_head_dim=128,
         v_head_dim=128,
         max_position_embeddings=512,
-        rope_scaling=None,
         bos_token_id=0,
         eos_token_id=1,
         pad_token_id=2,
         tie_word_embeddings=False,
-        num_nextn_predict_layers=1,
+    )
+    cfg.num_nextn_predict_layers = (
+        1  # not a DeepseekV3Config argument: config.json carries it as DeepSeek-V3's
     )
     model = DeepseekV3ForCausalLM(cfg)
     _make_decisive(model, tokenizer)

@@ -333,7 +333,11 @@ def selftest(
                 f"mode(s) {', '.join(unknown)} not testable here",
                 hint="choose from "
                 + ", ".join(sorted({m for m, _ in plan}))
-                + ("" if version else f" (the cells of TensorRT-LLM {twin}; --stand-in picks another version)"),
+                + (
+                    ""
+                    if version
+                    else f" (the cells of TensorRT-LLM {twin}; --stand-in picks another version)"
+                ),
             )
         # engine/llmapi: the `none` deployment is the correctness baseline; the reference backend's
         # baseline is its in-process runtime

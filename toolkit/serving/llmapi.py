@@ -193,7 +193,9 @@ def _registered(kind: Any, spec: dict, model: str | None) -> tuple[dict, str | N
     speculative model as the mode's source."""
     found = next((m for m in modes.REGISTRY if kind in m.llmapi_types), None)
     if found is None:
-        raise ValueError(f"speculative_config decoding_type {kind!r} is not served by the reference llmapi model")
+        raise ValueError(
+            f"speculative_config decoding_type {kind!r} is not served by the reference llmapi model"
+        )
     own = set(modes.mode(found.name).spec.model_fields) - set(LoadAware.model_fields) - {"mode"}
     aliases = dict(found.llmapi_aliases)
     out: dict[str, Any] = {"mode": found.name}
