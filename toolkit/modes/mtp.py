@@ -74,7 +74,7 @@ MAIN_ONLY: tuple[str, ...] = (
     "deepseek_v4",
 )
 # Known absent before a release line: Qwen3-Next's MTP arrived with PR #12646 (opened 2026-04-01,
-# after 1.2.0 of 2026-03-12); in 2025-12 the docs said Qwen3-Next had no MTP (issue #9901).
+# after 1.2.0 of 2026-03-12); in 2025-12 the docs said Qwen3-Next had no MTP (NVIDIA/TensorRT-LLM issue #9901).
 SINCE: dict[str, tuple[str, str]] = {
     family: ("1.3", "added by NVIDIA/TensorRT-LLM PR #12646 (2026-04), after the 1.2 release")
     for family in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
