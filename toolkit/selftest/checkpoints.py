@@ -67,14 +67,11 @@ PEAK_LOGIT = 10.0
 SPECIAL_TOKENS = 3  # <s>, </s>, <pad>: never a greedy choice
 
 
-def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
-    """Tiny random-weight checkpoints and a tokenizer under `root`; returns role → directory."""
-    import torch
-    from safetensors.torch import save_file
+def _tokenizer() -> Any:
+    """A byte-level BPE tokenizer of 512 tokens trained on CORPUS (<s>, </s>, <pad> first)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    torch.manual_seed(seed)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -85,7 +82,17 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
     )
     tok.train_from_iterator(CORPUS, trainer)
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
+    """Tiny random-weight checkpoints and a tokenizer under `root`; returns role → directory."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    fast = _tokenizer()
     vocab = len(fast)
 
     def llama(heads: int, kv: int, layers: int) -> LlamaConfig:
