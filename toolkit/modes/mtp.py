@@ -248,7 +248,12 @@ def preflight(ctx: BuildContext, checks: PreflightKit) -> list[CheckResult]:
     cfg, where = _config(ctx)
     n, _ = mtp_layers(ctx)
     if cfg is None or n is None:
-        return [Result("mtp-layers", SKIPPED, f"skipped: cannot read {COUNT_KEY} of {where}")]
+        what = (
+            f"{COUNT_KEY} or model_type (the MTP families TensorRT-LLM has)"
+            if ctx.backend == "llmapi"
+            else COUNT_KEY
+        )
+        return [Result("mtp-layers", SKIPPED, f"skipped: cannot read {what} of {where}")]
     # Only TensorRT-LLM limits the architecture; the reference runtime builds the MTP block from any.
     family = [family_check(cfg, where, ctx.version)] if ctx.backend == "llmapi" else []
     if n < 1:
