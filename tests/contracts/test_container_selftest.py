@@ -163,6 +163,11 @@ def test_dry_run_of_26_07_resolves_every_path_from_its_facts(tmp_path):
         python = next(p for p in row["paths"] if p["what"] == "python")
         assert python["path"] == "/opt/venv-tritonserver/bin/python3" and python["found"]
     assert set(out["unverified"]) == set(facts.unverified())  # the TensorRT-LLM tree's paths
+    # MTP's cell (1.2.1 has MTP, not SA or PARD) plans on the self-test's DeepSeek-V3 target, whose
+    # stand-in config.json passes the family check.
+    rows = {(r["mode"], r["backend"]): r for r in out["rows"]}
+    assert ("mtp", "llmapi") in rows and rows[("mtp", "llmapi")]["ok"], rows.get(("mtp", "llmapi"))
+    assert not {("sa", "llmapi"), ("pard", "llmapi")} & set(rows)
     text = CliRunner().invoke(cli, ["selftest", "--dry-run", "--container", "26.07", "--container-root", str(root)])
     assert "path python: " + str(root / "opt/venv-tritonserver/bin/python3") in text.output
     assert "unverified for 26.07: inflight_batcher_llm_dir" in text.output

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from .test_deploy import sdtk, triton_processes
 
@@ -72,6 +73,59 @@ def test_selftest_plan_with_trtllm():
     # the 1.3 line removed it (PRs #15907, #15918); 1.2.0rc2 is a 1.2
     assert ("medusa", "engine") in plan_modes("1.2.0rc2") and ("medusa", "engine") in plan_modes("1.2.1")
     assert all(b == "llmapi" for _, b in plan_modes("1.3.0"))
+    # The cells come from each mode's ModeInfo.selftest, on the support matrix: SA (the 1.3 line) and
+    # PARD (1.3.0rc7) only from 1.3; MTP on every llmapi release, on its DeepSeek-V3 target (the
+    # family TensorRT-LLM's MTP has in every release, toolkit.modes.mtp VERIFIED).
+    new = {("sa", "llmapi"), ("pard", "llmapi"), ("mtp", "llmapi")}
+    assert new <= set(plan_modes("1.3.0")) and new <= set(plan_modes("1.3.0rc24"))
+    assert set(plan_modes("1.2.1")) & new == {("mtp", "llmapi")}
+    assert plan_modes(None, "1.3.0") == [(m, "reference-llmapi") for m, _ in plan_modes("1.3.0")]
+
+
+def test_selftest_reference_new_modes(tmp_path):
+    """SA, PARD and MTP, the cells TensorRT-LLM 1.3 runs on the llmapi path, on the reference llmapi
+    twin (--stand-in 1.3.0): PARD on the self-test's random draft (mask token <pad>), MTP on the
+    self-test's DeepSeek-V3 target with one MTP layer; the same greedy-equality check as on a GPU."""
+    r = sdtk(
+        "selftest", "--mode", "sa", "--mode", "pard", "--mode", "mtp", "--stand-in", "1.3.0",
+        "--workdir", str(tmp_path), "--json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
+    out = json.loads(r.stdout)
+    assert out["ok"] and out["trtllm_version"] is None and "TensorRT-LLM 1.3.0" in out["note"]
+    rows = {(x["mode"], x["backend"]): x for x in out["results"]}
+    assert set(rows) == {("sa", "reference-llmapi"), ("pard", "reference-llmapi"), ("mtp", "reference-llmapi")}
+    for row in rows.values():
+        assert row["steps"] == {s: "passed" for s in ("build", "deploy", "validate", "bench", "stop")}
+        checks = {c["name"]: c["status"] for c in row["details"]["validation"]["checks"]}
+        assert checks["correctness"] == "passed"  # greedy speculative == target-only
+    would = {(x["mode"], x["backend"]) for x in out["would_run_with_trtllm"]}
+    assert {("sa", "llmapi"), ("pard", "llmapi"), ("mtp", "llmapi")} <= would
+    work = tmp_path / "work"
+    spec = {}
+    for mode in ("sa", "pard", "mtp"):
+        text = (work / f"selftest-reference-llmapi-{mode}/triton_repo/tensorrt_llm/1/model.yaml").read_text()
+        spec[mode] = yaml.safe_load(text)["speculative_config"]
+    assert spec["sa"] == {"decoding_type": "SA", "max_draft_len": 4}
+    assert spec["pard"]["decoding_type"] == "PARD" and spec["pard"]["mask_token_id"] == 2
+    assert spec["pard"]["speculative_model"] == str(tmp_path / "checkpoints" / "draft")
+    assert spec["mtp"] == {"decoding_type": "MTP", "max_draft_len": 2}  # 1.3's key
+    mtp_model = yaml.safe_load((work / "selftest-reference-llmapi-mtp/triton_repo/tensorrt_llm/1/model.yaml").read_text())
+    assert mtp_model["model"] == str(tmp_path / "checkpoints" / "mtp_target")
+    assert triton_processes(tmp_path) == []
+
+
+def test_selftest_stand_in_is_refused_with_trtllm_installed_and_with_dry_run(tmp_path, monkeypatch):
+    from toolkit import compat
+    from toolkit.errors import UsageError
+    from toolkit.selftest.run import selftest
+
+    monkeypatch.setattr(compat, "installed_trtllm_version", lambda: "1.2.1")
+    with pytest.raises(UsageError, match="TensorRT-LLM 1.2.1 is installed") as err:
+        selftest(modes=["sa"], workdir=tmp_path, stand_in="1.3.0", progress=lambda _m: None)
+    assert "--reference" in (err.value.hint or "")
+    r = sdtk("selftest", "--dry-run", "--stand-in", "1.3.0")
+    assert r.returncode != 0 and "--stand-in goes without --dry-run" in r.stderr
 
 
 def test_selftest_reports_the_failing_step_with_its_log_tail(tmp_path):

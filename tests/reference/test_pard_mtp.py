@@ -130,3 +130,36 @@ def test_mtp_on_the_memory_bound_twin(tiny: Any, prompt_ids: list[list[int]], en
     a = twin.generate(prompt_ids[0], 16, end_id=end_id)
     assert a.token_ids == plain.generate(prompt_ids[0], 16, end_id=end_id).token_ids
     assert a.stats.accepted_tokens > 0
+
+
+@pytest.mark.slow  # writes the self-test's checkpoints (about 10 s) and runs two targets
+def test_mtp_on_an_mla_target_in_process_and_batched(tmp_path: Any) -> None:
+    """A DeepSeek-V3 target (MLA: keys of qk_nope + qk_rope = 192 wide, values of v_head_dim = 128, as
+    transformers runs it) with one MTP layer: the self-test's MTP cell target. Greedy output equals
+    transformers' greedy in process (the preallocated KV cache leaves MLA layers to DynamicLayers)
+    and under in-flight batching (the slot pool sizes keys and values apart)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from toolkit.reference import ReferenceRuntime
+    from toolkit.selftest.checkpoints import MTP_TARGET, PROMPTS, make_checkpoints
+
+    from .test_batching import run_concurrently
+
+    path = make_checkpoints(tmp_path / "checkpoints")[MTP_TARGET]
+    tok = AutoTokenizer.from_pretrained(path)
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    prompts = [tok(p).input_ids for p in PROMPTS]
+    with torch.no_grad():
+        want = [
+            hf.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False)[0, len(ids) :].tolist()
+            for ids in prompts
+        ]
+    rt = ReferenceRuntime.load(path, spec=SPECS["mtp"])
+    assert [rt.generate(ids, NEW_TOKENS).token_ids for ids in prompts] == want
+    rt.enable_batching(max_batch_size=3, capacity=64)
+    try:
+        results = run_concurrently(rt, prompts, 3)
+    finally:
+        rt.batcher.close()
+    assert [r.token_ids for r in results] == want

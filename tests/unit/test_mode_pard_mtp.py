@@ -33,7 +33,7 @@ def dry_run(tmp_path: Path, mode: str, version: str, target_config: dict | None 
     return yaml.safe_load(result.llmapi["extra_llm_api_options"])["speculative_config"]
 
 
-MTP_TARGET = {"model_type": "llama", "num_hidden_layers": 6, "num_nextn_predict_layers": 1}
+MTP_TARGET = {"model_type": "deepseek_v3", "num_hidden_layers": 6, "num_nextn_predict_layers": 1}
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,66 @@ def test_mtp_speculative_config_per_line(version: str, want: dict, tmp_path: Pat
 
 def test_mtp_refuses_a_target_without_mtp_layers(tmp_path: Path) -> None:
     with pytest.raises(PreflightFailed, match="the target has no MTP layers"):
-        dry_run(tmp_path, "mtp", "1.3.0", {"model_type": "llama", "num_hidden_layers": 6})
+        dry_run(tmp_path, "mtp", "1.3.0", {"model_type": "deepseek_v3", "num_hidden_layers": 6})
+
+
+def _mtp_checks(tmp_path: Path, version: str, config: dict) -> dict[str, Any]:
+    """The mtp-* preflight checks of an llmapi dry run (a failed one raises; its results are kept)."""
+    try:
+        dry_run(tmp_path, "mtp", version, config)
+    except PreflightFailed as e:
+        return {r.name: r for r in e.results if r.name.startswith("mtp-")}
+    recipe = make_recipe(
+        "llmapi", "mtp", models={"target": {"path": str(tmp_path / "models" / "target")}}, trtllm_version=version
+    )
+    result = build(recipe, workdir=tmp_path, dry_run=True, progress=lambda _m: None)
+    return {r["name"]: r for r in result.preflight if r["name"].startswith("mtp-")}
+
+
+def _status(check: Any) -> str:
+    return str(check["status"] if isinstance(check, dict) else check.status)
+
+
+@pytest.mark.parametrize("version", ["1.2.1", "1.3.0"])
+def test_mtp_refuses_an_architecture_tensorrt_llm_has_no_mtp_layer_for(tmp_path: Path, version: str) -> None:
+    """A Llama target with MTP weights (what sdtk train-draft makes, and what the reference runtime
+    runs) has no MTP layer in TensorRT-LLM: MTPForCausalLM raises "Model type llama not supported for
+    MTP" (NVIDIA/TensorRT-LLM tensorrt_llm/_torch/models/modeling_speculative.py @00679c6)."""
+    checks = _mtp_checks(tmp_path, version, {**MTP_TARGET, "model_type": "llama"})
+    assert _status(checks["mtp-layers"]) == "passed"  # the layers are there; the architecture is not
+    family = checks["mtp-family"]
+    assert _status(family) == "failed"
+    assert "model_type llama" in family.detail and "not supported for MTP" in family.detail
+    assert "deepseek_v3" in family.detail and "modeling_speculative.py" in family.detail
+    assert "backend: reference" in (family.hint or "")
+
+
+def test_mtp_accepts_deepseek_and_warns_where_the_release_is_unverified(tmp_path: Path) -> None:
+    for version, model_type, want in [
+        ("1.2.1", "deepseek_v3", "passed"),  # the 1.0.0 docs example; DeepseekV3MTP in every version read
+        ("1.2.1", "deepseek_v32", "passed"),  # 1.2.0 release notes: MTP>1 for DeepSeek V3.2
+        ("1.1.0", "deepseek_v32", "warning"),  # before the release notes that name it
+        ("1.2.1", "glm4_moe", "warning"),  # in upstream main; not read at the 1.2.1 tag
+        ("1.3.0", "qwen3_next", "warning"),
+        ("1.2.1", "qwen3_next", "failed"),  # added by PR #12646 (2026-04), after the 1.2 release
+    ]:
+        checks = _mtp_checks(tmp_path / f"{version}-{model_type}", version, {**MTP_TARGET, "model_type": model_type})
+        assert _status(checks["mtp-family"]) == want, (version, model_type)
+    # A composite config (Qwen3.5) is read at its text_config, with Qwen3.5's own count key.
+    qwen35 = {"model_type": "qwen3_5", "text_config": {"model_type": "qwen3_5_text", "mtp_num_hidden_layers": 1}}
+    checks = _mtp_checks(tmp_path / "qwen35", "1.3.0", qwen35)
+    assert _status(checks["mtp-layers"]) == "passed" and _status(checks["mtp-family"]) == "warning"
+    assert modes.hooks("mtp").preflight is not None
+
+
+def test_mtp_architecture_is_not_limited_on_the_reference_backend(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({**MTP_TARGET, "model_type": "llama"}))
+    recipe = make_recipe("reference", "mtp", models={"target": {"path": str(target)}})
+    result = build(recipe, workdir=tmp_path, dry_run=True, progress=lambda _m: None)
+    names = {r["name"]: r["status"] for r in result.preflight}
+    assert names.get("mtp-layers", "passed") == "passed" and "mtp-family" not in names
 
 
 def test_pard_speculative_config_on_the_1_3_line(tmp_path: Path) -> None:

@@ -80,6 +80,32 @@ def test_ties_go_to_the_earliest_occurrence_and_drafts_may_overlap_the_suffix():
     assert sa.draft(2) == (3, [1, 7]) and sa.draft(2, 2) == (2, [0, 7])
 
 
+def test_the_automaton_of_a_hand_built_example():
+    """The automaton of "abcbc" (a=1, b=2, c=3), built by hand with the classic construction: the
+    clone of "b" (state 5) keeps pos 1 and the clone of "bc" (state 7) pos 2, their originals' first
+    occurrence ends (suffixAutomaton.h @b120c7c); the draft continues after that first occurrence."""
+    sa = SuffixAutomaton([1, 2, 3, 2, 3])
+    assert sa.length == [0, 1, 2, 3, 4, 1, 5, 2]
+    assert sa.link == [-1, 0, 5, 7, 5, 0, 7, 0]
+    assert sa.pos == [-1, 0, 1, 2, 3, 1, 4, 2]
+    assert sa.next == [{1: 1, 2: 5, 3: 7}, {2: 2}, {3: 3}, {2: 4}, {3: 6}, {3: 7}, {}, {2: 4}]
+    # link(last) = state 7 ("bc", and "c"): first ends at 2, so the draft is text[3:], cut at the end.
+    assert sa.match() == (2, 2) and sa.draft(5) == (2, [2, 3])
+    assert sa.draft(5, 1) == (1, [2, 3])  # "c" is in state 7 too: the same first occurrence
+
+
+def test_in_a_loop_the_longest_match_drafts_one_period():
+    """Why standalone SA trails n-gram on the tiny model's looping text (docs/methods.md, "SA against
+    n-gram"): upstream's rule, not a reference shortcut. In `9 8 (1 2 3) x 3` the longest repeated
+    suffix is (1 2 3) x 2, whose first occurrence ends one period before the text does; the last 3
+    tokens first end at the loop's first period, with the whole loop after them."""
+    text = [9, 8, 1, 2, 3, 1, 2, 3, 1, 2, 3]
+    sa = SuffixAutomaton(text)
+    assert sa.match() == (6, 7) and sa.draft(5) == (6, [1, 2, 3])  # text[8:]: the text ends
+    assert sa.match(3) == (3, 4) and sa.draft(5, 3) == (3, [1, 2, 3, 1, 2])
+    assert sa.draft(5) == brute_draft(text, 5) and sa.draft(5, 3) == brute_draft(text, 5, 3)
+
+
 def test_find_matches_a_pattern_against_another_text():
     rng = random.Random(5)
     for _ in range(200):

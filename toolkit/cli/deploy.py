@@ -223,6 +223,12 @@ def deploy(
     "--bench-requests", default=2, show_default=True, type=int, help="Requests in each short bench."
 )
 @click.option(
+    "--stand-in",
+    metavar="VERSION",
+    help="On the reference backend: run the cells of this TensorRT-LLM version (default 1.2.1, the newest "
+    "verified container's; 1.3.0 adds SA and PARD).",
+)
+@click.option(
     "--dry-run",
     is_flag=True,
     help="Run nothing: print every step's argv and resolve every container path it needs.",
@@ -244,6 +250,7 @@ def selftest(
     reference: bool,
     workdir: Path | None,
     bench_requests: int,
+    stand_in: str | None,
     dry_run: bool,
     container: str | None,
     container_root: Path | None,
@@ -257,6 +264,12 @@ def selftest(
     """
     from toolkit.selftest.run import selftest as run_selftest
 
+    if dry_run and stand_in:
+        from toolkit.errors import UsageError
+
+        raise UsageError(
+            "--stand-in goes without --dry-run (a dry run plans the container's own TensorRT-LLM)"
+        )
     if dry_run:
         from toolkit.selftest.dry_run import dry_run as plan
 
@@ -270,7 +283,11 @@ def selftest(
 
         raise UsageError("--container and --container-root go with --dry-run")
     result = run_selftest(
-        modes=modes or None, workdir=workdir, force_reference=reference, bench_requests=bench_requests
+        modes=modes or None,
+        workdir=workdir,
+        force_reference=reference,
+        bench_requests=bench_requests,
+        stand_in=stand_in,
     )
     emit(result.to_dict(), as_json, lambda: click.echo(result.table(), nl=False))
     if not result.ok:

@@ -128,14 +128,22 @@ class Training:
 
 @dataclass(frozen=True)
 class SelfTest:
-    """How `sdtk selftest` deploys the mode on its tiny Llama checkpoints (toolkit.selftest): the
-    GPU paths it runs the mode on ("engine", "llmapi"), its `speculative:` section (less `mode`),
+    """How `sdtk selftest` deploys the mode on its tiny random-weight checkpoints (toolkit.selftest):
+    the GPU paths it runs the mode on ("engine", "llmapi"), its `speculative:` section (less `mode`),
     and the section's key, if any, for the layers the self-test's EAGLE-3 head captures (set where
-    the TensorRT-LLM version has it)."""
+    the TensorRT-LLM version has it).
+
+    `target` names the checkpoint the cell serves as its target (a role toolkit.selftest writes:
+    "target", the tiny Llama, unless the mode needs another), `family` that checkpoint's HF
+    `model_type` (the support matrix's family, which plans the cell), and `dtype` the GPU paths'
+    dtype (None: the self-test's default, float16); the reference backend always runs float32."""
 
     paths: tuple[str, ...]
     section: tuple[tuple[str, Any], ...] = ()
     capture_key: str | None = None
+    target: str = "target"
+    family: str = "llama"
+    dtype: str | None = None
 
     def spec(self, name: str, capture: list[int] | None) -> dict[str, Any]:
         """The recipe's `speculative:` section; `capture`: the head's layers (None: leave them out)."""
@@ -176,6 +184,9 @@ class ModeInfo:
     llmapi_disable_overlap: bool = False
     # llmapi: recipe fields whose speculative_config keys TensorRT-LLM 1.0 lacks (arrived in 1.1).
     llmapi_fields_since_1_1: tuple[str, ...] = ()
+    # llmapi: speculative_config keys that carry a recipe field under another name in some release
+    # (key, field): what the reference llmapi model reads back (toolkit.serving.llmapi).
+    llmapi_aliases: tuple[tuple[str, str], ...] = ()
     # `sdtk train-draft`: what it trains for the mode; None: nothing.
     training: Training | None = None
     # `sdtk selftest`: how the GPU self-test deploys it; None: the self-test leaves it out.

@@ -19,6 +19,7 @@ from toolkit.modes.core import (
     ModeInfo,
     PreflightKit,
     ProposerFacts,
+    SelfTest,
     Support,
     Training,
     batched,
@@ -53,6 +54,10 @@ INFO = ModeInfo(
         True, "speculative_config decoding_type PARD (one-model PARDWorker)", min_version=PARD_SINCE
     ),
     reference=batched("chain verification; the draft's one forward per step is batched too"),
+    # The self-test's random Llama draft as the PARD draft; its mask token is the tokenizer's <pad>
+    # (id 2, never a greedy choice: toolkit/selftest/checkpoints.py SPECIAL_TOKENS), given as
+    # mask_token_id, which TensorRT-LLM reads before the draft's config.json pard_token.
+    selftest=SelfTest(paths=("llmapi",), section=(("max_draft_len", 4), ("mask_token_id", 2))),
 )
 
 

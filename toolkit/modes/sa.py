@@ -19,6 +19,7 @@ from toolkit.modes.core import (
     ModeInfo,
     PreflightKit,
     ProposerFacts,
+    SelfTest,
     Support,
     batched,
     no_support,
@@ -55,6 +56,8 @@ INFO = ModeInfo(
         True, "speculative_config decoding_type SA (TensorRT-LLM's 1.3 line)", min_version=SA_SINCE
     ),
     reference=batched("chain verification"),
+    # Model-free: the tiny target alone, the longest match (upstream's default) drafting 4 tokens.
+    selftest=SelfTest(paths=("llmapi",), section=(("max_draft_len", 4),)),
 )
 
 

@@ -42,27 +42,32 @@ class SlotPool:
         self.lm = lm
         self.layers = cfg.num_hidden_layers
         self.kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        # MLA (DeepSeek-V3) as transformers runs it caches decompressed keys of qk_nope + qk_rope
+        # and values of v_head_dim; its config's head_dim is the rope part alone.
+        nope, rope = getattr(cfg, "qk_nope_head_dim", None), getattr(cfg, "qk_rope_head_dim", None)
+        self.key_dim = nope + rope if nope and rope else head_dim
+        self.value_dim = getattr(cfg, "v_head_dim", None) or head_dim
         self.slots = slots
         self.capacity = capacity
         # The cache holds what the model computes in (float32, or the bf16/fp16 of a recipe's dtype).
         # cast: torch types a submodule's attribute read as `Tensor | Module` (nn.Module.__getattr__).
         self.dtype = cast(torch.Tensor, lm.embed.weight).dtype
-        self.keys = [self._zeros(capacity) for _ in range(self.layers)]
-        self.values = [self._zeros(capacity) for _ in range(self.layers)]
+        self.keys = [self._zeros(capacity, self.key_dim) for _ in range(self.layers)]
+        self.values = [self._zeros(capacity, self.value_dim) for _ in range(self.layers)]
         self.free = list(range(slots))
         self.scratch = slots
 
-    def _zeros(self, capacity: int) -> torch.Tensor:
-        return torch.zeros(self.slots + 1, self.kv_heads, capacity, self.head_dim, dtype=self.dtype)
+    def _zeros(self, capacity: int, dim: int) -> torch.Tensor:
+        return torch.zeros(self.slots + 1, self.kv_heads, capacity, dim, dtype=self.dtype)
 
     def ensure(self, capacity: int) -> None:
         if capacity <= self.capacity:
             return
         grow = max(capacity, 2 * self.capacity) - self.capacity
-        for store in (self.keys, self.values):
+        for store, dim in ((self.keys, self.key_dim), (self.values, self.value_dim)):
             for i, t in enumerate(store):
-                store[i] = torch.cat([t, self._zeros(grow)], dim=2)
+                store[i] = torch.cat([t, self._zeros(grow, dim)], dim=2)
         self.capacity += grow
 
     def compact(self, slot: int, start: int, rows: Sequence[int]) -> None:
@@ -393,12 +398,13 @@ class _BatchKV:
         self.width = width
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
-        b, heads, q, d = key.shape
+        b, heads, q, _ = key.shape
         out = []
         for store, new in ((self.pool.keys, key), (self.pool.values, value)):
             buf = store[layer_idx]
-            # buf[wslot, :, wpos] is [b*q, heads, d]: row r of the batch's new entries.
-            buf[self.wslot, :, self.wpos] = new.transpose(1, 2).reshape(b * q, heads, d)
+            # buf[wslot, :, wpos] is [b*q, heads, d]: row r of the batch's new entries (d: the
+            # keys' or the values' width, which MLA makes differ).
+            buf[self.wslot, :, self.wpos] = new.transpose(1, 2).reshape(b * q, heads, new.shape[-1])
             out.append(buf[self.slots, :, : self.width])
         return out[0], out[1]
 

@@ -125,8 +125,12 @@ class PreallocLayer(DynamicLayer):
 
 def preallocated_cache(config: PreTrainedConfig) -> DynamicCache:
     """A DynamicCache whose full-attention layers are PreallocLayers sharing one KVStore (sliding
-    ones stay as they are)."""
+    ones stay as they are). MLA (DeepSeek-V3, as transformers runs it) caches keys and values of
+    different widths (qk_nope + qk_rope, v_head_dim), which one buffer cannot hold: its layers stay
+    DynamicLayers."""
     cache = DynamicCache(config=config)
+    if getattr(config, "v_head_dim", None) and getattr(config, "qk_rope_head_dim", None):
+        return cache
     full = [i for i, layer in enumerate(cache.layers) if type(layer) is DynamicLayer]
     store = KVStore(len(full))
     slots = {i: s for s, i in enumerate(full)}

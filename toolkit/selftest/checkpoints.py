@@ -1,7 +1,8 @@
 """The self-test's tiny random-weight checkpoints, written locally (nothing is downloaded): a
 Llama-architecture target of a few layers, a smaller Llama draft, Medusa heads (FasterDecoding
-layout) and an EAGLE-3 head with the upstream config keys, plus a byte-level BPE tokenizer trained
-on the spot; and the check that the target's greedy choices are decisive (MIN_MARGIN).
+layout), an EAGLE-3 head with the upstream config keys and, for the MTP cell, a DeepSeek-V3
+target that carries one MTP layer, plus a byte-level BPE tokenizer trained on the spot; and the
+check that each target's greedy choices are decisive (MIN_MARGIN).
 
 Checkpoint shapes fit TensorRT-LLM's kernels: every attention head is 64 wide (its decoder
 attention kernels are instantiated for head sizes 32-256 only: NVIDIA/TensorRT-LLM
@@ -17,7 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.errors import TieProneCheckpoint
-from toolkit.modes import SOURCES
+from toolkit.modes import REGISTRY, SOURCES
+
+# The targets the self-test's cells serve (each mode's ModeInfo.selftest.target), then the model
+# sources (the recipe's `models.<source>`): every role make_checkpoints writes, and its directory.
+TARGETS: tuple[str, ...] = tuple(
+    dict.fromkeys(("target", *(m.selftest.target for m in REGISTRY if m.selftest is not None)))
+)
+ROLES: tuple[str, ...] = (*TARGETS, *SOURCES)
+# The MTP cell's target: a DeepSeek-V3 whose checkpoint carries one MTP layer (see _mtp_target).
+MTP_TARGET = "mtp_target"
+MTP_TARGET_LAYERS = 4
 
 # Layers the EAGLE-3 head captures: TensorRT-LLM's default {1, L//2-1, L-4} for L target layers.
 TARGET_LAYERS = 8
@@ -56,14 +67,11 @@ PEAK_LOGIT = 10.0
 SPECIAL_TOKENS = 3  # <s>, </s>, <pad>: never a greedy choice
 
 
-def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
-    """Tiny random-weight checkpoints and a tokenizer under `root`; returns role → directory."""
-    import torch
-    from safetensors.torch import save_file
+def _tokenizer() -> Any:
+    """A byte-level BPE tokenizer of 512 tokens trained on CORPUS (<s>, </s>, <pad> first)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    torch.manual_seed(seed)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -74,7 +82,17 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
     )
     tok.train_from_iterator(CORPUS, trainer)
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
+
+def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
+    """Tiny random-weight checkpoints and a tokenizer under `root`; returns role → directory."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    fast = _tokenizer()
     vocab = len(fast)
 
     def llama(heads: int, kv: int, layers: int) -> LlamaConfig:
@@ -95,8 +113,11 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
             dtype="float16",
         )
 
-    # Keyed (and named) by the recipe's model sources.
-    paths = {role: root / role for role in ("target", *SOURCES)}
+    # Keyed (and named) by the targets' roles and the recipe's model sources.
+    unknown = sorted(set(TARGETS) - {"target", MTP_TARGET})
+    if unknown:
+        raise TypeError(f"the self-test writes no checkpoint for the target role(s) {', '.join(unknown)}")
+    paths = {role: root / role for role in ROLES}
     for role, cfg in (("target", llama(2, 1, TARGET_LAYERS)), ("draft", llama(1, 1, 1))):
         model = LlamaForCausalLM(cfg)
         if role == "target":
@@ -175,7 +196,89 @@ def make_checkpoints(root: Path, seed: int = 0) -> dict[str, Path]:
             indent=2,
         )
     )
+    if MTP_TARGET in paths:
+        _mtp_target(paths[MTP_TARGET], fast)
     return paths
+
+
+def _mtp_target(path: Path, tokenizer: Any) -> None:
+    """A decisive DeepSeek-V3 target (model_type deepseek_v3, the family TensorRT-LLM's MTP has in
+    every release: NVIDIA/TensorRT-LLM tensorrt_llm/_torch/models/modeling_speculative.py,
+    MTPForCausalLM) with one MTP layer in DeepSeek-V3's layout: config.json
+    `num_nextn_predict_layers: 1`, weights `model.layers.{num_hidden_layers}.{enorm, hnorm, eh_proj,
+    shared_head.norm, shared_head.head, embed_tokens}` plus a decoder block's (deepseek-ai/DeepSeek-V3
+    README_WEIGHTS.md @0b39205), in mtp.safetensors beside the target's model.safetensors.
+
+    Attention is DeepSeek-V3's MLA with its own dimensions (kv_lora_rank 512, qk_rope_head_dim 64,
+    qk_nope_head_dim 128, v_head_dim 128: deepseek-ai/DeepSeek-V3 config.json), so the GPU's MLA
+    kernels run the shapes they run for the real model; 2 heads, hidden 128. Every layer, the MTP
+    layer's included, is dense (first_k_dense_replace past it): no MoE in the tiny model. The MTP
+    layer's weights are random (the self-test checks losslessness, not acceptance)."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    hidden = 2 * HEAD_DIM
+    cfg = DeepseekV3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=hidden * 3,
+        moe_intermediate_size=hidden // 2,
+        num_hidden_layers=MTP_TARGET_LAYERS,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        first_k_dense_replace=MTP_TARGET_LAYERS + 1,
+        q_lora_rank=64,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        qk_nope_head_dim=128,
+        v_head_dim=128,
+        max_position_embeddings=512,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
+        tie_word_embeddings=False,
+    )
+    cfg.num_nextn_predict_layers = (
+        1  # not a DeepseekV3Config argument: config.json carries it as DeepSeek-V3's
+    )
+    model = DeepseekV3ForCausalLM(cfg)
+    _make_decisive(model, tokenizer)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    # The MTP layer: a decoder block of the same architecture (a one-layer model's layer 0) and its
+    # own parts; the embedding and the head are copies of the target's, as DeepSeek-V3 ships them.
+    one = DeepseekV3ForCausalLM(DeepseekV3Config(**{**cfg.to_dict(), "num_hidden_layers": 1}))
+    block = {k.removeprefix("model.layers.0."): v for k, v in one.state_dict().items()}
+    state = {k: v for k, v in block.items() if not k.startswith(("model.", "lm_head"))}
+    state |= {
+        "enorm.weight": torch.ones(hidden),
+        "hnorm.weight": torch.ones(hidden),
+        "eh_proj.weight": torch.randn(hidden, 2 * hidden) * 0.02,
+        "shared_head.norm.weight": torch.ones(hidden),
+        "shared_head.head.weight": model.lm_head.weight.detach().clone(),
+        "embed_tokens.weight": model.model.embed_tokens.weight.detach().clone(),
+    }
+    prefix = f"model.layers.{MTP_TARGET_LAYERS}."
+    tensors = {prefix + k: v.contiguous() for k, v in state.items()}
+    save_file(tensors, str(path / "mtp.safetensors"), metadata={"format": "pt"})
+
+
+# config.json stand-ins for `sdtk selftest --dry-run`, which writes no weights: what each role's
+# checkpoint declares (the build's plan reads the family and, for MTP, the layer count).
+STAND_IN_CONFIGS: dict[str, dict[str, Any]] = {
+    "target": {"model_type": "llama"},
+    "draft": {"model_type": "llama"},
+    MTP_TARGET: {
+        "model_type": "deepseek_v3",
+        "num_hidden_layers": MTP_TARGET_LAYERS,
+        "num_nextn_predict_layers": 1,
+    },
+}
 
 
 def _make_decisive(model: Any, tokenizer: Any) -> None:
@@ -237,10 +340,10 @@ def greedy_margins(
     """Greedy-decode each prompt on the target with transformers (in `dtype`: a cast of the stored
     weights, which simulates that precision's rounding), measuring each step's top-1 margin."""
     import torch
-    from transformers import AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(target)
-    model = LlamaForCausalLM.from_pretrained(target, dtype=torch.float32).to(getattr(torch, dtype)).eval()
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).to(getattr(torch, dtype)).eval()
     worst = (float("inf"), "", 0)
     tokens: dict[str, list[int]] = {}
     with torch.no_grad():

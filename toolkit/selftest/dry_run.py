@@ -16,6 +16,7 @@ probes that tree now).
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
@@ -26,7 +27,7 @@ from toolkit import progress as prog
 from toolkit.build import PreflightFailed, build
 from toolkit.deploy import plan_deploy
 from toolkit.errors import SdtkError
-from toolkit.modes import SOURCES
+from toolkit.selftest.checkpoints import ROLES, STAND_IN_CONFIGS
 from toolkit.selftest.run import engine_notes, plan_modes, selftest_recipe
 
 
@@ -160,11 +161,11 @@ def dry_run(
     with tempfile.TemporaryDirectory(prefix="sdtk-selftest-plan-") as tmp:
         ckpts = Path(tmp) / "checkpoints"
         paths = {}
-        for role in ("target", *SOURCES):
+        for role in ROLES:
             (ckpts / role).mkdir(parents=True)
             paths[role] = ckpts / role
-        for role in ("target", "draft"):  # the self-test's checkpoints are Llama (selftest.make_checkpoints)
-            (ckpts / role / "config.json").write_text('{"model_type": "llama"}\n', encoding="utf-8")
+        for role, config in STAND_IN_CONFIGS.items():  # what selftest.make_checkpoints writes
+            (ckpts / role / "config.json").write_text(json.dumps(config) + "\n", encoding="utf-8")
         work = Path(tmp) / "work"
         for mode, backend in plan:
             row = PlanRow(mode, backend)

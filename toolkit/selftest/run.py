@@ -124,19 +124,20 @@ def _reference(backend: str) -> bool:
 def selftest_recipe(mode: str, backend: str, paths: dict[str, Path], version: str | None) -> Any:
     """`backend`: engine | llmapi | reference | reference-llmapi (the reference backend behind the
     llmapi repository: serving.repository llmapi)."""
-    models: dict[str, Any] = {"target": {"path": str(paths["target"])}}
+    cell = _selftest(mode)
+    models: dict[str, Any] = {"target": {"path": str(paths[cell.target])}}
     source = info(mode).source
     if source is not None:
         models[source] = {"path": str(paths[source])}
     # 1.0's EagleDecodingConfig has no eagle3_layers_to_capture; CAPTURE is its default anyway.
     without = backend == "llmapi" and version is not None and not schema_for(version).tree_fields
-    spec = _selftest(mode).spec(mode, None if without else CAPTURE)
+    spec = cell.spec(mode, None if without else CAPTURE)
     data: dict[str, Any] = {
         "name": f"selftest-{backend}-{mode}".replace("_", "-"),
         "backend": "reference" if _reference(backend) else backend,
         "models": models,
         "speculative": spec,
-        "dtype": "float32" if _reference(backend) else "float16",
+        "dtype": "float32" if _reference(backend) else (cell.dtype or "float16"),
         "build": {"max_batch_size": 2, "max_input_len": 128, "max_seq_len": 256, "max_num_tokens": 512},
         # A two-model mode's BLS and both LLM models are non-decoupled on the GPU path, and so on its twin.
         "serving": {"decoupled": not (backend in ("engine", "reference") and info(mode).two_model)},
@@ -150,18 +151,22 @@ def selftest_recipe(mode: str, backend: str, paths: dict[str, Path], version: st
     return parse_recipe(data)
 
 
-def plan_modes(version: str | None) -> list[tuple[str, str]]:
+def plan_modes(version: str | None, stand_in: str = WOULD_RUN) -> list[tuple[str, str]]:
     """(mode, backend) pairs to test: what the installed TensorRT-LLM supports; without it, what
-    TensorRT-LLM WOULD_RUN (1.2.1) would run, on the reference backend (the engine path's modes behind the
-    ensemble repository, the llmapi path's behind the llmapi one)."""
+    TensorRT-LLM `stand_in` (default WOULD_RUN, 1.2.1) would run, on the reference backend (the engine
+    path's modes behind the ensemble repository, the llmapi path's behind the llmapi one)."""
     if version is None:
-        return [(m, "reference" if b == "engine" else REFERENCE_LLMAPI) for m, b in plan_modes(WOULD_RUN)]
-    # The support matrix decides, on the release tuple: the engine path through 1.2.x (deprecated on
-    # 1.2.x), none on the 1.3 line; the llmapi path from 1.0.
+        return [(m, "reference" if b == "engine" else REFERENCE_LLMAPI) for m, b in plan_modes(stand_in)]
+    # The support matrix decides, on the release tuple and the family of the cell's target: the
+    # engine path through 1.2.x (deprecated on 1.2.x), none on the 1.3 line; the llmapi path from 1.0,
+    # each mode from its own first release (SA: the 1.3 line; PARD: 1.3.0rc7).
     out = [
-        (m.name, b) for b in ("engine", "llmapi") for m in REGISTRY if m.selftest and b in m.selftest.paths
+        (m.name, b, m.selftest.family)
+        for b in ("engine", "llmapi")
+        for m in REGISTRY
+        if m.selftest and b in m.selftest.paths
     ]
-    return [(m, b) for m, b in out if not compat.problems(compat.cell(m, b), version, "llama")]
+    return [(m, b) for m, b, family in out if not compat.problems(compat.cell(m, b), version, family)]
 
 
 def engine_notes(version: str | None) -> list[str]:
@@ -297,40 +302,57 @@ def selftest(
     force_reference: bool = False,
     bench_requests: int = 2,
     progress: prog.Step | None = None,
+    stand_in: str | None = None,
 ) -> SelftestResult:
-    """Run the self-test; see the module docstring. `modes` limits the modes (CI runs two)."""
+    """Run the self-test; see the module docstring. `modes` limits the modes (CI runs two).
+    `stand_in`: on the reference backend, the TensorRT-LLM version whose cells it runs (default
+    WOULD_RUN, 1.2.1; 1.3.0 adds the 1.3 line's SA and PARD)."""
     say = progress or prog.steps("selftest")
     version = None if force_reference else compat.installed_trtllm_version()
+    if stand_in is not None and version is not None:
+        raise UsageError(
+            f"--stand-in picks the reference backend's cells, but TensorRT-LLM {version} is installed: "
+            "its own cells run",
+            hint="add --reference to run the reference backend",
+        )
+    twin = stand_in or WOULD_RUN
     if version is None:
         note = (
-            "TensorRT-LLM is not installed: running the same flow on the reference backend (CPU). "
-            "Inside NVIDIA's tritonserver:<yy.mm>-trtllm-python-py3 container this runs the engine and "
-            "llmapi backends instead (see would_run_with_trtllm)."
+            "TensorRT-LLM is not installed: running the same flow on the reference backend (CPU), with "
+            f"the cells TensorRT-LLM {twin} has. Inside NVIDIA's tritonserver:<yy.mm>-trtllm-python-py3 "
+            "container this runs the engine and llmapi backends instead (see would_run_with_trtllm)."
         )
     else:
         note = "; ".join([f"TensorRT-LLM {version}: testing every mode it supports", *engine_notes(version)])
     say(note)
-    plan = plan_modes(version)
+    plan = plan_modes(version, twin)
     if modes:
         unknown = sorted(set(modes) - {m for m, _ in plan})
         if unknown:
             raise UsageError(
                 f"mode(s) {', '.join(unknown)} not testable here",
-                hint="choose from " + ", ".join(sorted({m for m, _ in plan})),
+                hint="choose from "
+                + ", ".join(sorted({m for m, _ in plan}))
+                + (
+                    ""
+                    if version
+                    else f" (the cells of TensorRT-LLM {twin}; --stand-in picks another version)"
+                ),
             )
         # engine/llmapi: the `none` deployment is the correctness baseline; the reference backend's
         # baseline is its in-process runtime
         plan = [(m, b) for m, b in plan if m in modes or (m == "none" and not _reference(b))]
-    would_run = [{"mode": m, "backend": b} for m, b in plan_modes(WOULD_RUN)]
+    would_run = [{"mode": m, "backend": b} for m, b in plan_modes(twin)]
     with contextlib.ExitStack() as stack:
         root = workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sdtk-selftest-")))
         root = Path(root).resolve()
         say(f"writing random-weight checkpoints under {root / 'checkpoints'}")
         paths = make_checkpoints(root / "checkpoints")
-        margins = check_margins(paths["target"])
-        say(
-            f"target's smallest greedy margin: {margins.min_margin:.2f} of max|logit| (at least {MIN_MARGIN})"
-        )
+        for role in sorted({_selftest(m).target for m, _ in plan}):
+            margins = check_margins(paths[role])
+            say(
+                f"{role}'s smallest greedy margin: {margins.min_margin:.2f} of max|logit| (at least {MIN_MARGIN})"
+            )
         results: list[ModeResult] = []
         baselines: dict[str, Any] = {}
         try:
@@ -341,7 +363,7 @@ def selftest(
                 res, kept = run_mode(
                     mode,
                     backend,
-                    selftest_recipe(mode, backend, paths, version),
+                    selftest_recipe(mode, backend, paths, version or twin),
                     root / "work",
                     baseline_url=base.http_url if (needs_url and base is not None) else None,
                     bench_requests=bench_requests,

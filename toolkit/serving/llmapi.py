@@ -7,8 +7,10 @@ upstream inputs and outputs) and `1/model.yaml` (the LLM() arguments, `speculati
 included, and `triton_config`). This model reads model.yaml as LLM() would take it:
 - `model` (the target checkpoint), `tokenizer`, `max_seq_len`;
 - `speculative_config`: `decoding_type` Eagle3/Eagle (+ `speculative_model[_dir]`, `max_draft_len`,
-  `eagle_choices`, `eagle3_layers_to_capture`), NGram (`max_matching_ngram_size`, `is_use_oldest`, ...)
-  or DraftTarget (`speculative_model[_dir]`): the runtime speculates inside this one model;
+  `eagle_choices`, `eagle3_layers_to_capture`), NGram (`max_matching_ngram_size`, `is_use_oldest`, ...),
+  DraftTarget (`speculative_model[_dir]`) or any other mode's decoding_type from the registry (SA,
+  PARD, MTP: the mode's own fields, under their names or its `llmapi_aliases`): the runtime
+  speculates inside this one model;
   `max_concurrency` and `draft_len_schedule` bound its draft length by the batch (a schedule only
   where TensorRT-LLM 1.2's and 1.3's readings of its keys agree, see `load_aware`);
 - `triton_config`: `decoupled` and `max_batch_size` (0), copied into the model config by
@@ -59,12 +61,14 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 import yaml
 
 from toolkit import modes
+from toolkit.modes.load_aware import LoadAware
 
 INT32_MAX = 2**31 - 1
 DEFAULT_MAX_TOKENS = 32  # tensorrt_llm SamplingParams.max_tokens default when the request sends none
@@ -180,7 +184,32 @@ def _section(spec: dict) -> tuple[dict, str | None, str | None]:
         return out, None, None
     if kind == "DraftTarget":
         return {"mode": modes.DRAFT_TARGET, "max_draft_len": n}, None, model
-    raise ValueError(f"speculative_config decoding_type {kind!r} is not served by the reference llmapi model")
+    return _registered(kind, spec, model)
+
+
+def _registered(kind: Any, spec: dict, model: str | None) -> tuple[dict, str | None, str | None]:
+    """Any other decoding_type, from the mode registry: the mode whose `llmapi_types` has it (SA,
+    PARD, MTP), its own recipe fields read under their names or their `llmapi_aliases`, and the
+    speculative model as the mode's source."""
+    found = next((m for m in modes.REGISTRY if kind in m.llmapi_types), None)
+    if found is None:
+        raise ValueError(
+            f"speculative_config decoding_type {kind!r} is not served by the reference llmapi model"
+        )
+    own = set(modes.mode(found.name).spec.model_fields) - set(LoadAware.model_fields) - {"mode"}
+    aliases = dict(found.llmapi_aliases)
+    out: dict[str, Any] = {"mode": found.name}
+    for key, value in spec.items():
+        name = aliases.get(key, key)
+        if name in own and name not in out:
+            out[name] = value
+    if model is not None and found.source is None:
+        raise ValueError(
+            f"speculative_config.speculative_model with decoding_type {kind!r} (replacement heads) is not "
+            "served by the reference llmapi model: it runs the target checkpoint's own layers"
+        )
+    sources = {found.source: model} if found.source else {}
+    return out, sources.get("eagle_head"), sources.get("draft")
 
 
 def load_runtime(args: dict):
