@@ -198,6 +198,8 @@ def load_runtime(engine_dir: Path):
             target=Path(ref["checkpoint"]),
             dtype=str(cfg.get("pretrained_config", {}).get("dtype", "float32")),
             tokenizer=Path(tokenizer) if tokenizer else None,
+            # a draft stored without its embedding takes the target's (toolkit.build.reference)
+            embedding_from=Path(ref["embedding_from"]) if ref.get("embedding_from") else None,
             **inflate,
         )
     else:
