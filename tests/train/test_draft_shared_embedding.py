@@ -51,7 +51,9 @@ def _cut(target: Any, out: Path) -> Path:
     if getattr(m.config, "layer_types", None):
         m.config.layer_types = m.config.layer_types[:1]
     setattr(m.config, EMBEDDING_FROM_TARGET, True)
-    m.save_pretrained(str(out), state_dict={k: v for k, v in m.state_dict().items() if k not in EMBEDDING_KEYS})
+    m.save_pretrained(
+        str(out), state_dict={k: v for k, v in m.state_dict().items() if k not in EMBEDDING_KEYS}
+    )
     return out
 
 
@@ -108,7 +110,9 @@ def test_a_target_of_another_shape_is_refused(tmp_path: Path) -> None:
     target = _llama(tmp_path / "target", 64, 2, seed=0)
     other = _llama(tmp_path / "other", 32, 1, seed=1)
     draft = _cut(target, tmp_path / "draft")
-    with pytest.raises(ModelError, match=rf"{EMBEDDING_FROM_TARGET}.*embedding \(2048, 64\) != the target's \(2048, 32\)"):
+    with pytest.raises(
+        ModelError, match=rf"{EMBEDDING_FROM_TARGET}.*embedding \(2048, 64\) != the target's \(2048, 32\)"
+    ):
         load_draft_lm(draft, other)
     assert load_draft_lm(draft, target).config.num_hidden_layers == 1
 
@@ -140,12 +144,19 @@ def test_the_reference_build_gives_the_served_draft_the_targets_embedding(tmp_pa
     r = build(recipe, workdir=tmp_path / "wd", progress=lambda _: None)
     ref = json.loads((Path(r.outputs["draft"]) / "config.json").read_text())["reference"]
     assert ref["embedding_from"] == ref["tokenizer"] == str(tmp_path / "target")
-    assert "embedding_from" not in json.loads((Path(r.outputs["target"]) / "config.json").read_text())["reference"]
+    assert (
+        "embedding_from"
+        not in json.loads((Path(r.outputs["target"]) / "config.json").read_text())["reference"]
+    )
     served = ReferenceRuntime.load(
-        target=Path(ref["checkpoint"]), tokenizer=Path(ref["tokenizer"]), embedding_from=Path(ref["embedding_from"])
+        target=Path(ref["checkpoint"]),
+        tokenizer=Path(ref["tokenizer"]),
+        embedding_from=Path(ref["embedding_from"]),
     )
     ids = torch.tensor([list(range(5, 20))])
     with torch.no_grad():
-        assert torch.equal(served.target.model(input_ids=ids).logits, load_draft_lm(draft, target)(input_ids=ids).logits)
+        assert torch.equal(
+            served.target.model(input_ids=ids).logits, load_draft_lm(draft, target)(input_ids=ids).logits
+        )
     with pytest.raises(ModelError, match="stored without its embedding"):
         ReferenceRuntime.load(target=draft)

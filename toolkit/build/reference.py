@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 
 from toolkit import __version__, modes
-from toolkit.modes.draft_target import EMBEDDING_FROM_TARGET
 from toolkit.build.configs import build_config, pretrained_config
 from toolkit.build.context import BuildContext
 from toolkit.build.steps import Step
+from toolkit.modes.draft_target import EMBEDDING_FROM_TARGET
 
 
 def _path(ctx: BuildContext, role: str) -> str | None:
@@ -49,7 +49,9 @@ def engine_config(ctx: BuildContext, role: str) -> dict:
         "reference": {
             "role": role,
             "checkpoint": _path(ctx, role),
-            "tokenizer": _path(ctx, "tokenizer" if "tokenizer" in ctx.sources else "target" if shared else role),
+            "tokenizer": _path(
+                ctx, "tokenizer" if "tokenizer" in ctx.sources else "target" if shared else role
+            ),
             # A draft stored without its embedding: the target checkpoint whose embedding it takes.
             **({"embedding_from": shared} if shared else {}),
             # The mode sources (toolkit.modes.SOURCES), each loaded by its mode's reference proposer.

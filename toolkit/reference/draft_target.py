@@ -16,7 +16,14 @@ import torch
 from toolkit.errors import GenerationError, ModelError
 from toolkit.modes.draft_target import EMBEDDING_FROM_TARGET, EMBEDDING_KEYS, INFO
 from toolkit.reference.core import Context, Proposal, Verdict
-from toolkit.reference.models import CachedLM, Forward, checkpoint_embedding, load_causal_lm, read_config, require_weights
+from toolkit.reference.models import (
+    CachedLM,
+    Forward,
+    checkpoint_embedding,
+    load_causal_lm,
+    read_config,
+    require_weights,
+)
 from toolkit.reference.sampling import draw, probs
 
 
@@ -100,12 +107,22 @@ def load_draft_lm(path: Path, target: Any, dtype: torch.dtype = torch.float32) -
     missing = set(info.get("missing_keys") or ()) - EMBEDDING_KEYS
     own = model.get_input_embeddings().weight
     theirs = (
-        checkpoint_embedding(Path(target)) if isinstance(target, (str, Path)) else target.get_input_embeddings().weight
+        checkpoint_embedding(Path(target))
+        if isinstance(target, (str, Path))
+        else target.get_input_embeddings().weight
     )
     problems = [
         *([f"weights missing besides the embedding: {sorted(missing)[:4]}"] if missing else []),
-        *([] if model.get_output_embeddings().weight is own else ["its LM head is not tied to the embedding"]),
-        *([] if own.shape == theirs.shape else [f"embedding {tuple(own.shape)} != the target's {tuple(theirs.shape)}"]),
+        *(
+            []
+            if model.get_output_embeddings().weight is own
+            else ["its LM head is not tied to the embedding"]
+        ),
+        *(
+            []
+            if own.shape == theirs.shape
+            else [f"embedding {tuple(own.shape)} != the target's {tuple(theirs.shape)}"]
+        ),
     ]
     if problems:
         raise ModelError(

@@ -83,7 +83,11 @@ def checkpoint_embedding(path: Path) -> torch.Tensor:
     index = path / "model.safetensors.index.json"
     name = EMBEDDING_KEY
     try:
-        file = path / json.loads(index.read_text())["weight_map"][name] if index.is_file() else path / WEIGHT_FILES[0]
+        file = (
+            path / json.loads(index.read_text())["weight_map"][name]
+            if index.is_file()
+            else path / WEIGHT_FILES[0]
+        )
         with safe_open(str(file), "pt") as f:
             return f.get_tensor(name)
     except (OSError, KeyError, ValueError) as e:
