@@ -99,31 +99,26 @@ def load_draft_lm(path: Path, target: Any, dtype: torch.dtype = torch.float32) -
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the embedding is missing on purpose: no "newly initialized" notice
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, output_loading_info=True)
+        loaded: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, output_loading_info=True)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         raise ModelError(f"cannot load draft from {path}: {e}", hint="re-export the draft") from None
     finally:
         hf_logging.set_verbosity(level)
-    missing = set(info.get("missing_keys") or ()) - EMBEDDING_KEYS
+    model, info = loaded
     own = model.get_input_embeddings().weight
     theirs = (
         checkpoint_embedding(Path(target))
         if isinstance(target, (str, Path))
         else target.get_input_embeddings().weight
     )
-    problems = [
-        *([f"weights missing besides the embedding: {sorted(missing)[:4]}"] if missing else []),
-        *(
-            []
-            if model.get_output_embeddings().weight is own
-            else ["its LM head is not tied to the embedding"]
-        ),
-        *(
-            []
-            if own.shape == theirs.shape
-            else [f"embedding {tuple(own.shape)} != the target's {tuple(theirs.shape)}"]
-        ),
-    ]
+    problems = []
+    missing = set(info.get("missing_keys") or ()) - EMBEDDING_KEYS
+    if missing:
+        problems.append(f"weights missing besides the embedding: {sorted(missing)[:4]}")
+    if model.get_output_embeddings().weight is not own:
+        problems.append("its LM head is not tied to the embedding")
+    if own.shape != theirs.shape:
+        problems.append(f"embedding {tuple(own.shape)} != the target's {tuple(theirs.shape)}")
     if problems:
         raise ModelError(
             f"draft at {path} ({EMBEDDING_FROM_TARGET}) cannot take the target's embedding: {'; '.join(problems)}",
