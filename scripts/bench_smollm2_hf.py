@@ -4,7 +4,8 @@
 Reference n-gram against HF prompt lookup decoding (`generate(prompt_lookup_num_tokens=γ,
 max_matching_ngram_size=3)`), and, given a draft model that shares SmolLM2's tokenizer
 (--draft DIR), reference draft-target against HF assisted generation (`assistant_model=`, a
-constant γ tokens per step). Both sides decode greedily the same chat-templated prompts (the
+constant γ tokens per step; by default the draft sdtk trained, models/smollm2/draft, whose tied
+embedding both sides take from the target, as the reference runtime's loader does). Both sides decode greedily the same chat-templated prompts (the
 model's chat template, as a served client sends them), with the same draft length, stop at the
 model's end-of-turn token, and every speculative output is checked token for token against
 HF's own plain greedy output (the table says on how many prompts it was identical). Timing: one
@@ -40,6 +41,7 @@ from _bench import cpu_model, publish  # noqa: E402
 
 START, END = "<!-- bench_smollm2_hf:start -->", "<!-- bench_smollm2_hf:end -->"
 RECIPE = REPO / "recipes" / "smollm2-135m-ngram.yaml"
+DRAFT = REPO / "models" / "smollm2" / "draft"  # trained by scripts/train_smollm2_drafts.py --stages draft
 ANCHOR = "HF generate: target only"  # the anchor of the "vs" column
 NGRAM_MAX = 3  # max_matching_ngram_size on both sides (the shipped n-gram recipe's)
 # The goals against Hugging Face on the real model: reference draft-target ÷ HF assisted
@@ -89,11 +91,20 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--new-tokens", type=int, default=64, help="at most this many tokens per prompt")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--gamma", type=int, default=None, help="draft length (default: the n-gram recipe's)")
-    ap.add_argument("--draft", type=Path, default=None, help="a draft model directory (SmolLM2's tokenizer)")
+    ap.add_argument(
+        "--draft",
+        type=Path,
+        default=DRAFT if (DRAFT / "config.json").exists() else None,
+        help="a draft model directory (SmolLM2's tokenizer; default: the shipped trained draft)",
+    )
+    ap.add_argument("--no-draft", action="store_true", help="leave draft-target and HF assisted out")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave docs alone")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.no_draft:
+        args.draft = None
+    return args
 
 
 class Bench:
@@ -106,6 +117,7 @@ class Bench:
         from toolkit.hub import chat, gguf
         from toolkit.recipe import load_recipe
         from toolkit.reference import ReferenceRuntime
+        from toolkit.reference.draft_target import load_draft_lm
 
         self.args = args
         self.recipe = rec = load_recipe(str(RECIPE))
@@ -113,11 +125,8 @@ class Bench:
         self.target = gguf.ensure_converted(str(rec.models.target.gguf), rec.base_dir)
         self.rt = ReferenceRuntime.load(self.target, {"draft": args.draft})
         self.hf = AutoModelForCausalLM.from_pretrained(self.target, dtype=torch.float32).eval()
-        self.hf_draft = (
-            AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).eval()
-            if args.draft
-            else None
-        )
+        # the same loader as the runtime's: a draft stored without its embedding takes the target's
+        self.hf_draft = load_draft_lm(args.draft, self.hf, torch.float32) if args.draft else None
         if self.hf_draft is not None and self.hf_draft.config.vocab_size != self.hf.config.vocab_size:
             raise SystemExit(
                 f"{args.draft}: vocab {self.hf_draft.config.vocab_size}, "

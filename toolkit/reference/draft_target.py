@@ -14,9 +14,16 @@ from typing import Any
 import torch
 
 from toolkit.errors import GenerationError, ModelError
-from toolkit.modes.draft_target import INFO
+from toolkit.modes.draft_target import EMBEDDING_FROM_TARGET, EMBEDDING_KEYS, INFO
 from toolkit.reference.core import Context, Proposal, Verdict
-from toolkit.reference.models import CachedLM, Forward, load_causal_lm
+from toolkit.reference.models import (
+    CachedLM,
+    Forward,
+    checkpoint_embedding,
+    load_causal_lm,
+    read_config,
+    require_weights,
+)
 from toolkit.reference.sampling import draw, probs
 
 
@@ -73,9 +80,58 @@ class DraftTargetSpeculator:
 # ------------------------------------------------------------------ the proposer (proposers.py)
 
 
+def embedding_from_target(path: Path) -> bool:
+    """Whether the checkpoint at `path` is stored without its embedding (EMBEDDING_FROM_TARGET)."""
+    return bool(read_config(Path(path), "draft").get(EMBEDDING_FROM_TARGET))
+
+
+def load_draft_lm(path: Path, target: Any, dtype: torch.dtype = torch.float32) -> Any:
+    """The draft at `path` as an HF causal LM in eval mode; one stored without its embedding gets
+    a copy of the target's (checked: tied, the same shape, nothing else missing). `target`: the
+    target model, or its checkpoint directory (only its embedding is read)."""
+    path = Path(path)
+    if not embedding_from_target(path):
+        return load_causal_lm(path, "draft", dtype)
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    require_weights(path, "draft")
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the embedding is missing on purpose: no "newly initialized" notice
+    try:
+        loaded: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, output_loading_info=True)
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        raise ModelError(f"cannot load draft from {path}: {e}", hint="re-export the draft") from None
+    finally:
+        hf_logging.set_verbosity(level)
+    model, info = loaded
+    own = model.get_input_embeddings().weight
+    theirs = (
+        checkpoint_embedding(Path(target))
+        if isinstance(target, (str, Path))
+        else target.get_input_embeddings().weight
+    )
+    problems = []
+    missing = set(info.get("missing_keys") or ()) - EMBEDDING_KEYS
+    if missing:
+        problems.append(f"weights missing besides the embedding: {sorted(missing)[:4]}")
+    if model.get_output_embeddings().weight is not own:
+        problems.append("its LM head is not tied to the embedding")
+    if own.shape != theirs.shape:
+        problems.append(f"embedding {tuple(own.shape)} != the target's {tuple(theirs.shape)}")
+    if problems:
+        raise ModelError(
+            f"draft at {path} ({EMBEDDING_FROM_TARGET}) cannot take the target's embedding: {'; '.join(problems)}",
+            hint="export the draft with its embedding, or from a target with the same hidden size and vocabulary",
+        )
+    with torch.no_grad():
+        own.copy_(theirs.to(own.dtype))
+    return model.eval()
+
+
 def load_weights(path: Path, target: Any, dtype: torch.dtype, spec: Any) -> CachedLM:
     """The draft model at `path`, which must share the target's vocabulary."""
-    draft = load_causal_lm(Path(path), "draft", dtype)
+    draft = load_draft_lm(Path(path), target, dtype)
     dvocab, tvocab = draft.config.vocab_size, target.config.vocab_size
     if dvocab != tvocab:
         raise ModelError(

@@ -21,6 +21,7 @@ from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from toolkit.errors import ModelError
+from toolkit.modes.draft_target import EMBEDDING_FROM_TARGET, EMBEDDING_KEY
 from toolkit.reference.kvcache import KVStore, PreallocLayer, preallocated_cache
 from toolkit.reference.lean import LeanDecoder, refusal
 
@@ -60,7 +61,11 @@ def load_causal_lm(path: Path, what: str, dtype: torch.dtype = torch.float32) ->
     eval mode. transformers keeps the rotary inverse frequencies in float32 whatever `dtype` is."""
     from transformers import AutoModelForCausalLM
 
-    read_config(path, what)
+    if read_config(path, what).get(EMBEDDING_FROM_TARGET):
+        raise ModelError(
+            f"{what} at {path} is stored without its embedding ({EMBEDDING_FROM_TARGET}): it loads next to its target",
+            hint="load it as a draft (ReferenceRuntime.load(..., {'draft': DIR})) or with embedding_from=TARGET_DIR",
+        )
     require_weights(path, what)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
@@ -69,6 +74,26 @@ def load_causal_lm(path: Path, what: str, dtype: torch.dtype = torch.float32) ->
             f"cannot load {what} from {path}: {e}", hint="check that it is a complete HF checkpoint"
         ) from None
     return model.eval()
+
+
+def checkpoint_embedding(path: Path) -> torch.Tensor:
+    """The input embedding of the HF checkpoint at `path`, read alone from its safetensors."""
+    from safetensors import safe_open
+
+    index = path / "model.safetensors.index.json"
+    name = EMBEDDING_KEY
+    try:
+        file = (
+            path / json.loads(index.read_text())["weight_map"][name]
+            if index.is_file()
+            else path / WEIGHT_FILES[0]
+        )
+        with safe_open(str(file), "pt") as f:
+            return f.get_tensor(name)
+    except (OSError, KeyError, ValueError) as e:
+        raise ModelError(
+            f"cannot read the embedding ({name}) of {path}: {e}", hint="point at a safetensors HF checkpoint"
+        ) from None
 
 
 @torch.no_grad()

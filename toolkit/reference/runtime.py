@@ -21,7 +21,7 @@ import torch
 from toolkit import modes
 from toolkit.errors import GenerationError, ModelError
 from toolkit.recipe import Speculative
-from toolkit.reference import proposers
+from toolkit.reference import draft_target, proposers
 from toolkit.reference.core import Context, Proposal, Speculator, Verdict, verify, verify_greedy
 from toolkit.reference.core import verify as greedy_rule  # verify's rule, whatever `verify` is set to
 from toolkit.reference.models import (
@@ -216,12 +216,15 @@ class ReferenceRuntime:
         dtype: str = "float32",
         tokenizer: Path | None = None,
         inflate: int = 1,
+        embedding_from: Path | None = None,
     ) -> ReferenceRuntime:
         """`weights`: the mode sources to load besides the target, keyed by the recipe's
         `models.<source>` name (toolkit.modes.SOURCES: a draft model, heads), each loaded by its
         mode's proposer; None values are left out. `dtype`: what the target, the draft and the
         heads compute in (DTYPES; `auto` is float32). `inflate` > 1 pads the target's MLP that many
-        times (the memory-bound twin, toolkit.membound); drafts and heads load unchanged."""
+        times (the memory-bound twin, toolkit.membound); drafts and heads load unchanged.
+        `embedding_from`: the checkpoint whose embedding a `target` stored without its own takes
+        (a draft-target draft served as its own model)."""
         spec = spec if spec is not None else PLAIN
         if dtype not in DTYPES:
             raise ModelError(
@@ -238,7 +241,10 @@ class ReferenceRuntime:
                 f"speculative mode {spec.mode} needs a {need} checkpoint",
                 hint=f"pass weights={{{need!r}: <directory>}}",
             )
-        target_model = load_causal_lm(Path(target), "target", dt)
+        if embedding_from is not None:
+            target_model = draft_target.load_draft_lm(Path(target), Path(embedding_from), dt)
+        else:
+            target_model = load_causal_lm(Path(target), "target", dt)
         inflate_mlp(target_model, inflate)
         loaded = {s: loaders[s].load_weights(p, target_model, dt, spec) for s, p in paths.items()}
         # The target layers a head reads (an EAGLE-3 head's captured hidden states).

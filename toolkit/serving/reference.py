@@ -193,12 +193,14 @@ def load_runtime(engine_dir: Path):
     if built.get("mode") == modes.DRAFT_TARGET:
         tokenizer = ref.get("tokenizer")
         # The memory-bound twin (toolkit.membound); absent or 1: the target as it is.
-        inflate: dict[str, Any] = {"inflate": int(ref["inflate"])} if int(ref.get("inflate") or 1) > 1 else {}
+        extra: dict[str, Any] = {"inflate": int(ref["inflate"])} if int(ref.get("inflate") or 1) > 1 else {}
+        if ref.get("embedding_from"):  # a draft stored without its embedding takes the target's
+            extra["embedding_from"] = Path(ref["embedding_from"])  # (toolkit.build.reference)
         runtime = ReferenceRuntime.load(
             target=Path(ref["checkpoint"]),
             dtype=str(cfg.get("pretrained_config", {}).get("dtype", "float32")),
             tokenizer=Path(tokenizer) if tokenizer else None,
-            **inflate,
+            **extra,
         )
     else:
         runtime = ReferenceRuntime.from_engine_dir(engine_dir)

@@ -215,14 +215,16 @@ def _draft(target_dir: Path, current: Path | None, stream: Any, opts: Any, devic
             "draft-target training needs a draft architecture: --from DRAFT or models.draft.path"
         )
     target = _load_target(target_dir, device).to(device)  # the teacher: bf16 on a GPU
-    model = draft.load(src, fresh=opts.from_ is None, seed=opts.seed).to(device)
+    model = draft.load(src, fresh=opts.from_ is None, seed=opts.seed, target=target).to(device)
     model.train()
+    shared = not model.get_input_embeddings().weight.requires_grad
     return Trainee(
         module=model,
         step=lambda m, x: draft.loss(target, m, x),
         export=lambda d: draft.export(model, d, target_dir),
         info={
-            "trainer": "forward KL(p_target ‖ q_draft) at T=1 over the full vocabulary (distillation)",
+            "trainer": "forward KL(p_target ‖ q_draft) at T=1 over the full vocabulary (distillation)"
+            + ("; the embedding (tied LM head) is the target's, frozen and not stored" if shared else ""),
             "init": f"fine-tuned from {opts.from_}"
             if opts.from_
             else f"from scratch with the architecture of {src}",
