@@ -405,6 +405,15 @@ def test_bls_end_id_stops_the_loop(bls_module):
     assert ids_of(out["text_output"]) == full
 
 
+def test_bls_survives_a_draft_that_ends_at_once(bls_module, pb):
+    """A draft model whose first token is its end id answers [1, 1, 0] ids (SmolLM2's 2-layer
+    draft did, served): the loop proposes nothing that step and the target goes on alone."""
+    pb.MODELS["tensorrt_llm_draft"] = llm(lambda seq: EOS if len(seq) > 6 else draft_token(seq), "draft")
+    bls = make_bls(bls_module)
+    (out,) = list(bls(request(max_tokens=20, num_draft_tokens=3)))
+    assert ids_of(out["text_output"]) == greedy(prompt_of("abc"), 20)
+
+
 def test_bls_streams_the_loop_when_decoupled(bls_module):
     bls = make_bls(bls_module, decoupled=True)
     chunks = list(bls(request(max_tokens=15, num_draft_tokens=3, stream=True, return_perf_metrics=True)))

@@ -165,6 +165,8 @@ def _ids(tokens: list[int]) -> dict[str, np.ndarray]:
 def _tokens_of(out: dict[str, np.ndarray]) -> list[int]:
     """Beam 0 of an LLM response, up to its sequence length."""
     n = int(out["sequence_length"].reshape(-1)[0])
+    if n == 0 or out["output_ids"].size == 0:  # e.g. a draft model that ended at once
+        return []
     return (
         out["output_ids"]
         .reshape(out["output_ids"].shape[0], -1, out["output_ids"].shape[-1])[0, 0, :n]
@@ -352,7 +354,7 @@ class Bls:
             d_in["return_generation_logits"] = _flag(True)
         d = self._run(model, d_in)
         draft = _tokens_of(d)
-        if use_logits and "generation_logits" in d:
+        if use_logits and "generation_logits" in d and draft:  # no draft (it ended): no logits
             logits = d["generation_logits"]
             return draft, logits.reshape(1, -1, logits.shape[-1])[:, : len(draft)]
         return draft, None
