@@ -11,12 +11,16 @@ worker served (its sdtk_spec_requests_total) and the CPU seconds of every proces
 each worker, the client: this process), so that the table says which process bounds the
 throughput. After the run it checks that `sdtk stop` left no process and no listening port.
 
-    python scripts/bench.py run dynamo [--recipe tiny-baseline-membound] [--concurrency 8] [--rounds 3]
+    python scripts/bench.py run dynamo [--recipe tiny-baseline-membound] [--set build.max_batch_size=4]
+                                       [--concurrency 8] [--rounds 3] [--no-pin] [--no-write]
 
 The default recipe is the memory-bound twin of the tiny baseline (its target padded x32 when the
 reference runtime loads it, so that a step costs tens of milliseconds): with the tiny target
 itself (`--recipe tiny-baseline`) a step costs so little that the frontend and the client, not
-the workers, bound the throughput. Each worker runs torch on one thread
+the workers, bound the throughput. The workers batch in flight (up to the recipe's
+build.max_batch_size each): at concurrency 8 one worker steps all 8 requests at once where each of
+two steps 4, so the ratio also depends on how a step's cost grows with its batch (the section
+gives the workers' CPU per output token for both). Each worker runs torch on one thread
 (toolkit.generate.reference_threads) and, by default, is pinned with every thread of it to a core
 of its own (worker-i: core i; `--no-pin` leaves them to the scheduler); the frontend and the
 client are not pinned. The table gives the load average after each measurement: on a machine
