@@ -98,13 +98,15 @@ def pin_workers(dep: Deployment) -> None:
         dep.pinned[name] = core
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far, all its threads (0 when it is gone)."""
+def cpu_seconds(pid: int, system_only: bool = False) -> float:
+    """User + system (or, `system_only`, system) CPU seconds of process `pid` so far, all its
+    threads (0 when it is gone)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[12]) if system_only else int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def served(dep: Deployment) -> dict[str, float]:
@@ -124,7 +126,8 @@ def snapshot(dep: Deployment) -> dict[str, Any]:
     cpu = {name: cpu_seconds(pid) for name, pid in dep.pids.items()}
     cpu["supervisor"] = cpu_seconds(dep.supervisor)
     cpu[CLIENT] = time.process_time()
-    return {"cpu": cpu, "served": served(dep), "t": time.monotonic()}
+    system = {name: cpu_seconds(pid, system_only=True) for name, pid in dep.pids.items()}
+    return {"cpu": cpu, "system": system, "served": served(dep), "t": time.monotonic()}
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,7 @@ def measure(dep: Deployment, args: argparse.Namespace, client: Client) -> dict[s
         "ok": int(s["ok"]),
         "wall_s": wall,
         "cpu": {k: after["cpu"][k] - before["cpu"][k] for k in before["cpu"]},
+        "system": {k: after["system"][k] - before["system"][k] for k in before["system"]},
         "served": {k: after["served"][k] - before["served"][k] for k in before["served"]},
         "load": os.getloadavg()[0],  # the 1-minute average, at the end of it
     }
@@ -257,9 +261,10 @@ def run(args: argparse.Namespace, client: Client) -> dict[str, Any]:
 def fmt_measurement(m: dict[str, Any]) -> str:
     cpu = ", ".join(f"{k} {v:.1f}" for k, v in m["cpu"].items())
     srv = ", ".join(f"{k} {v:.0f}" for k, v in m["served"].items())
+    system = ", ".join(f"{k} {v:.1f}" for k, v in m.get("system", {}).items())
     return (
         f"{m['tok_s']:.1f} output tok/s ({m['ok']} requests, {m['tokens']} tokens, {m['wall_s']:.1f} s, "
-        f"load average {m['load']:.1f}); served: {srv}; CPU s: {cpu}"
+        f"load average {m['load']:.1f}); served: {srv}; CPU s: {cpu}; of which system: {system}"
     )
 
 

@@ -42,6 +42,7 @@ def test_cpu_seconds_reads_this_process_from_proc(bench):
         pass
     mine = bench.cpu_seconds(os.getpid())
     assert abs(mine - time.process_time()) < 0.05 and mine >= 0.3
+    assert 0.0 <= bench.cpu_seconds(os.getpid(), system_only=True) < mine
     assert bench.cpu_seconds(2**22 + 12345) == 0.0  # no such process
 
 
