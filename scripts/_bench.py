@@ -1,5 +1,5 @@
-"""Compatibility for the benchmark scripts not yet folded into scripts/benchmarks/
-(bench_dynamo.py, bench_membound_served.py): the harness's shared pieces under their old import."""
+"""Compatibility for the benchmark script not yet folded into scripts/benchmarks/
+(bench_membound_served.py): the harness's shared pieces under their old import."""
 
 from benchmarks._harness import (  # noqa: F401 - re-exported
     ROOT,

@@ -117,7 +117,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "dynamo",
         "Does Dynamo scale out: 2 workers against 1 behind one frontend?",
         RESULTS, "bench_dynamo", "dynamo",
-        quick=("--concurrency", "1", "--requests", "2", "--max-tokens", "8", "--warmup", "0", "--rounds", "1"),
+        quick=("--concurrency", "1", "--requests", "2", "--max-tokens", "8", "--warmup", "1", "--rounds", "1"),
     ),
     # --- the lab notebook (docs/lab/benchmarks-history.md) ---
     Benchmark(
