@@ -285,14 +285,15 @@ def test_membound_served_keeps_the_per_request_records(tmp_path, monkeypatch):
 def test_bench_smollm2_hf_section(smollm2_cache, monkeypatch, tmp_path):
     """scripts/bench_smollm2_hf.py at a tiny budget: its section replaces the old one between its
     markers, every contender's greedy output equals HF plain `generate`'s (the script checks it
-    token for token), and without a draft the draft-target ratio is said not measured."""
+    token for token), and without a draft (`--no-draft`; the shipped one is the default) the
+    draft-target ratio is said not measured."""
     from toolkit.hub import gguf
 
     monkeypatch.setenv(gguf.CACHE_ENV, str(smollm2_cache))
     mod = _script("bench_smollm2_hf")
     out = tmp_path / "benchmarks.md"
     out.write_text("# b\n\n<!-- bench_smollm2_hf:start -->\nold\n<!-- bench_smollm2_hf:end -->\nafter\n")
-    assert mod.main(["--prompts", "1", "--new-tokens", "6", "--runs", "1", "--out", str(out)]) == 0
+    assert mod.main(["--prompts", "1", "--new-tokens", "6", "--runs", "1", "--no-draft", "--out", str(out)]) == 0
     text = out.read_text()
     # The harness puts its one run line first, then the section.
     assert re.match(r"# b\n\n<!-- bench_smollm2_hf:start -->\n_Run: .*_\n\n## SmolLM2-135M-Instruct", text), text[:300]

@@ -167,6 +167,7 @@ def _backends(mode: str) -> list[str]:
 
 @pytest.mark.parametrize(("name", "overrides"), CASES, ids=[f"{n}{''.join(o)}" for n, o in CASES])
 def test_every_launch_of_a_recipe_is_the_same(name, overrides, tmp_path, monkeypatch):
+    from toolkit.build.preflight import PreflightFailed
     from toolkit.deploy import plan_deploy
     from toolkit.ops.k8s import render_k8s
     from toolkit.ops.slurm import render_slurm
@@ -177,6 +178,13 @@ def test_every_launch_of_a_recipe_is_the_same(name, overrides, tmp_path, monkeyp
     seen: dict[str, dict[str, Launch]] = {}
     for backend in _backends(recipe.mode):
         work = tmp_path / backend
+        try:
+            plan = plan_deploy(recipe, backend=backend, workdir=work / "wd")
+        except PreflightFailed as e:
+            # TensorRT-LLM has MTP layers for some model families only: the tiny MTP target is a
+            # Llama with sdtk's own MTP module, which the reference serves and TensorRT-LLM would not.
+            assert recipe.mode == "mtp" and backend == "llmapi" and "mtp-family" in str(e), str(e)
+            continue
         engines = engines_for(work, recipe, backend, tp=recipe.parallel.world_size)
         layout = recipe.repository_layout(backend)
         r = render_repository(
@@ -187,7 +195,6 @@ def test_every_launch_of_a_recipe_is_the_same(name, overrides, tmp_path, monkeyp
             llmapi_options=llmapi_options(recipe) if layout == "llmapi" else None,
             tokenizer_dir="/models/tokenizer",
         )
-        plan = plan_deploy(recipe, backend=backend, workdir=work / "wd")
         seen[backend] = {
             "local": local_launch(recipe, r, work / "server", monkeypatch),
             "RUNBOOK.md": runbook_launch(r.runbook.read_text()),

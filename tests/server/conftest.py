@@ -50,6 +50,7 @@ def config_pbtxt(
     bls: bool = False,
     token_delay_ms: float = 0,
     fail_initialize: bool = False,
+    lose_handshake: bool = False,
 ) -> str:
     inputs = list(_INPUTS) + ([("num_draft_tokens", "TYPE_INT32", True)] if bls else [])
     return shared_config_pbtxt(
@@ -58,7 +59,11 @@ def config_pbtxt(
         outputs=_OUTPUTS,
         decoupled=decoupled,
         max_batch_size=max_batch_size,
-        parameters={"token_delay_ms": str(token_delay_ms), "fail_initialize": "1" if fail_initialize else "0"},
+        parameters={
+            "token_delay_ms": str(token_delay_ms),
+            "fail_initialize": "1" if fail_initialize else "0",
+            "lose_handshake": "1" if lose_handshake else "0",
+        },
     )
 
 

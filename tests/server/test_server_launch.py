@@ -77,6 +77,52 @@ def test_model_failing_to_load(make_repo, tmp_path):
     assert processes_mentioning(str(tmp_path)) == []
 
 
+@pytest.mark.slow
+def test_a_lost_stub_handshake_fails_fast_and_is_retried_once(make_repo, tmp_path, monkeypatch, caplog):
+    """A stub that said it finished initialize() while Triton never takes its model as loaded
+    (Triton 2.51 now and then loses that handshake, and then waits forever: a CI run hung 9
+    minutes on it): found HANDSHAKE_S after the line, the server is started again once, then
+    the start fails with the reason, and nothing is left behind. The fake model writes the
+    line sdtk's models write (toolkit/serving/triton.py) and then blocks."""
+    from pathlib import Path
+
+    from toolkit.server import readiness
+
+    serving = Path(readiness.__file__).parents[1] / "serving" / "triton.py"  # needs pb_utils to import
+    assert 'INITIALIZED = "sdtk-serving: initialized instance"' in serving.read_text()  # the fake's line
+    monkeypatch.setattr(readiness, "HANDSHAKE_S", 2.0)
+    repo = make_repo({"ensemble": dict(OK, lose_handshake=True)})
+    server = TritonServer(repo, workdir=tmp_path / "wd", auto_ports=True)
+    t0 = time.monotonic()
+    with caplog.at_level("WARNING"), pytest.raises(ServerStartError) as ei:
+        server.start(ready_timeout=300)
+    assert time.monotonic() - t0 < 90  # two starts of ~2 s + HANDSHAKE_S each, not the 300 s deadline
+    e = ei.value
+    assert e.reason == "stub_handshake", str(e)
+    assert "did not take model 'ensemble' as loaded" in str(e) and "1 Python stub(s)" in str(e)
+    retried = [r for r in caplog.records if "starting it again" in r.getMessage()]
+    assert len(retried) == 1 and "stub_handshake" not in retried[0].getMessage()
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_initialized_not_loaded_reads_the_log():
+    """The log lines behind the check above, as Triton 2.51 and sdtk's models write them."""
+    from toolkit.server.logscan import initialized_not_loaded
+
+    log = (
+        'I1208 01:33:47.909862 1 python_be.cc:2249] "TRITONBACKEND_ModelInstanceInitialize: tensorrt_llm_bls_0_0 (CPU device 0)"\n'
+        'I1208 01:33:47.909862 1 python_be.cc:2249] "TRITONBACKEND_ModelInstanceInitialize: tensorrt_llm_bls_0_1 (CPU device 0)"\n'
+        'I1208 01:33:48.871171 1 python_be.cc:2249] "TRITONBACKEND_ModelInstanceInitialize: tensorrt_llm_0_0 (CPU device 0)"\n'
+        "sdtk-serving: initialized instance 'tensorrt_llm_bls_0_0'\n"
+        "sdtk-serving: initialized instance 'tensorrt_llm_0_0'\n"
+    )
+    assert initialized_not_loaded(log) == {"tensorrt_llm": 1}  # the BLS still has one instance to go
+    log += "sdtk-serving: initialized instance 'tensorrt_llm_bls_0_1'\n"
+    assert initialized_not_loaded(log) == {"tensorrt_llm": 1, "tensorrt_llm_bls": 2}
+    log += "I1208 01:34:15.646237 1 model_lifecycle.cc:839] \"successfully loaded 'tensorrt_llm_bls'\"\n"
+    assert initialized_not_loaded(log) == {"tensorrt_llm": 1}
+
+
 @pytest.mark.slow  # over 5 s (pytest --durations on the 2-core box)
 def test_unknown_model_name_fails_fast(make_repo, tmp_path):
     repo = make_repo({"ensemble": OK})

@@ -39,6 +39,7 @@ from toolkit.server.plan import LaunchPlan, LaunchSite
 from toolkit.server.ports import PortInUseError, Ports, auto_ports, check_free
 from toolkit.server.record import REPO_KEY_HEADER, connect_host
 from toolkit.server.startup import (
+    TRANSIENT,
     Health,
     ServerStartError,
     check_launch_path,
@@ -388,8 +389,9 @@ class TritonServer:
     def _start(self, detach: bool, wait: bool, ready_timeout: float | None, record: bool) -> None:
         self._record = record or detach
         attempts = _PORT_RETRIES if self.auto_ports else 1
+        transient_retried = False
         with signals_interrupt():
-            for attempt in range(1, attempts + 1):
+            for attempt in range(1, attempts + 2):  # one more for a TRANSIENT failure
                 try:
                     self._launch_once()
                     if wait:
@@ -401,14 +403,19 @@ class TritonServer:
                     break
                 except PortInUseError:
                     # Only reachable with auto_ports through a race: pick again.
-                    if attempt == attempts:
+                    if attempt >= attempts:
                         raise
                 except ServerStartError as e:
                     with signals_ignored():
                         self.stop()
                     lost_port = e.reason == "exited" and any("already in use" in m for m in e.errors)
-                    if not (lost_port and attempt < attempts):
-                        raise
+                    if lost_port and attempt < attempts:
+                        continue
+                    if e.reason in TRANSIENT and not transient_retried:
+                        transient_retried = True  # Triton 2.51's hiccups, not the deployment's fault
+                        log.logger("server").warning(f"{e}; starting it again")
+                        continue
+                    raise
                 except BaseException:
                     with signals_ignored():
                         self.stop()

@@ -33,6 +33,27 @@ def stub_launch_failures(text: str) -> list[str]:
     return list(dict.fromkeys(m.group(0).strip() for m in _STUB_LAUNCH.finditer(text)))
 
 
+# Triton's Python backend logs each instance it starts initializing, and each model it loaded;
+# sdtk's models write INITIALIZED (toolkit/serving/triton.py) when their initialize() returned.
+_INSTANCE_STARTED = re.compile(r"TRITONBACKEND_ModelInstanceInitialize: (\S+?)_\d+_\d+ ")
+_INSTANCE_DONE = re.compile(r"^sdtk-serving: initialized instance '(\S+?)_\d+_\d+'", re.M)
+_MODEL_LOADED = re.compile(r"successfully loaded '([^']+)'")
+
+
+def initialized_not_loaded(text: str) -> dict[str, int]:
+    """Models whose every started instance said it was initialized but that Triton has not
+    reported loaded: {model: instances}. Such a model is loaded within milliseconds, unless the
+    stub's handshake was lost."""
+    started: dict[str, int] = {}
+    for m in _INSTANCE_STARTED.finditer(text):
+        started[m.group(1)] = started.get(m.group(1), 0) + 1
+    done: dict[str, int] = {}
+    for m in _INSTANCE_DONE.finditer(text):
+        done[m.group(1)] = done.get(m.group(1), 0) + 1
+    loaded = {m.group(1) for m in _MODEL_LOADED.finditer(text)}
+    return {name: n for name, n in started.items() if name not in loaded and done.get(name, 0) >= n}
+
+
 def tail(path: Path | str | None, lines: int = TAIL_LINES, max_bytes: int = 1 << 20) -> str:
     """The last `lines` lines of a (possibly large) text file; "" if it cannot be read."""
     if path is None:

@@ -51,15 +51,23 @@ def wait_ready(
     deadline = t0 + timeout
     health = Health(False, False, False)
     next_index_check = 0.0
+    handshakes = _Handshakes(server)
     while True:
         rc = proc.poll()
         elapsed = time.monotonic() - t0
         if rc is not None:
+            aborted = BACKEND_ABORT in logscan.tail(server.log_path, 400)
             raise start_failure(
                 server,
-                "exited",
+                "backend_abort" if aborted else "exited",
                 f"tritonserver exited with code {rc} {elapsed:.1f}s after launch "
-                f"(pid {proc.pid}) before it was ready",
+                f"(pid {proc.pid}) before it was ready"
+                + (
+                    ": its Python backend aborted on a shared-memory lock (boost lock_exception, "
+                    "triton-inference-server/server#8882, open upstream)"
+                    if aborted
+                    else ""
+                ),
                 elapsed,
                 None,
             )
@@ -74,6 +82,7 @@ def wait_ready(
                 next_index_check = time.monotonic() + 2.0
                 _check_index(server, model, elapsed)
         _check_stub_launch(server, elapsed)
+        handshakes.check(elapsed)
         if time.monotonic() >= deadline:
             raise start_failure(
                 server,
@@ -85,6 +94,47 @@ def wait_ready(
                 f"or see the log {server.log_path}",
             )
         time.sleep(interval)
+
+
+# Triton's Python backend now and then aborts the server while many stubs start on a busy machine
+# (triton-inference-server/server#8882): a start failure the launcher retries once, as a lost handshake.
+BACKEND_ABORT = "boost::interprocess::lock_exception"
+HANDSHAKE_S = 30.0  # an initialized instance's model is loaded within milliseconds; 30 s under any load
+
+
+class _Handshakes:
+    """A model whose every instance returned from initialize() (the line sdtk's models write,
+    toolkit/serving/triton.py) but which Triton has not reported loaded for HANDSHAKE_S: Triton
+    2.51's Python backend now and then loses that handshake and then waits forever (the stub
+    idles, the server never turns live). Found, it is a start failure (`stub_handshake`), which
+    the launcher retries once."""
+
+    def __init__(self, server: TritonServer) -> None:
+        self.server = server
+        self.seen: dict[str, tuple[int, float]] = {}  # model → (instances, first seen so)
+        self.next_check = 0.0
+
+    def check(self, elapsed: float) -> None:
+        now = time.monotonic()
+        if now < self.next_check:
+            return
+        self.next_check = now + 1.0
+        waiting = logscan.initialized_not_loaded(logscan.tail(self.server.log_path, 2000))
+        self.seen = {
+            m: self.seen[m] if self.seen.get(m, (0,))[0] == n else (n, now) for m, n in waiting.items()
+        }
+        for model, (n, since) in self.seen.items():
+            if now - since >= HANDSHAKE_S:
+                raise start_failure(
+                    self.server,
+                    "stub_handshake",
+                    f"Triton did not take model '{model}' as loaded {now - since:.0f}s after its "
+                    f"{n} Python stub(s) finished initialize ({elapsed:.1f}s after launch, pid "
+                    f"{self.server.pid}): the stub handshake was lost, as Triton 2.51's Python "
+                    "backend now and then does",
+                    elapsed,
+                    f"start it again; if it recurs, see the server log: {self.server.log_path}",
+                )
 
 
 def _check_stub_launch(server: TritonServer, elapsed: float) -> None:

@@ -30,7 +30,9 @@ class ServerStartError(ServerError):
     "stub_failed" (bash could not start a Python backend stub: the log says so long before
     Triton gives up on it), "timeout" (the readiness deadline passed), "missing_model" (the server is up but the
     repository has no such model), "load_failed" (the model is UNAVAILABLE while the server
-    stays up). `errors` holds Triton's own messages found in the log."""
+    stays up), "stub_handshake" (a model's stubs finished initialize but Triton never took it as
+    loaded), "backend_abort" (the Python backend aborted on its shared-memory lock). `errors`
+    holds Triton's own messages found in the log."""
 
     def __init__(
         self,
@@ -48,6 +50,11 @@ class ServerStartError(ServerError):
         self.returncode = failure.returncode
         self.errors = list(failure.errors)
         super().__init__(message, log_tail=log_tail, log_path=log_path, hint=hint)
+
+
+# Start failures that are Triton 2.51's, not the deployment's: a lost stub handshake, a Python
+# backend abort on its shared-memory lock (toolkit/server/readiness.py). The launcher retries once.
+TRANSIENT = ("stub_handshake", "backend_abort")
 
 
 @dataclass(frozen=True)

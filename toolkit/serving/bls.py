@@ -633,6 +633,7 @@ class BlsModel:
             max_input_len=st.param_int(params, "max_input_len", None),
             max_seq_len=st.param_int(params, "max_seq_len", None),
         )
+        st.announce_initialized(args)
 
     def _inputs(self, request) -> dict[str, np.ndarray]:
         if st.inputs_of(request, MULTIMODAL_INPUTS):

@@ -70,6 +70,8 @@ import yaml
 from toolkit import modes
 from toolkit.modes.load_aware import LoadAware
 
+from .triton import announce_initialized
+
 INT32_MAX = 2**31 - 1
 DEFAULT_MAX_TOKENS = 32  # tensorrt_llm SamplingParams.max_tokens default when the request sends none
 # sampling_param_* inputs read as scalars (helpers.py get_sampling_params_from_request).
@@ -504,6 +506,7 @@ class LlmapiModel:
         )
         self._threads: set[threading.Thread] = set()
         self._lock = threading.Lock()
+        announce_initialized(args)
 
     def _generation(self, request, sender=None) -> Generation:
         def is_cancelled() -> bool:

@@ -58,6 +58,7 @@ class PostprocessingModel:
             load_tokenizer(tokenizer_dir),
             skip_special_tokens=st.param_bool(params, "skip_special_tokens", True),
         )
+        st.announce_initialized(args)
 
     def execute(self, requests):
         responses = []

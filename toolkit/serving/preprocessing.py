@@ -150,6 +150,7 @@ class PreprocessingModel:
             load_tokenizer(tokenizer_dir),
             add_special_tokens=st.param_bool(params, "add_special_tokens", True),
         )
+        st.announce_initialized(args)
 
     def execute(self, requests):
         responses = []

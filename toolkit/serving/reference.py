@@ -270,6 +270,7 @@ class ReferenceModel:
             normalize_log_probs=st.param_bool(params, "normalize_log_probs", True),
             **dict(zip(("max_input_len", "max_seq_len"), limits, strict=True)),
         )
+        st.announce_initialized(args)
 
     @staticmethod
     def _inputs(request) -> dict[str, np.ndarray]:

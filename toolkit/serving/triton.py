@@ -11,6 +11,7 @@ import gc
 import json
 import os
 import queue
+import sys
 import threading
 import time
 
@@ -23,6 +24,17 @@ _PLACEHOLDER = "$" + "{"
 
 
 # --------------------------------------------------------------------------- parameters
+
+
+# The line each sdtk model instance writes to its stderr (the tritonserver log) when its
+# initialize() has returned: toolkit/server/readiness.py reads it to tell a lost stub handshake
+# (Triton 2.51 now and then never takes an initialized instance as loaded) from a slow load.
+INITIALIZED = "sdtk-serving: initialized instance"
+
+
+def announce_initialized(args: dict) -> None:
+    """Say, in the server log, that this model instance finished initialize()."""
+    print(f"{INITIALIZED} '{args.get('model_instance_name', '?')}'", file=sys.stderr, flush=True)
 
 
 def model_config(args: dict) -> tuple[dict, dict[str, str]]:

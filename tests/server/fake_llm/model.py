@@ -6,11 +6,14 @@ config parameters:
 
   token_delay_ms   sleep per generated word (lets tests kill the server mid-stream)
   fail_initialize  "1": raise in initialize (a model that fails to load)
+  lose_handshake   "1": write sdtk's "initialized" line, then never return from initialize (as a
+                   stub whose handshake Triton 2.51 lost: the server waits for it forever)
 
 Runs inside tritonserver's Python backend stub, which provides triton_python_backend_utils.
 """
 
 import json
+import sys
 import time
 
 import numpy as np
@@ -31,6 +34,13 @@ class TritonPythonModel:
         params = {k: v["string_value"] for k, v in self.config.get("parameters", {}).items()}
         if params.get("fail_initialize") == "1":
             raise pb_utils.TritonModelException("fake_llm: engine file not found: /nonexistent/rank0.engine")
+        if params.get("lose_handshake") == "1":
+            print(
+                f"sdtk-serving: initialized instance '{args['model_instance_name']}'",
+                file=sys.stderr,
+                flush=True,
+            )
+            time.sleep(3600)
         self.delay = float(params.get("token_delay_ms", "0")) / 1000.0
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self.config)
         self.batched = self.config.get("max_batch_size", 0) > 0
