@@ -164,9 +164,9 @@ def _ids(tokens: list[int]) -> dict[str, np.ndarray]:
 
 def _tokens_of(out: dict[str, np.ndarray]) -> list[int]:
     """Beam 0 of an LLM response, up to its sequence length."""
-    n = int(out["sequence_length"].reshape(-1)[0])
-    if n == 0 or out["output_ids"].size == 0:  # e.g. a draft model that ended at once
+    if out["output_ids"].size == 0:  # [1, 1, 0]: e.g. a draft model that ended at once
         return []
+    n = int(out["sequence_length"].reshape(-1)[0])
     return (
         out["output_ids"]
         .reshape(out["output_ids"].shape[0], -1, out["output_ids"].shape[-1])[0, 0, :n]
